@@ -1,0 +1,56 @@
+"""The oracle: attention in float64, dense, written to be obviously right rather than fast.
+
+    S = scale · Q Kᵀ  (+ additive mask; boolean-False and causal-future entries set to -inf)
+    P = softmax(S) row by row; a row with every entry masked gives P = 0 (so O = 0), never NaN
+    O = P V
+
+The ablated programs have their own oracles here too (see attnlab.builds.ABLATIONS):
+    no_softmax: P = S with masked entries 0 instead of -inf (a copy, no max/exp/normalisation)
+    no_pv:      O[i, :] = Σ_n P[i, n] · n/N for every d (P consumed, V never read)
+    zero_mask:  the base program; the all-zero additive mask changes nothing
+"""
+from __future__ import annotations
+
+import torch
+
+from attnlab.validate import check, mask_4d
+
+
+def scores(q, k, *, causal=False, attn_mask=None, scale=None) -> torch.Tensor:
+    """S in float64, shape (B, H, N, N); masked entries are -inf."""
+    spec = check(q, k, k, causal=causal, attn_mask=attn_mask, scale=scale)
+    qd, kd = q.double(), k.double().repeat_interleave(spec.group, dim=1)  # (B, H, N, D) both
+    s = torch.matmul(qd, kd.transpose(-1, -2)) * spec.scale  # (B, H, N, N)
+    if attn_mask is not None:
+        m = mask_4d(attn_mask, spec)
+        s = s.masked_fill(~m, float("-inf")) if m.dtype == torch.bool else s + m.double()
+    if causal:
+        future = torch.ones(spec.N, spec.N, dtype=torch.bool, device=q.device).triu(1)
+        s = s.masked_fill(future, float("-inf"))
+    return s
+
+
+def softmax(s: torch.Tensor) -> torch.Tensor:
+    """Row softmax with fully masked rows (all -inf) giving zeros instead of NaN."""
+    m = s.amax(dim=-1, keepdim=True)
+    m = torch.where(torch.isinf(m) & (m < 0), torch.zeros_like(m), m)
+    e = torch.exp(s - m)
+    l = e.sum(dim=-1, keepdim=True)
+    return e / torch.where(l == 0, torch.ones_like(l), l)
+
+
+def attend(q, k, v, *, causal=False, attn_mask=None, scale=None, ablation=None) -> torch.Tensor:
+    """O in float64 on q's device, shape (B, H, N, D)."""
+    spec = check(q, k, v, causal=causal, attn_mask=attn_mask, scale=scale)
+    s = scores(q, k, causal=causal, attn_mask=attn_mask, scale=scale)
+    if ablation == "no_softmax":
+        p = torch.where(torch.isinf(s) & (s < 0), torch.zeros_like(s), s)
+    else:
+        p = softmax(s)
+    if ablation == "no_pv":
+        pos = torch.arange(spec.N, dtype=torch.float64, device=q.device) / spec.N  # (N,)
+        return (p @ pos)[..., None].expand(spec.B, spec.H, spec.N, spec.D).contiguous()
+    if ablation not in (None, "no_softmax", "zero_mask"):
+        raise ValueError(f"ablation must be None, 'no_softmax', 'no_pv' or 'zero_mask', got {ablation!r}")
+    vd = v.double().repeat_interleave(spec.group, dim=1)  # (B, H, N, D)
+    return p @ vd

@@ -1,0 +1,91 @@
+"""Where our kernels can run, and with which tiles: one explicit table, chosen by the opt-in autotune sweep.
+
+The table is keyed by (kernel, GPU family, head-dim bucket, causal, dtype). `tiles()` returns the entry used, and every
+result row records it (see attnlab.builds.ours.describe). `attnlab bench --autotune` re-runs the sweep that chose
+these entries (attnlab.bench.autotune); change an entry only with a line in PERFORMANCE.md saying what it measured.
+"""
+from __future__ import annotations
+
+import os
+from dataclasses import asdict, dataclass
+
+import torch
+
+LOG2E = 1.4426950408889634  # exp(x) = exp2(x · log2 e): exp2 is the cheaper instruction
+
+
+@dataclass(frozen=True)
+class Tiles:
+    BLOCK_M: int
+    BLOCK_N: int
+    num_warps: int = 4
+    num_stages: int = 2
+
+    def as_dict(self) -> dict:
+        return asdict(self)
+
+
+def interpreting() -> bool:
+    """True when Triton runs kernels in its CPU interpreter (TRITON_INTERPRET=1)."""
+    return os.environ.get("TRITON_INTERPRET", "0") not in ("", "0")
+
+
+def unsupported_reason(device: torch.device) -> str | None:
+    """Why our Triton kernels cannot run on this device, or None when they can."""
+    try:
+        import triton  # noqa: F401
+    except ImportError as e:  # pragma: no cover - triton is a dependency
+        return f"triton is not importable ({e})"
+    if device.type == "cuda":
+        if interpreting():
+            return "TRITON_INTERPRET=1 runs kernels on CPU tensors; unset it to use the GPU"
+        major, _ = torch.cuda.get_device_capability(device)
+        if major < 8:
+            return f"our kernels need compute capability >= 8.0, this GPU has {major}.x"
+        return None
+    if device.type == "cpu":
+        return None if interpreting() else "no GPU, and Triton's interpreter is off (set TRITON_INTERPRET=1)"
+    return f"device type {device.type!r} is not supported by our Triton kernels"
+
+
+def family(device: torch.device) -> str:
+    if device.type != "cuda" or interpreting():
+        return "interpreter"
+    major, minor = torch.cuda.get_device_capability(device)
+    return f"sm{major}{minor}"
+
+
+# (kernel, family, head-dim bucket, causal, dtype-size) -> Tiles. "any" matches every value of that key.
+# The interpreter runs one numpy op per block op, so big blocks and few programs are fastest there.
+# sm90 entries: chosen on an H200 by `attnlab bench --autotune` (PERFORMANCE.md has the runs).
+TABLE: dict[tuple, Tiles] = {
+    ("fused", "interpreter", "any", "any", "any"): Tiles(64, 32),
+    ("qk_softmax", "interpreter", "any", "any", "any"): Tiles(64, 32),
+    ("scores", "interpreter", "any", "any", "any"): Tiles(64, 64),
+    ("pv", "interpreter", "any", "any", "any"): Tiles(64, 32),
+    ("fused", "sm90", 64, "any", 2): Tiles(128, 64, 4, 3),
+    ("fused", "sm90", 128, "any", 2): Tiles(128, 64, 8, 3),
+    ("fused", "sm90", 256, "any", 2): Tiles(64, 32, 4, 2),
+    ("qk_softmax", "sm90", 64, "any", 2): Tiles(128, 64, 4, 3),
+    ("qk_softmax", "sm90", 128, "any", 2): Tiles(128, 64, 8, 3),
+    ("scores", "any", "any", "any", 2): Tiles(128, 128, 8, 3),
+    ("pv", "any", "any", "any", 2): Tiles(128, 64, 4, 3),
+    # Fallback for other GPUs, fp32 and D = 256: small tiles that fit any sm80+ part's shared memory.
+    ("fused", "any", "any", "any", "any"): Tiles(64, 32, 4, 2),
+    ("qk_softmax", "any", "any", "any", "any"): Tiles(64, 32, 4, 2),
+    ("scores", "any", "any", "any", "any"): Tiles(64, 64, 4, 2),
+    ("pv", "any", "any", "any", "any"): Tiles(64, 32, 4, 2),
+}
+
+
+def head_dim_bucket(D: int) -> int:
+    """The padded head dim a kernel is compiled for: a power of two, at least 16 (tl.dot's smallest K)."""
+    return max(16, 1 << (D - 1).bit_length())
+
+
+def tiles(kernel: str, device: torch.device, D: int, causal: bool, dtype: torch.dtype) -> Tiles:
+    key = (kernel, family(device), head_dim_bucket(D), causal, dtype.itemsize)
+    for entry, t in TABLE.items():
+        if all(e == "any" or e == k for e, k in zip(entry, key)):
+            return t
+    raise LookupError(f"no tile configuration for {key}")  # unreachable: the table ends in catch-alls

@@ -1,0 +1,93 @@
+"""Build 3, `fused`: one flash-style kernel; neither S nor P leaves on-chip memory, only O is written.
+
+Each program owns BLOCK_M query rows and streams K/V in BLOCK_N tiles with the online softmax (FlashAttention-2,
+arXiv:2307.08691): running row max m_i, running sum l_i, unnormalised accumulator acc, rescaled by
+alpha = exp2(m_old - m_new) whenever the max grows, divided by l_i once at the end.
+
+The key range is split in two so the steady-state loop carries no per-element mask:
+  phase 1  key tiles that need no mask: for causal, those wholly left of this query block; else every full tile;
+  phase 2  the rest, masked element by element: the diagonal tiles (causal) or the ragged tail (N % BLOCK_N).
+Causal tiles past the diagonal are never visited.
+"""
+import triton
+import triton.language as tl
+
+from attnlab.triton.tiles import dot, load_rows, masked_to_zero, positions, score_tile
+
+
+@triton.jit
+def _stream_kv(acc, l_i, m_i, q, k_base, v_base, m_base, offs_m, lo, hi, N, skn, svn, smn,
+               qk_scale, mask_scale, inv_n,
+               D: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+               MASKED: tl.constexpr, CAUSAL: tl.constexpr, MASK_KIND: tl.constexpr,
+               NO_SOFTMAX: tl.constexpr, NO_PV: tl.constexpr, IEEE: tl.constexpr, UPCAST: tl.constexpr):
+    offs_d = tl.arange(0, BLOCK_D)
+    for start_n in range(lo, hi, BLOCK_N):
+        offs_n = start_n + tl.arange(0, BLOCK_N)
+        k = load_rows(k_base + offs_n[:, None] * skn, offs_n, offs_d, N, D, MASKED, BLOCK_D != D)
+        s = score_tile(q, k, m_base + offs_n[None, :] * smn, offs_m, offs_n, N, qk_scale, mask_scale,
+                       BLOCK_M, BLOCK_N, MASKED and CAUSAL, MASKED, MASK_KIND, IEEE, UPCAST)
+        if NO_SOFTMAX:
+            p = masked_to_zero(s)  # ablation: P = S; no max, no exp, no rescale
+        else:
+            m_new = tl.maximum(m_i, tl.max(s, 1))
+            if MASK_KIND != 0:
+                # An explicit mask can hide a whole row so far: keep m finite so exp2 gives 0, not NaN.
+                m_new = tl.where(m_new == float("-inf"), 0.0, m_new)
+            p = tl.math.exp2(s - m_new[:, None])
+            alpha = tl.math.exp2(m_i - m_new)  # rescales what was accumulated under the old max
+            l_i = l_i * alpha + tl.sum(p, 1)
+            acc = acc * alpha[:, None]
+            m_i = m_new
+        if NO_PV:
+            # Ablation: V is never read and no matmul runs, but every element of P still reaches O.
+            acc += tl.sum(p * positions(offs_n, inv_n)[None, :], 1)[:, None]
+        else:
+            v = load_rows(v_base + offs_n[:, None] * svn, offs_n, offs_d, N, D, MASKED, BLOCK_D != D)
+            acc = dot(p.to(v.dtype), v, acc, IEEE, UPCAST)
+    return acc, l_i, m_i
+
+
+@triton.jit
+def fused_kernel(Q, K, V, O, M,
+                 sqb, sqh, sqn, skb, skh, skn, svb, svh, svn, sob, soh, son, smb, smh, smm, smn,
+                 N, H, GROUP, qk_scale, mask_scale, inv_n,
+                 D: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+                 CAUSAL: tl.constexpr, MASK_KIND: tl.constexpr, NO_SOFTMAX: tl.constexpr, NO_PV: tl.constexpr,
+                 IEEE: tl.constexpr, UPCAST: tl.constexpr):
+    # grid: (cdiv(N, BLOCK_M), B·H). Requires BLOCK_M % BLOCK_N == 0 (the causal split is in whole key tiles).
+    # qk_scale = scale · log2 e (natural scale under NO_SOFTMAX, whose P is S itself).
+    start_m = tl.program_id(0)
+    bh = tl.program_id(1).to(tl.int64)
+    b = bh // H
+    h = bh % H
+    hk = h // GROUP  # grouped-query attention: GROUP query heads read one k/v head
+    offs_m = start_m * BLOCK_M + tl.arange(0, BLOCK_M)
+    offs_d = tl.arange(0, BLOCK_D)
+    q = load_rows(Q + b * sqb + h * sqh + offs_m[:, None] * sqn + offs_d[None, :], offs_m, offs_d, N, D,
+                  True, BLOCK_D != D)
+    k_base = K + b * skb + hk * skh + offs_d[None, :]
+    v_base = V + b * svb + hk * svh + offs_d[None, :]
+    m_base = M + b * smb + h * smh + offs_m[:, None] * smm
+
+    m_i = tl.full([BLOCK_M], float("-inf"), tl.float32)
+    l_i = tl.zeros([BLOCK_M], tl.float32)
+    acc = tl.zeros([BLOCK_M, BLOCK_D], tl.float32)
+    if CAUSAL:
+        free_hi = start_m * BLOCK_M
+        masked_lo = free_hi
+        masked_hi = (start_m + 1) * BLOCK_M  # past N on the last block: those keys are masked
+    else:
+        free_hi = (N // BLOCK_N) * BLOCK_N
+        masked_lo = free_hi
+        masked_hi = N
+    acc, l_i, m_i = _stream_kv(acc, l_i, m_i, q, k_base, v_base, m_base, offs_m, 0, free_hi, N, skn, svn, smn,
+                               qk_scale, mask_scale, inv_n, D, BLOCK_D, BLOCK_M, BLOCK_N,
+                               False, CAUSAL, MASK_KIND, NO_SOFTMAX, NO_PV, IEEE, UPCAST)
+    acc, l_i, m_i = _stream_kv(acc, l_i, m_i, q, k_base, v_base, m_base, offs_m, masked_lo, masked_hi, N,
+                               skn, svn, smn, qk_scale, mask_scale, inv_n, D, BLOCK_D, BLOCK_M, BLOCK_N,
+                               True, CAUSAL, MASK_KIND, NO_SOFTMAX, NO_PV, IEEE, UPCAST)
+    if not NO_SOFTMAX:
+        acc = acc / tl.where(l_i == 0.0, 1.0, l_i)[:, None]  # a fully masked row gives O = 0
+    o_ptrs = O + b * sob + h * soh + offs_m[:, None] * son + offs_d[None, :]
+    tl.store(o_ptrs, acc.to(O.dtype.element_ty), mask=(offs_m[:, None] < N) & (offs_d[None, :] < D))

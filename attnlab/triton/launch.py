@@ -1,0 +1,137 @@
+"""Launchers for our three builds: check the inputs, allocate the outputs, launch. One function per build.
+
+Every launcher has the build signature `(q, k, v, *, causal=False, attn_mask=None, scale=None) -> o` plus the
+keyword `ablation` (None, "no_softmax" or "no_pv"; "zero_mask" is a mask the caller passes, not a kernel flag).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+import triton
+
+from attnlab.triton import fused as _fused
+from attnlab.triton import materialised as _mat
+from attnlab.triton import pv as _pv_mod
+from attnlab.triton import qk_softmax as _qks
+from attnlab.triton.config import LOG2E, head_dim_bucket, interpreting, tiles, unsupported_reason
+from attnlab.validate import Spec, check, mask_4d
+
+KERNEL_ABLATIONS = (None, "no_softmax", "no_pv")
+SOFTMAX_ROW_MAX = 16384  # rows up to this length are read once by the softmax kernel; longer ones twice
+
+
+class Unsupported(RuntimeError):
+    """This build cannot run this case here (device, dtype, shape); the message says why. Never a fallback."""
+
+
+@dataclass(frozen=True)
+class _Call:
+    """The checked arguments of one call, in the form every kernel takes them."""
+
+    spec: Spec
+    q: torch.Tensor
+    k: torch.Tensor
+    v: torch.Tensor
+    mask: torch.Tensor  # (B, H, N, N) view, or q as a never-read placeholder when there is no mask
+    mask_strides: tuple
+    mask_kind: int  # 0 none, 1 boolean (True = attend), 2 additive
+    flags: dict  # the constexprs every kernel shares
+
+
+def _prepare(q, k, v, causal, attn_mask, scale, ablation) -> _Call:
+    spec = check(q, k, v, causal=causal, attn_mask=attn_mask, scale=scale)
+    if ablation not in KERNEL_ABLATIONS:
+        raise ValueError(f"ablation must be one of {KERNEL_ABLATIONS}, got {ablation!r}")
+    why = unsupported_reason(spec.device)
+    if why:
+        raise Unsupported(why)
+    # Kernels index the last dim with unit stride; other strides are passed through.
+    q, k, v = (t if t.stride(-1) == 1 else t.contiguous() for t in (q, k, v))
+    if attn_mask is None:
+        mask, strides, kind = q, (0, 0, 0, 0), 0
+    else:
+        mask = mask_4d(attn_mask, spec)
+        if mask.dtype == torch.bool:
+            mask, kind = mask.view(torch.uint8), 1
+        else:
+            kind = 2
+        strides = mask.stride()
+    flags = dict(D=spec.D, BLOCK_D=head_dim_bucket(spec.D), CAUSAL=causal,
+                 IEEE=spec.dtype == torch.float32, UPCAST=interpreting())
+    return _Call(spec, q, k, v, mask, strides, kind, flags)
+
+
+def _grid_m(spec: Spec, block_m: int):
+    return (triton.cdiv(spec.N, block_m), spec.B * spec.H)
+
+
+def _tiles(kernel: str, spec: Spec) -> dict:
+    return tiles(kernel, spec.device, spec.D, spec.causal, spec.dtype).as_dict()
+
+
+def _pv(c: _Call, p: torch.Tensor, ablation) -> torch.Tensor:
+    """O = P V (or, under no_pv, O = Σ_n P[:, n]·n/N broadcast over D) from P in device memory."""
+    s = c.spec
+    o = torch.empty(s.B, s.H, s.N, s.D, dtype=s.dtype, device=s.device)
+    t = _tiles("pv", s)
+    _pv_mod.pv_kernel[_grid_m(s, t["BLOCK_M"])](
+        p, c.v, o, *c.v.stride()[:3], *o.stride()[:3], s.N, s.H, s.group, 1.0 / s.N,
+        NO_PV=ablation == "no_pv", **c.flags, **t)
+    return o
+
+
+def materialised(q, k, v, *, causal=False, attn_mask=None, scale=None, ablation=None) -> torch.Tensor:
+    """S = scale·QKᵀ (+mask) → memory; P = softmax(S) → memory; O = P V."""
+    c = _prepare(q, k, v, causal, attn_mask, scale, ablation)
+    s = c.spec
+    S = torch.empty(s.B, s.H, s.N, s.N, dtype=s.dtype, device=s.device)
+    t = _tiles("scores", s)
+    grid = (triton.cdiv(s.N, t["BLOCK_M"]), triton.cdiv(s.N, t["BLOCK_N"]), s.B * s.H)
+    _mat.scores_kernel[grid](c.q, c.k, S, c.mask, *c.q.stride()[:3], *c.k.stride()[:3], *c.mask_strides,
+                             s.N, s.H, s.group, s.scale, MASK_KIND=c.mask_kind, **c.flags, **t)
+    P = torch.empty_like(S)
+    block = triton.next_power_of_2(min(s.N, SOFTMAX_ROW_MAX))
+    rows = max(1, 4096 // block) if not interpreting() else max(1, 16384 // block)
+    n_rows = s.B * s.H * s.N
+    _mat.softmax_kernel[(triton.cdiv(n_rows, rows),)](
+        S, P, n_rows, s.N, ROWS=rows, BLOCK=block, ONE_PASS=s.N <= block,
+        NO_SOFTMAX=ablation == "no_softmax", num_warps=min(16, max(4, block // 1024)))
+    del S  # S is dead once P exists; freeing it here keeps the peak at S + P, as a user's code would
+    return _pv(c, P, ablation)
+
+
+def qk_softmax(q, k, v, *, causal=False, attn_mask=None, scale=None, ablation=None) -> torch.Tensor:
+    """P = softmax(scale·QKᵀ + mask) in one kernel (S stays on chip) → memory; O = P V."""
+    c = _prepare(q, k, v, causal, attn_mask, scale, ablation)
+    s = c.spec
+    P = torch.empty(s.B, s.H, s.N, s.N, dtype=s.dtype, device=s.device)
+    no_softmax = ablation == "no_softmax"
+    log_scale = 1.0 if no_softmax else LOG2E  # softmax in exp2 units; the copy ablation writes S itself
+    t = _tiles("qk_softmax", s)
+    _qks.qk_softmax_kernel[_grid_m(s, t["BLOCK_M"])](
+        c.q, c.k, P, c.mask, *c.q.stride()[:3], *c.k.stride()[:3], *c.mask_strides,
+        s.N, s.H, s.group, s.scale * log_scale, log_scale,
+        MASK_KIND=c.mask_kind, NO_SOFTMAX=no_softmax, **c.flags, **t)
+    return _pv(c, P, ablation)
+
+
+def fused(q, k, v, *, causal=False, attn_mask=None, scale=None, ablation=None) -> torch.Tensor:
+    """O = softmax(scale·QKᵀ + mask) V in one kernel; S and P never leave the chip."""
+    c = _prepare(q, k, v, causal, attn_mask, scale, ablation)
+    s = c.spec
+    o = torch.empty(s.B, s.H, s.N, s.D, dtype=s.dtype, device=s.device)
+    no_softmax = ablation == "no_softmax"
+    log_scale = 1.0 if no_softmax else LOG2E
+    t = _tiles("fused", s)
+    _fused.fused_kernel[_grid_m(s, t["BLOCK_M"])](
+        c.q, c.k, c.v, o, c.mask, *c.q.stride()[:3], *c.k.stride()[:3], *c.v.stride()[:3], *o.stride()[:3],
+        *c.mask_strides, s.N, s.H, s.group, s.scale * log_scale, log_scale, 1.0 / s.N,
+        MASK_KIND=c.mask_kind, NO_SOFTMAX=no_softmax, NO_PV=ablation == "no_pv", **c.flags, **t)
+    return o
+
+
+def tile_config(build: str, spec: Spec) -> dict:
+    """The tiles each kernel of a build uses for this case: recorded in every result row."""
+    kernels = {"materialised": ("scores", "pv"), "qk_softmax": ("qk_softmax", "pv"), "fused": ("fused",)}[build]
+    return {kn: tiles(kn, spec.device, spec.D, spec.causal, spec.dtype).as_dict() for kn in kernels}

@@ -1,0 +1,37 @@
+"""O = P V from a P that lives in device memory: the last kernel of `materialised` and of `qk_softmax` alike."""
+import triton
+import triton.language as tl
+
+from attnlab.triton.tiles import dot, load_rows, positions
+
+
+@triton.jit
+def pv_kernel(P, V, O,
+              svb, svh, svn, sob, soh, son,
+              N, H, GROUP, inv_n,
+              D: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+              CAUSAL: tl.constexpr, NO_PV: tl.constexpr, IEEE: tl.constexpr, UPCAST: tl.constexpr):
+    # grid: (cdiv(N, BLOCK_M), B·H). P is contiguous (B, H, N, N); V is (B, Hkv, N, D) with unit last stride.
+    start_m = tl.program_id(0)
+    bh = tl.program_id(1).to(tl.int64)  # int64: bh · N² overflows int32 from N = 11586 at B·H = 16
+    b = bh // H
+    h = bh % H
+    offs_m = start_m * BLOCK_M + tl.arange(0, BLOCK_M)
+    offs_d = tl.arange(0, BLOCK_D)
+    p_base = P + bh * N * N + offs_m.to(tl.int64)[:, None] * N
+    v_base = V + b * svb + (h // GROUP) * svh
+    acc = tl.zeros([BLOCK_M, BLOCK_D], dtype=tl.float32)
+    hi = N
+    if CAUSAL:
+        hi = (start_m + 1) * BLOCK_M  # P is 0 past the diagonal: those tiles are never read
+    for start_n in range(0, hi, BLOCK_N):
+        offs_n = start_n + tl.arange(0, BLOCK_N)
+        p = tl.load(p_base + offs_n[None, :], mask=(offs_m[:, None] < N) & (offs_n[None, :] < N), other=0.0)
+        if NO_PV:
+            # Ablation: V is never read and no matmul runs, but every element of P still reaches O.
+            acc += tl.sum(p.to(tl.float32) * positions(offs_n, inv_n)[None, :], 1)[:, None]
+        else:
+            v = load_rows(v_base + offs_n[:, None] * svn + offs_d[None, :], offs_n, offs_d, N, D, True, BLOCK_D != D)
+            acc = dot(p, v, acc, IEEE, UPCAST)
+    o_ptrs = O + b * sob + h * soh + offs_m[:, None] * son + offs_d[None, :]
+    tl.store(o_ptrs, acc.to(O.dtype.element_ty), mask=(offs_m[:, None] < N) & (offs_d[None, :] < D))

@@ -1,0 +1,73 @@
+"""Build 2, `qk_softmax`: QKᵀ, scale, mask and softmax in one kernel that writes only P (S never leaves the chip).
+
+A row's softmax needs the whole row's max and sum before any P can be written, and a (BLOCK_M, N) row block of S does
+not fit on chip for long N. So the kernel makes two passes over K: the first only accumulates each row's max and sum
+(online, as the fused kernel does), the second recomputes the same score tiles and writes P. Removing the S round
+trip costs one extra QKᵀ: the attribution tables count it.
+"""
+import triton
+import triton.language as tl
+
+from attnlab.triton.tiles import load_rows, masked_to_zero, score_tile
+
+
+@triton.jit
+def qk_softmax_kernel(Q, K, P, M,
+                      sqb, sqh, sqn, skb, skh, skn, smb, smh, smm, smn,
+                      N, H, GROUP, qk_scale, mask_scale,
+                      D: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+                      CAUSAL: tl.constexpr, MASK_KIND: tl.constexpr, NO_SOFTMAX: tl.constexpr,
+                      IEEE: tl.constexpr, UPCAST: tl.constexpr):
+    # grid: (cdiv(N, BLOCK_M), B·H). P is contiguous (B, H, N, N) in the input dtype.
+    # Scores are in log2 units (qk_scale = scale · log2 e) so the softmax uses exp2; NO_SOFTMAX passes the natural
+    # scale and writes P = S (masked entries 0): no statistics pass, no exp, no normalisation.
+    start_m = tl.program_id(0)
+    bh = tl.program_id(1).to(tl.int64)
+    b = bh // H
+    h = bh % H
+    offs_m = start_m * BLOCK_M + tl.arange(0, BLOCK_M)
+    offs_d = tl.arange(0, BLOCK_D)
+    q = load_rows(Q + b * sqb + h * sqh + offs_m[:, None] * sqn + offs_d[None, :], offs_m, offs_d, N, D,
+                  True, BLOCK_D != D)
+    k_base = K + b * skb + (h // GROUP) * skh + offs_d[None, :]
+    m_base = M + b * smb + h * smh + offs_m[:, None] * smm
+    p_base = P + bh * N * N + offs_m.to(tl.int64)[:, None] * N
+    hi = N
+    if CAUSAL:
+        hi = (start_m + 1) * BLOCK_M  # keys past this block's last row are all masked (and keys past N)
+
+    m_i = tl.full([BLOCK_M], float("-inf"), tl.float32)
+    l_i = tl.zeros([BLOCK_M], tl.float32)
+    if not NO_SOFTMAX:
+        # Pass 1: row max and sum, nothing written.
+        for start_n in range(0, hi, BLOCK_N):
+            offs_n = start_n + tl.arange(0, BLOCK_N)
+            k = load_rows(k_base + offs_n[:, None] * skn, offs_n, offs_d, N, D, True, BLOCK_D != D)
+            s = score_tile(q, k, m_base + offs_n[None, :] * smn, offs_m, offs_n, N, qk_scale, mask_scale,
+                           BLOCK_M, BLOCK_N, CAUSAL, True, MASK_KIND, IEEE, UPCAST)
+            m_new = tl.maximum(m_i, tl.max(s, 1))
+            m_safe = tl.where(m_new == float("-inf"), 0.0, m_new)  # fully masked so far: keep exp2 finite
+            l_i = l_i * tl.math.exp2(m_i - m_safe) + tl.sum(tl.math.exp2(s - m_safe[:, None]), 1)
+            m_i = m_new
+    m_safe = tl.where(m_i == float("-inf"), 0.0, m_i)
+    inv_l = 1.0 / tl.where(l_i == 0.0, 1.0, l_i)  # a fully masked row gives P = 0
+
+    # Pass 2: the same tiles again, normalised, written once.
+    out_ok = offs_m[:, None] < N
+    for start_n in range(0, hi, BLOCK_N):
+        offs_n = start_n + tl.arange(0, BLOCK_N)
+        k = load_rows(k_base + offs_n[:, None] * skn, offs_n, offs_d, N, D, True, BLOCK_D != D)
+        s = score_tile(q, k, m_base + offs_n[None, :] * smn, offs_m, offs_n, N, qk_scale, mask_scale,
+                       BLOCK_M, BLOCK_N, CAUSAL, True, MASK_KIND, IEEE, UPCAST)
+        if NO_SOFTMAX:
+            p = masked_to_zero(s)
+        else:
+            p = tl.math.exp2(s - m_safe[:, None]) * inv_l[:, None]
+        tl.store(p_base + offs_n[None, :], p.to(P.dtype.element_ty), mask=out_ok & (offs_n[None, :] < N))
+    # Causal: the tiles past the diagonal hold zeros, written like the materialised build's softmax writes them,
+    # so the two builds differ by the S round trip alone.
+    hi_tiles = tl.cdiv(hi, BLOCK_N) * BLOCK_N
+    for start_n in range(hi_tiles, N, BLOCK_N):
+        offs_n = start_n + tl.arange(0, BLOCK_N)
+        zero = tl.zeros([BLOCK_M, BLOCK_N], dtype=P.dtype.element_ty)
+        tl.store(p_base + offs_n[None, :], zero, mask=out_ok & (offs_n[None, :] < N))

@@ -1,0 +1,82 @@
+"""Tile routines shared by all three builds: the same load, the same QKᵀ tile, the same mask, the same dot.
+
+Sharing them is what makes the builds comparable: `materialised`, `qk_softmax` and `fused` compute each score tile
+with `score_tile`, so a time difference between two builds is the boundary one removes, not two ways of doing QKᵀ.
+"""
+import triton
+import triton.language as tl
+
+
+@triton.jit
+def dot(a, b, acc, IEEE: tl.constexpr, UPCAST: tl.constexpr):
+    """acc + a @ b in float32.
+
+    IEEE: float32 inputs multiply in true fp32 (Triton's default for fp32 is tf32, ~3e-4 relative error, which would
+    fail the FlashAttention accuracy rule against torch's fp32). UPCAST: Triton's interpreter returns garbage for
+    bf16 dots (GUIDE.md, traps), so there the tiles go through fp32; the real bf16 path is proven on the GPU.
+    """
+    if UPCAST:
+        a = a.to(tl.float32)
+        b = b.to(tl.float32)
+    if IEEE:
+        return tl.dot(a, b, acc, input_precision="ieee")
+    else:
+        return tl.dot(a, b, acc)
+
+
+@triton.jit
+def load_rows(ptrs, rows, cols, N, D, ROW_BOUNDS: tl.constexpr, PAD_D: tl.constexpr):
+    """Load a (rows, BLOCK_D) tile of q, k or v; rows past N and columns past D read as 0.
+
+    Bounds are checked only where a block can cross them (constexpr flags), so the steady-state loop loads unmasked.
+    """
+    if ROW_BOUNDS:
+        if PAD_D:
+            return tl.load(ptrs, mask=(rows[:, None] < N) & (cols[None, :] < D), other=0.0)
+        else:
+            return tl.load(ptrs, mask=rows[:, None] < N, other=0.0)
+    else:
+        if PAD_D:
+            return tl.load(ptrs, mask=cols[None, :] < D, other=0.0)
+        else:
+            return tl.load(ptrs)
+
+
+@triton.jit
+def score_tile(q, k, mask_ptrs, offs_m, offs_n, N, qk_scale, mask_scale,
+               BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+               CAUSAL_TILE: tl.constexpr, COL_BOUNDS: tl.constexpr, MASK_KIND: tl.constexpr,
+               IEEE: tl.constexpr, UPCAST: tl.constexpr):
+    """One (BLOCK_M, BLOCK_N) float32 tile of S = qk_scale · q kᵀ (+ mask_scale · additive mask).
+
+    Masked entries are -inf: boolean-False mask entries (MASK_KIND 1), future keys on a tile that crosses the
+    diagonal (CAUSAL_TILE), keys past N on the ragged last tile (COL_BOUNDS). MASK_KIND 2 adds the mask tile.
+    qk_scale carries log2(e) in kernels that exponentiate with exp2, and mask_scale then carries it too.
+    """
+    s = dot(q, tl.trans(k), tl.zeros([BLOCK_M, BLOCK_N], dtype=tl.float32), IEEE, UPCAST)
+    s = s * qk_scale
+    if MASK_KIND != 0:
+        inside = (offs_m[:, None] < N) & (offs_n[None, :] < N)
+        if MASK_KIND == 1:
+            keep = tl.load(mask_ptrs, mask=inside, other=0)
+            s = tl.where(keep != 0, s, float("-inf"))
+        else:
+            add = tl.load(mask_ptrs, mask=inside, other=0.0)
+            s = s + add.to(tl.float32) * mask_scale
+    if CAUSAL_TILE:
+        s = tl.where(offs_m[:, None] >= offs_n[None, :], s, float("-inf"))
+    if COL_BOUNDS:
+        s = tl.where(offs_n[None, :] < N, s, float("-inf"))
+    return s
+
+
+@triton.jit
+def masked_to_zero(s):
+    """The no_softmax ablation's P: the scores themselves, with masked (-inf) entries 0 instead."""
+    return tl.where(s == float("-inf"), 0.0, s)
+
+
+@triton.jit
+def positions(offs_n, inv_n):
+    """n / N for each key column: the no_pv ablation consumes P as Σ_n P[i, n] · n/N instead of P V."""
+    return offs_n.to(tl.float32) * inv_n
