@@ -16,14 +16,14 @@ import torch
 from attnlab.validate import check, mask_4d
 
 
-def scores(q, k, *, causal=False, attn_mask=None, scale=None) -> torch.Tensor:
-    """S in float64, shape (B, H, N, N); masked entries are -inf."""
+def scores(q, k, *, causal=False, attn_mask=None, scale=None, dtype=torch.float64) -> torch.Tensor:
+    """S in `dtype`, shape (B, H, N, N); masked entries are -inf."""
     spec = check(q, k, k, causal=causal, attn_mask=attn_mask, scale=scale)
-    qd, kd = q.double(), k.double().repeat_interleave(spec.group, dim=1)  # (B, H, N, D) both
+    qd, kd = q.to(dtype), k.to(dtype).repeat_interleave(spec.group, dim=1)  # (B, H, N, D) both
     s = torch.matmul(qd, kd.transpose(-1, -2)) * spec.scale  # (B, H, N, N)
     if attn_mask is not None:
         m = mask_4d(attn_mask, spec)
-        s = s.masked_fill(~m, float("-inf")) if m.dtype == torch.bool else s + m.double()
+        s = s.masked_fill(~m, float("-inf")) if m.dtype == torch.bool else s + m.to(dtype)
     if causal:
         future = torch.ones(spec.N, spec.N, dtype=torch.bool, device=q.device).triu(1)
         s = s.masked_fill(future, float("-inf"))
@@ -39,18 +39,22 @@ def softmax(s: torch.Tensor) -> torch.Tensor:
     return e / torch.where(l == 0, torch.ones_like(l), l)
 
 
-def attend(q, k, v, *, causal=False, attn_mask=None, scale=None, ablation=None) -> torch.Tensor:
-    """O in float64 on q's device, shape (B, H, N, D)."""
+def attend(q, k, v, *, causal=False, attn_mask=None, scale=None, ablation=None, dtype=torch.float64) -> torch.Tensor:
+    """O on q's device, shape (B, H, N, D), computed in `dtype`.
+
+    float64 (the default) is the oracle. In the inputs' own dtype it is "the same math done by plain torch in that
+    dtype", the yardstick of FlashAttention's accuracy rule (attnlab.accuracy).
+    """
     spec = check(q, k, v, causal=causal, attn_mask=attn_mask, scale=scale)
-    s = scores(q, k, causal=causal, attn_mask=attn_mask, scale=scale)
+    if ablation not in (None, "no_softmax", "no_pv", "zero_mask"):
+        raise ValueError(f"ablation must be None, 'no_softmax', 'no_pv' or 'zero_mask', got {ablation!r}")
+    s = scores(q, k, causal=causal, attn_mask=attn_mask, scale=scale, dtype=dtype)
     if ablation == "no_softmax":
         p = torch.where(torch.isinf(s) & (s < 0), torch.zeros_like(s), s)
     else:
         p = softmax(s)
     if ablation == "no_pv":
-        pos = torch.arange(spec.N, dtype=torch.float64, device=q.device) / spec.N  # (N,)
+        pos = torch.arange(spec.N, dtype=dtype, device=q.device) / spec.N  # (N,)
         return (p @ pos)[..., None].expand(spec.B, spec.H, spec.N, spec.D).contiguous()
-    if ablation not in (None, "no_softmax", "zero_mask"):
-        raise ValueError(f"ablation must be None, 'no_softmax', 'no_pv' or 'zero_mask', got {ablation!r}")
-    vd = v.double().repeat_interleave(spec.group, dim=1)  # (B, H, N, D)
+    vd = v.to(dtype).repeat_interleave(spec.group, dim=1)  # (B, H, N, D)
     return p @ vd

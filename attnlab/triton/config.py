@@ -59,10 +59,10 @@ def family(device: torch.device) -> str:
 # The interpreter runs one numpy op per block op, so big blocks and few programs are fastest there.
 # sm90 entries: chosen on an H200 by `attnlab bench --autotune` (PERFORMANCE.md has the runs).
 TABLE: dict[tuple, Tiles] = {
-    ("fused", "interpreter", "any", "any", "any"): Tiles(64, 32),
-    ("qk_softmax", "interpreter", "any", "any", "any"): Tiles(64, 32),
-    ("scores", "interpreter", "any", "any", "any"): Tiles(64, 64),
-    ("pv", "interpreter", "any", "any", "any"): Tiles(64, 32),
+    ("fused", "interpreter", "any", "any", "any"): Tiles(128, 128),
+    ("qk_softmax", "interpreter", "any", "any", "any"): Tiles(128, 128),
+    ("scores", "interpreter", "any", "any", "any"): Tiles(128, 128),
+    ("pv", "interpreter", "any", "any", "any"): Tiles(128, 128),
     ("fused", "sm90", 64, "any", 2): Tiles(128, 64, 4, 3),
     ("fused", "sm90", 128, "any", 2): Tiles(128, 64, 8, 3),
     ("fused", "sm90", 256, "any", 2): Tiles(64, 32, 4, 2),

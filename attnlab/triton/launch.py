@@ -1,7 +1,8 @@
 """Launchers for our three builds: check the inputs, allocate the outputs, launch. One function per build.
 
 Every launcher has the build signature `(q, k, v, *, causal=False, attn_mask=None, scale=None) -> o` plus the
-keyword `ablation` (None, "no_softmax" or "no_pv"; "zero_mask" is a mask the caller passes, not a kernel flag).
+keywords `ablation` (None, "no_softmax" or "no_pv"; "zero_mask" is a mask the caller passes, not a kernel flag) and
+`out` (write O there instead of a fresh tensor).
 """
 from __future__ import annotations
 
@@ -70,10 +71,21 @@ def _tiles(kernel: str, spec: Spec) -> dict:
     return tiles(kernel, spec.device, spec.D, spec.causal, spec.dtype).as_dict()
 
 
-def _pv(c: _Call, p: torch.Tensor, ablation) -> torch.Tensor:
+def _out(spec: Spec, out) -> torch.Tensor:
+    """O, freshly allocated or the caller's (tests pass a NaN-poisoned `out` to prove every element is written)."""
+    shape = (spec.B, spec.H, spec.N, spec.D)
+    if out is None:
+        return torch.empty(shape, dtype=spec.dtype, device=spec.device)
+    if tuple(out.shape) != shape or out.dtype != spec.dtype or out.device != spec.device:
+        raise ValueError(f"out must be a {spec.dtype} tensor of shape {shape} on {spec.device}, "
+                         f"got {out.dtype} {tuple(out.shape)} on {out.device}")
+    return out
+
+
+def _pv(c: _Call, p: torch.Tensor, ablation, out) -> torch.Tensor:
     """O = P V (or, under no_pv, O = Σ_n P[:, n]·n/N broadcast over D) from P in device memory."""
     s = c.spec
-    o = torch.empty(s.B, s.H, s.N, s.D, dtype=s.dtype, device=s.device)
+    o = _out(s, out)
     t = _tiles("pv", s)
     _pv_mod.pv_kernel[_grid_m(s, t["BLOCK_M"])](
         p, c.v, o, *c.v.stride()[:3], *o.stride()[:3], s.N, s.H, s.group, 1.0 / s.N,
@@ -81,7 +93,7 @@ def _pv(c: _Call, p: torch.Tensor, ablation) -> torch.Tensor:
     return o
 
 
-def materialised(q, k, v, *, causal=False, attn_mask=None, scale=None, ablation=None) -> torch.Tensor:
+def materialised(q, k, v, *, causal=False, attn_mask=None, scale=None, ablation=None, out=None) -> torch.Tensor:
     """S = scale·QKᵀ (+mask) → memory; P = softmax(S) → memory; O = P V."""
     c = _prepare(q, k, v, causal, attn_mask, scale, ablation)
     s = c.spec
@@ -98,10 +110,10 @@ def materialised(q, k, v, *, causal=False, attn_mask=None, scale=None, ablation=
         S, P, n_rows, s.N, ROWS=rows, BLOCK=block, ONE_PASS=s.N <= block,
         NO_SOFTMAX=ablation == "no_softmax", num_warps=min(16, max(4, block // 1024)))
     del S  # S is dead once P exists; freeing it here keeps the peak at S + P, as a user's code would
-    return _pv(c, P, ablation)
+    return _pv(c, P, ablation, out)
 
 
-def qk_softmax(q, k, v, *, causal=False, attn_mask=None, scale=None, ablation=None) -> torch.Tensor:
+def qk_softmax(q, k, v, *, causal=False, attn_mask=None, scale=None, ablation=None, out=None) -> torch.Tensor:
     """P = softmax(scale·QKᵀ + mask) in one kernel (S stays on chip) → memory; O = P V."""
     c = _prepare(q, k, v, causal, attn_mask, scale, ablation)
     s = c.spec
@@ -113,14 +125,14 @@ def qk_softmax(q, k, v, *, causal=False, attn_mask=None, scale=None, ablation=No
         c.q, c.k, P, c.mask, *c.q.stride()[:3], *c.k.stride()[:3], *c.mask_strides,
         s.N, s.H, s.group, s.scale * log_scale, log_scale,
         MASK_KIND=c.mask_kind, NO_SOFTMAX=no_softmax, **c.flags, **t)
-    return _pv(c, P, ablation)
+    return _pv(c, P, ablation, out)
 
 
-def fused(q, k, v, *, causal=False, attn_mask=None, scale=None, ablation=None) -> torch.Tensor:
+def fused(q, k, v, *, causal=False, attn_mask=None, scale=None, ablation=None, out=None) -> torch.Tensor:
     """O = softmax(scale·QKᵀ + mask) V in one kernel; S and P never leave the chip."""
     c = _prepare(q, k, v, causal, attn_mask, scale, ablation)
     s = c.spec
-    o = torch.empty(s.B, s.H, s.N, s.D, dtype=s.dtype, device=s.device)
+    o = _out(s, out)
     no_softmax = ablation == "no_softmax"
     log_scale = 1.0 if no_softmax else LOG2E
     t = _tiles("fused", s)

@@ -1,0 +1,47 @@
+"""The results table: long format, one row per measured case, every column always present.
+
+The sweep (attnlab.sweep) appends rows as they are measured; the reports (attnlab.report) are pure functions of a
+table of such rows. Missing numbers are NaN with the reason in a *_note column, never 0.
+"""
+
+COLUMNS = {
+    # identity of the case
+    "run_id": "the run (output directory name) the row belongs to",
+    "case_id": "stable key of the case within a run: build|B|H|Hkv|N|D|dtype|causal|mask",
+    "build": "name in attnlab.builds.BUILDS (e.g. 'fused', 'fused-no_pv', 'sdpa_flash')",
+    "family": "'ours', 'ablation' or 'library'",
+    "base": "the build an ablation modifies (the build itself otherwise)",
+    "ablation": "'no_softmax', 'no_pv', 'zero_mask' or '' for none",
+    "B": "batch", "H": "query heads", "Hkv": "key/value heads (< H: grouped-query attention)",
+    "N": "sequence length", "D": "head dim",
+    "dtype": "'bfloat16', 'float16' or 'float32'",
+    "causal": "bool; causal and non-causal rows never share a ratio",
+    "mask": "'none' or 'zero' (the zero_mask ablation's all-zero additive mask)",
+    "device": "e.g. 'cuda:0' or 'cpu'",
+    "device_name": "e.g. 'NVIDIA H200' or the CPU model",
+    # outcome
+    "status": "'ok', 'unsupported: <why>', 'oom: <bytes wanted>' or 'error: <message>'",
+    "cold_s": "wall seconds of the very first call (compile, autotune, load), never mixed into warm numbers",
+    "ms": "warm time, median over repetitions, milliseconds",
+    "ms_p20": "20th percentile", "ms_p80": "80th percentile",
+    "reps": "timed repetitions behind the median",
+    "timer": "'do_bench' (device events) or 'perf_counter' (CPU)",
+    "peak_bytes": "peak allocation above what was allocated before the call (NaN where unknowable)",
+    "peak_note": "why peak_bytes is NaN (e.g. 'n/a: CPU has no allocator statistics')",
+    "hold_bytes": "predicted bytes the build must hold at once: O, plus S and P (materialised) or P (qk_softmax)",
+    "alloc_flag": "'' or a warning that peak_bytes is below hold_bytes (a build that is not what its name says)",
+    "err": "‖o − ref‖/‖ref‖ against the fp64 reference",
+    "err_limit": "the FlashAttention-rule limit err must stay under (attnlab.accuracy)",
+    "err_note": "e.g. 'reference on B·H slice 0:4 of 64'",
+    "checksum": "float: the consumed-output checksum after the timed repetitions (proves the output was used)",
+    "flops": "4·B·H·N²·D, halved for causal",
+    "bytes_moved": "the fewest bytes this build must move through device memory (attnlab.model)",
+    "tflops": "achieved TFLOP/s at the median", "tbps": "achieved TB/s at the median",
+    "pct_flops": "tflops as % of the run's measured matmul ceiling",
+    "pct_bw": "tbps as % of the run's measured copy-bandwidth ceiling",
+    "ceiling_tflops": "the run's measured matmul rate in this dtype, TFLOP/s",
+    "ceiling_tbps": "the run's measured device-to-device copy bandwidth (read + written), TB/s",
+    "tiles": "JSON of the tile configuration each of our kernels used ('' for library rows)",
+    "compile_note": "for compiled rows: '' or what torch._dynamo did (e.g. recompile-limit fallback refused)",
+    "started": "ISO time the case began",
+}
