@@ -67,10 +67,11 @@ def sdpa(backend: str):
             except RuntimeError as e:
                 if "No available kernel" not in str(e) and "No viable backend" not in str(e):
                     raise
-                # torch explains why in warnings; keep the first reason it gives, short.
-                reasons = [str(w.message).split("\n")[0] for w in caught if "because" in str(w.message).lower()
-                           or "not" in str(w.message).lower()]
-                raise Unsupported(f"{backend} refused this case: " + (reasons[0] if reasons else str(e))) from None
+                # torch explains why in warnings (on GPUs); keep its first reason, one line.
+                reasons = [str(w.message).split("\n")[0] for w in caught]
+                case = f"{q.device.type}, {q.dtype}, D={q.shape[-1]}" + (", mask" if attn_mask is not None else "")
+                why = reasons[0] if reasons else "torch has no kernel for it"
+                raise Unsupported(f"{backend} refused this case ({case}): {why}") from None
 
     attend.__name__ = f"sdpa_{backend}" if chosen is None else backend
     return attend

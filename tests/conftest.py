@@ -1,0 +1,33 @@
+"""Shared test helpers. Triton kernels run in Triton's interpreter: the Makefile sets TRITON_INTERPRET=1, and
+attnlab.triton sets it when no GPU is present, before any kernel is defined."""
+import os
+
+os.environ.setdefault("TRITON_INTERPRET", "1")
+
+import pytest  # noqa: E402
+import torch  # noqa: E402
+
+from attnlab.triton import config  # noqa: E402
+
+
+def rand_qkv(B=1, H=2, Hkv=None, N=64, D=64, dtype=torch.float32, seed=0, device="cpu"):
+    """Fresh random normal q, k, v (never zeros: zeros hide unwritten outputs and wrong indexing)."""
+    g = torch.Generator().manual_seed(seed)
+    Hkv = Hkv or H
+    q = torch.randn(B, H, N, D, generator=g).to(dtype=dtype, device=device)
+    k = torch.randn(B, Hkv, N, D, generator=g).to(dtype=dtype, device=device)
+    v = torch.randn(B, Hkv, N, D, generator=g).to(dtype=dtype, device=device)
+    return q, k, v
+
+
+def poisoned_out(q):
+    """An output buffer full of NaN: any element a kernel fails to write stays NaN and fails the check."""
+    return torch.full_like(q, float("nan"))
+
+
+@pytest.fixture
+def small_tiles(monkeypatch):
+    """Tiles of 32×16 so short sequences cross many blocks (ragged tails, diagonal tiles, multi-tile loops)."""
+    small = {key: config.Tiles(32, 16) for key in config.TABLE}
+    monkeypatch.setattr(config, "TABLE", small)
+    yield

@@ -1,0 +1,228 @@
+"""Every build against the fp64 oracle, on fresh random inputs, with outputs poisoned and checked fully written."""
+import pytest
+import torch
+
+from attnlab import accuracy, builds, reference
+from attnlab.triton import launch
+from tests.conftest import poisoned_out, rand_qkv
+
+OURS = builds.OURS
+DTYPES = (torch.float32, torch.float16, torch.bfloat16)
+
+
+def run_ours(name, q, k, v, **kw):
+    """Call one of our builds into a NaN-poisoned buffer and check every element was written."""
+    out = poisoned_out(q)
+    o = builds.get(name).attend(q, k, v, out=out, **kw)
+    assert o.data_ptr() == out.data_ptr()
+    assert torch.isfinite(o).all(), f"{name}: unwritten (NaN) or non-finite elements in O"
+    return o
+
+
+def assert_accurate(name, o, q, k, v, **kw):
+    ablation = builds.get(name).ablation
+    ablation = None if ablation == "zero_mask" else ablation
+    verdict = accuracy.judge(o, q, k, v, ablation=ablation, **kw)
+    assert verdict.ok, f"{name}: err {verdict.err:.3e} > limit {verdict.limit:.3e} (torch lowp {verdict.err_lowp:.3e})"
+    return verdict
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+@pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
+@pytest.mark.parametrize("N", [1, 17, 100])
+@pytest.mark.parametrize("D", [64, 128])
+@pytest.mark.parametrize("name", OURS)
+def test_ours_match_reference(name, D, N, causal, dtype):
+    q, k, v = rand_qkv(B=2, H=2, N=N, D=D, dtype=dtype, seed=N * 7 + D)
+    o = run_ours(name, q, k, v, causal=causal)
+    assert_accurate(name, o, q, k, v, causal=causal)
+
+
+@pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
+@pytest.mark.parametrize("name", OURS)
+def test_ours_multi_tile_ragged(name, causal, small_tiles):
+    """32×16 tiles at N = 100: many key tiles per row block, a ragged tail, and diagonal tiles mid-sequence."""
+    q, k, v = rand_qkv(B=1, H=2, N=100, D=32, dtype=torch.float16, seed=3)
+    o = run_ours(name, q, k, v, causal=causal)
+    assert_accurate(name, o, q, k, v, causal=causal)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
+@pytest.mark.parametrize("name", OURS)
+def test_ours_long_sequence(name, causal):
+    """N = 1000 is no multiple of any block size."""
+    q, k, v = rand_qkv(B=1, H=2, N=1000, D=64, dtype=torch.bfloat16, seed=11)
+    o = run_ours(name, q, k, v, causal=causal)
+    assert_accurate(name, o, q, k, v, causal=causal)
+
+
+@pytest.mark.parametrize("D", [16, 32, 80, 256])
+@pytest.mark.parametrize("name", OURS)
+def test_ours_other_head_dims(name, D):
+    """Powers of two down to tl.dot's 16, 256, and a D that is padded to the next power of two (80 → 128)."""
+    q, k, v = rand_qkv(B=1, H=2, N=40, D=D, dtype=torch.bfloat16, seed=D)
+    o = run_ours(name, q, k, v, causal=True)
+    assert_accurate(name, o, q, k, v, causal=True)
+
+
+@pytest.mark.parametrize("Hkv", [1, 2])
+@pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
+@pytest.mark.parametrize("name", OURS)
+def test_ours_grouped_query(name, causal, Hkv):
+    q, k, v = rand_qkv(B=2, H=4, Hkv=Hkv, N=50, D=32, dtype=torch.float16, seed=Hkv)
+    o = run_ours(name, q, k, v, causal=causal)
+    assert_accurate(name, o, q, k, v, causal=causal)
+
+
+def test_grouped_query_means_shared_heads():
+    """GQA must equal plain attention with each k/v head repeated for its group (not merely be self-consistent)."""
+    q, k, v = rand_qkv(B=1, H=4, Hkv=2, N=33, D=32, seed=5)
+    o = builds.get("fused").attend(q, k, v)
+    o_rep = builds.get("fused").attend(q, k.repeat_interleave(2, 1), v.repeat_interleave(2, 1))
+    torch.testing.assert_close(o, o_rep)
+
+
+def _masks(B, H, N, seed):
+    g = torch.Generator().manual_seed(seed)
+    keep = torch.rand(B, H, N, N, generator=g) > 0.3
+    keep[..., 0] = True  # at least one key per row, except where a test masks a row on purpose
+    return {
+        "bool_full": keep,
+        "bool_NN": keep[0, 0],
+        "bool_B1NN": keep[:, :1],
+        "add_full": torch.randn(B, H, N, N, generator=g),
+        "add_1H1N": torch.randn(1, H, 1, N, generator=g),
+        "add_NN_neginf": torch.where(keep[0, 0], 0.0, float("-inf")),
+    }
+
+
+@pytest.mark.parametrize("mask", list(_masks(1, 1, 4, 0)))
+@pytest.mark.parametrize("name", OURS)
+def test_ours_explicit_masks(name, mask):
+    q, k, v = rand_qkv(B=2, H=2, N=45, D=32, dtype=torch.float32, seed=9)
+    m = _masks(2, 2, 45, 1)[mask]
+    o = run_ours(name, q, k, v, attn_mask=m)
+    assert_accurate(name, o, q, k, v, attn_mask=m)
+
+
+@pytest.mark.parametrize("name", OURS)
+def test_mask_and_causal_together(name):
+    q, k, v = rand_qkv(B=1, H=2, N=45, D=32, dtype=torch.float16, seed=2)
+    m = _masks(1, 2, 45, 3)["add_full"].to(torch.float16)
+    o = run_ours(name, q, k, v, attn_mask=m, causal=True)
+    assert_accurate(name, o, q, k, v, attn_mask=m, causal=True)
+
+
+@pytest.mark.parametrize("kind", ["bool", "additive"])
+@pytest.mark.parametrize("name", OURS + ("torch_eager",))
+def test_fully_masked_rows_give_zeros_not_nan(name, kind, small_tiles):
+    """Documented semantics: a row with no key to attend to gives O = 0 (ours and the oracle), never NaN."""
+    q, k, v = rand_qkv(B=1, H=2, N=40, D=32, seed=4)
+    keep = torch.rand(40, 40, generator=torch.Generator().manual_seed(0)) > 0.5
+    keep[:, 0] = True
+    keep[[3, 17, 39]] = False  # three rows see nothing, one of them in the ragged last block
+    m = keep if kind == "bool" else torch.where(keep, 0.0, float("-inf"))
+    ref = reference.attend(q, k, v, attn_mask=m)
+    assert (ref[:, :, [3, 17, 39]] == 0).all()
+    if name == "torch_eager":  # plain torch gives NaN there: the library's behaviour, not ours (documented)
+        assert builds.get(name).attend(q, k, v, attn_mask=m)[:, :, 3].isnan().all()
+        return
+    o = run_ours(name, q, k, v, attn_mask=m)
+    assert (o[:, :, [3, 17, 39]] == 0).all()
+    assert_accurate(name, o, q, k, v, attn_mask=m)
+
+
+def test_softmax_streams_rows_longer_than_one_block(monkeypatch):
+    """The materialised softmax reads a row once when it fits a block, else in two streamed passes: test both."""
+    q, k, v = rand_qkv(B=1, H=2, N=100, D=32, seed=6)
+    m = _masks(1, 2, 100, 2)["add_NN_neginf"]
+    one = run_ours("materialised", q, k, v, attn_mask=m)
+    monkeypatch.setattr(launch, "SOFTMAX_ROW_MAX", 32)
+    two = run_ours("materialised", q, k, v, attn_mask=m)
+    assert_accurate("materialised", two, q, k, v, attn_mask=m)
+    torch.testing.assert_close(one, two, rtol=1e-5, atol=1e-6)
+    ab = run_ours("materialised-no_softmax", q, k, v)
+    assert_accurate("materialised-no_softmax", ab, q, k, v)
+
+
+def test_custom_scale_and_noncontiguous_inputs():
+    q, k, v = rand_qkv(B=2, H=3, N=30, D=32, seed=8)
+    qt = q.transpose(1, 2).contiguous().transpose(1, 2)  # (B, H, N, D) view with a head stride smaller than N's
+    for name in OURS:
+        o = run_ours(name, qt, k, v, scale=0.3)
+        assert_accurate(name, o, q, k, v, scale=0.3)
+
+
+# -- ablations: legal programs with their own oracles ------------------------------------------------------------
+
+ABLATED = [f"{b}-{a}" for b in OURS for a in builds.ABLATIONS]
+
+
+@pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
+@pytest.mark.parametrize("name", ABLATED)
+def test_ablations_match_their_oracles(name, causal, small_tiles):
+    q, k, v = rand_qkv(B=1, H=2, Hkv=1, N=70, D=32, dtype=torch.float16, seed=12)
+    o = run_ours(name, q, k, v, causal=causal)
+    assert_accurate(name, o, q, k, v, causal=causal)
+
+
+def test_ablations_change_the_function():
+    """Each ablation computes something other than attention (else it would not remove the stage it names)."""
+    q, k, v = rand_qkv(B=1, H=2, N=50, D=32, seed=13)
+    base = builds.get("fused").attend(q, k, v)
+    for a in ("no_softmax", "no_pv"):
+        assert (builds.get(f"fused-{a}").attend(q, k, v) - base).abs().max() > 1e-2
+    torch.testing.assert_close(builds.get("fused-zero_mask").attend(q, k, v), base)
+
+
+def test_zero_mask_refuses_a_second_mask():
+    q, k, v = rand_qkv(N=8, D=16)
+    with pytest.raises(ValueError, match="attn_mask must be None"):
+        builds.get("fused-zero_mask").attend(q, k, v, attn_mask=torch.zeros(8, 8))
+
+
+# -- library rows --------------------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
+@pytest.mark.parametrize("name", ["torch_eager", "sdpa_default", "sdpa_math", "sdpa_flash"])
+def test_library_rows_on_cpu(name, causal):
+    q, k, v = rand_qkv(B=1, H=4, Hkv=2, N=37, D=64, dtype=torch.bfloat16, seed=14)
+    o = builds.get(name).attend(q, k, v, causal=causal)
+    assert_accurate(name, o, q, k, v, causal=causal)
+
+
+@pytest.mark.parametrize("name", ["sdpa_cudnn", "sdpa_efficient"])
+def test_forced_backend_that_cannot_run_says_why(name):
+    q, k, v = rand_qkv(N=16, D=16)
+    with pytest.raises(builds.Unsupported, match=name):
+        builds.get(name).attend(q, k, v)
+
+
+def test_sdpa_refuses_mask_with_causal():
+    q, k, v = rand_qkv(N=16, D=16)
+    with pytest.raises(builds.Unsupported, match="not both"):
+        builds.get("sdpa_math").attend(q, k, v, causal=True, attn_mask=torch.zeros(16, 16))
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
+def test_flex_compiled(causal):
+    q, k, v = rand_qkv(B=1, H=2, N=128, D=32, dtype=torch.float32, seed=15)
+    o = builds.get("flex").attend(q, k, v, causal=causal)
+    assert_accurate("flex", o, q, k, v, causal=causal)
+
+
+def test_triton_without_gpu_or_interpreter_is_unsupported(monkeypatch):
+    monkeypatch.setenv("TRITON_INTERPRET", "0")
+    q, k, v = rand_qkv(N=8, D=16)
+    with pytest.raises(builds.Unsupported, match="TRITON_INTERPRET"):
+        builds.get("fused").attend(q, k, v)
+
+
+def test_table_is_ordered_and_complete():
+    expected = ["materialised", "qk_softmax", "fused", "torch_eager", "sdpa_default", "sdpa_flash",
+                "sdpa_efficient", "sdpa_cudnn", "sdpa_math", "flex"]
+    assert [n for n in builds.names() if "-" not in n] == expected
+    assert {builds.get(n).holds for n in OURS} == {"S+P", "P", "none"}
+    assert len(ABLATED) == 9 and all(n in builds.BUILDS for n in ABLATED)
