@@ -7,6 +7,7 @@ these entries (attnlab.bench.autotune); change an entry only with a line in PERF
 from __future__ import annotations
 
 import os
+from contextlib import contextmanager
 from dataclasses import asdict, dataclass
 
 import torch
@@ -89,3 +90,15 @@ def tiles(kernel: str, device: torch.device, D: int, causal: bool, dtype: torch.
         if all(e == "any" or e == k for e, k in zip(entry, key)):
             return t
     raise LookupError(f"no tile configuration for {key}")  # unreachable: the table ends in catch-alls
+
+
+@contextmanager
+def forced(kernel: str, t: Tiles):
+    """Use `t` for `kernel` everywhere inside the block (the autotune sweep's way to try a candidate)."""
+    global TABLE
+    saved = TABLE
+    TABLE = {(kernel, "any", "any", "any", "any"): t, **saved}
+    try:
+        yield
+    finally:
+        TABLE = saved

@@ -1,0 +1,150 @@
+"""The correctness gate: every build against the fp64 oracle on fresh random inputs, on the best device present.
+
+    attnlab check                     GPU: N 512–4096, D 64/128, causal and not, bf16 and fp16, GQA; CPU: a small grid
+    attnlab check --out gate.csv      also write one row per (build, case)
+
+Our builds write into a NaN-poisoned output, so an element a kernel never writes fails the gate. Accuracy is judged
+by FlashAttention's rule (attnlab.accuracy). Exit status 1 when any case fails; unsupported cases are listed, not
+failed (a forced SDPA backend that has no kernel for a shape says so).
+"""
+from __future__ import annotations
+
+import argparse
+import itertools
+import sys
+import time
+from dataclasses import dataclass
+
+import torch
+
+
+@dataclass(frozen=True)
+class GateCase:
+    B: int
+    H: int
+    Hkv: int
+    N: int
+    D: int
+    dtype: torch.dtype
+    causal: bool
+
+
+def grid(device: torch.device, quick: bool = False) -> list[GateCase]:
+    """The gate's shapes: the issue's GPU grid, or a grid the CPU interpreter finishes in about a minute."""
+    if device.type == "cuda":
+        ns = (512, 1024) if quick else (512, 1024, 2048, 4096)
+        main = [GateCase(2, 4, 4, n, d, dt, c) for dt, n, d, c in
+                itertools.product((torch.bfloat16, torch.float16), ns, (64, 128), (False, True))]
+        gqa = [GateCase(1, 8, 2, n, 128, torch.bfloat16, c) for n in (1000, 3000) for c in (False, True)]
+        return main + gqa
+    ns = (64,) if quick else (64, 100)
+    main = [GateCase(1, 2, 2, n, d, dt, c) for dt, n, d, c in
+            itertools.product((torch.float32, torch.bfloat16), ns, (32, 64), (False, True))]
+    return main + [GateCase(1, 4, 2, 77, 32, torch.float16, True)]
+
+
+def default_builds(device: torch.device) -> list[str]:
+    from attnlab import builds
+
+    names = builds.names()
+    if device.type != "cuda":  # compiled FlexAttention on the CPU costs minutes of compile for nothing the GPU lacks
+        names = [n for n in names if n != "flex"]
+    return names
+
+
+def _inputs(case: GateCase, device, seed: int):
+    g = torch.Generator(device="cpu").manual_seed(seed)
+    shapes = ((case.B, case.H, case.N, case.D), (case.B, case.Hkv, case.N, case.D), (case.B, case.Hkv, case.N, case.D))
+    return [torch.randn(s, generator=g).to(device=device, dtype=case.dtype) for s in shapes]
+
+
+def check_case(case: GateCase, names: list[str], device, seed: int) -> list[dict]:
+    """Run every named build on one fresh input set; one row each."""
+    from attnlab import accuracy, builds, reference
+
+    q, k, v = _inputs(case, device, seed)
+    refs = {}
+    rows = []
+    for name in names:
+        b = builds.get(name)
+        oracle = None if b.ablation == "zero_mask" else b.ablation
+        row = dict(build=name, B=case.B, H=case.H, Hkv=case.Hkv, N=case.N, D=case.D,
+                   dtype=str(case.dtype).removeprefix("torch."), causal=case.causal)
+        try:
+            kw = {"out": torch.full_like(q, float("nan"))} if b.family != "library" else {}
+            o = b.attend(q, k, v, causal=case.causal, **kw)
+            if oracle not in refs:
+                refs[oracle] = reference.attend(q, k, v, causal=case.causal, ablation=oracle)
+            v_ = accuracy.judge(o, q, k, v, causal=case.causal, ablation=oracle, ref=refs[oracle])
+            unwritten = int(torch.isnan(o).sum())
+            ok = v_.ok and unwritten == 0
+            row.update(status="ok" if ok else "FAIL", err=v_.err, limit=v_.limit, err_lowp=v_.err_lowp,
+                       unwritten=unwritten)
+        except builds.Unsupported as e:
+            row.update(status=f"unsupported: {e}")
+        except torch.OutOfMemoryError:
+            row.update(status="oom")
+        except Exception as e:  # noqa: BLE001 - one broken build must not hide the others' results
+            row.update(status=f"FAIL: {type(e).__name__}: {str(e).splitlines()[0][:200]}")
+        rows.append(row)
+    return rows
+
+
+def summarise(rows: list[dict]) -> str:
+    import pandas as pd
+
+    df = pd.DataFrame(rows)
+    df["state"] = df.status.str.split(":").str[0]
+    ratio = (df.err / df.limit).where(df.state == "ok")
+    out = df.assign(ratio=ratio).groupby("build", sort=False).agg(
+        cases=("status", "size"), ok=("state", lambda s: int((s == "ok").sum())),
+        failed=("state", lambda s: int(s.str.startswith("FAIL").sum())),
+        unsupported=("state", lambda s: int((s == "unsupported").sum())),
+        worst_err=("err", "max"), worst_err_over_limit=("ratio", "max"))
+    return out.to_string(float_format=lambda x: f"{x:.2e}")
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="attnlab check", description=__doc__,
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--device", default="auto", help="auto (GPU if present), cuda or cpu")
+    ap.add_argument("--quick", action="store_true", help="fewer shapes")
+    ap.add_argument("--builds", default=None, help="comma-separated build names (default: all that suit the device)")
+    ap.add_argument("--out", default=None, help="write one CSV row per (build, case) here")
+    args = ap.parse_args(argv)
+    device = torch.device("cuda" if args.device == "auto" and torch.cuda.is_available() else
+                          ("cpu" if args.device == "auto" else args.device))
+    if device.type == "cpu":
+        import os
+
+        os.environ.setdefault("TRITON_INTERPRET", "1")
+    from attnlab import builds
+
+    try:
+        names = [builds.get(n).name for n in args.builds.split(",")] if args.builds else default_builds(device)
+    except ValueError as e:
+        print(f"attnlab check: error: --builds: {e}", file=sys.stderr)
+        return 2
+    cases = grid(device, args.quick)
+    print(f"correctness gate on {device} ({torch.cuda.get_device_name(device) if device.type == 'cuda' else 'CPU'}):"
+          f" {len(cases)} shapes x {len(names)} builds", flush=True)
+    rows, t0 = [], time.time()
+    for i, case in enumerate(cases):
+        rows += check_case(case, names, device, seed=1000 + i)
+        if args.out:
+            import pandas as pd
+
+            pd.DataFrame(rows).to_csv(args.out, index=False)  # rewritten per shape: a crash loses no finished row
+        fails = [r for r in rows[-len(names):] if r["status"].startswith("FAIL")]
+        for r in fails:
+            print(f"  FAIL {r['build']} {case}: {r['status']} err={r.get('err')} limit={r.get('limit')}", flush=True)
+    print(summarise(rows))
+    n_fail = sum(r["status"].startswith("FAIL") for r in rows)
+    n_skip = sum(r["status"].startswith(("unsupported", "oom")) for r in rows)
+    print(f"gate: {len(rows) - n_fail - n_skip} passed, {n_fail} failed, {n_skip} skipped "
+          f"(unsupported or oom; {time.time() - t0:.0f} s)")
+    return 1 if n_fail else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
