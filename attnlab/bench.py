@@ -1,0 +1,227 @@
+"""Kernel benchmark: our builds against FlashAttention-2 (sdpa_flash), cuDNN (sdpa_cudnn) and compiled FlexAttention.
+
+    attnlab bench [--quick] [--out DIR]      FlashAttention's convention: B·N = 16384 tokens, H·D = 2048
+    attnlab bench --autotune [--out DIR]     re-run the sweep that chose attnlab.triton.config.TABLE
+
+Each case: the first call timed alone (compile), then triton.testing.do_bench's median (device events, L2 flushed
+between repetitions). TF/s count 4·B·H·N²·D FLOPs, halved for causal. Our builds are checked against the fp64 oracle
+at every benchmarked shape (FlashAttention's accuracy rule, on a slice of B·H when the oracle would be too large).
+`qk_softmax` is also set against its floor: P written once and read once at the run's measured copy bandwidth,
+plus QKᵀ at the run's measured matmul rate.
+"""
+from __future__ import annotations
+
+import argparse
+import itertools
+import json
+import os
+import sys
+import time
+
+import torch
+
+TOKENS, WIDTH = 16384, 2048
+BUILDS = ("fused", "qk_softmax", "materialised", "sdpa_flash", "sdpa_cudnn", "flex")
+LIBRARY = ("sdpa_flash", "sdpa_cudnn", "flex")
+REF_BUDGET = 2 << 30  # bytes of fp64 scores the oracle may hold at once
+
+
+def shapes(dtypes, ns, quick=False):
+    """(B, H, N, D, dtype, causal) in FlashAttention's convention, plus two shapes nobody tunes for."""
+    out = [(TOKENS // n, WIDTH // d, n, d, dt, c)
+           for dt, d, c, n in itertools.product(dtypes, (64, 128), (False, True), ns)]
+    if not quick:
+        out += [(1, 64, 8192, 128, dt, c) for dt in dtypes for c in (False, True)]
+        out += [(TOKENS // 3000, WIDTH // d, 3000, d, dt, c) for dt in dtypes for d in (64, 128) for c in (False, True)]
+    return out
+
+
+def _inputs(B, H, N, D, dtype, seed=0):
+    g = torch.Generator(device="cuda").manual_seed(seed)
+    return [torch.randn(B, H, N, D, device="cuda", dtype=dtype, generator=g) for _ in range(3)]
+
+
+def _oracle_check(o, q, k, v, causal):
+    """Accuracy on the first batch·head slices whose fp64 scores fit REF_BUDGET."""
+    from attnlab import accuracy
+
+    B, H, N, _ = q.shape
+    per = N * N * 8 * 3  # fp64 S, P and a temporary
+    nb = max(1, min(B, REF_BUDGET // (per * H)))
+    nh = H if nb > 1 or per * H <= REF_BUDGET else max(1, REF_BUDGET // per)
+    sl = (slice(0, nb), slice(0, nh))
+    return accuracy.judge(o[sl], q[sl], k[sl], v[sl], causal=causal)
+
+
+def time_case(name, q, k, v, causal):
+    """(cold seconds, warm median ms, status)."""
+    import triton.testing
+
+    from attnlab import builds
+
+    b = builds.get(name)
+
+    def fn():
+        return b.attend(q, k, v, causal=causal)
+
+    try:
+        torch.cuda.synchronize()
+        t0 = time.perf_counter()
+        o = fn()
+        torch.cuda.synchronize()
+        cold = time.perf_counter() - t0
+        ms = triton.testing.do_bench(fn, warmup=25, rep=100, return_mode="median")
+        return cold, ms, "ok", o
+    except builds.Unsupported as e:
+        return float("nan"), float("nan"), f"unsupported: {e}", None
+    except torch.OutOfMemoryError:
+        torch.cuda.empty_cache()
+        return float("nan"), float("nan"), "oom", None
+    except Exception as e:  # noqa: BLE001 - a failing row is recorded, the benchmark goes on
+        return float("nan"), float("nan"), f"error: {type(e).__name__}: {str(e).splitlines()[0][:160]}", None
+
+
+def qk_softmax_floor_ms(B, H, N, D, dtype, causal, ceil):
+    """P written once and read once at the copy bandwidth, plus QKᵀ at the matmul rate (the issue's floor)."""
+    p_bytes = B * H * N * N * torch.tensor([], dtype=dtype).element_size()
+    qk_flops = 2 * B * H * N * N * D * (0.5 if causal else 1.0)
+    return 1e3 * (2 * p_bytes / (ceil["tbps"] * 1e12) + qk_flops / (ceil["tflops"] * 1e12))
+
+
+def run(args) -> "pandas.DataFrame":  # noqa: F821
+    import pandas as pd
+
+    from attnlab.triton import launch
+    from attnlab.validate import check
+
+    dtypes = [getattr(torch, d) for d in args.dtypes.split(",")]
+    ns = [int(n) for n in args.ns.split(",")]
+    names = args.builds.split(",")
+    ceilings = {}
+    if "qk_softmax" in names:  # its floor is stated against this run's measured ceilings
+        from attnlab import model
+
+        ceilings = {dt: model.measure_ceilings(torch.device("cuda"), dt) for dt in dtypes}
+        print("ceilings:", {str(k): v for k, v in ceilings.items()}, flush=True)
+    rows = []
+    for B, H, N, D, dtype, causal in shapes(dtypes, ns, args.quick):
+        q, k, v = _inputs(B, H, N, D, dtype, seed=N + D)
+        spec = check(q, k, v, causal=causal)
+        flops = 4 * B * H * N * N * D * (0.5 if causal else 1.0)
+        for name in names:
+            cold, ms, status, o = time_case(name, q, k, v, causal)
+            row = dict(build=name, B=B, H=H, N=N, D=D, dtype=str(dtype).removeprefix("torch."), causal=causal,
+                       status=status, cold_s=cold, ms=ms, tflops=flops / ms / 1e9 if ms == ms else float("nan"))
+            if name in ("fused", "qk_softmax", "materialised"):
+                row["tiles"] = json.dumps(launch.tile_config(name, spec))
+                if o is not None:
+                    verdict = _oracle_check(o, q, k, v, causal)
+                    row.update(err=verdict.err, err_limit=verdict.limit, accurate=verdict.ok)
+            if name == "qk_softmax":
+                row["floor_ms"] = qk_softmax_floor_ms(B, H, N, D, dtype, causal, ceilings[dtype])
+            rows.append(row)
+            del o
+        del q, k, v
+        torch.cuda.empty_cache()
+        print(f"  {dtype} D={D} causal={causal} N={N} B={B} H={H}: " + ", ".join(
+            f"{r['build']} {r['tflops']:.0f}" for r in rows[-len(names):]), flush=True)
+        if args.out:
+            pd.DataFrame(rows).to_csv(os.path.join(args.out, "bench.csv"), index=False)
+    return pd.DataFrame(rows)
+
+
+def ratios(df):
+    """Our builds over each library row, per shape: time ratio library_ms / ours_ms (> 1: ours is faster)."""
+    import pandas as pd
+
+    key = ["dtype", "D", "causal", "N", "B", "H"]
+    ms = df.pivot_table(index=key, columns="build", values="ms")
+    tf = df.pivot_table(index=key, columns="build", values="tflops")
+    out = pd.DataFrame(index=ms.index)
+    for ours in ("fused", "qk_softmax"):
+        if ours in tf:
+            out[f"{ours}_TFs"] = tf[ours]
+    for lib in LIBRARY:
+        if lib in tf:
+            out[f"{lib}_TFs"] = tf[lib]
+    for lib in ("sdpa_flash", "sdpa_cudnn"):
+        if lib in ms and "fused" in ms:
+            out[f"fused_vs_{lib}"] = ms[lib] / ms["fused"]
+    qks = df[df.build == "qk_softmax"].set_index(key)
+    if "floor_ms" in qks:
+        out["qk_softmax_over_floor"] = qks["ms"] / qks["floor_ms"]
+    return out
+
+
+def autotune(args):
+    """Time every candidate tile configuration of `fused` and `qk_softmax` (and the PV kernel) at N = 4096."""
+    import triton.testing
+
+    from attnlab import builds
+    from attnlab.triton import config
+
+    dtype = getattr(torch, args.dtypes.split(",")[0])
+    wide = [config.Tiles(bm, bn, w, st) for bm, bn, w, st in
+            itertools.product((64, 128), (32, 64, 128), (4, 8), (2, 3)) if bm % bn == 0]
+    narrow = [config.Tiles(128, 64, 4, 3), config.Tiles(128, 64, 8, 3), config.Tiles(64, 64, 4, 3),
+              config.Tiles(128, 128, 8, 3), config.Tiles(64, 32, 4, 2), config.Tiles(128, 32, 4, 3)]
+    plan = {"fused": ("fused", wide), "qk_softmax": ("qk_softmax", narrow), "pv": ("qk_softmax-no_softmax", narrow)}
+    best = {}
+    for kernel in args.kernels.split(","):
+        build, cands = plan[kernel]
+        for D, causal in itertools.product((64, 128), (False, True)):
+            N = 4096
+            q, k, v = _inputs(TOKENS // N, WIDTH // D, N, D, dtype)
+            results = []
+            for t in cands:
+                with config.forced(kernel, t):
+                    try:
+                        ms = triton.testing.do_bench(lambda: builds.get(build).attend(q, k, v, causal=causal),
+                                                     warmup=10, rep=40, return_mode="median")
+                    except Exception as e:  # noqa: BLE001 - out of shared memory etc.: not a candidate here
+                        ms = float("inf")
+                        print(f"    {kernel} {t}: {type(e).__name__}", flush=True)
+                results.append((ms, t))
+            results.sort(key=lambda r: r[0])
+            best[(kernel, D, causal)] = results[0]
+            print(f"  {kernel} D={D} causal={causal}: best {results[0][1]} {results[0][0]:.3f} ms; next "
+                  + "; ".join(f"{t.BLOCK_M}x{t.BLOCK_N} w{t.num_warps} s{t.num_stages} {ms:.3f}"
+                              for ms, t in results[1:4]), flush=True)
+    return best
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="attnlab bench", description=__doc__,
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--dtypes", default="bfloat16,float16")
+    ap.add_argument("--ns", default="512,1024,2048,4096,8192,16384")
+    ap.add_argument("--builds", default=",".join(BUILDS))
+    ap.add_argument("--quick", action="store_true", help="skip the untuned extra shapes")
+    ap.add_argument("--autotune", action="store_true", help="time tile candidates instead of benchmarking")
+    ap.add_argument("--kernels", default="fused,qk_softmax,pv", help="with --autotune: which kernels to tune")
+    ap.add_argument("--out", default=None, help="directory for bench.csv and ratios.csv")
+    args = ap.parse_args(argv)
+    if not torch.cuda.is_available():
+        print("attnlab bench: error: needs a CUDA GPU (timing the interpreter measures Python)", file=sys.stderr)
+        return 2
+    if args.out:
+        os.makedirs(args.out, exist_ok=True)
+    if args.autotune:
+        autotune(args)
+        return 0
+    df = run(args)
+    r = ratios(df)
+    import pandas as pd
+
+    with pd.option_context("display.width", 250, "display.max_columns", 30, "display.max_rows", 500):
+        print(r.to_string(float_format=lambda x: f"{x:.2f}"))
+    bad = df[(df.get("accurate") == False)]  # noqa: E712 - NaN for library rows
+    if len(bad):
+        print("ACCURACY FAILURES:\n" + bad.to_string())
+    if args.out:
+        r.to_csv(os.path.join(args.out, "ratios.csv"))
+    return 1 if len(bad) else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
