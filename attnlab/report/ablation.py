@@ -1,0 +1,109 @@
+"""Which stage dominates a build, found by removing it: after fusion there are no stages left to time apart.
+
+Each ablation (attnlab.builds.ABLATIONS) is the same kernel with one stage changed, still consuming its output:
+
+    no_softmax  softmax replaced by a copy: saves the max/exp/normalise arithmetic (and, in qk_softmax, its first pass
+                over K); the bytes of S and P still move
+    no_pv       PV contraction dropped, V never read: saves the matmul and the V reads; P is still read
+    zero_mask   an all-zero additive (N, N) mask loaded and applied: *adds* the mask stage, so its difference from the
+                unmasked base is what applying a mask costs — loading the mask tile and adding it to every live score.
+                In a causal group both rows are causal, so it is the mask cost on the tiles a causal build visits.
+
+The dominant stage of a shape is the one whose removal saves the most time; the mask is not a candidate (it is not a
+stage of the base program). What stays when both are removed (QKᵀ, the memory round trips) is not ablated here: see
+attnlab.report.boundary_time. `causal_saving` puts a build's causal and non-causal rows side by side as a difference
+of times, never a ratio.
+"""
+from __future__ import annotations
+
+import math
+
+import pandas as pd
+
+from attnlab.report import groups
+
+OURS = ("materialised", "qk_softmax", "fused")
+STAGES = {"softmax": "no_softmax", "pv": "no_pv"}  # stage → the ablation that removes it
+
+COLUMNS = {
+    "base": "the build ablated",
+    "base_ms": "the base build's median ms",
+    "no_softmax_ms": "with softmax replaced by a copy", "no_pv_ms": "with the PV contraction dropped",
+    "zero_mask_ms": "with an all-zero additive mask applied",
+    "softmax_saving_ms": "base_ms − no_softmax_ms: the time the softmax arithmetic costs",
+    "pv_saving_ms": "base_ms − no_pv_ms: the time the PV contraction (and reading V) costs",
+    "mask_cost_ms": "zero_mask_ms − base_ms: the time loading and applying an additive mask costs",
+    "dominant": "the stage whose removal saves the most ('softmax' or 'pv'; '' when unknown)",
+    "note": "why a number is NaN or dominant is ''",
+}
+
+CAUSAL_MEASURES = {
+    "fused": "the key tiles past the diagonal are skipped (half the QKᵀ and PV work), less the per-element causal "
+             "mask on the diagonal tiles",
+    "qk_softmax": "half the QKᵀ work (both passes) and half the PV work and P reads are skipped, less the diagonal "
+                  "tiles' mask; P is still written in full (zeros past the diagonal)",
+    "materialised": "half the QKᵀ and PV work and P reads are skipped; S and P are still written in full and the "
+                    "softmax still reads all of S",
+}
+_LIBRARY_MEASURES = "whatever this implementation skips for the masked half, less what applying the mask costs"
+
+
+def ablation_table(results: pd.DataFrame, base: str = "fused") -> pd.DataFrame:
+    """One row per shape of one (dtype, causal) group: what removing each stage of `base` saves, and which dominates."""
+    if base not in OURS:
+        raise ValueError(f"base must be one of {', '.join(OURS)}, got {base!r}")
+    dtype, causal = groups.one_group(results, ("ms",))
+    found = groups.cases(results)
+    rows = []
+    for shape in groups.shapes(results):
+        base_ms, why = groups.value(found, base, shape)
+        ms, whys = {}, [why]
+        for ablation in ("no_softmax", "no_pv", "zero_mask"):
+            ms[ablation], why = groups.value(found, f"{base}-{ablation}", shape)
+            whys.append(why)
+        saving = {stage: base_ms - ms[ab] for stage, ab in STAGES.items()}
+        dominant, why = _dominant(saving)
+        rows.append({
+            **groups.leading(dtype, causal, shape), "base": base, "base_ms": base_ms,
+            **{f"{ab}_ms": v for ab, v in ms.items()},
+            **{f"{stage}_saving_ms": v for stage, v in saving.items()},
+            "mask_cost_ms": ms["zero_mask"] - base_ms,
+            "dominant": dominant, "note": groups.notes(*whys, why),
+        })
+    return pd.DataFrame(rows, columns=[*groups.LEADING, *COLUMNS])
+
+
+def _dominant(saving: dict[str, float]) -> tuple[str, str]:
+    """The stage saving the most, or '' and why: a partial set of ablations proves nothing about dominance."""
+    if any(math.isnan(v) for v in saving.values()):
+        return "", "dominant unknown: an ablation or the base is missing"
+    best = max(saving.values())
+    if best <= 0:
+        return "", "no ablation saves time"
+    top = [stage for stage, v in saving.items() if v == best]
+    return (top[0], "") if len(top) == 1 else ("", f"tie between {' and '.join(top)}")
+
+
+def causal_saving(results: pd.DataFrame, build: str = "fused") -> pd.DataFrame:
+    """One row per shape of one dtype: `build`'s non-causal and causal ms and their difference, with what it measures.
+
+    The two rows do different work, so this is a difference in time, deliberately never a ratio.
+    """
+    groups.require(results, ("dtype", "causal", "build", "status", "ms", *groups.SHAPE))
+    dtypes = sorted(results["dtype"].astype(str).unique())
+    if len(dtypes) != 1:
+        raise ValueError(f"causal_saving takes one dtype, got {dtypes}: select one first")
+    by_causal = {c: groups.cases(g) for c, g in results.groupby("causal")}
+    rows = []
+    for shape in groups.shapes(results):
+        got = {c: groups.value(by_causal.get(c, {}), build, shape, role="causal" if c else "non-causal")
+               for c in (False, True)}
+        rows.append({
+            "dtype": dtypes[0], **dict(zip(groups.SHAPE, shape)), "build": build,
+            "noncausal_ms": got[False][0], "causal_ms": got[True][0],
+            "saved_ms": got[False][0] - got[True][0],
+            "measures": CAUSAL_MEASURES.get(build, _LIBRARY_MEASURES),
+            "note": groups.notes(got[False][1], got[True][1]),
+        })
+    columns = ["dtype", *groups.LEADING[2:], "build", "noncausal_ms", "causal_ms", "saved_ms", "measures", "note"]
+    return pd.DataFrame(rows, columns=columns)

@@ -1,0 +1,63 @@
+"""Why fusion is faster, boundary by boundary: the time each removed memory round trip saves, next to the time its
+bytes take at the run's measured copy bandwidth.
+
+materialised → qk_softmax removes the S round trip and fused then removes the P round trip (attnlab.builds), so the
+difference between two adjacent builds is what one boundary costs, measured; its bytes over the bandwidth ceiling
+are what it would cost if moving bytes were all it did (the formulas: attnlab.report.boundaries). Read the ratio with
+`qk_removed_ms` beside it: the S step also adds a QKᵀ pass (qk_softmax recomputes the scores), which shrinks its Δ,
+and the P step removes that pass again, which grows its Δ. Beyond that, a ratio above 1 says the round trip costs
+more than its bytes at full bandwidth (extra launches, traffic below peak); below 1, some of it overlapped with
+compute or was served from cache.
+"""
+from __future__ import annotations
+
+import math
+
+import pandas as pd
+
+from attnlab.report import boundaries as bd
+from attnlab.report import groups
+
+COLUMNS = {
+    "boundary": "the memory round trip the step removes",
+    "from_build": "the build that has the boundary", "to_build": "the build without it",
+    "from_ms": "from_build's median ms", "to_ms": "to_build's median ms",
+    "delta_ms": "from_ms − to_ms: the time removing the boundary saved, measured",
+    "bytes": "bytes the boundary moves (written + read), predicted",
+    "ceiling_tbps": "the run's measured copy bandwidth (read + written), TB/s",
+    "predicted_ms": "bytes at ceiling_tbps",
+    "measured_over_predicted": "delta_ms / predicted_ms",
+    "qk_removed_ms": "the QKᵀ pass the step removes at the run's matmul ceiling (negative: the step adds it)",
+    "note": "why a number is NaN",
+}
+
+
+def attribution(results: pd.DataFrame) -> pd.DataFrame:
+    """One row per (shape, boundary) of one (dtype, causal) group: measured Δ vs the boundary's bytes at bandwidth.
+
+    Only 'ok' rows count; a missing or failed build makes its numbers NaN and the note says which and why.
+    """
+    dtype, causal = groups.one_group(results, ("ms", "ceiling_tbps", "ceiling_tflops"))
+    found = groups.cases(results)
+    rows = []
+    for shape in groups.shapes(results):
+        B, H, _, N, D = shape
+        for boundary, (src, dst) in bd.BOUNDARIES.items():
+            from_ms, why_from = groups.value(found, src, shape)
+            to_ms, why_to = groups.value(found, dst, shape)
+            tbps, why_bw = groups.shared(found, (src, dst), shape, "ceiling_tbps")
+            tflops, why_mm = groups.shared(found, (src, dst), shape, "ceiling_tflops")
+            moved = bd.boundary_bytes(boundary, B, H, N, dtype, causal)
+            delta = from_ms - to_ms
+            predicted = bd.ms_at(moved, tbps)
+            rows.append({
+                **groups.leading(dtype, causal, shape),
+                "boundary": boundary, "from_build": src, "to_build": dst,
+                "from_ms": from_ms, "to_ms": to_ms, "delta_ms": delta,
+                "bytes": moved, "ceiling_tbps": tbps, "predicted_ms": predicted,
+                "measured_over_predicted": delta / predicted if predicted > 0 else math.nan,
+                "qk_removed_ms": bd.QK_PASSES_REMOVED[boundary] * bd.ms_at(bd.qk_pass_flops(B, H, N, D, causal),
+                                                                            tflops),
+                "note": groups.notes(why_from, why_to, why_bw, why_mm),
+            })
+    return pd.DataFrame(rows, columns=[*groups.LEADING, *COLUMNS])

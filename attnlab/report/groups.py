@@ -1,0 +1,116 @@
+"""Which rows may share a table: one dtype, one causal value, one row per (build, shape).
+
+A causal build skips the masked half of the work and two dtypes move different bytes, so a ratio or a difference
+across either compares two different programs. Every table in attnlab.report therefore takes one group, and `split`
+cuts a results table (attnlab.schema) into groups. Two rows for one case (say, two runs concatenated) are refused,
+never averaged or silently picked.
+"""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pandas as pd
+
+SHAPE = ("B", "H", "Hkv", "N", "D")
+LEADING = ("dtype", "causal", "D", "N", "B", "H", "Hkv")  # first columns of every table, in this order
+_SORT = ("D", "N", "B", "H", "Hkv")
+
+
+def require(results: pd.DataFrame, columns) -> None:
+    """A ValueError naming the missing columns, or a causal column that is not boolean."""
+    missing = [c for c in columns if c not in results.columns]
+    if missing:
+        raise ValueError(f"results lack column(s) {missing}; see attnlab.schema.COLUMNS")
+    if "causal" in columns:
+        odd = sorted({repr(v) for v in results["causal"] if not isinstance(v, (bool, np.bool_))})
+        if odd:  # the string 'False' is truthy: refuse it rather than file a non-causal row as causal
+            raise ValueError(f"causal must hold booleans, got {', '.join(odd)}")
+
+
+def split(results: pd.DataFrame) -> dict[tuple[str, bool], pd.DataFrame]:
+    """The results cut into (dtype, causal) groups, the unit every table function takes."""
+    require(results, ("dtype", "causal"))
+    return {(str(dtype), bool(causal)): group.reset_index(drop=True)
+            for (dtype, causal), group in results.groupby(["dtype", "causal"], sort=True)}
+
+
+def one_group(results: pd.DataFrame, columns=()) -> tuple[str, bool]:
+    """The (dtype, causal) of a frame that holds exactly one group; a ValueError naming the mix otherwise."""
+    require(results, ("dtype", "causal", "build", "status", *SHAPE, *columns))
+    if results.empty:
+        raise ValueError("results hold no rows")
+    dtypes = sorted(results["dtype"].astype(str).unique())
+    causals = sorted(bool(c) for c in results["causal"].unique())
+    if len(dtypes) > 1 or len(causals) > 1:
+        raise ValueError(f"a table takes one dtype and one causal value, got dtype {dtypes} and causal {causals}: "
+                         "pass one group of attnlab.report.split(results)")
+    return dtypes[0], causals[0]
+
+
+def shapes(group: pd.DataFrame) -> list[tuple]:
+    """Every (B, H, Hkv, N, D) in the group, sorted by D, then N, then B, H, Hkv."""
+    found = {tuple(int(x) for x in t) for t in group[list(SHAPE)].itertuples(index=False)}
+    order = [SHAPE.index(c) for c in _SORT]
+    return sorted(found, key=lambda s: tuple(s[i] for i in order))
+
+
+def where(shape: tuple) -> str:
+    """A shape as a note names it: 'B=1 H=8 N=4096 D=64' (Hkv shown only when it differs from H)."""
+    B, H, Hkv, N, D = shape
+    return f"B={B} H={H}" + (f" Hkv={Hkv}" if Hkv != H else "") + f" N={N} D={D}"
+
+
+def leading(dtype: str, causal: bool, shape: tuple) -> dict:
+    """The first columns of a table row: the group and the shape."""
+    named = dict(zip(SHAPE, shape))
+    return {"dtype": dtype, "causal": causal, **{c: named[c] for c in LEADING[2:]}}
+
+
+def cases(group: pd.DataFrame) -> dict[tuple[str, tuple], pd.Series]:
+    """The group's rows keyed by (build, shape); two rows for one key is a ValueError naming it."""
+    out: dict[tuple[str, tuple], pd.Series] = {}
+    for _, row in group.iterrows():
+        key = (row["build"], tuple(int(row[c]) for c in SHAPE))
+        if key in out:
+            runs = sorted({str(r.get("run_id", "?")) for r in (out[key], row)})
+            raise ValueError(f"two rows for {key[0]} at {where(key[1])} (run_id {runs}): select one run first")
+        out[key] = row
+    return out
+
+
+_NOTE_OF = {"peak_bytes": "peak_note", "err": "err_note"}
+
+
+def value(found: dict, build: str, shape: tuple, column: str = "ms", role: str = "") -> tuple[float, str]:
+    """`column` of build's ok row at shape, or (NaN, why not). `role` prefixes the note, e.g. 'baseline'."""
+    who = f"{role} {build}".strip()
+    row = found.get((build, shape))
+    if row is None:
+        return math.nan, f"{who} not measured at {where(shape)}"
+    if row["status"] != "ok":
+        return math.nan, f"{who} {row['status']} at {where(shape)}"
+    v = row[column]
+    if pd.isna(v):
+        why = row.get(_NOTE_OF.get(column, ""), "")
+        because = f" ({why})" if isinstance(why, str) and why else ""
+        return math.nan, f"{who} {column} unknown at {where(shape)}{because}"
+    return float(v), ""
+
+
+def shared(found: dict, builds, shape: tuple, column: str) -> tuple[float, str]:
+    """A per-run figure (a ceiling) read from the rows of `builds` at shape, any status; it must agree across them."""
+    seen = sorted({float(found[(b, shape)][column]) for b in builds
+                   if (b, shape) in found and not pd.isna(found[(b, shape)][column])})
+    if not seen:
+        return math.nan, f"{column} unknown at {where(shape)}"
+    if len(seen) > 1:
+        return math.nan, f"{column} differs between {', '.join(builds)} at {where(shape)} ({seen}): rows of two runs"
+    if seen[0] <= 0:
+        return math.nan, f"{column} is {seen[0]} at {where(shape)}, not a rate"
+    return seen[0], ""
+
+
+def notes(*parts: str) -> str:
+    """Non-empty notes joined, each once, in order."""
+    return "; ".join(dict.fromkeys(p for p in parts if p))

@@ -1,0 +1,57 @@
+"""The IO argument in bytes: the peak allocation each fusion step saves, next to the S or P it stops holding.
+
+materialised holds S and P at once (S is freed only once P exists), qk_softmax holds P, fused holds neither
+(attnlab.builds), so the peak difference between adjacent builds should be one (B, H, N, N) tensor in the input
+dtype — B·H·N²·itemsize (attnlab.report.boundaries.nn_bytes). Off by more than allocator rounding means a build
+holds something its name says it does not.
+"""
+from __future__ import annotations
+
+import pandas as pd
+
+from attnlab.report import boundaries as bd
+from attnlab.report import groups
+
+HELD = {"S round trip": "S", "P round trip": "P"}  # the tensor a step stops holding
+
+COLUMNS = {
+    "boundary": "the memory round trip the step removes",
+    "from_build": "the build that has the boundary", "to_build": "the build without it",
+    "from_peak_bytes": "from_build's peak allocation", "to_peak_bytes": "to_build's peak allocation",
+    "saved_bytes": "from_peak_bytes − to_peak_bytes, measured",
+    "tensor": "the tensor the step stops holding, S or P",
+    "predicted_bytes": "its size, B·H·N²·itemsize",
+    "saved_over_predicted": "saved_bytes / predicted_bytes",
+    "note": "why a number is NaN (on a CPU, peak allocation is unknown), and any alloc_flag the rows carry",
+}
+
+
+def _flags(found: dict, builds, shape: tuple) -> list[str]:
+    """The measurement's own warnings (alloc_flag: peak below what the build must hold) for these rows."""
+    flags = []
+    for b in builds:
+        flag = found[(b, shape)].get("alloc_flag", "") if (b, shape) in found else ""
+        if isinstance(flag, str) and flag:
+            flags.append(f"{b}: {flag}")
+    return flags
+
+
+def memory_table(results: pd.DataFrame) -> pd.DataFrame:
+    """One row per (shape, boundary) of one (dtype, causal) group: peak bytes saved vs the S or P size."""
+    dtype, causal = groups.one_group(results, ("peak_bytes",))
+    found = groups.cases(results)
+    rows = []
+    for shape in groups.shapes(results):
+        B, H, _, N, _ = shape
+        predicted = bd.nn_bytes(B, H, N, dtype)
+        for boundary, (src, dst) in bd.BOUNDARIES.items():
+            from_peak, why_from = groups.value(found, src, shape, "peak_bytes")
+            to_peak, why_to = groups.value(found, dst, shape, "peak_bytes")
+            saved = from_peak - to_peak
+            rows.append({
+                **groups.leading(dtype, causal, shape), "boundary": boundary, "from_build": src, "to_build": dst,
+                "from_peak_bytes": from_peak, "to_peak_bytes": to_peak, "saved_bytes": saved,
+                "tensor": HELD[boundary], "predicted_bytes": predicted, "saved_over_predicted": saved / predicted,
+                "note": groups.notes(why_from, why_to, *_flags(found, (src, dst), shape)),
+            })
+    return pd.DataFrame(rows, columns=[*groups.LEADING, *COLUMNS])

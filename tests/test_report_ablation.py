@@ -1,0 +1,71 @@
+"""ablation_table and causal_saving on synthetic rows: times are binary fractions so every difference is exact."""
+import math
+
+import pytest
+
+from attnlab import report
+from attnlab.report import ablation
+from tests.test_report_groups import frame, row
+
+
+def fused_family(base_ms, no_softmax, no_pv, zero_mask, base="fused", **kw):
+    return [row(base, base_ms, **kw), row(f"{base}-no_softmax", no_softmax, **kw),
+            row(f"{base}-no_pv", no_pv, **kw), row(f"{base}-zero_mask", zero_mask, **kw)]
+
+
+def test_savings_mask_cost_and_the_dominant_stage_per_shape():
+    df = frame(*fused_family(2.0, 1.75, 1.25, 2.125, N=1000),  # PV saves 0.75, softmax 0.25
+               *fused_family(4.0, 2.5, 3.5, 4.5, N=2000),  # softmax saves 1.5, PV 0.5
+               *fused_family(8.0, 1.0, 1.0, 8.0, N=3000, base="qk_softmax"))  # another base: not in this table
+    t = report.ablation_table(df, base="fused")
+    assert list(t.columns) == [*"dtype causal D N B H Hkv".split(), *ablation.COLUMNS]
+    assert list(t["N"]) == [1000, 2000, 3000]
+    a, b, c = t.to_dict("records")
+    assert (a["base_ms"], a["no_softmax_ms"], a["no_pv_ms"], a["zero_mask_ms"]) == (2.0, 1.75, 1.25, 2.125)
+    assert (a["softmax_saving_ms"], a["pv_saving_ms"], a["mask_cost_ms"]) == (0.25, 0.75, 0.125)
+    assert (a["dominant"], a["note"]) == ("pv", "")
+    assert (b["softmax_saving_ms"], b["pv_saving_ms"], b["mask_cost_ms"]) == (1.5, 0.5, 0.5)
+    assert (b["dominant"], b["note"]) == ("softmax", "")
+    assert c["dominant"] == "" and math.isnan(c["base_ms"])
+    assert c["note"].startswith("fused not measured at B=1 H=8 N=3000 D=64; fused-no_softmax not measured")
+
+
+def test_each_of_our_builds_can_be_the_base():
+    df = frame(*fused_family(2.0, 1.75, 1.25, 2.125), *fused_family(6.0, 3.0, 5.0, 6.5, base="qk_softmax"))
+    t = report.ablation_table(df, base="qk_softmax")
+    assert t.iloc[0][["base", "softmax_saving_ms", "pv_saving_ms", "mask_cost_ms", "dominant"]].tolist() == \
+        ["qk_softmax", 3.0, 1.0, 0.5, "softmax"]
+    with pytest.raises(ValueError, match="base must be one of materialised, qk_softmax, fused, got 'sdpa_flash'"):
+        report.ablation_table(df, base="sdpa_flash")
+
+
+def test_a_missing_ablation_leaves_dominance_unknown():
+    rows = fused_family(2.0, 1.75, 1.25, 2.125)
+    rows[2] = row("fused-no_pv", math.nan, status="error: launch failed")
+    t = report.ablation_table(frame(*rows))
+    assert t.iloc[0]["softmax_saving_ms"] == 0.25 and math.isnan(t.iloc[0]["pv_saving_ms"])
+    assert t.iloc[0]["dominant"] == ""
+    assert t.iloc[0]["note"] == ("fused-no_pv error: launch failed at B=1 H=8 N=1000 D=64; "
+                                 "dominant unknown: an ablation or the base is missing")
+
+
+def test_ties_and_no_saving_name_no_dominant_stage():
+    t = report.ablation_table(frame(*fused_family(2.0, 1.5, 1.5, 2.0, N=1000),
+                                    *fused_family(2.0, 2.0, 2.25, 2.0, N=2000)))
+    assert t["dominant"].tolist() == ["", ""]
+    assert t["note"].tolist() == ["tie between softmax and pv", "no ablation saves time"]
+
+
+def test_causal_saving_is_a_difference_with_its_meaning_never_a_ratio():
+    df = frame(row("fused", 2.0), row("fused", 1.25, causal=True),
+               row("fused", 8.0, N=2000), row("materialised", 3.0, causal=True))
+    t = report.causal_saving(df, "fused")
+    assert list(t.columns) == ["dtype", "D", "N", "B", "H", "Hkv", "build", "noncausal_ms", "causal_ms", "saved_ms",
+                               "measures", "note"]
+    a, b = t.to_dict("records")
+    assert (a["noncausal_ms"], a["causal_ms"], a["saved_ms"], a["note"]) == (2.0, 1.25, 0.75, "")
+    assert a["measures"] == ablation.CAUSAL_MEASURES["fused"]
+    assert math.isnan(b["saved_ms"]) and b["note"] == "causal fused not measured at B=1 H=8 N=2000 D=64"
+    assert report.causal_saving(df, "materialised").iloc[0]["measures"].endswith("still reads all of S")
+    with pytest.raises(ValueError, match=r"one dtype, got \['bfloat16', 'float16'\]"):
+        report.causal_saving(frame(row("fused"), row("fused", dtype="bfloat16", causal=True)))

@@ -1,0 +1,94 @@
+"""attribution and the boundary formulas, on synthetic rows whose answers are known by construction.
+
+Shape B=1 H=8 N=1000 D=64 float16: S and P are 8e6 elements, 16e6 bytes each. A round trip (write + read) is 32e6
+bytes; at a copy ceiling of 0.02 TB/s (2e7 bytes/ms) that is 1.6 ms. One QKᵀ pass is 2·8·1000²·64 = 1.024e9 FLOPs,
+0.1024 ms at 10 TFLOP/s.
+"""
+import math
+
+import pytest
+
+from attnlab import report
+from attnlab.report import boundary_time
+from attnlab.report import boundaries as bd
+from tests.test_report_groups import frame, row
+
+EXACT = dict(rel=1e-12)
+
+
+def test_boundary_bytes_by_hand():
+    assert bd.nn_bytes(1, 8, 1000, "float16") == 16_000_000
+    assert bd.boundary_bytes("S round trip", 1, 8, 1000, "float16", causal=False) == 32_000_000
+    assert bd.boundary_bytes("S round trip", 1, 8, 1000, "float16", causal=True) == 32_000_000  # S is full N×N
+    assert bd.boundary_bytes("P round trip", 1, 8, 1000, "float16", causal=False) == 32_000_000
+    assert bd.boundary_bytes("P round trip", 1, 8, 1000, "float16", causal=True) == 24_000_000  # PV reads half
+    assert bd.boundary_bytes("S round trip", 1, 1, 16384, "float32", False) == 2 * 16384**2 * 4  # one read of S
+    assert bd.boundary_bytes("S round trip", 1, 1, 20000, "float32", False) == 3 * 1_600_000_000  # two reads
+    assert bd.qk_pass_flops(1, 8, 1000, 64, causal=False) == 1.024e9
+    assert bd.qk_pass_flops(1, 8, 1000, 64, causal=True) == 0.512e9
+
+
+def test_softmax_row_limit_matches_the_kernel_launcher():
+    from attnlab.triton import launch
+
+    assert bd.SOFTMAX_ROW_MAX == launch.SOFTMAX_ROW_MAX
+
+
+def test_unknown_dtype_and_boundary_are_refused():
+    with pytest.raises(ValueError, match="dtype must be one of bfloat16, float16, float32, got 'float64'"):
+        bd.itemsize("float64")
+    with pytest.raises(ValueError, match="boundary must be one of"):
+        bd.boundary_bytes("O round trip", 1, 1, 1, "float16", False)
+
+
+def test_non_causal_deltas_against_bytes_at_bandwidth():
+    df = frame(row("materialised", 5.0), row("qk_softmax", 3.0), row("fused", 1.4), row("sdpa_flash", 0.9))
+    t = report.attribution(df)
+    assert list(t.columns) == [*"dtype causal D N B H Hkv".split(), *boundary_time.COLUMNS]
+    s, p = t.iloc[0], t.iloc[1]
+    assert (s["boundary"], s["from_build"], s["to_build"]) == ("S round trip", "materialised", "qk_softmax")
+    assert (s["from_ms"], s["to_ms"], s["delta_ms"]) == (5.0, 3.0, 2.0)
+    assert s["bytes"] == 32_000_000
+    assert s["predicted_ms"] == pytest.approx(1.6, **EXACT)
+    assert s["measured_over_predicted"] == pytest.approx(1.25, **EXACT)
+    assert s["qk_removed_ms"] == pytest.approx(-0.1024, **EXACT)  # qk_softmax adds a QKᵀ pass
+    assert (p["boundary"], p["from_build"], p["to_build"]) == ("P round trip", "qk_softmax", "fused")
+    assert p["delta_ms"] == pytest.approx(1.6, **EXACT)
+    assert p["measured_over_predicted"] == pytest.approx(1.0, **EXACT)
+    assert p["qk_removed_ms"] == pytest.approx(0.1024, **EXACT)  # fused drops it again
+    assert list(t["note"]) == ["", ""]
+    assert (s["dtype"], s["causal"], s["D"], s["N"], s["B"], s["H"], s["Hkv"]) == ("float16", False, 64, 1000, 1, 8, 8)
+
+
+def test_causal_p_boundary_reads_half_of_p():
+    df = frame(*(row(b, ms, causal=True) for b, ms in [("materialised", 5.0), ("qk_softmax", 3.0), ("fused", 1.5)]))
+    s, p = report.attribution(df).itertuples(index=False)
+    assert s.predicted_ms == pytest.approx(1.6, **EXACT)  # S written and read in full even when causal
+    assert p.bytes == 24_000_000
+    assert p.predicted_ms == pytest.approx(1.2, **EXACT)
+    assert p.measured_over_predicted == pytest.approx(1.25, **EXACT)
+    assert p.qk_removed_ms == pytest.approx(0.0512, **EXACT)
+
+
+def test_a_failed_build_gives_nan_and_a_note_not_a_number():
+    df = frame(row("materialised", 5.0), row("qk_softmax", 3.0),
+               row("fused", math.nan, status="oom: 17179869184 bytes wanted"),
+               row("materialised", 9.0, N=2000), row("fused", 2.0, N=2000))
+    t = report.attribution(df)
+    assert list(t["N"]) == [1000, 1000, 2000, 2000]
+    assert t.iloc[0]["delta_ms"] == 2.0 and t.iloc[0]["note"] == ""
+    assert math.isnan(t.iloc[1]["delta_ms"]) and math.isnan(t.iloc[1]["measured_over_predicted"])
+    assert t.iloc[1]["note"] == "fused oom: 17179869184 bytes wanted at B=1 H=8 N=1000 D=64"
+    assert t.iloc[1]["bytes"] == 32_000_000  # the prediction stands without a measurement
+    assert t["note"].tolist()[2:] == ["qk_softmax not measured at B=1 H=8 N=2000 D=64"] * 2
+    assert math.isnan(t.iloc[2]["delta_ms"]) and math.isnan(t.iloc[3]["delta_ms"])
+
+
+def test_rows_from_two_runs_with_different_ceilings_give_no_prediction():
+    df = frame(row("materialised", 5.0), row("qk_softmax", 3.0, ceiling_tbps=0.03),
+               row("fused", 1.4, ceiling_tbps=0.03))
+    s, p = report.attribution(df).itertuples(index=False)
+    assert s.delta_ms == 2.0 and math.isnan(s.predicted_ms) and math.isnan(s.measured_over_predicted)
+    assert s.note == ("ceiling_tbps differs between materialised, qk_softmax at B=1 H=8 N=1000 D=64 ([0.02, 0.03]): "
+                      "rows of two runs")
+    assert p.predicted_ms == pytest.approx(32e6 / 3e7, **EXACT) and p.note == ""

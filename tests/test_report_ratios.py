@@ -1,0 +1,42 @@
+"""speedup: every ratio names its baseline; a baseline without an ok time gives NaN and says why."""
+import math
+
+import pytest
+
+from attnlab import report
+from tests.test_report_groups import frame, row
+
+
+def test_ratio_is_baseline_over_build_in_a_column_named_for_the_baseline():
+    df = frame(row("materialised", 4.0), row("qk_softmax", 2.0), row("fused", 1.0), row("fused-no_pv", 0.5),
+               row("sdpa_flash", 0.8))
+    t = report.speedup(df)
+    assert list(t.columns) == [*"dtype causal D N B H Hkv".split(), "build", "ms", "materialised_ms",
+                               "x_vs_materialised", "note"]
+    assert t["build"].tolist() == ["materialised", "qk_softmax", "fused", "sdpa_flash"]  # ablations left out
+    assert t["x_vs_materialised"].tolist() == [1.0, 2.0, 4.0, 5.0]
+    assert t["note"].tolist() == ["", "", "", ""]
+    t = report.speedup(df, baseline="fused", builds=["sdpa_flash", "fused-no_pv"])
+    assert t["x_vs_fused"].tolist() == [1.25, 2.0]
+
+
+def test_a_baseline_oom_gives_nan_and_a_note_never_a_substitute():
+    df = frame(row("materialised", 4.0), row("fused", 1.0),
+               row("materialised", math.nan, N=16384, status="oom: 34359738368 bytes wanted"),
+               row("fused", 9.0, N=16384), row("sdpa_flash", 3.0, N=16384))
+    t = report.speedup(df, builds=["fused", "sdpa_flash"])
+    big = t[t["N"] == 16384]
+    assert big["ms"].tolist() == [9.0, 3.0]
+    assert big["x_vs_materialised"].isna().all() and big["materialised_ms"].isna().all()
+    assert big["note"].tolist() == ["baseline materialised oom: 34359738368 bytes wanted at B=1 H=8 N=16384 D=64"] * 2
+    small = t[t["N"] == 1000]
+    assert small["x_vs_materialised"].tolist()[0] == 4.0
+    assert small["note"].tolist() == ["", "sdpa_flash not measured at B=1 H=8 N=1000 D=64"]
+
+
+def test_an_unknown_build_or_baseline_is_refused_not_a_column_of_nan():
+    df = frame(row("materialised", 4.0), row("fused", 1.0))
+    with pytest.raises(ValueError, match=r"\['fusd'\] have no rows"):
+        report.speedup(df, builds=["fusd"])
+    with pytest.raises(ValueError, match=r"\['torch_eager'\] have no rows"):
+        report.speedup(df, baseline="torch_eager")
