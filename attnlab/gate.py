@@ -29,15 +29,15 @@ class GateCase:
     causal: bool
 
 
-def grid(device: torch.device, quick: bool = False) -> list[GateCase]:
+def grid(device: torch.device, quick: bool = False, ns=None) -> list[GateCase]:
     """The gate's shapes: the issue's GPU grid, or a grid the CPU interpreter finishes in about a minute."""
     if device.type == "cuda":
-        ns = (512, 1024) if quick else (512, 1024, 2048, 4096)
+        ns = ns or ((512, 1024) if quick else (512, 1024, 2048, 4096))
         main = [GateCase(2, 4, 4, n, d, dt, c) for dt, n, d, c in
                 itertools.product((torch.bfloat16, torch.float16), ns, (64, 128), (False, True))]
         gqa = [GateCase(1, 8, 2, n, 128, torch.bfloat16, c) for n in (1000, 3000) for c in (False, True)]
-        return main + gqa
-    ns = (64,) if quick else (64, 100)
+        return main + ([] if quick else gqa)
+    ns = ns or ((64,) if quick else (64, 100))
     main = [GateCase(1, 2, 2, n, d, dt, c) for dt, n, d, c in
             itertools.product((torch.float32, torch.bfloat16), ns, (32, 64), (False, True))]
     return main + [GateCase(1, 4, 2, 77, 32, torch.float16, True)]
@@ -85,7 +85,7 @@ def check_case(case: GateCase, names: list[str], device, seed: int) -> list[dict
         except torch.OutOfMemoryError:
             row.update(status="oom")
         except Exception as e:  # noqa: BLE001 - one broken build must not hide the others' results
-            row.update(status=f"FAIL: {type(e).__name__}: {str(e).splitlines()[0][:200]}")
+            row.update(status=f"FAIL: {type(e).__name__}: " + " | ".join(str(e).splitlines())[:600])
         rows.append(row)
     return rows
 
@@ -110,6 +110,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--device", default="auto", help="auto (GPU if present), cuda or cpu")
     ap.add_argument("--quick", action="store_true", help="fewer shapes")
     ap.add_argument("--builds", default=None, help="comma-separated build names (default: all that suit the device)")
+    ap.add_argument("--ns", default=None, help="comma-separated sequence lengths (default: the grid's)")
     ap.add_argument("--out", default=None, help="write one CSV row per (build, case) here")
     args = ap.parse_args(argv)
     device = torch.device("cuda" if args.device == "auto" and torch.cuda.is_available() else
@@ -125,7 +126,7 @@ def main(argv: list[str] | None = None) -> int:
     except ValueError as e:
         print(f"attnlab check: error: --builds: {e}", file=sys.stderr)
         return 2
-    cases = grid(device, args.quick)
+    cases = grid(device, args.quick, [int(n) for n in args.ns.split(",")] if args.ns else None)
     print(f"correctness gate on {device} ({torch.cuda.get_device_name(device) if device.type == 'cuda' else 'CPU'}):"
           f" {len(cases)} shapes x {len(names)} builds", flush=True)
     rows, t0 = [], time.time()

@@ -68,9 +68,9 @@ def sdpa(backend: str):
                 if "No available kernel" not in str(e) and "No viable backend" not in str(e):
                     raise
                 # torch explains why in warnings (on GPUs); keep its first reason, one line.
-                reasons = [str(w.message).split("\n")[0] for w in caught]
+                reasons = [str(w.message).split(" (Triggered internally")[0].strip() for w in caught]
                 case = f"{q.device.type}, {q.dtype}, D={q.shape[-1]}" + (", mask" if attn_mask is not None else "")
-                why = reasons[0] if reasons else "torch has no kernel for it"
+                why = "; ".join(reasons)[:400] if reasons else "torch has no kernel for it"
                 raise Unsupported(f"{backend} refused this case ({case}): {why}") from None
 
     attend.__name__ = f"sdpa_{backend}" if chosen is None else backend

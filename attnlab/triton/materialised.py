@@ -9,7 +9,7 @@ import triton.language as tl
 
 from attnlab.triton.tiles import load_rows, masked_to_zero, score_tile
 
-LOG2E: tl.constexpr = 1.4426950408889634
+LOG2E = tl.constexpr(1.4426950408889634)  # a global a @triton.jit function reads must be a constexpr
 
 
 @triton.jit
