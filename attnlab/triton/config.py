@@ -97,7 +97,9 @@ def forced(kernel: str, t: Tiles):
     """Use `t` for `kernel` everywhere inside the block (the autotune sweep's way to try a candidate)."""
     global TABLE
     saved = TABLE
-    TABLE = {(kernel, "any", "any", "any", "any"): t, **saved}
+    key = (kernel, "any", "any", "any", "any")
+    # The forced entry goes first and replaces the catch-all of the same key (a dict merge would keep the old value).
+    TABLE = {key: t, **{k: v for k, v in saved.items() if k != key}}
     try:
         yield
     finally:

@@ -1,0 +1,33 @@
+"""The tile table: lookups, the autotune override, and where our kernels can run."""
+import torch
+
+from attnlab.triton import config, launch
+from attnlab.validate import check
+from tests.conftest import rand_qkv
+
+
+def test_forced_tiles_apply_inside_the_block_and_restore_after():
+    """The autotune sweep relies on this: a forced candidate must be the one the launcher uses."""
+    q, k, v = rand_qkv(N=8, D=16)
+    spec = check(q, k, v)
+    before = launch._tiles("fused", spec)
+    cand = config.Tiles(16, 16, 8, 3)
+    with config.forced("fused", cand):
+        assert launch._tiles("fused", spec) == cand.as_dict()
+        assert launch._tiles("pv", spec) == launch._tiles("pv", spec)  # other kernels untouched
+    assert launch._tiles("fused", spec) == before
+
+
+def test_table_lookup_by_family_head_dim_and_dtype():
+    cpu = torch.device("cpu")
+    assert config.family(cpu) == "interpreter"
+    assert config.tiles("fused", cpu, 80, False, torch.bfloat16) == config.TABLE[("fused", "interpreter", "any", "any", "any")]
+    assert config.head_dim_bucket(80) == 128 and config.head_dim_bucket(8) == 16 and config.head_dim_bucket(64) == 64
+
+
+def test_tile_config_is_recorded_per_kernel():
+    q, k, v = rand_qkv(N=8, D=16)
+    spec = check(q, k, v)
+    assert set(launch.tile_config("materialised", spec)) == {"scores", "pv"}
+    assert set(launch.tile_config("qk_softmax", spec)) == {"qk_softmax", "pv"}
+    assert launch.tile_config("fused", spec)["fused"]["BLOCK_M"] % launch.tile_config("fused", spec)["fused"]["BLOCK_N"] == 0
