@@ -173,12 +173,13 @@ def autotune(args):
     from attnlab.triton import config
 
     dtype = getattr(torch, args.dtypes.split(",")[0])
-    wide = [config.Tiles(bm, bn, w, st) for bm, bn, w, st in
-            itertools.product((64, 128), (32, 64, 128), (4, 8), (2, 3)) if bm % bn == 0]
+    base = [(128, 64, 8, 3), (128, 128, 8, 3), (128, 64, 4, 3), (64, 64, 4, 3), (128, 128, 8, 2), (128, 64, 8, 2)]
+    wide = [config.Tiles(*b, tma=tma) for b in base for tma in (False, True)] + [
+        config.Tiles(128, 32, 4, 3), config.Tiles(64, 32, 4, 2), config.Tiles(128, 128, 4, 3)]
     narrow = [config.Tiles(128, 64, 4, 3), config.Tiles(128, 64, 8, 3), config.Tiles(64, 64, 4, 3),
               config.Tiles(128, 128, 8, 3), config.Tiles(64, 32, 4, 2), config.Tiles(128, 32, 4, 3)]
     plan = {"fused": ("fused", wide), "qk_softmax": ("qk_softmax", narrow), "pv": ("qk_softmax-no_softmax", narrow)}
-    best = {}
+    best, entries = {}, []
     for kernel in args.kernels.split(","):
         build, cands = plan[kernel]
         for D, causal in itertools.product((64, 128), (False, True)):
@@ -200,9 +201,14 @@ def autotune(args):
                 results.append((ms, t))
             results.sort(key=lambda r: r[0])
             best[(kernel, D, causal)] = results[0]
+            entries.append(dict(kernel=kernel, family=config.family(q.device), D=D, causal=causal,
+                                itemsize=q.element_size(), tiles=results[0][1].as_dict(), ms=results[0][0]))
             print(f"  {kernel} D={D} causal={causal}: best {results[0][1]} {results[0][0]:.3f} ms; next "
-                  + "; ".join(f"{t.BLOCK_M}x{t.BLOCK_N} w{t.num_warps} s{t.num_stages} {ms:.3f}"
+                  + "; ".join(f"{t.BLOCK_M}x{t.BLOCK_N} w{t.num_warps} s{t.num_stages}{' tma' if t.tma else ''} {ms:.3f}"
                               for ms, t in results[1:4]), flush=True)
+    if args.out:
+        with open(os.path.join(args.out, "tiles.json"), "w") as f:
+            json.dump(entries, f, indent=1)
     return best
 
 
@@ -215,13 +221,18 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--quick", action="store_true", help="skip the untuned extra shapes")
     ap.add_argument("--autotune", action="store_true", help="time tile candidates instead of benchmarking")
     ap.add_argument("--kernels", default="fused,qk_softmax,pv", help="with --autotune: which kernels to tune")
-    ap.add_argument("--out", default=None, help="directory for bench.csv and ratios.csv")
+    ap.add_argument("--tiles", default=None, help="tile overrides: a tiles.json written by --autotune --out")
+    ap.add_argument("--out", default=None, help="directory for bench.csv and ratios.csv (tiles.json with --autotune)")
     args = ap.parse_args(argv)
     if not torch.cuda.is_available():
         print("attnlab bench: error: needs a CUDA GPU (timing the interpreter measures Python)", file=sys.stderr)
         return 2
     if args.out:
         os.makedirs(args.out, exist_ok=True)
+    if args.tiles:
+        from attnlab.triton import config
+
+        config.load_overrides(args.tiles)
     if args.autotune:
         autotune(args)
         return 0

@@ -110,6 +110,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--device", default="auto", help="auto (GPU if present), cuda or cpu")
     ap.add_argument("--quick", action="store_true", help="fewer shapes")
     ap.add_argument("--builds", default=None, help="comma-separated build names (default: all that suit the device)")
+    ap.add_argument("--tiles", default=None, help="tile overrides: a tiles.json written by attnlab bench --autotune")
     ap.add_argument("--ns", default=None, help="comma-separated sequence lengths (default: the grid's)")
     ap.add_argument("--out", default=None, help="write one CSV row per (build, case) here")
     args = ap.parse_args(argv)
@@ -120,7 +121,10 @@ def main(argv: list[str] | None = None) -> int:
 
         os.environ.setdefault("TRITON_INTERPRET", "1")
     from attnlab import builds
+    from attnlab.triton import config
 
+    if args.tiles:
+        config.load_overrides(args.tiles)
     try:
         names = [builds.get(n).name for n in args.builds.split(",")] if args.builds else default_builds(device)
     except ValueError as e:

@@ -31,3 +31,19 @@ def test_tile_config_is_recorded_per_kernel():
     assert set(launch.tile_config("materialised", spec)) == {"scores", "pv"}
     assert set(launch.tile_config("qk_softmax", spec)) == {"qk_softmax", "pv"}
     assert launch.tile_config("fused", spec)["fused"]["BLOCK_M"] % launch.tile_config("fused", spec)["fused"]["BLOCK_N"] == 0
+
+
+def test_autotune_overrides_file_goes_in_front(tmp_path):
+    import json
+
+    entry = dict(kernel="fused", family="interpreter", D=16, causal=False, itemsize=4,
+                 tiles=dict(BLOCK_M=16, BLOCK_N=16, num_warps=4, num_stages=2, tma=False))
+    path = tmp_path / "tiles.json"
+    path.write_text(json.dumps([entry]))
+    saved = config.TABLE
+    try:
+        config.load_overrides(str(path))
+        assert config.tiles("fused", torch.device("cpu"), 16, False, torch.float32) == config.Tiles(16, 16)
+        assert config.tiles("fused", torch.device("cpu"), 16, True, torch.float32) != config.Tiles(16, 16)
+    finally:
+        config.TABLE = saved

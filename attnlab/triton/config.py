@@ -21,6 +21,7 @@ class Tiles:
     BLOCK_N: int
     num_warps: int = 4
     num_stages: int = 2
+    tma: bool = False  # fused kernel only: K and V through Hopper's tensor-memory accelerator (sm90+, GPU only)
 
     def as_dict(self) -> dict:
         return asdict(self)
@@ -64,11 +65,14 @@ TABLE: dict[tuple, Tiles] = {
     ("qk_softmax", "interpreter", "any", "any", "any"): Tiles(128, 128),
     ("scores", "interpreter", "any", "any", "any"): Tiles(128, 128),
     ("pv", "interpreter", "any", "any", "any"): Tiles(128, 128),
-    ("fused", "sm90", 64, "any", 2): Tiles(128, 64, 4, 3),
-    ("fused", "sm90", 128, "any", 2): Tiles(128, 64, 8, 3),
+    # H200, bf16, N = 4096, B·N = 16384, H·D = 2048, autotune run of 2026-11-29 (PERFORMANCE.md, v2)
+    ("fused", "sm90", 64, "any", 2): Tiles(128, 64, 8, 3),
+    ("fused", "sm90", 128, "any", 2): Tiles(128, 128, 8, 3),
     ("fused", "sm90", 256, "any", 2): Tiles(64, 32, 4, 2),
-    ("qk_softmax", "sm90", 64, "any", 2): Tiles(128, 64, 4, 3),
-    ("qk_softmax", "sm90", 128, "any", 2): Tiles(128, 64, 8, 3),
+    ("qk_softmax", "sm90", 64, False, 2): Tiles(128, 64, 8, 3),
+    ("qk_softmax", "sm90", 128, False, 2): Tiles(128, 64, 4, 3),
+    ("qk_softmax", "sm90", "any", True, 2): Tiles(64, 64, 4, 3),
+    ("pv", "sm90", "any", "any", 2): Tiles(128, 64, 8, 3),
     ("scores", "any", "any", "any", 2): Tiles(128, 128, 8, 3),
     ("pv", "any", "any", "any", 2): Tiles(128, 64, 4, 3),
     # Fallback for other GPUs, fp32 and D = 256: small tiles that fit any sm80+ part's shared memory.
@@ -104,3 +108,15 @@ def forced(kernel: str, t: Tiles):
         yield
     finally:
         TABLE = saved
+
+
+def load_overrides(path: str) -> None:
+    """Put the entries of an autotune result file (JSON list written by `attnlab bench --autotune --out`) in front
+    of the table, for a benchmark run that tests them before they are written into TABLE by hand."""
+    import json
+
+    global TABLE
+    with open(path) as f:
+        entries = json.load(f)
+    front = {(e["kernel"], e["family"], e["D"], e["causal"], e["itemsize"]): Tiles(**e["tiles"]) for e in entries}
+    TABLE = {**front, **{k: v for k, v in TABLE.items() if k not in front}}

@@ -16,25 +16,37 @@ from attnlab.triton.tiles import dot, load_rows, masked_to_zero, positions, scor
 
 
 @triton.jit
-def _stream_kv(acc, l_i, m_i, q, k_base, v_base, m_base, offs_m, lo, hi, N, skn, svn, smn,
+def _stream_kv(acc, l_i, m_i, q, k_base, v_base, m_base, DK, DV, kv_head, offs_m, lo, hi, N, skn, svn, smn,
                qk_scale, mask_scale, inv_n,
                D: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
                MASKED: tl.constexpr, CAUSAL: tl.constexpr, MASK_KIND: tl.constexpr,
-               NO_SOFTMAX: tl.constexpr, NO_PV: tl.constexpr, IEEE: tl.constexpr, UPCAST: tl.constexpr):
+               NO_SOFTMAX: tl.constexpr, NO_PV: tl.constexpr, IEEE: tl.constexpr, UPCAST: tl.constexpr,
+               TMA: tl.constexpr):
     offs_d = tl.arange(0, BLOCK_D)
     for start_n in range(lo, hi, BLOCK_N):
         offs_n = start_n + tl.arange(0, BLOCK_N)
-        k = load_rows(k_base + offs_n[:, None] * skn, offs_n, offs_d, N, D, MASKED, BLOCK_D != D)
-        s = score_tile(q, k, m_base + offs_n[None, :] * smn, offs_m, offs_n, N, qk_scale, mask_scale,
-                       BLOCK_M, BLOCK_N, MASKED and CAUSAL, MASKED, MASK_KIND, IEEE, UPCAST)
-        if NO_SOFTMAX:
-            p = masked_to_zero(s)  # ablation: P = S; no max, no exp, no rescale
+        if TMA:
+            # Hopper's bulk tensor copy: one descriptor per (B·Hkv, N, D) tensor; rows past N come back as zeros.
+            k = DK.load([kv_head, start_n, 0]).reshape(BLOCK_N, BLOCK_D)
         else:
-            m_new = tl.maximum(m_i, tl.max(s, 1))
-            if MASK_KIND != 0:
-                # An explicit mask can hide a whole row so far: keep m finite so exp2 gives 0, not NaN.
-                m_new = tl.where(m_new == float("-inf"), 0.0, m_new)
-            p = tl.math.exp2(s - m_new[:, None])
+            k = load_rows(k_base + offs_n[:, None] * skn, offs_n, offs_d, N, D, MASKED, BLOCK_D != D)
+        if (not MASKED) and (MASK_KIND == 0) and (not NO_SOFTMAX):
+            # Steady state: raw scores, the scale folded into exp2's argument (one FMA per score, not MUL + SUB).
+            s = dot(q, tl.trans(k), tl.zeros([BLOCK_M, BLOCK_N], dtype=tl.float32), IEEE, UPCAST)
+            m_new = tl.maximum(m_i, tl.max(s, 1) * qk_scale)
+            p = tl.math.exp2(s * qk_scale - m_new[:, None])
+        else:
+            s = score_tile(q, k, m_base + offs_n[None, :] * smn, offs_m, offs_n, N, qk_scale, mask_scale,
+                           BLOCK_M, BLOCK_N, MASKED and CAUSAL, MASKED, MASK_KIND, IEEE, UPCAST)
+            if NO_SOFTMAX:
+                p = masked_to_zero(s)  # ablation: P = S; no max, no exp, no rescale
+            else:
+                m_new = tl.maximum(m_i, tl.max(s, 1))
+                if MASK_KIND != 0:
+                    # An explicit mask can hide a whole row so far: keep m finite so exp2 gives 0, not NaN.
+                    m_new = tl.where(m_new == float("-inf"), 0.0, m_new)
+                p = tl.math.exp2(s - m_new[:, None])
+        if not NO_SOFTMAX:
             alpha = tl.math.exp2(m_i - m_new)  # rescales what was accumulated under the old max
             l_i = l_i * alpha + tl.sum(p, 1)
             acc = acc * alpha[:, None]
@@ -43,18 +55,21 @@ def _stream_kv(acc, l_i, m_i, q, k_base, v_base, m_base, offs_m, lo, hi, N, skn,
             # Ablation: V is never read and no matmul runs, but every element of P still reaches O.
             acc += tl.sum(p * positions(offs_n, inv_n)[None, :], 1)[:, None]
         else:
-            v = load_rows(v_base + offs_n[:, None] * svn, offs_n, offs_d, N, D, MASKED, BLOCK_D != D)
+            if TMA:
+                v = DV.load([kv_head, start_n, 0]).reshape(BLOCK_N, BLOCK_D)
+            else:
+                v = load_rows(v_base + offs_n[:, None] * svn, offs_n, offs_d, N, D, MASKED, BLOCK_D != D)
             acc = dot(p.to(v.dtype), v, acc, IEEE, UPCAST)
     return acc, l_i, m_i
 
 
 @triton.jit
-def fused_kernel(Q, K, V, O, M,
+def fused_kernel(Q, K, V, O, M, DK, DV,
                  sqb, sqh, sqn, skb, skh, skn, svb, svh, svn, sob, soh, son, smb, smh, smm, smn,
                  N, H, GROUP, qk_scale, mask_scale, inv_n,
                  D: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
                  CAUSAL: tl.constexpr, MASK_KIND: tl.constexpr, NO_SOFTMAX: tl.constexpr, NO_PV: tl.constexpr,
-                 IEEE: tl.constexpr, UPCAST: tl.constexpr):
+                 IEEE: tl.constexpr, UPCAST: tl.constexpr, TMA: tl.constexpr):
     # grid: (cdiv(N, BLOCK_M), B·H). Requires BLOCK_M % BLOCK_N == 0 (the causal split is in whole key tiles).
     # qk_scale = scale · log2 e (natural scale under NO_SOFTMAX, whose P is S itself).
     start_m = tl.program_id(0)
@@ -62,6 +77,7 @@ def fused_kernel(Q, K, V, O, M,
     b = bh // H
     h = bh % H
     hk = h // GROUP  # grouped-query attention: GROUP query heads read one k/v head
+    kv_head = (b * (H // GROUP) + hk).to(tl.int32)  # row of the (B·Hkv, N, D) TMA descriptors
     offs_m = start_m * BLOCK_M + tl.arange(0, BLOCK_M)
     offs_d = tl.arange(0, BLOCK_D)
     q = load_rows(Q + b * sqb + h * sqh + offs_m[:, None] * sqn + offs_d[None, :], offs_m, offs_d, N, D,
@@ -81,12 +97,12 @@ def fused_kernel(Q, K, V, O, M,
         free_hi = (N // BLOCK_N) * BLOCK_N
         masked_lo = free_hi
         masked_hi = N
-    acc, l_i, m_i = _stream_kv(acc, l_i, m_i, q, k_base, v_base, m_base, offs_m, 0, free_hi, N, skn, svn, smn,
-                               qk_scale, mask_scale, inv_n, D, BLOCK_D, BLOCK_M, BLOCK_N,
-                               False, CAUSAL, MASK_KIND, NO_SOFTMAX, NO_PV, IEEE, UPCAST)
-    acc, l_i, m_i = _stream_kv(acc, l_i, m_i, q, k_base, v_base, m_base, offs_m, masked_lo, masked_hi, N,
+    acc, l_i, m_i = _stream_kv(acc, l_i, m_i, q, k_base, v_base, m_base, DK, DV, kv_head, offs_m, 0, free_hi, N,
                                skn, svn, smn, qk_scale, mask_scale, inv_n, D, BLOCK_D, BLOCK_M, BLOCK_N,
-                               True, CAUSAL, MASK_KIND, NO_SOFTMAX, NO_PV, IEEE, UPCAST)
+                               False, CAUSAL, MASK_KIND, NO_SOFTMAX, NO_PV, IEEE, UPCAST, TMA)
+    acc, l_i, m_i = _stream_kv(acc, l_i, m_i, q, k_base, v_base, m_base, DK, DV, kv_head, offs_m, masked_lo,
+                               masked_hi, N, skn, svn, smn, qk_scale, mask_scale, inv_n, D, BLOCK_D, BLOCK_M,
+                               BLOCK_N, True, CAUSAL, MASK_KIND, NO_SOFTMAX, NO_PV, IEEE, UPCAST, TMA)
     if not NO_SOFTMAX:
         acc = acc / tl.where(l_i == 0.0, 1.0, l_i)[:, None]  # a fully masked row gives O = 0
     o_ptrs = O + b * sob + h * soh + offs_m[:, None] * son + offs_d[None, :]

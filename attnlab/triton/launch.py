@@ -68,7 +68,10 @@ def _grid_m(spec: Spec, block_m: int):
 
 
 def _tiles(kernel: str, spec: Spec) -> dict:
-    return tiles(kernel, spec.device, spec.D, spec.causal, spec.dtype).as_dict()
+    t = tiles(kernel, spec.device, spec.D, spec.causal, spec.dtype).as_dict()
+    if kernel != "fused":
+        t.pop("tma")
+    return t
 
 
 def _out(spec: Spec, out) -> torch.Tensor:
@@ -136,11 +139,26 @@ def fused(q, k, v, *, causal=False, attn_mask=None, scale=None, ablation=None, o
     no_softmax = ablation == "no_softmax"
     log_scale = 1.0 if no_softmax else LOG2E
     t = _tiles("fused", s)
+    dk, dv = _kv_descriptors(c, t) if t.pop("tma") else (c.k, c.v)
     _fused.fused_kernel[_grid_m(s, t["BLOCK_M"])](
-        c.q, c.k, c.v, o, c.mask, *c.q.stride()[:3], *c.k.stride()[:3], *c.v.stride()[:3], *o.stride()[:3],
+        c.q, c.k, c.v, o, c.mask, dk, dv, *c.q.stride()[:3], *c.k.stride()[:3], *c.v.stride()[:3], *o.stride()[:3],
         *c.mask_strides, s.N, s.H, s.group, s.scale * log_scale, log_scale, 1.0 / s.N,
-        MASK_KIND=c.mask_kind, NO_SOFTMAX=no_softmax, NO_PV=ablation == "no_pv", **c.flags, **t)
+        MASK_KIND=c.mask_kind, NO_SOFTMAX=no_softmax, NO_PV=ablation == "no_pv", TMA=dk is not c.k,
+        **c.flags, **t)
     return o
+
+
+def _kv_descriptors(c: _Call, t: dict):
+    """TMA descriptors over K and V viewed as (B·Hkv, N, D): a box never crosses into the next head, and rows past
+    N read as zeros. Only on sm90+ and never under the interpreter (config.tiles() does not offer it there)."""
+    from triton.tools.tensor_descriptor import TensorDescriptor
+
+    s = c.spec
+    descs = []
+    for x in (c.k, c.v):
+        x3 = x.contiguous().view(s.B * s.Hkv, s.N, s.D)
+        descs.append(TensorDescriptor(x3, list(x3.shape), list(x3.stride()), [1, t["BLOCK_N"], c.flags["BLOCK_D"]]))
+    return descs
 
 
 def tile_config(build: str, spec: Spec) -> dict:
