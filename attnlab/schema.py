@@ -32,8 +32,11 @@ COLUMNS = {
     "alloc_flag": "'' or a warning that peak_bytes is below hold_bytes (a build that is not what its name says)",
     "err": "‖o − ref‖/‖ref‖ against the fp64 reference",
     "err_limit": "the FlashAttention-rule limit err must stay under (attnlab.accuracy)",
-    "err_note": "e.g. 'reference on B·H slice 0:4 of 64'",
-    "checksum": "float: the consumed-output checksum after the timed repetitions (proves the output was used)",
+    "err_note": "e.g. 'reference on batch 0:1 of 4, heads 0:2 of 32'; 'FAILS accuracy rule: ...' when err > err_limit",
+    "checksum": "float: the consumed-output checksum after the timed repetitions (proves the output was used): "
+                "Σ o.sum() over every call of the timing phase (its warm-up too), read once, divided by the calls",
+    "consume_ms": "median ms of the consumption step alone (o.sum into the checksum); it is inside ms, the same "
+                  "for every build of a shape",
     "flops": "4·B·H·N²·D, halved for causal",
     "bytes_moved": "the fewest bytes this build must move through device memory (attnlab.model)",
     "tflops": "achieved TFLOP/s at the median", "tbps": "achieved TB/s at the median",
@@ -45,3 +48,16 @@ COLUMNS = {
     "compile_note": "for compiled rows: '' or what torch._dynamo did (e.g. recompile-limit fallback refused)",
     "started": "ISO time the case began",
 }
+
+# The type of every column, for writing and reading results files (attnlab.sweep.read_results). "int" columns are
+# always known (reps is 0 when nothing was timed); unknown "float"s are NaN; unknown "str"s are ''.
+TYPES = {
+    **{c: "str" for c in ("run_id", "case_id", "build", "family", "base", "ablation", "dtype", "mask", "device",
+                          "device_name", "status", "timer", "peak_note", "alloc_flag", "err_note", "tiles",
+                          "compile_note", "started")},
+    **{c: "int" for c in ("B", "H", "Hkv", "N", "D", "reps", "hold_bytes", "flops", "bytes_moved")},
+    **{c: "float" for c in ("cold_s", "ms", "ms_p20", "ms_p80", "consume_ms", "peak_bytes", "err", "err_limit",
+                            "checksum", "tflops", "tbps", "pct_flops", "pct_bw", "ceiling_tflops", "ceiling_tbps")},
+    "causal": "bool",
+}
+assert set(TYPES) == set(COLUMNS), set(TYPES) ^ set(COLUMNS)

@@ -1,0 +1,106 @@
+"""`attnlab`: the lab's command line.
+
+    attnlab sweep --params params/cpu.yaml [--out DIR]   measure a grid into DIR (resumes when DIR has results)
+    attnlab check [...]                                  the correctness gate alone (attnlab.gate)
+    attnlab bench [...]                                  kernel benchmark and autotune (attnlab.bench)
+    attnlab run [--out DIR]                              the main job: the gate, then the sweep for this device
+
+Bad params print one line, `attnlab: error: ...`, and exit 2 with nothing written. Without a GPU, Triton's
+interpreter is switched on before any kernel module is imported (kernels are bound to it when defined).
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from pathlib import Path
+
+import torch
+
+if not torch.cuda.is_available():
+    os.environ.setdefault("TRITON_INTERPRET", "1")
+
+PARAMS = Path(__file__).resolve().parent.parent / "params"
+DELEGATED = {"check": ("attnlab.gate", "the correctness gate alone: every build against the fp64 oracle"),
+             "bench": ("attnlab.bench", "kernel benchmark and opt-in autotune sweep")}
+
+
+def parser() -> argparse.ArgumentParser:
+    top = argparse.ArgumentParser(prog="attnlab", description="Measure what fusion buys in attention.")
+    sub = top.add_subparsers(dest="command", metavar="{sweep,check,bench,run}", required=True)
+    sweep = sub.add_parser("sweep", help="measure a params grid into a results directory",
+                           description="Measure every case of a params file; append rows to DIR/results.csv as "
+                                       "they finish; re-running with the same --out resumes.")
+    sweep.add_argument("--params", required=True, metavar="FILE", help="params YAML (e.g. params/cpu.yaml)")
+    sweep.add_argument("--out", metavar="DIR", help="output directory (default: params out_dir, else "
+                                                    "outputs/<device>/<timestamp>)")
+    sweep.add_argument("--quiet", action="store_true", help="no progress bar")
+    for name, (module, about) in DELEGATED.items():
+        sub.add_parser(name, help=about, add_help=False,
+                       description=f"{about}. Arguments go to {module}.main; `attnlab {name} --help` lists them.")
+    run = sub.add_parser("run", help="the main job: correctness gate, then the sweep for the best device present",
+                         description="Run the correctness gate; if it passes, sweep params/h200.yaml on a CUDA GPU "
+                                     "(params/cpu.yaml without one) into outputs/<gpu-or-cpu>/<timestamp>/.")
+    run.add_argument("--out", metavar="DIR", help="output directory instead of outputs/<gpu-or-cpu>/<timestamp>")
+    return top
+
+
+def _error(msg: str) -> int:
+    print(f"attnlab: error: {msg}", file=sys.stderr)
+    return 2
+
+
+def _delegate(command: str, rest: list[str]) -> int:
+    import importlib
+
+    module = DELEGATED[command][0]
+    try:
+        main = importlib.import_module(module).main
+    except ModuleNotFoundError as e:
+        if e.name != module:
+            raise
+        return _error(f"{module} is not in this checkout, so `attnlab {command}` cannot run")
+    return int(main(rest) or 0)
+
+
+def _sweep(params, out, quiet: bool) -> int:
+    from attnlab import sweep
+
+    try:
+        df = sweep.run(params, out_dir=out, progress=not quiet)
+    except sweep.ParamsError as e:
+        return _error(str(e))
+    except KeyboardInterrupt:
+        print("attnlab: interrupted; finished rows are kept: re-run with the same --out to resume", file=sys.stderr)
+        return 130
+    bad = df[df["status"] != "ok"]
+    note = "" if bad.empty else f" ({len(bad)} not ok: see their status column)"
+    print(f"attnlab: {len(df)} rows in {df.attrs['out_dir']}/{sweep.RESULTS}{note}")
+    return 0
+
+
+def main(argv=None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if argv and argv[0] in DELEGATED:
+        return _delegate(argv[0], argv[1:])
+    try:
+        args = parser().parse_args(argv)
+    except SystemExit as e:  # --help (0) and usage errors (2): return the code instead of exiting
+        return int(e.code or 0)
+    if args.command == "sweep":
+        return _sweep(args.params, args.out, args.quiet)
+    # run: the gate first; timings of a build that fails it would describe a wrong program
+    from attnlab import gate
+
+    code = int(gate.main([]) or 0)
+    if code:
+        print("attnlab: the correctness gate failed; not sweeping (attnlab sweep runs the sweep anyway)",
+              file=sys.stderr)
+        return code
+    name = "h200.yaml" if torch.cuda.is_available() else "cpu.yaml"
+    params = PARAMS / name if (PARAMS / name).exists() else Path("params") / name  # checkout, else cwd
+    return _sweep(params, args.out, False)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

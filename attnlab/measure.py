@@ -1,0 +1,351 @@
+"""One case, measured honestly: one results row (attnlab.schema.COLUMNS) per call of `measure`.
+
+    cold    wall time of the very first call (Triton compile and autotune, torch.compile, module load), synced on
+            both sides: its own figure, never mixed into the warm numbers. It is the first call *in this process*:
+            Triton's and inductor's on-disk caches, and earlier cases sharing a kernel, can make it a load.
+    warm    CUDA: triton.testing.do_bench, device events, L2 flushed before every repetition (so repeats do not
+            measure the cache; inputs are not rotated); median, p20, p80 of all repetitions, nothing printed or
+            synced inside. CPU: time.perf_counter around each call, a 64 MiB buffer written between calls (the
+            CPU's cache flush); at least `min_reps` calls, more while `reps_ms` of wall time lasts.
+    peak    its own pass after timing: collect, empty the cache, reset peak stats, sync, run, sync; peak minus what
+            was allocated before, next to model.hold_bytes. CPU has no allocator statistics: NaN and the reason.
+    error   ‖o − ref‖/‖ref‖ against the fp64 oracle under attnlab.accuracy's rule, at every measured shape; when
+            the fp64 scores B·H·N²·8 exceed `ref_budget_bytes`, on a batch slice, then a head slice in whole
+            groups of H/Hkv (so grouped-query attention stays right), and err_note says which.
+    model   attnlab.model's FLOPs and bytes; achieved TFLOP/s and TB/s at the median; % of the run's ceilings.
+    status  'ok', 'unsupported: <why>', 'oom: <bytes> bytes wanted (...)' or 'error: <type>: <message>'.
+
+Every timed call consumes its output: `acc += o.sum(dtype=float32)` on the device, the same step for every build, so
+no ablation's work can be dropped as dead code and the step cancels in differences between builds. acc is read once
+after timing; `checksum` is acc divided by the number of calls (the mean of o.sum(), comparable across builds of a
+shape whatever the repetition count). `consume_ms` times that step alone: it is inside `ms`.
+
+A row whose err exceeds its limit keeps status 'ok' (the timing is real) and says 'FAILS accuracy rule' in err_note;
+the correctness gate (attnlab.gate) is where a wrong build fails. Inputs are random normal, never zeros, seeded by
+the shape (not the build), so every build of a shape sees the same q, k, v and their checksums compare.
+"""
+from __future__ import annotations
+
+import gc
+import json
+import math
+import re
+import statistics
+import time
+import zlib
+from dataclasses import dataclass
+
+import torch
+
+from attnlab import builds, model, provenance
+from attnlab.accuracy import judge
+from attnlab.builds import Unsupported
+from attnlab.schema import COLUMNS, TYPES
+from attnlab.triton import launch
+from attnlab.validate import check
+
+COMPILED = ("flex",)  # builds that go through torch.compile: dynamo reset per shape, fallbacks reported
+REF_BUDGET = 2 * model.GiB  # fp64 scores the reference may hold before it is computed on a slice
+CPU_FLUSH_BYTES = 64 << 20  # written between CPU repetitions: larger than the last-level cache of most CPUs
+MAX_CPU_REPS = 1000
+
+
+@dataclass(frozen=True)
+class Case:
+    """One measurement. `dtype` is stored by name ('bfloat16', 'float16', 'float32'); a torch.dtype is accepted
+    and converted, so cases hash, compare and print the same whichever was given."""
+
+    build: str
+    B: int
+    H: int
+    Hkv: int
+    N: int
+    D: int
+    dtype: str = "float32"
+    causal: bool = False
+    device: str = "cpu"
+
+    def __post_init__(self):
+        if isinstance(self.dtype, torch.dtype):
+            object.__setattr__(self, "dtype", str(self.dtype).removeprefix("torch."))
+
+    @property
+    def torch_dtype(self) -> torch.dtype:
+        return getattr(torch, self.dtype)
+
+    @property
+    def mask(self) -> str:
+        """'zero' for the zero_mask ablations (they apply an all-zero additive mask), 'none' otherwise."""
+        return "zero" if self.build.endswith("-zero_mask") else "none"
+
+    @property
+    def case_id(self) -> str:
+        return "|".join(str(x) for x in (self.build, self.B, self.H, self.Hkv, self.N, self.D, self.dtype,
+                                         self.causal, self.mask))
+
+
+# -- inputs and small rules ---------------------------------------------------------------------------------------
+
+def shape_seed(case: Case, seed: int = 0) -> int:
+    """A seed from the shape and `seed`, not the build: every build of a shape gets the same inputs."""
+    key = f"{seed}|{case.B}|{case.H}|{case.Hkv}|{case.N}|{case.D}|{case.dtype}|{case.causal}"
+    return zlib.crc32(key.encode())
+
+
+def make_inputs(case: Case, seed: int = 0):
+    """Fresh random normal q (B, H, N, D), k and v (B, Hkv, N, D) on the case's device, in its dtype."""
+    dev = torch.device(case.device)
+    g = torch.Generator(device=dev).manual_seed(shape_seed(case, seed))
+    kw = dict(generator=g, device=dev, dtype=case.torch_dtype)
+    q = torch.randn(case.B, case.H, case.N, case.D, **kw)
+    k = torch.randn(case.B, case.Hkv, case.N, case.D, **kw)
+    v = torch.randn(case.B, case.Hkv, case.N, case.D, **kw)
+    return q, k, v
+
+
+def ref_slice(case: Case, budget: int) -> tuple[int, int, str]:
+    """(batches, query heads, note) on which the fp64 reference fits `budget` bytes of scores.
+
+    Batch first; below one batch, heads in whole groups of H/Hkv so each query head keeps its own k/v head."""
+    per_head = case.N * case.N * 8
+    if case.B * case.H * per_head <= budget:
+        return case.B, case.H, ""
+    b = budget // (case.H * per_head)
+    if b >= 1:
+        return b, case.H, f"reference on batch 0:{b} of {case.B}"
+    g = case.H // case.Hkv
+    h = max(g, budget // per_head // g * g)
+    return 1, h, f"reference on batch 0:1 of {case.B}, heads 0:{h} of {case.H}"
+
+
+def alloc_flag(peak_bytes: float, hold: int, holds: str) -> str:
+    """'' or why the peak shows the build is not what its name says (it held less than it must)."""
+    if not math.isfinite(peak_bytes) or peak_bytes >= hold:
+        return ""
+    return (f"peak {int(peak_bytes)} B is below the {hold} B a build holding {holds!r} must hold: "
+            f"not what its name says")
+
+
+def one_line(x, limit: int = 300) -> str:
+    """Messages go in one CSV cell on one line."""
+    s = " ".join(str(x).split())
+    return s if len(s) <= limit else s[: limit - 1] + "…"
+
+
+_UNITS = {"B": 1, "KiB": 1 << 10, "MiB": 1 << 20, "GiB": 1 << 30, "TiB": 1 << 40}
+
+
+def oom_status(e: BaseException, hold: int) -> str:
+    """'oom: <bytes> bytes wanted (...)': the allocator's request when its message names one, else hold_bytes."""
+    m = re.search(r"Tried to allocate ([\d.]+) ?(B|KiB|MiB|GiB|TiB)", str(e))
+    if m:
+        return f"oom: {int(float(m.group(1)) * _UNITS[m.group(2)])} bytes wanted (the failed allocation)"
+    return f"oom: {hold} bytes wanted (hold_bytes; the error named no size)"
+
+
+def _is_oom(e: BaseException) -> bool:
+    return isinstance(e, torch.OutOfMemoryError) or "can't allocate memory" in str(e)  # CPU's allocator
+
+
+def _is_recompile_limit(e: BaseException) -> bool:
+    return type(e).__name__ == "FailOnRecompileLimitHit" or "recompile_limit" in str(e)
+
+
+# -- timing -------------------------------------------------------------------------------------------------------
+
+def _sync(dev: torch.device):
+    if dev.type == "cuda":
+        torch.cuda.synchronize(dev)
+
+
+_flush: dict = {}
+
+
+def _time(step, dev: torch.device, *, warmup_ms: float, reps_ms: float, min_reps: int) -> tuple[list, str]:
+    """Repetition times in ms of `step` and the timer's name (module docstring)."""
+    if dev.type == "cuda":
+        import triton.testing
+
+        times = triton.testing.do_bench(step, warmup=warmup_ms, rep=reps_ms, return_mode="all")
+        if len(times) < min_reps:  # slow case: do_bench sized the reps from its estimate; give it enough time
+            rep = 2 * min_reps * statistics.median(times)
+            times = triton.testing.do_bench(step, warmup=warmup_ms, rep=rep, return_mode="all")
+        return list(times), "do_bench"
+    if "cpu" not in _flush:
+        _flush["cpu"] = torch.empty(CPU_FLUSH_BYTES // 4)
+    buf = _flush["cpu"]
+    step()
+    deadline = time.perf_counter() + warmup_ms / 1e3
+    while time.perf_counter() < deadline:
+        step()
+    times = []
+    deadline = time.perf_counter() + reps_ms / 1e3
+    while len(times) < min_reps or (time.perf_counter() < deadline and len(times) < MAX_CPU_REPS):
+        buf.zero_()
+        t0 = time.perf_counter()
+        step()
+        times.append((time.perf_counter() - t0) * 1e3)
+    return times, "perf_counter"
+
+
+def _pct(times: list, p: float) -> float:
+    """Linear-interpolated percentile (what numpy.percentile does by default)."""
+    s = sorted(times)
+    x = (len(s) - 1) * p / 100
+    lo = math.floor(x)
+    hi = min(lo + 1, len(s) - 1)
+    return s[lo] + (s[hi] - s[lo]) * (x - lo)
+
+
+def peak_pass(run, dev: torch.device) -> tuple[float, str, torch.Tensor]:
+    """(peak bytes above what was allocated before, note, o) of one call of `run`, in a pass of its own."""
+    if dev.type != "cuda":
+        return math.nan, "n/a: CPU has no allocator statistics", run()
+    gc.collect()
+    torch.cuda.synchronize(dev)
+    torch.cuda.empty_cache()
+    torch.cuda.reset_peak_memory_stats(dev)
+    before = torch.cuda.memory_allocated(dev)
+    o = run()
+    torch.cuda.synchronize(dev)
+    return float(torch.cuda.max_memory_allocated(dev) - before), "", o
+
+
+def _dynamo_reset():
+    """Forget every compiled graph: each shape of a compiled build compiles afresh at its cold call, so a sweep can
+    never reach torch._dynamo's recompile limit (past which it would silently run eager)."""
+    import torch._dynamo
+
+    torch._dynamo.reset()
+
+
+def _graphs() -> int:
+    import torch._dynamo.utils
+
+    return int(torch._dynamo.utils.counters["stats"]["unique_graphs"])
+
+
+# -- the row ------------------------------------------------------------------------------------------------------
+
+def blank_row() -> dict:
+    """Every column, unknown: NaN for numbers, '' for text, 0 repetitions."""
+    empty = {"str": "", "float": math.nan, "int": 0, "bool": False}
+    return {c: empty[TYPES[c]] for c in COLUMNS}
+
+
+def base_row(case: Case, *, ceilings: dict, run_id: str = "") -> dict:
+    """The row's identity, model numbers and ceilings: everything known before the build runs."""
+    build = builds.get(case.build)
+    dev = torch.device(case.device)
+    row = blank_row()
+    row.update(
+        run_id=run_id, case_id=case.case_id, build=build.name, family=build.family, base=build.base,
+        ablation=build.ablation or "", B=case.B, H=case.H, Hkv=case.Hkv, N=case.N, D=case.D, dtype=case.dtype,
+        causal=bool(case.causal), mask=case.mask, device=str(dev), device_name=provenance.device_name(str(dev)),
+        hold_bytes=model.hold_bytes(case), flops=model.flops(case), bytes_moved=model.bytes_moved(case),
+        ceiling_tflops=float(ceilings["tflops"]), ceiling_tbps=float(ceilings["tbps"]),
+        started=provenance.now(),
+    )
+    return row
+
+
+def _error(case: Case, build, q, k, v, o, budget: int) -> dict:
+    b, h, note = ref_slice(case, budget)
+    hk = h // (case.H // case.Hkv)
+    notes = [note] if note else []
+    try:
+        verdict = judge(o[:b, :h], q[:b, :h], k[:b, :hk], v[:b, :hk], causal=case.causal, ablation=build.ablation)
+    except Exception as e:  # the reference failing says nothing about the build's timing
+        why = oom_status(e, 0) if _is_oom(e) else f"{type(e).__name__}: {e}"
+        return dict(err_note=one_line("; ".join(notes + [f"reference failed: {why}"])))
+    if not verdict.ok:
+        notes.append(f"FAILS accuracy rule: err {verdict.err:.3g} > limit {verdict.limit:.3g}")
+    return dict(err=verdict.err, err_limit=verdict.limit, err_note="; ".join(notes))
+
+
+def measure(case: Case, *, ceilings: dict, reps_ms: float = 100.0, warmup_ms: float = 25.0, min_reps: int = 5,
+            ref_budget_bytes: int = REF_BUDGET, seed: int = 0, run_id: str = "") -> dict:
+    """Measure one case; always return a complete row (a failing build is a status, never an exception).
+
+    `ceilings` is model.measure_ceilings' dict for the run. An unknown build name raises ValueError: that is the
+    caller's mistake, not a measurement."""
+    build = builds.get(case.build)
+    row = base_row(case, ceilings=ceilings, run_id=run_id)
+    dev = torch.device(case.device)
+    compiled = build.base in COMPILED
+    q = k = v = o = step = None
+    try:
+        q, k, v = make_inputs(case, seed)
+        if build.family != "library":
+            spec = check(q, k, v, causal=case.causal)
+            row["tiles"] = json.dumps(launch.tile_config(build.base, spec), sort_keys=True)
+
+        def call():
+            return build.attend(q, k, v, causal=case.causal)
+
+        if compiled:
+            _dynamo_reset()
+            g0 = _graphs()
+        _sync(dev)
+        t0 = time.perf_counter()
+        o = call()
+        _sync(dev)
+        row["cold_s"] = time.perf_counter() - t0
+        o = None
+        if compiled:
+            g1 = _graphs()
+
+        acc = torch.zeros((), dtype=torch.float32, device=dev)
+        calls = [0]
+
+        def step():  # the timed call: attention, then consume its output (no sync, no print)
+            calls[0] += 1
+            acc.add_(call().sum(dtype=torch.float32))
+
+        times, row["timer"] = _time(step, dev, warmup_ms=warmup_ms, reps_ms=reps_ms, min_reps=min_reps)
+        row["checksum"] = acc.item() / calls[0]  # the one read of acc
+        row.update(ms=statistics.median(times), ms_p20=_pct(times, 20), ms_p80=_pct(times, 80), reps=len(times))
+        if compiled:
+            g2 = _graphs()
+            row["compile_note"] = (f"torch._dynamo reset before the first call; {g1 - g0} graph(s) compiled there, "
+                                   f"{g2 - g1} while timing")
+            if g2 > g1:
+                row["compile_note"] += ": RECOMPILED during timing, the warm numbers include compilation"
+
+        peak, row["peak_note"], o = peak_pass(call, dev)
+        row.update(peak_bytes=peak, alloc_flag=alloc_flag(peak, row["hold_bytes"], build.holds))
+
+        sink = torch.zeros((), dtype=torch.float32, device=dev)
+        consume, _ = _time(lambda: sink.add_(o.sum(dtype=torch.float32)), dev, warmup_ms=warmup_ms,
+                           reps_ms=reps_ms, min_reps=min_reps)
+        row["consume_ms"] = statistics.median(consume)
+        row["status"] = "ok"
+    except Unsupported as e:
+        row["status"] = one_line(f"unsupported: {e}")
+    except Exception as e:
+        if _is_oom(e):
+            row["status"] = oom_status(e, row["hold_bytes"])
+        elif _is_recompile_limit(e):
+            row["status"] = one_line(f"error: {type(e).__name__}: torch._dynamo hit its recompile limit")
+            row["compile_note"] = one_line(f"recompile-limit fallback to eager refused (the row would have timed "
+                                           f"eager code): {e}")
+        else:
+            row["status"] = one_line(f"error: {type(e).__name__}: {e}")
+    if row["status"] == "ok":
+        row.update(_error(case, build, q, k, v, o, ref_budget_bytes))
+    q = k = v = o = step = None
+    gc.collect()
+    if dev.type == "cuda":
+        torch.cuda.empty_cache()
+    return rates(row)
+
+
+def rates(row: dict) -> dict:
+    """Achieved TFLOP/s and TB/s at the median time, and their % of the run's ceilings (NaN without a time)."""
+    ms = row["ms"]
+    if isinstance(ms, float) and math.isfinite(ms) and ms > 0:
+        row["tflops"] = row["flops"] / (ms * 1e-3) / 1e12
+        row["tbps"] = row["bytes_moved"] / (ms * 1e-3) / 1e12
+        row["pct_flops"] = 100 * row["tflops"] / row["ceiling_tflops"]
+        row["pct_bw"] = 100 * row["tbps"] / row["ceiling_tbps"]
+    return row

@@ -1,0 +1,164 @@
+"""The command line: sweep, check and bench delegation, run, --help on each, and bad params as one line + exit 2."""
+import os
+import re
+import subprocess
+import sys
+import types
+from pathlib import Path
+
+import pandas as pd
+import pytest
+import torch
+import yaml
+
+from attnlab import cli, sweep
+
+ROOT = Path(__file__).resolve().parent.parent
+TINY = dict(device="cpu", dtype="float32", seq_lens=[32], head_dims=[16], causal=[False, True],
+            batch_policy="fixed", batch=1, heads=2, builds=["fused", "torch_eager"], warmup_ms=0, reps_ms=1,
+            min_reps=2)
+
+
+def params_file(tmp_path, **change) -> Path:
+    path = tmp_path / f"params{len(list(tmp_path.glob('params*.yaml')))}.yaml"  # a new file each call
+    path.write_text(yaml.safe_dump({**TINY, **change}))
+    return path
+
+
+def test_sweep_writes_results_and_says_where(tmp_path, capsys):
+    out = tmp_path / "out"
+    assert cli.main(["sweep", "--params", str(params_file(tmp_path)), "--out", str(out), "--quiet"]) == 0
+    assert f"attnlab: 4 rows in {out}/results.csv" in capsys.readouterr().out
+    df = sweep.read_results(out)
+    assert len(df) == 4 and (df["status"] == "ok").all()
+
+
+def test_out_flag_wins_over_the_params_out_dir(tmp_path):
+    p = params_file(tmp_path, out_dir=str(tmp_path / "from_params"))
+    assert cli.main(["sweep", "--params", str(p), "--out", str(tmp_path / "from_flag"), "--quiet"]) == 0
+    assert (tmp_path / "from_flag" / "results.csv").exists() and not (tmp_path / "from_params").exists()
+
+
+def bad_cases(tmp_path):
+    a_file = tmp_path / "a_file"
+    a_file.write_text("")
+    malformed = tmp_path / "malformed.yaml"
+    malformed.write_text("seq_lens: [64\nbuilds: fused\n")
+    return [
+        (params_file(tmp_path, colour="red"), None, "params key 'colour': value 'red' is not a params key"),
+        (params_file(tmp_path, builds=["fused", "nope"]), None, "params key 'builds': value 'nope' is not a build"),
+        (params_file(tmp_path, seq_lens=[-1]), None, "params key 'seq_lens': value -1 must be > 0"),
+        (params_file(tmp_path, dtype="float64"), None, "params key 'dtype': value 'float64' must be one of"),
+        (tmp_path / "missing.yaml", None, "params file '"),
+        (malformed, None, "params file '"),
+        (params_file(tmp_path), a_file, f"params key 'out_dir': value '{a_file}' is a file, not a directory"),
+    ]
+
+
+def test_bad_params_give_one_line_exit_2_and_write_nothing(tmp_path, capsys):
+    for params, out, message in bad_cases(tmp_path):
+        target = out or tmp_path / "never"
+        code = cli.main(["sweep", "--params", str(params), "--out", str(target)])
+        err = capsys.readouterr().err
+        assert code == 2, message
+        assert err.startswith(f"attnlab: error: {message}"), err
+        assert err.count("\n") == 1 and "Traceback" not in err
+        assert not (tmp_path / "never").exists()
+        assert not out or out.read_text() == ""
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="needs a machine without a GPU")
+def test_a_device_this_machine_lacks(tmp_path, capsys):
+    code = cli.main(["sweep", "--params", str(params_file(tmp_path, device="cuda")), "--out", str(tmp_path / "n")])
+    assert code == 2 and capsys.readouterr().err.startswith("attnlab: error: params key 'device': value 'cuda'")
+    assert not (tmp_path / "n").exists()
+
+
+def test_the_console_entry_prints_no_traceback(tmp_path):
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "TRITON_INTERPRET": "1"}
+    r = subprocess.run([sys.executable, "-m", "attnlab.cli", "sweep", "--params",
+                        str(params_file(tmp_path, seq_lens=[0])), "--out", str(tmp_path / "n")],
+                       capture_output=True, text=True, env=env, cwd=tmp_path)
+    assert r.returncode == 2 and r.stdout == ""
+    assert r.stderr == "attnlab: error: params key 'seq_lens': value 0 must be > 0\n"
+    assert not (tmp_path / "n").exists()
+
+
+def test_usage_errors_exit_2(capsys):
+    assert cli.main(["sweep"]) == 2  # --params is required
+    assert "--params" in capsys.readouterr().err
+    assert cli.main(["frobnicate"]) == 2
+    assert cli.main([]) == 2
+
+
+@pytest.mark.parametrize("argv, expected", [
+    (["--help"], ["sweep", "check", "bench", "run"]),
+    (["sweep", "--help"], ["--params", "--out"]),
+    (["run", "--help"], ["gate", "h200.yaml", "cpu.yaml"]),
+])
+def test_help(capsys, argv, expected):
+    assert cli.main(argv) == 0
+    out = capsys.readouterr().out
+    assert out.startswith("usage: attnlab") and all(word in out for word in expected)
+
+
+def fake_module(monkeypatch, name, code=0):
+    got = []
+    module = types.ModuleType(name)
+    module.main = lambda argv: got.append(list(argv)) or code
+    monkeypatch.setitem(sys.modules, name, module)
+    return got
+
+
+@pytest.mark.parametrize("command, module", [("check", "attnlab.gate"), ("bench", "attnlab.bench")])
+def test_check_and_bench_delegate_every_argument(monkeypatch, command, module):
+    got = fake_module(monkeypatch, module, code=3)
+    assert cli.main([command, "--ns", "64", "--out", "x.csv"]) == 3
+    assert cli.main([command, "--help"]) == 3  # their own --help
+    assert got == [["--ns", "64", "--out", "x.csv"], ["--help"]]
+
+
+def test_a_missing_delegate_is_one_line(monkeypatch, capsys):
+    monkeypatch.setitem(sys.modules, "attnlab.bench", None)  # as if bench.py were not in the checkout
+    assert cli.main(["bench"]) == 2
+    assert capsys.readouterr().err == ("attnlab: error: attnlab.bench is not in this checkout, so `attnlab bench` "
+                                       "cannot run\n")
+
+
+def test_run_gates_then_sweeps_the_params_for_this_device(monkeypatch, capsys):
+    gate = fake_module(monkeypatch, "attnlab.gate")
+    swept = []
+
+    def fake_run(params, out_dir=None, progress=True):
+        swept.append((Path(params), out_dir))
+        df = pd.DataFrame({"status": ["ok"]})
+        df.attrs["out_dir"] = "outputs/cpu/x"
+        return df
+
+    monkeypatch.setattr(sweep, "run", fake_run)
+    assert cli.main(["run"]) == 0
+    assert gate == [[]]
+    expected = "h200.yaml" if torch.cuda.is_available() else "cpu.yaml"
+    assert swept == [(ROOT / "params" / expected, None)]  # None: sweep's default out_dir, below
+    assert swept[0][0].exists()
+
+
+def test_run_stops_when_the_gate_fails(monkeypatch, capsys):
+    fake_module(monkeypatch, "attnlab.gate", code=1)
+    monkeypatch.setattr(sweep, "run", lambda *a, **k: pytest.fail("swept after a failed gate"))
+    assert cli.main(["run"]) == 1
+    assert "correctness gate failed" in capsys.readouterr().err
+
+
+def test_default_out_dir_is_outputs_device_timestamp():
+    out = sweep.default_out_dir("cpu")
+    assert out.parts[:2] == ("outputs", "cpu") and re.fullmatch(r"\d{8}-\d{6}", out.parts[2])
+
+
+def test_an_interrupted_sweep_exits_130_and_says_how_to_resume(tmp_path, monkeypatch, capsys):
+    def interrupted(*a, **k):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(sweep, "run", interrupted)
+    assert cli.main(["sweep", "--params", str(params_file(tmp_path))]) == 130
+    assert "resume" in capsys.readouterr().err

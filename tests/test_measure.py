@@ -1,0 +1,213 @@
+"""One case measured on the CPU (Triton kernels in the interpreter): complete rows, honest statuses, a checksum that
+is the output's, the reference on a slice, and the guards (under-allocation, accuracy, compiled fallback)."""
+import gc
+import json
+import math
+
+import pytest
+import torch
+
+from attnlab import builds, model
+from attnlab import measure as m
+from attnlab.builds import Build, Unsupported
+from attnlab.measure import Case, measure
+from attnlab.reference import attend as oracle
+from attnlab.schema import COLUMNS
+
+CEIL = dict(tbps=0.05, tflops=0.2)  # stand-in ceilings: the row's % must follow from them
+FAST = dict(ceilings=CEIL, reps_ms=1.0, warmup_ms=0.0, min_reps=3)
+
+
+def case(build="fused", N=64, D=16, causal=False, B=1, H=2, Hkv=2, dtype="float32"):
+    return Case(build, B, H, Hkv, N, D, dtype, causal, "cpu")
+
+
+def fake_build(monkeypatch, name, attend, holds="none", family="library"):
+    monkeypatch.setitem(builds.BUILDS, name, Build(name, attend, family, name, None, holds, "a test build"))
+
+
+def test_case_keeps_dtype_by_name_and_a_stable_id():
+    c = Case("fused-zero_mask", 1, 2, 1, 64, 16, torch.bfloat16, True, "cpu")
+    assert c.dtype == "bfloat16" and c.torch_dtype is torch.bfloat16 and c.mask == "zero"
+    assert c.case_id == "fused-zero_mask|1|2|1|64|16|bfloat16|True|zero"
+    assert c == Case("fused-zero_mask", 1, 2, 1, 64, 16, "bfloat16", True, "cpu")
+
+
+def test_a_fused_row_is_complete_and_consistent():
+    row = measure(case("fused", causal=True), run_id="r1", **FAST)
+    assert list(row) == list(COLUMNS)
+    assert row["status"] == "ok" and row["run_id"] == "r1" and row["timer"] == "perf_counter"
+    assert (row["family"], row["base"], row["ablation"], row["mask"]) == ("ours", "fused", "", "none")
+    assert row["cold_s"] > 0 and row["reps"] >= 3
+    assert 0 < row["ms_p20"] <= row["ms"] <= row["ms_p80"]
+    assert 0 < row["consume_ms"]
+    # peak on a CPU: unknown, with the reason, never 0
+    assert math.isnan(row["peak_bytes"]) and row["peak_note"] == "n/a: CPU has no allocator statistics"
+    assert row["alloc_flag"] == ""
+    assert 0 <= row["err"] < row["err_limit"] and row["err_note"] == ""
+    c = case("fused", causal=True)
+    assert (row["flops"], row["bytes_moved"], row["hold_bytes"]) == (model.flops(c), model.bytes_moved(c),
+                                                                   model.hold_bytes(c))
+    assert row["tflops"] == pytest.approx(row["flops"] / (row["ms"] * 1e-3) / 1e12)
+    assert row["tbps"] == pytest.approx(row["bytes_moved"] / (row["ms"] * 1e-3) / 1e12)
+    assert row["pct_flops"] == pytest.approx(100 * row["tflops"] / 0.2)
+    assert row["pct_bw"] == pytest.approx(100 * row["tbps"] / 0.05)
+    assert (row["ceiling_tflops"], row["ceiling_tbps"]) == (0.2, 0.05)
+    assert set(json.loads(row["tiles"])) == {"fused"}
+
+
+def test_ablation_and_library_rows_say_what_they_are():
+    zm = measure(case("qk_softmax-zero_mask"), **FAST)
+    assert zm["status"] == "ok" and zm["mask"] == "zero" and zm["ablation"] == "zero_mask"
+    assert zm["family"] == "ablation" and zm["base"] == "qk_softmax"
+    assert set(json.loads(zm["tiles"])) == {"qk_softmax", "pv"}
+    lib = measure(case("torch_eager"), **FAST)
+    assert lib["status"] == "ok" and lib["tiles"] == "" and lib["family"] == "library"
+
+
+def test_checksum_is_the_consumed_output_and_follows_the_inputs():
+    for build in ("fused", "fused-no_pv"):
+        a, b, a2 = (measure(case(build), seed=s, **FAST) for s in (0, 1, 0))
+        for r in (a, b):
+            assert math.isfinite(r["checksum"]) and r["checksum"] != 0
+        assert a["checksum"] != b["checksum"]  # other inputs, other output, other checksum
+        assert a["checksum"] == pytest.approx(a2["checksum"], rel=1e-6)
+        # it is the sum of this build's output on the case's inputs (mean over calls), not a constant
+        q, k, v = m.make_inputs(case(build), 0)
+        expected = oracle(q, k, v, ablation=builds.get(build).ablation).sum().item()
+        assert a["checksum"] == pytest.approx(expected, rel=1e-4, abs=1e-3)
+
+
+def test_every_build_of_a_shape_gets_the_same_inputs():
+    fused, eager = measure(case("fused"), **FAST), measure(case("torch_eager"), **FAST)
+    assert fused["checksum"] == pytest.approx(eager["checksum"], rel=1e-4, abs=1e-3)
+
+
+def test_an_unsupported_build_is_a_status_with_its_reason(monkeypatch):
+    def refuses(q, k, v, **kw):
+        raise Unsupported("no kernel for this\ncase here")
+
+    fake_build(monkeypatch, "refuses", refuses)
+    row = measure(case("refuses"), **FAST)
+    assert row["status"] == "unsupported: no kernel for this case here"
+    assert math.isnan(row["ms"]) and math.isnan(row["err"]) and row["reps"] == 0
+    assert list(row) == list(COLUMNS)
+
+
+def test_an_exception_is_an_error_row_on_one_line(monkeypatch):
+    calls = []
+
+    def breaks(q, k, v, **kw):
+        calls.append(1)
+        if len(calls) > 1:  # the cold call succeeds, a warm one breaks: the cold figure is kept
+            raise RuntimeError("boom\n  at line 2")
+        return q.clone()
+
+    fake_build(monkeypatch, "breaks", breaks)
+    row = measure(case("breaks"), **FAST)
+    assert row["status"] == "error: RuntimeError: boom at line 2"
+    assert row["cold_s"] > 0 and math.isnan(row["ms"])
+
+
+@pytest.mark.parametrize("message, wanted", [
+    ("CUDA out of memory. Tried to allocate 2.00 GiB. GPU 0 has a total capacity of 139.81 GiB", 2 << 30),
+    ("CUDA out of memory. Tried to allocate 512.00 MiB.", 512 << 20),
+    ("out of memory", None),  # no size in the message: the model's hold_bytes
+])
+def test_out_of_memory_is_an_oom_row_with_the_bytes_wanted(monkeypatch, message, wanted):
+    def hungry(q, k, v, **kw):
+        raise torch.OutOfMemoryError(message)
+
+    fake_build(monkeypatch, "hungry", hungry, holds="S+P")
+    row = measure(case("hungry"), **FAST)
+    wanted = wanted if wanted is not None else model.hold_bytes(case("hungry"))
+    assert row["status"].startswith(f"oom: {wanted} bytes wanted")
+    assert math.isnan(row["ms"])
+
+
+def test_ref_slice_takes_batches_then_whole_head_groups():
+    per_head = 64 * 64 * 8
+    c = case(B=4, H=8, Hkv=2, N=64)
+    assert m.ref_slice(c, 4 * 8 * per_head) == (4, 8, "")
+    assert m.ref_slice(c, 2 * 8 * per_head + 5) == (2, 8, "reference on batch 0:2 of 4")
+    # under one batch: heads in multiples of H/Hkv = 4, so every query head keeps its k/v head
+    assert m.ref_slice(c, 7 * per_head) == (1, 4, "reference on batch 0:1 of 4, heads 0:4 of 8")
+    assert m.ref_slice(c, 1) == (1, 4, "reference on batch 0:1 of 4, heads 0:4 of 8")
+
+
+def test_error_on_a_slice_says_so_and_stays_right_under_gqa():
+    c = case("fused", B=2, H=4, Hkv=2, N=64, causal=True)
+    row = measure(c, ref_budget_bytes=2 * 64 * 64 * 8, **FAST)
+    assert row["status"] == "ok"
+    assert row["err_note"] == "reference on batch 0:1 of 2, heads 0:2 of 4"
+    assert 0 <= row["err"] < row["err_limit"]
+
+
+def test_an_inaccurate_build_keeps_its_timing_and_shows_the_failure(monkeypatch):
+    def sloppy(q, k, v, *, causal=False, **kw):
+        o = builds.get("torch_eager").attend(q, k, v, causal=causal)
+        return o + 1e-2 * o.abs().mean()
+
+    fake_build(monkeypatch, "sloppy", sloppy)
+    row = measure(case("sloppy"), **FAST)
+    assert row["status"] == "ok" and row["err"] > row["err_limit"]
+    assert "FAILS accuracy rule" in row["err_note"]
+
+
+def test_alloc_flag_rule():
+    assert m.alloc_flag(math.nan, 100, "S+P") == ""
+    assert m.alloc_flag(100.0, 100, "S+P") == ""
+    assert "below" in m.alloc_flag(99.0, 100, "S+P")
+
+
+def profiler_peak(run, dev):
+    """A stand-in for CUDA's allocator statistics on the CPU: the peak of live bytes in the profiler's memory
+    events during one call (allocations positive, frees negative)."""
+    gc.collect()
+    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU], profile_memory=True) as prof:
+        o = run()
+    try:
+        events = [e for e in prof.profiler.kineto_results.events() if e.name() == "[memory]"]
+    except AttributeError:
+        pytest.skip("this torch's profiler exposes no memory events")
+    live = peak = 0
+    for e in sorted(events, key=lambda e: e.start_ns()):
+        live += e.nbytes()
+        peak = max(peak, live)
+    return float(peak), "", o
+
+
+def test_an_under_allocating_materialised_build_is_flagged(monkeypatch):
+    monkeypatch.setattr(m, "peak_pass", profiler_peak)
+    # a "materialised" build that is really the fused kernel: it never holds S or P
+    fake_build(monkeypatch, "cheat_materialised", builds.get("fused").attend, holds="S+P")
+    cheat = measure(case("cheat_materialised", N=128), **FAST)
+    honest = measure(case("materialised", N=128), **FAST)
+    assert cheat["status"] == honest["status"] == "ok"
+    assert cheat["peak_bytes"] < cheat["hold_bytes"] == 2 * 2 * 128 * 128 * 4
+    assert "not what its name says" in cheat["alloc_flag"]
+    assert honest["peak_bytes"] >= honest["hold_bytes"] and honest["alloc_flag"] == ""
+
+
+def test_a_compiled_row_never_times_the_eager_fallback(monkeypatch):
+    """FlexAttention past torch._dynamo's recompile limit would silently run eager. A limit of 1 forced on every
+    config.patch: the per-shape reset keeps every row compiled; without it the row refuses, and says why."""
+    cls = type(torch._dynamo.config)
+    patch = cls.patch
+
+    def tiny_limit(self, *args, **kw):
+        if "recompile_limit" in kw:
+            kw["recompile_limit"] = 1
+        return patch(self, *args, **kw)
+
+    monkeypatch.setattr(cls, "patch", tiny_limit)
+    for n in (32, 48):
+        row = measure(case("flex", N=n), **FAST)
+        assert row["status"] == "ok", row["status"]
+        assert row["compile_note"].startswith("torch._dynamo reset before the first call")
+        assert "RECOMPILED" not in row["compile_note"]
+    monkeypatch.setattr(m, "_dynamo_reset", lambda: None)
+    row = measure(case("flex", N=64), **FAST)
+    assert row["status"].startswith("error: ") and "recompile limit" in row["status"]
+    assert "fallback to eager refused" in row["compile_note"]
+    assert math.isnan(row["ms"]) and math.isnan(row["checksum"])

@@ -1,0 +1,83 @@
+"""The FLOP, byte and hold model against hand-computed numbers, and the ceilings measured on this machine."""
+import math
+
+import pytest
+import torch
+
+from attnlab import builds, model
+from attnlab.measure import Case
+
+# B=1, H=2, N=64, D=32, fp32: Pb = 1·2·64·64·4 = 32768; qb = ob = 1·2·64·32·4 = 16384; kvb = 2·16384 = 32768
+PB, QB, KVB = 32768, 16384, 32768
+IO = QB + KVB + QB  # Q, K, V read once, O written once
+
+
+def case(build, causal=False, **kw):
+    shape = dict(B=1, H=2, Hkv=2, N=64, D=32, dtype="float32")
+    shape.update(kw)
+    return Case(build, causal=causal, **shape)
+
+
+def test_flops_is_4_B_H_N2_D_halved_for_causal():
+    assert model.flops(case("fused")) == 4 * 1 * 2 * 64 * 64 * 32
+    assert model.flops(case("fused", causal=True)) == 2 * 1 * 2 * 64 * 64 * 32
+    assert model.flops(case("materialised", B=3, H=4, Hkv=1)) == 4 * 3 * 4 * 64 * 64 * 32
+
+
+@pytest.mark.parametrize("build, causal, expected", [
+    ("fused", False, IO),
+    ("fused", True, IO),  # causal skips work, not reads of Q, K, V
+    ("qk_softmax", False, IO + PB + PB),  # P written, P read
+    ("qk_softmax", True, IO + PB + PB // 2),  # P written in full, lower triangle read
+    ("materialised", False, IO + 2 * PB + 2 * PB),  # + S written and read
+    ("materialised", True, IO + PB + PB // 2 + 2 * PB),
+    ("fused-no_pv", False, IO - KVB // 2),  # V never read
+    ("qk_softmax-no_pv", True, IO + PB + PB // 2 - KVB // 2),
+    ("fused-zero_mask", False, IO + 64 * 64 * 4),  # the (N, N) mask read once
+    ("materialised-zero_mask", False, IO + 4 * PB + 64 * 64 * 4),
+    ("fused-no_softmax", False, IO),  # same bytes as its base
+    ("qk_softmax-no_softmax", False, IO + 2 * PB),
+    # library rows follow what they hold
+    ("torch_eager", False, IO + 4 * PB), ("sdpa_math", True, IO + PB + PB // 2 + 2 * PB),
+    ("sdpa_flash", False, IO), ("sdpa_default", False, IO), ("flex", True, IO),
+])
+def test_bytes_moved_matches_the_hand_count(build, causal, expected):
+    assert model.bytes_moved(case(build, causal)) == expected
+
+
+def test_bytes_use_kv_heads_and_the_dtype_size():
+    gqa = case("fused", Hkv=1)  # one k/v head for two query heads: K and V are half as big
+    assert model.bytes_moved(gqa) == QB + KVB // 2 + QB
+    half = case("qk_softmax", dtype=torch.bfloat16)  # a torch.dtype is accepted too
+    assert model.bytes_moved(half) == (IO + 2 * PB) // 2
+
+
+def test_each_fusion_step_moves_and_holds_less():
+    for n in (64, 1000, 4096):
+        for causal in (False, True):
+            moved = [model.bytes_moved(case(b, causal, N=n)) for b in builds.OURS]
+            held = [model.hold_bytes(case(b, causal, N=n)) for b in builds.OURS]
+            assert moved[0] > moved[1] > moved[2] and held[0] > held[1] > held[2]
+
+
+@pytest.mark.parametrize("build, expected", [
+    ("materialised", 2 * PB), ("torch_eager", 2 * PB), ("sdpa_math", 2 * PB), ("materialised-no_pv", 2 * PB),
+    ("qk_softmax", PB + QB), ("qk_softmax-zero_mask", PB + QB),
+    ("fused", QB), ("sdpa_flash", QB), ("flex", QB), ("fused-no_softmax", QB),
+])
+def test_hold_bytes_by_what_the_build_holds(build, expected):
+    assert model.hold_bytes(case(build)) == expected
+
+
+def test_unknown_build_is_refused():
+    with pytest.raises(ValueError, match="build must be one of"):
+        model.bytes_moved(case("nope"))
+
+
+def test_cpu_ceilings_are_measured_positive_rates():
+    c = model.measure_ceilings("cpu", "float32")
+    assert c["timer"] == "perf_counter" and c["device"] == "cpu" and c["dtype"] == "float32"
+    assert math.isfinite(c["tbps"]) and c["tbps"] > 0
+    assert math.isfinite(c["tflops"]) and c["tflops"] > 0
+    b = model.measure_ceilings("cpu", torch.bfloat16)
+    assert b["dtype"] == "bfloat16" and b["tflops"] > 0
