@@ -20,6 +20,8 @@ import time
 
 import torch
 
+from attnlab.measure import spin_up
+
 TOKENS, WIDTH = 16384, 2048
 BUILDS = ("fused", "qk_softmax", "materialised", "sdpa_flash", "sdpa_cudnn", "flex")
 LIBRARY = ("sdpa_flash", "sdpa_cudnn", "flex")
@@ -34,17 +36,6 @@ def shapes(dtypes, ns, quick=False):
         out += [(1, 64, 8192, 128, dt, c) for dt in dtypes for c in (False, True)]
         out += [(TOKENS // 3000, WIDTH // d, 3000, d, dt, c) for dt in dtypes for d in (64, 128) for c in (False, True)]
     return out
-
-
-def spin_up(seconds=1.0):
-    """Bring the GPU to its working clock before timing (an idle H200 sits at 345 MHz; do_bench's warm-up of a few
-    tens of milliseconds after a compile left every autotune candidate ~15 % slow in the first H200 run)."""
-    a = torch.randn(8192, 8192, device="cuda", dtype=torch.bfloat16)
-    t0 = time.perf_counter()
-    while time.perf_counter() - t0 < seconds:
-        for _ in range(10):
-            a @ a
-        torch.cuda.synchronize()
 
 
 def _inputs(B, H, N, D, dtype, seed=0):
@@ -115,7 +106,7 @@ def run(args) -> "pandas.DataFrame":  # noqa: F821
         ceilings = {dt: model.measure_ceilings(torch.device("cuda"), dt) for dt in dtypes}
         print("ceilings:", {str(k): v for k, v in ceilings.items()}, flush=True)
     rows = []
-    spin_up()
+    spin_up(torch.device("cuda"), 1.0)
     for B, H, N, D, dtype, causal in shapes(dtypes, ns, args.quick):
         q, k, v = _inputs(B, H, N, D, dtype, seed=N + D)
         spec = check(q, k, v, causal=causal)
@@ -193,7 +184,7 @@ def autotune(args):
                             return builds.get(build).attend(q, k, v, causal=causal)
 
                         fn()  # compile first, then bring the clock back up before timing
-                        spin_up(0.2)
+                        spin_up(torch.device("cuda"), 0.2)
                         ms = triton.testing.do_bench(fn, warmup=100, rep=100, return_mode="median")
                     except Exception as e:  # noqa: BLE001 - out of shared memory etc.: not a candidate here
                         ms = float("inf")
