@@ -74,19 +74,6 @@ def _tiles(kernel: str, spec: Spec) -> dict:
     return t
 
 
-def padded_row(N: int) -> int:
-    """Row stride of S and P: N rounded up to 16 elements. Triton assumes 16-aligned rows only for integer arguments
-    divisible by 16, so at N = 3000 an unpadded P made every load and store scalar (2.6× its floor on the H200,
-    against 1.5× at N = 2048 and 4096; PERFORMANCE.md v4). The pad columns are never read."""
-    return triton.cdiv(N, 16) * 16
-
-
-def _nn(spec: Spec) -> torch.Tensor:
-    """A (B, H, N, N) scores/probabilities tensor with padded rows (the padding is never read or counted)."""
-    full = torch.empty(spec.B, spec.H, spec.N, padded_row(spec.N), dtype=spec.dtype, device=spec.device)
-    return full[..., : spec.N]
-
-
 def _out(spec: Spec, out) -> torch.Tensor:
     """O, freshly allocated or the caller's (tests pass a NaN-poisoned `out` to prove every element is written)."""
     shape = (spec.B, spec.H, spec.N, spec.D)
@@ -104,7 +91,7 @@ def _pv(c: _Call, p: torch.Tensor, ablation, out) -> torch.Tensor:
     o = _out(s, out)
     t = _tiles("pv", s)
     _pv_mod.pv_kernel[_grid_m(s, t["BLOCK_M"])](
-        p, c.v, o, *c.v.stride()[:3], *o.stride()[:3], s.N, p.stride(2), s.H, s.group, 1.0 / s.N,
+        p, c.v, o, *c.v.stride()[:3], *o.stride()[:3], s.N, s.H, s.group, 1.0 / s.N,
         NO_PV=ablation == "no_pv", **c.flags, **t)
     return o
 
@@ -113,17 +100,17 @@ def materialised(q, k, v, *, causal=False, attn_mask=None, scale=None, ablation=
     """S = scale·QKᵀ (+mask) → memory; P = softmax(S) → memory; O = P V."""
     c = _prepare(q, k, v, causal, attn_mask, scale, ablation)
     s = c.spec
-    S = _nn(s)
+    S = torch.empty(s.B, s.H, s.N, s.N, dtype=s.dtype, device=s.device)
     t = _tiles("scores", s)
     grid = (triton.cdiv(s.N, t["BLOCK_M"]), triton.cdiv(s.N, t["BLOCK_N"]), s.B * s.H)
     _mat.scores_kernel[grid](c.q, c.k, S, c.mask, *c.q.stride()[:3], *c.k.stride()[:3], *c.mask_strides,
-                             s.N, S.stride(2), s.H, s.group, s.scale, MASK_KIND=c.mask_kind, **c.flags, **t)
-    P = _nn(s)
+                             s.N, s.H, s.group, s.scale, MASK_KIND=c.mask_kind, **c.flags, **t)
+    P = torch.empty_like(S)
     block = triton.next_power_of_2(min(s.N, SOFTMAX_ROW_MAX))
     rows = max(1, 4096 // block) if not interpreting() else max(1, 16384 // block)
     n_rows = s.B * s.H * s.N
     _mat.softmax_kernel[(triton.cdiv(n_rows, rows),)](
-        S, P, n_rows, s.N, S.stride(2), ROWS=rows, BLOCK=block, ONE_PASS=s.N <= block,
+        S, P, n_rows, s.N, ROWS=rows, BLOCK=block, ONE_PASS=s.N <= block,
         NO_SOFTMAX=ablation == "no_softmax", num_warps=min(16, max(4, block // 1024)))
     del S  # S is dead once P exists; freeing it here keeps the peak at S + P, as a user's code would
     return _pv(c, P, ablation, out)
@@ -133,13 +120,13 @@ def qk_softmax(q, k, v, *, causal=False, attn_mask=None, scale=None, ablation=No
     """P = softmax(scale·QKᵀ + mask) in one kernel (S stays on chip) → memory; O = P V."""
     c = _prepare(q, k, v, causal, attn_mask, scale, ablation)
     s = c.spec
-    P = _nn(s)
+    P = torch.empty(s.B, s.H, s.N, s.N, dtype=s.dtype, device=s.device)
     no_softmax = ablation == "no_softmax"
     log_scale = 1.0 if no_softmax else LOG2E  # softmax in exp2 units; the copy ablation writes S itself
     t = _tiles("qk_softmax", s)
     _qks.qk_softmax_kernel[_grid_m(s, t["BLOCK_M"])](
         c.q, c.k, P, c.mask, *c.q.stride()[:3], *c.k.stride()[:3], *c.mask_strides,
-        s.N, P.stride(2), s.H, s.group, s.scale * log_scale, log_scale,
+        s.N, s.H, s.group, s.scale * log_scale, log_scale,
         MASK_KIND=c.mask_kind, NO_SOFTMAX=no_softmax, **c.flags, **t)
     return _pv(c, P, ablation, out)
 

@@ -15,11 +15,11 @@ LOG2E = tl.constexpr(1.4426950408889634)  # a global a @triton.jit function read
 @triton.jit
 def scores_kernel(Q, K, S, M,
                   sqb, sqh, sqn, skb, skh, skn, smb, smh, smm, smn,
-                  N, SP, H, GROUP, qk_scale,
+                  N, H, GROUP, qk_scale,
                   D: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
                   CAUSAL: tl.constexpr, MASK_KIND: tl.constexpr, IEEE: tl.constexpr, UPCAST: tl.constexpr):
-    # grid: (cdiv(N, BLOCK_M), cdiv(N, BLOCK_N), B·H); S is (B, H, N, SP) in the input dtype (row stride SP, see
-    # launch.padded_row), in natural units (not log2), so the S a reader inspects is the S of the formula.
+    # grid: (cdiv(N, BLOCK_M), cdiv(N, BLOCK_N), B·H); S is contiguous (B, H, N, N) in the input dtype,
+    # in natural units (not log2), so the S a reader inspects is the S of the formula.
     start_m = tl.program_id(0)
     start_n = tl.program_id(1)
     bh = tl.program_id(2).to(tl.int64)
@@ -41,19 +41,19 @@ def scores_kernel(Q, K, S, M,
                        CAUSAL, True, MASK_KIND, IEEE, UPCAST)
     else:
         s = tl.full([BLOCK_M, BLOCK_N], float("-inf"), tl.float32)
-    s_ptrs = S + bh * N * SP + offs_m.to(tl.int64)[:, None] * SP + offs_n[None, :]
+    s_ptrs = S + bh * N * N + offs_m.to(tl.int64)[:, None] * N + offs_n[None, :]
     tl.store(s_ptrs, s.to(S.dtype.element_ty), mask=(offs_m[:, None] < N) & (offs_n[None, :] < N))
 
 
 @triton.jit
-def softmax_kernel(S, P, n_rows, N, SP,
+def softmax_kernel(S, P, n_rows, N,
                    ROWS: tl.constexpr, BLOCK: tl.constexpr, ONE_PASS: tl.constexpr, NO_SOFTMAX: tl.constexpr):
     # grid: (cdiv(B·H·N, ROWS),). Each program owns ROWS whole rows of S (contiguous, length N).
     # ONE_PASS (the row fits one block): S is read exactly once. Otherwise the row is streamed twice: once for its
     # max and sum (online, as in the fused kernel), once to write P.
     rows = tl.program_id(0) * ROWS + tl.arange(0, ROWS)
     row_ok = rows < n_rows
-    base = rows.to(tl.int64)[:, None] * SP
+    base = rows.to(tl.int64)[:, None] * N
     cols = tl.arange(0, BLOCK)
     if ONE_PASS:
         ok = row_ok[:, None] & (cols[None, :] < N)

@@ -8,17 +8,17 @@ from attnlab.triton.tiles import dot, load_rows, positions
 @triton.jit
 def pv_kernel(P, V, O,
               svb, svh, svn, sob, soh, son,
-              N, SP, H, GROUP, inv_n,
+              N, H, GROUP, inv_n,
               D: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
               CAUSAL: tl.constexpr, NO_PV: tl.constexpr, IEEE: tl.constexpr, UPCAST: tl.constexpr):
-    # grid: (cdiv(N, BLOCK_M), B·H). P is (B, H, N, SP), row stride SP; V is (B, Hkv, N, D) with unit last stride.
+    # grid: (cdiv(N, BLOCK_M), B·H). P is contiguous (B, H, N, N); V is (B, Hkv, N, D) with unit last stride.
     start_m = tl.program_id(0)
     bh = tl.program_id(1).to(tl.int64)  # int64: bh · N² overflows int32 from N = 11586 at B·H = 16
     b = bh // H
     h = bh % H
     offs_m = start_m * BLOCK_M + tl.arange(0, BLOCK_M)
     offs_d = tl.arange(0, BLOCK_D)
-    p_base = P + bh * N * SP + offs_m.to(tl.int64)[:, None] * SP
+    p_base = P + bh * N * N + offs_m.to(tl.int64)[:, None] * N
     v_base = V + b * svb + (h // GROUP) * svh
     acc = tl.zeros([BLOCK_M, BLOCK_D], dtype=tl.float32)
     hi = N
