@@ -27,7 +27,6 @@ before anything is written.
 from __future__ import annotations
 
 import csv
-import gc
 import io
 import json
 import math
@@ -393,9 +392,8 @@ def run(params, out_dir=None, *, progress: bool = True) -> pd.DataFrame:
                     else f"error: {type(e).__name__}: {e}")
             append_row(results, row)
             session["measured"] += 1
-            gc.collect()  # free the case's memory before the next (an OOM leaves cached blocks behind)
-            if device.startswith("cuda"):
-                torch.cuda.empty_cache()
+            if row["status"] != "ok":  # an OOM or error leaves cycles and cached blocks behind: free them
+                _measure.release(torch.device(device))
         bar.close()
         finished = True
     finally:
