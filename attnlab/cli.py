@@ -4,6 +4,7 @@
     attnlab check [...]                                  the correctness gate alone (attnlab.gate)
     attnlab bench [...]                                  kernel benchmark and autotune (attnlab.bench)
     attnlab run [--out DIR]                              the main job: the gate, then the sweep for this device
+    attnlab report DIR                                   every table of DIR/results.csv, into DIR/tables.txt
 
 Bad params print one line, `attnlab: error: ...`, and exit 2 with nothing written. Without a GPU, Triton's
 interpreter is switched on before any kernel module is imported (kernels are bound to it when defined).
@@ -27,7 +28,7 @@ DELEGATED = {"check": ("attnlab.gate", "the correctness gate alone: every build 
 
 def parser() -> argparse.ArgumentParser:
     top = argparse.ArgumentParser(prog="attnlab", description="Measure what fusion buys in attention.")
-    sub = top.add_subparsers(dest="command", metavar="{sweep,check,bench,run}", required=True)
+    sub = top.add_subparsers(dest="command", metavar="{sweep,check,bench,run,report}", required=True)
     sweep = sub.add_parser("sweep", help="measure a params grid into a results directory",
                            description="Measure every case of a params file; append rows to DIR/results.csv as "
                                        "they finish; re-running with the same --out resumes.")
@@ -42,7 +43,28 @@ def parser() -> argparse.ArgumentParser:
                          description="Run the correctness gate; if it passes, sweep params/h200.yaml on a CUDA GPU "
                                      "(params/cpu.yaml without one) into outputs/<gpu-or-cpu>/<timestamp>/.")
     run.add_argument("--out", metavar="DIR", help="output directory instead of outputs/<gpu-or-cpu>/<timestamp>")
+    report = sub.add_parser("report", help="every table (speedup, attribution, memory, ablations) of a results dir",
+                            description="Read DIR/results.csv; print the tables of attnlab.report per (dtype, "
+                                        "causal) group and write them to DIR/tables.txt.")
+    report.add_argument("dir", metavar="DIR", help="a sweep's output directory")
+    report.add_argument("--baseline", default="materialised", help="the build every speedup is relative to")
     return top
+
+
+def _report(directory: str, baseline: str) -> int:
+    from attnlab import sweep
+    from attnlab.report.text import render
+
+    path = Path(directory) / sweep.RESULTS
+    if not path.is_file():
+        return _error(f"report: {path} does not exist (give a sweep's output directory)")
+    try:
+        text = render(sweep.read_results(path), baseline=baseline)
+    except ValueError as e:
+        return _error(f"report: {e}")
+    (Path(directory) / "tables.txt").write_text(text)
+    print(text)
+    return 0
 
 
 def _error(msg: str) -> int:
@@ -89,6 +111,8 @@ def main(argv=None) -> int:
         return int(e.code or 0)
     if args.command == "sweep":
         return _sweep(args.params, args.out, args.quiet)
+    if args.command == "report":
+        return _report(args.dir, args.baseline)
     # run: the gate first; timings of a build that fails it would describe a wrong program
     from attnlab import gate
 

@@ -1,0 +1,41 @@
+"""`attnlab report`: every table of a results directory, per (dtype, causal) group, as a user meets it."""
+import pandas as pd
+
+from attnlab import cli
+from attnlab.report.text import render
+from tests.test_report_groups import frame, row
+
+
+def _results():
+    rows = []
+    for causal in (False, True):
+        for build, ms in (("materialised", 4.0), ("qk_softmax", 3.0), ("fused", 1.0), ("fused-no_softmax", 0.7),
+                          ("fused-no_pv", 0.9), ("fused-zero_mask", 1.2), ("sdpa_flash", 1.5)):
+            rows.append(row(build, ms=ms / (2 if causal else 1), causal=causal, peak_bytes=1e6, hold_bytes=10**6,
+                            reps=10, flops=10**9, bytes_moved=10**6))
+    return frame(*rows)
+
+
+def test_render_gives_every_table_per_group_and_never_mixes_causal():
+    text = render(_results())
+    non_causal, causal = text.split("# float16, causal")
+    for part in (non_causal, causal):
+        for title in ("speedup over materialised", "attribution", "peak memory", "ablations of fused"):
+            assert title in part
+        assert "ablations of qk_softmax" not in part  # only bases whose ablations were measured
+    assert "x_vs_materialised" in non_causal and "4" in non_causal.split("fused")[1]  # 4.0 / 1.0
+    assert "softmax" in non_causal.split("ablations of fused")[1]  # no_softmax saves 0.3 ms: the dominant stage
+
+
+def test_report_command_writes_tables_txt(tmp_path, capsys):
+    _results().to_csv(tmp_path / "results.csv", index=False)
+    assert cli.main(["report", str(tmp_path)]) == 0
+    written = (tmp_path / "tables.txt").read_text()
+    assert written.strip() == capsys.readouterr().out.strip()
+    assert "## attribution" in written
+
+
+def test_report_on_a_missing_directory_is_one_error(tmp_path, capsys):
+    assert cli.main(["report", str(tmp_path / "nope")]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("attnlab: error: report:") and err.count("\n") == 1
