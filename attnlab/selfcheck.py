@@ -1,0 +1,72 @@
+"""Does the harness measure what do_bench measures? The GPU checks issue 3 asks for, in one command.
+
+    python -m attnlab.selfcheck [--out FILE]
+
+For a few cases of at least 1 ms on the GPU: measure() twice in one process (the spread between the two medians, and
+each one's p80/p20), and triton.testing.do_bench on the same callable measure() times (attention plus the
+consumption step), with the same warm-up and repetition budget. Prints one line per case and a verdict against the
+issue's bounds: |harness − do_bench| ≤ 3 %, |run 1 − run 2| ≤ 2 %.
+"""
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+
+import torch
+
+CASES = [  # (build, B, H, N, D, causal): each takes ≥ 1 ms on an H200 (outputs/h200/2026-11-29-sweep)
+    ("fused", 2, 32, 8192, 64, False),
+    ("fused", 1, 16, 16384, 128, True),
+    ("qk_softmax", 4, 16, 4096, 128, False),
+    ("materialised", 8, 32, 2048, 64, False),
+    ("sdpa_flash", 4, 32, 4096, 64, False),
+]
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m attnlab.selfcheck", description=__doc__,
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--out", default=None, help="write the rows as CSV here")
+    args = ap.parse_args(argv)
+    if not torch.cuda.is_available():
+        print("attnlab selfcheck: error: needs a CUDA GPU", file=sys.stderr)
+        return 2
+    import pandas as pd
+    import triton.testing
+
+    from attnlab import builds, measure, model
+
+    ceilings = model.measure_ceilings(torch.device("cuda"), torch.bfloat16)
+    rows = []
+    for name, B, H, N, D, causal in CASES:
+        case = measure.Case(name, B, H, H, N, D, "bfloat16", causal, "cuda")
+        first, second = (measure.measure(case, ceilings=ceilings) for _ in range(2))
+        q, k, v = measure.make_inputs(case)
+        b = builds.get(name)
+        acc = torch.zeros((), dtype=torch.float32, device="cuda")
+
+        def step():  # the same callable measure() times: attention, then the consumption step
+            acc.add_(b.attend(q, k, v, causal=causal).sum(dtype=torch.float32))
+
+        measure.spin_up(torch.device("cuda"))
+        ref = statistics.median(triton.testing.do_bench(step, warmup=25, rep=100, return_mode="all"))
+        row = dict(build=name, B=B, H=H, N=N, D=D, causal=causal, harness_ms=first["ms"], again_ms=second["ms"],
+                   do_bench_ms=ref, spread_1=first["ms_p80"] / first["ms_p20"],
+                   spread_2=second["ms_p80"] / second["ms_p20"])
+        row["vs_do_bench"] = first["ms"] / ref - 1
+        row["repeat"] = second["ms"] / first["ms"] - 1
+        row["ok"] = abs(row["vs_do_bench"]) <= 0.03 and abs(row["repeat"]) <= 0.02
+        rows.append(row)
+        print(", ".join(f"{k}={v:.4g}" if isinstance(v, float) else f"{k}={v}" for k, v in row.items()), flush=True)
+        del q, k, v
+    df = pd.DataFrame(rows)
+    if args.out:
+        df.to_csv(args.out, index=False)
+    bad = int((~df.ok).sum())
+    print(f"selfcheck: {len(df) - bad} passed, {bad} failed")
+    return 1 if bad else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
