@@ -25,7 +25,6 @@ from attnlab.measure import spin_up
 TOKENS, WIDTH = 16384, 2048
 BUILDS = ("fused", "qk_softmax", "materialised", "sdpa_flash", "sdpa_cudnn", "flex")
 LIBRARY = ("sdpa_flash", "sdpa_cudnn", "flex")
-REF_BUDGET = 2 << 30  # bytes of fp64 scores the oracle may hold at once
 
 
 def shapes(dtypes, ns, quick=False):
@@ -43,16 +42,15 @@ def _inputs(B, H, N, D, dtype, seed=0):
     return [torch.randn(B, H, N, D, device="cuda", dtype=dtype, generator=g) for _ in range(3)]
 
 
-def _oracle_check(o, q, k, v, causal):
-    """Accuracy on the first batch·head slices whose fp64 scores fit REF_BUDGET."""
-    from attnlab import accuracy
+def oracle_check(name, o, q, k, v, causal):
+    """Accuracy on the batch·head slice whose fp64 scores fit the harness's budget (attnlab.measure.ref_slice)."""
+    from attnlab import accuracy, measure
 
-    B, H, N, _ = q.shape
-    per = N * N * 8 * 3  # fp64 S, P and a temporary
-    nb = max(1, min(B, REF_BUDGET // (per * H)))
-    nh = H if nb > 1 or per * H <= REF_BUDGET else max(1, REF_BUDGET // per)
-    sl = (slice(0, nb), slice(0, nh))
-    return accuracy.judge(o[sl], q[sl], k[sl], v[sl], causal=causal)
+    B, H, N, D = q.shape
+    case = measure.Case(name, B, H, k.shape[1], N, D, q.dtype, causal, str(q.device))
+    b, h, _ = measure.ref_slice(case, measure.REF_BUDGET)
+    hk = h // (case.H // case.Hkv)  # ref_slice keeps whole groups of query heads
+    return accuracy.judge(o[:b, :h], q[:b, :h], k[:b, :hk], v[:b, :hk], causal=causal)
 
 
 def time_case(name, q, k, v, causal):
@@ -118,7 +116,7 @@ def run(args) -> "pandas.DataFrame":  # noqa: F821
             if name in ("fused", "qk_softmax", "materialised"):
                 row["tiles"] = json.dumps(launch.tile_config(name, spec))
                 if o is not None:
-                    verdict = _oracle_check(o, q, k, v, causal)
+                    verdict = oracle_check(name, o, q, k, v, causal)
                     row.update(err=verdict.err, err_limit=verdict.limit, accurate=verdict.ok)
             if name == "qk_softmax":
                 row["floor_ms"] = qk_softmax_floor_ms(B, H, N, D, dtype, causal, ceilings[dtype])

@@ -226,3 +226,17 @@ def test_table_is_ordered_and_complete():
     assert [n for n in builds.names() if "-" not in n] == expected
     assert {builds.get(n).holds for n in OURS} == {"S+P", "P", "none"}
     assert len(ABLATED) == 9 and all(n in builds.BUILDS for n in ABLATED)
+
+
+def test_bench_oracle_check_slices_like_the_harness(monkeypatch):
+    """bench's per-shape accuracy check: on a head slice (whole GQA groups) when the oracle would be too big."""
+    from attnlab import bench, measure
+
+    q, k, v = rand_qkv(B=2, H=4, Hkv=2, N=40, D=32, seed=21)
+    o = builds.get("fused").attend(q, k, v)
+    assert bench.oracle_check("fused", o, q, k, v, False).ok
+    monkeypatch.setattr(measure, "REF_BUDGET", 40 * 40 * 8 * 2)  # two heads' scores: batch 0, heads 0:2
+    assert bench.oracle_check("fused", o, q, k, v, False).ok
+    wrong = o.clone()
+    wrong[0, 1] += 1.0  # inside the slice: must be caught
+    assert not bench.oracle_check("fused", wrong, q, k, v, False).ok
