@@ -272,7 +272,7 @@ def base_row(case: Case, *, ceilings: dict, run_id: str = "") -> dict:
         causal=bool(case.causal), mask=case.mask, device=str(dev), device_name=provenance.device_name(str(dev)),
         hold_bytes=model.hold_bytes(case), flops=model.flops(case), bytes_moved=model.bytes_moved(case),
         ceiling_tflops=float(ceilings["tflops"]), ceiling_tbps=float(ceilings["tbps"]),
-        started=provenance.now(),
+        started=provenance.now(), code=provenance.code_hash(),
     )
     return row
 

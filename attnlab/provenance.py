@@ -63,6 +63,22 @@ def gpu_clocks(device) -> dict:
     return {**dict(zip(fields, values)), "note": ""}
 
 
+@functools.lru_cache(maxsize=None)
+def code_hash() -> str:
+    """A fingerprint of the code that measures: sha1 of every attnlab/**/*.py, 12 hex digits.
+
+    Unlike the git commit it exists where the tree travels without .git (the GPU machine) and it changes with
+    uncommitted edits; rows carry it, so a table can say when a baseline was measured by other code."""
+    import hashlib
+
+    h = hashlib.sha1()
+    pkg = Path(__file__).resolve().parent
+    for f in sorted(pkg.rglob("*.py")):
+        h.update(str(f.relative_to(pkg)).encode())
+        h.update(f.read_bytes())
+    return h.hexdigest()[:12]
+
+
 def git_state() -> dict:
     """The commit the code ran from and whether tracked files differed from it."""
     commit, why = _run(["git", "rev-parse", "HEAD"], cwd=REPO)
@@ -99,4 +115,4 @@ def software() -> dict:
 def collect(device) -> dict:
     """Everything about this machine and checkout that a reader needs to trust or reproduce a run."""
     return dict(device=device_info(device), software=software(), host=socket.gethostname(),
-                platform=platform.platform(), git=git_state())
+                platform=platform.platform(), git=git_state(), code=code_hash())

@@ -47,6 +47,8 @@ COLUMNS = {
     "tiles": "JSON of the tile configuration each of our kernels used ('' for library rows)",
     "compile_note": "for compiled rows: '' or what torch._dynamo did (e.g. recompile-limit fallback refused)",
     "started": "ISO time the case began",
+    "code": "fingerprint of the attnlab sources that measured the row (provenance.code_hash): a table notes a ratio "
+            "whose two rows were measured by different code",
 }
 
 # The type of every column, for writing and reading results files (attnlab.sweep.read_results). "int" columns are
@@ -54,7 +56,7 @@ COLUMNS = {
 TYPES = {
     **{c: "str" for c in ("run_id", "case_id", "build", "family", "base", "ablation", "dtype", "mask", "device",
                           "device_name", "status", "timer", "peak_note", "alloc_flag", "err_note", "tiles",
-                          "compile_note", "started")},
+                          "compile_note", "started", "code")},
     **{c: "int" for c in ("B", "H", "Hkv", "N", "D", "reps", "hold_bytes", "flops", "bytes_moved")},
     **{c: "float" for c in ("cold_s", "ms", "ms_p20", "ms_p80", "consume_ms", "peak_bytes", "err", "err_limit",
                             "checksum", "tflops", "tbps", "pct_flops", "pct_bw", "ceiling_tflops", "ceiling_tbps")},

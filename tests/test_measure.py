@@ -211,3 +211,11 @@ def test_a_compiled_row_never_times_the_eager_fallback(monkeypatch):
     assert row["status"].startswith("error: ") and "recompile limit" in row["status"]
     assert "fallback to eager refused" in row["compile_note"]
     assert math.isnan(row["ms"]) and math.isnan(row["checksum"])
+
+
+def test_rows_carry_the_code_fingerprint():
+    from attnlab import provenance
+
+    row = m.base_row(Case("fused", 1, 2, 2, 16, 16), ceilings=dict(tbps=1.0, tflops=1.0))
+    assert row["code"] == provenance.code_hash() and len(row["code"]) == 12
+    int(row["code"], 16)

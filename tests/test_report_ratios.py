@@ -40,3 +40,13 @@ def test_an_unknown_build_or_baseline_is_refused_not_a_column_of_nan():
         report.speedup(df, builds=["fusd"])
     with pytest.raises(ValueError, match=r"\['torch_eager'\] have no rows"):
         report.speedup(df, baseline="torch_eager")
+
+
+def test_a_baseline_measured_by_other_code_is_noted():
+    """A results file resumed after a kernel edit holds a baseline from the old code: the ratio says so."""
+    df = frame(row("materialised", 4.0, code="aaaaaaaaaaaa"), row("fused", 1.0, code="bbbbbbbbbbbb"),
+               row("qk_softmax", 2.0, code="aaaaaaaaaaaa"))
+    t = report.speedup(df).set_index("build")
+    assert t.loc["fused", "x_vs_materialised"] == 4.0  # the number stays; the note makes it honest
+    assert "measured by different code" in t.loc["fused", "note"] and "bbbbbbbbbbbb" in t.loc["fused", "note"]
+    assert t.loc["qk_softmax", "note"] == ""

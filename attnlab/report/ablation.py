@@ -70,7 +70,8 @@ def ablation_table(results: pd.DataFrame, base: str = "fused") -> pd.DataFrame:
             **{f"{ab}_ms": v for ab, v in ms.items()},
             **{f"{stage}_saving_ms": v for stage, v in saving.items()},
             "mask_cost_ms": ms["zero_mask"] - base_ms,
-            "dominant": dominant, "note": groups.notes(*whys, why),
+            "dominant": dominant,
+            "note": groups.notes(*whys, why, groups.same_code(found, [base, *(f"{base}-{a}" for a in ms)], shape)),
         })
     return pd.DataFrame(rows, columns=[*groups.LEADING, *COLUMNS])
 

@@ -58,6 +58,6 @@ def attribution(results: pd.DataFrame) -> pd.DataFrame:
                 "measured_over_predicted": delta / predicted if predicted > 0 else math.nan,
                 "qk_removed_ms": bd.QK_PASSES_REMOVED[boundary] * bd.ms_at(bd.qk_pass_flops(B, H, N, D, causal),
                                                                             tflops),
-                "note": groups.notes(why_from, why_to, why_bw, why_mm),
+                "note": groups.notes(why_from, why_to, why_bw, why_mm, groups.same_code(found, (src, dst), shape)),
             })
     return pd.DataFrame(rows, columns=[*groups.LEADING, *COLUMNS])

@@ -111,6 +111,16 @@ def shared(found: dict, builds, shape: tuple, column: str) -> tuple[float, str]:
     return seen[0], ""
 
 
+def same_code(found: dict, builds, shape: tuple) -> str:
+    """'' or a note that the rows of `builds` at shape were measured by different code (a baseline that changed:
+    e.g. a results file resumed after a kernel edit). Rows without a `code` fingerprint are not compared."""
+    codes = {b: str(found[(b, shape)].get("code", "")) for b in builds if (b, shape) in found}
+    codes = {b: c for b, c in codes.items() if c and c != "nan"}
+    if len(set(codes.values())) <= 1:
+        return ""
+    return f"measured by different code at {where(shape)}: " + ", ".join(f"{b} {c}" for b, c in codes.items())
+
+
 def notes(*parts: str) -> str:
     """Non-empty notes joined, each once, in order."""
     return "; ".join(dict.fromkeys(p for p in parts if p))
