@@ -82,3 +82,16 @@ def test_a_slower_ablation_is_explained_not_hidden():
     assert t.loc[0, "pv_saving_ms"] == pytest.approx(-0.2)
     assert t.loc[0, "dominant"] == "softmax"
     assert "no_pv ran slower than materialised" in t.loc[0, "note"]
+
+
+def test_an_ablation_with_other_tiles_is_noted():
+    """The difference between an ablation and its base is a stage only if both ran the same kernel configuration."""
+    from attnlab.report import ablation_table
+    from tests.test_report_groups import frame, row
+
+    same, other = '{"fused": {"BLOCK_M": 128}}', '{"fused": {"BLOCK_M": 64}}'
+    t = ablation_table(frame(row("fused", 2.0, tiles=same), row("fused-no_softmax", 1.5, tiles=same),
+                             row("fused-no_pv", 1.8, tiles=same), row("fused-zero_mask", 2.4, tiles=other)))
+    note = t.loc[0, "note"]
+    assert "fused-zero_mask ran other tiles than fused" in note
+    assert "no_softmax ran other" not in note and "no_pv ran other" not in note

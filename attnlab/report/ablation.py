@@ -71,9 +71,25 @@ def ablation_table(results: pd.DataFrame, base: str = "fused") -> pd.DataFrame:
             **{f"{stage}_saving_ms": v for stage, v in saving.items()},
             "mask_cost_ms": ms["zero_mask"] - base_ms,
             "dominant": dominant,
-            "note": groups.notes(*whys, why, groups.same_code(found, [base, *(f"{base}-{a}" for a in ms)], shape)),
+            "note": groups.notes(*whys, why, groups.same_code(found, [base, *(f"{base}-{a}" for a in ms)], shape),
+                                 *_other_tiles(found, base, shape)),
         })
     return pd.DataFrame(rows, columns=[*groups.LEADING, *COLUMNS])
+
+
+def _other_tiles(found: dict, base: str, shape: tuple) -> list[str]:
+    """Notes for ablations that ran with other tiles than their base: then the difference mixes the removed stage
+    with a change of kernel configuration (on the H200 a mask once needed other tiles to fit shared memory)."""
+    row = found.get((base, shape))
+    if row is None or not str(row.get("tiles", "")):
+        return []
+    out = []
+    for ablation in ("no_softmax", "no_pv", "zero_mask"):
+        other = found.get((f"{base}-{ablation}", shape))
+        if other is not None and str(other.get("tiles", "")) not in ("", str(row["tiles"])):
+            out.append(f"{base}-{ablation} ran other tiles than {base} ({other['tiles']} vs {row['tiles']}): its "
+                       "difference mixes the stage with a change of kernel configuration")
+    return out
 
 
 def _dominant(saving: dict[str, float]) -> tuple[str, str]:
