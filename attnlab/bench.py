@@ -82,10 +82,14 @@ def time_case(name, q, k, v, causal):
 
 
 def qk_softmax_floor_ms(B, H, N, D, dtype, causal, ceil):
-    """P written once and read once at the copy bandwidth, plus QKᵀ at the matmul rate (the issue's floor)."""
-    p_bytes = B * H * N * N * torch.tensor([], dtype=dtype).element_size()
-    qk_flops = 2 * B * H * N * N * D * (0.5 if causal else 1.0)
-    return 1e3 * (2 * p_bytes / (ceil["tbps"] * 1e12) + qk_flops / (ceil["tflops"] * 1e12))
+    """P written once and read once at the copy bandwidth, plus one QKᵀ at the matmul rate (the issue's floor).
+
+    The bytes are the model's P round trip (attnlab.report.boundaries): the read is the lower half when causal."""
+    from attnlab.report import boundaries as bd
+
+    name = str(dtype).removeprefix("torch.")
+    return (bd.ms_at(bd.boundary_bytes("P round trip", B, H, N, name, causal), ceil["tbps"])
+            + bd.ms_at(bd.qk_pass_flops(B, H, N, D, causal), ceil["tflops"]))
 
 
 def run(args) -> "pandas.DataFrame":  # noqa: F821
