@@ -52,8 +52,9 @@ def _stream_kv(acc, l_i, m_i, q, k_base, v_base, m_base, DK, DV, kv_head, offs_m
             acc = acc * alpha[:, None]
             m_i = m_new
         if NO_PV:
-            # Ablation: V is never read and no matmul runs, but every element of P still reaches O.
-            acc += tl.sum(p * positions(offs_n, inv_n)[None, :], 1)[:, None]
+            # Ablation: V is never read and no matmul runs, but every element of P still reaches O. acc is
+            # (BLOCK_M, BLOCK_N) here: one FMA per score, reduced over columns once, after the loop.
+            acc += p * positions(offs_n, inv_n)[None, :]
         else:
             if TMA:
                 v = DV.load([kv_head, start_n, 0]).reshape(BLOCK_N, BLOCK_D)
@@ -88,7 +89,10 @@ def fused_kernel(Q, K, V, O, M, DK, DV,
 
     m_i = tl.full([BLOCK_M], float("-inf"), tl.float32)
     l_i = tl.zeros([BLOCK_M], tl.float32)
-    acc = tl.zeros([BLOCK_M, BLOCK_D], tl.float32)
+    if NO_PV:
+        acc = tl.zeros([BLOCK_M, BLOCK_N], tl.float32)  # Σ_n p·n/N per column slot, summed after the loop
+    else:
+        acc = tl.zeros([BLOCK_M, BLOCK_D], tl.float32)
     if CAUSAL:
         free_hi = start_m * BLOCK_M
         masked_lo = free_hi
@@ -103,6 +107,8 @@ def fused_kernel(Q, K, V, O, M, DK, DV,
     acc, l_i, m_i = _stream_kv(acc, l_i, m_i, q, k_base, v_base, m_base, DK, DV, kv_head, offs_m, masked_lo,
                                masked_hi, N, skn, svn, smn, qk_scale, mask_scale, inv_n, D, BLOCK_D, BLOCK_M,
                                BLOCK_N, True, CAUSAL, MASK_KIND, NO_SOFTMAX, NO_PV, IEEE, UPCAST, TMA)
+    if NO_PV:
+        acc = tl.sum(acc, 1)[:, None] + tl.zeros([BLOCK_M, BLOCK_D], tl.float32)  # broadcast over D
     if not NO_SOFTMAX:
         acc = acc / tl.where(l_i == 0.0, 1.0, l_i)[:, None]  # a fully masked row gives O = 0
     o_ptrs = O + b * sob + h * soh + offs_m[:, None] * son + offs_d[None, :]
