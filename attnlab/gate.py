@@ -37,6 +37,7 @@ def grid(device: torch.device, quick: bool = False, ns=None) -> list[GateCase]:
                 itertools.product((torch.bfloat16, torch.float16), ns, (64, 128), (False, True))]
         gqa = [GateCase(1, 8, 2, n, 128, torch.bfloat16, c) for n in (1000, 3000) for c in (False, True)]
         odd_d = [GateCase(1, 4, 4, 300, d, torch.bfloat16, c) for d in (80, 256) for c in (False, True)]
+        odd_d += [GateCase(1, 4, 4, 300, 64, torch.float32, c) for c in (False, True)]  # fp32: the IEEE dot path
         return main + ([] if quick else gqa + odd_d)
     ns = ns or ((64,) if quick else (64, 100))
     main = [GateCase(1, 2, 2, n, d, dt, c) for dt, n, d, c in
