@@ -34,7 +34,8 @@ def _stream_kv(acc, l_i, m_i, q, k_base, v_base, m_base, DK, DV, kv_head, offs_m
             # Steady state: raw scores, the scale folded into exp2's argument (one FMA per score, not MUL + SUB).
             s = dot(q, tl.trans(k), tl.zeros([BLOCK_M, BLOCK_N], dtype=tl.float32), IEEE, UPCAST)
             m_new = tl.maximum(m_i, tl.max(s, 1) * qk_scale)
-            p = tl.math.exp2(s * qk_scale - m_new[:, None])
+            m_use = m_new
+            p = tl.math.exp2(s * qk_scale - m_use[:, None])
         else:
             s = score_tile(q, k, m_base + offs_n[None, :] * smn, offs_m, offs_n, N, qk_scale, mask_scale,
                            BLOCK_M, BLOCK_N, MASKED and CAUSAL, MASKED, MASK_KIND, IEEE, UPCAST)
@@ -42,12 +43,15 @@ def _stream_kv(acc, l_i, m_i, q, k_base, v_base, m_base, DK, DV, kv_head, offs_m
                 p = masked_to_zero(s)  # ablation: P = S; no max, no exp, no rescale
             else:
                 m_new = tl.maximum(m_i, tl.max(s, 1))
+                m_use = m_new
                 if MASK_KIND != 0:
-                    # An explicit mask can hide a whole row so far: keep m finite so exp2 gives 0, not NaN.
-                    m_new = tl.where(m_new == float("-inf"), 0.0, m_new)
-                p = tl.math.exp2(s - m_new[:, None])
+                    # An explicit mask can hide a whole row so far: subtract 0 then, so exp2 gives 0, not NaN. The
+                    # running max itself stays -inf: were the 0 kept, scores far below 0 in later tiles would
+                    # underflow to p = 0 in fp16 and the row would come out all zeros.
+                    m_use = tl.where(m_new == float("-inf"), 0.0, m_new)
+                p = tl.math.exp2(s - m_use[:, None])
         if not NO_SOFTMAX:
-            alpha = tl.math.exp2(m_i - m_new)  # rescales what was accumulated under the old max
+            alpha = tl.math.exp2(m_i - m_use)  # rescales what was accumulated under the old max
             l_i = l_i * alpha + tl.sum(p, 1)
             acc = acc * alpha[:, None]
             m_i = m_new
