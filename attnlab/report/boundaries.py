@@ -44,6 +44,22 @@ def nn_bytes(B: int, H: int, N: int, dtype: str) -> int:
     return B * H * N * N * itemsize(dtype)
 
 
+def o_bytes(B: int, H: int, N: int, D: int, dtype: str) -> int:
+    """Bytes of O, (B, H, N, D) in the input dtype."""
+    return B * H * N * D * itemsize(dtype)
+
+
+def held_saving(boundary: str, B: int, H: int, N: int, D: int, dtype: str) -> int:
+    """Peak bytes a step should save: materialised peaks at S + P (it frees S before O exists), qk_softmax at P + O,
+    fused at O; so the S step saves S − O and the P step saves P (attnlab.model.hold_bytes, the same three holds)."""
+    size = nn_bytes(B, H, N, dtype)
+    if boundary == "S round trip":
+        return size - o_bytes(B, H, N, D, dtype)
+    if boundary == "P round trip":
+        return size
+    raise ValueError(f"boundary must be one of {', '.join(BOUNDARIES)}, got {boundary!r}")
+
+
 def boundary_bytes(boundary: str, B: int, H: int, N: int, dtype: str, causal: bool) -> int:
     """Bytes the boundary moves through device memory (written + read), per the module docstring."""
     size = nn_bytes(B, H, N, dtype)

@@ -20,7 +20,8 @@ COLUMNS = {
     "from_peak_bytes": "from_build's peak allocation", "to_peak_bytes": "to_build's peak allocation",
     "saved_bytes": "from_peak_bytes − to_peak_bytes, measured",
     "tensor": "the tensor the step stops holding, S or P",
-    "predicted_bytes": "its size, B·H·N²·itemsize",
+    "predicted_bytes": "the peak bytes the step should save: S − O for the S step (materialised frees S before O "
+                       "exists, qk_softmax holds O beside P), P for the P step (attnlab.report.boundaries)",
     "saved_over_predicted": "saved_bytes / predicted_bytes",
     "note": "why a number is NaN (on a CPU, peak allocation is unknown), and any alloc_flag the rows carry",
 }
@@ -42,9 +43,9 @@ def memory_table(results: pd.DataFrame) -> pd.DataFrame:
     found = groups.cases(results)
     rows = []
     for shape in groups.shapes(results):
-        B, H, _, N, _ = shape
-        predicted = bd.nn_bytes(B, H, N, dtype)
+        B, H, _, N, D = shape
         for boundary, (src, dst) in bd.BOUNDARIES.items():
+            predicted = bd.held_saving(boundary, B, H, N, D, dtype)
             from_peak, why_from = groups.value(found, src, shape, "peak_bytes")
             to_peak, why_to = groups.value(found, dst, shape, "peak_bytes")
             saved = from_peak - to_peak
