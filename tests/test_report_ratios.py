@@ -50,3 +50,10 @@ def test_a_baseline_measured_by_other_code_is_noted():
     assert t.loc["fused", "x_vs_materialised"] == 4.0  # the number stays; the note makes it honest
     assert "measured by different code" in t.loc["fused", "note"] and "bbbbbbbbbbbb" in t.loc["fused", "note"]
     assert t.loc["qk_softmax", "note"] == ""
+
+
+def test_a_build_that_fails_the_accuracy_rule_says_so_beside_its_ratio():
+    bad = "FAILS accuracy rule: err 0.5 > limit 0.015"
+    t = report.speedup(frame(row("materialised", 4.0), row("fused", 1.0, err_note=bad))).set_index("build")
+    assert t.loc["fused", "x_vs_materialised"] == 4.0
+    assert bad in t.loc["fused", "note"] and t.loc["materialised", "note"] == ""

@@ -95,6 +95,9 @@ def value(found: dict, build: str, shape: tuple, column: str = "ms", role: str =
         why = row.get(_NOTE_OF.get(column, ""), "")
         because = f" ({why})" if isinstance(why, str) and why else ""
         return math.nan, f"{who} {column} unknown at {where(shape)}{because}"
+    err_note = row.get("err_note", "")
+    if isinstance(err_note, str) and "FAILS" in err_note:  # status stays ok (the time is real), the program is wrong
+        return float(v), f"{who} at {where(shape)}: {err_note}"
     return float(v), ""
 
 
