@@ -48,8 +48,10 @@ def test_a_fused_row_is_complete_and_consistent():
     c = case("fused", causal=True)
     assert (row["flops"], row["bytes_moved"], row["hold_bytes"]) == (model.flops(c), model.bytes_moved(c),
                                                                    model.hold_bytes(c))
-    assert row["tflops"] == pytest.approx(row["flops"] / (row["ms"] * 1e-3) / 1e12)
-    assert row["tbps"] == pytest.approx(row["bytes_moved"] / (row["ms"] * 1e-3) / 1e12)
+    net = row["ms"] - row["consume_ms"]  # rates leave out the consumption step
+    assert 0 < net < row["ms"]
+    assert row["tflops"] == pytest.approx(row["flops"] / (net * 1e-3) / 1e12)
+    assert row["tbps"] == pytest.approx(row["bytes_moved"] / (net * 1e-3) / 1e12)
     assert row["pct_flops"] == pytest.approx(100 * row["tflops"] / 0.2)
     assert row["pct_bw"] == pytest.approx(100 * row["tbps"] / 0.05)
     assert (row["ceiling_tflops"], row["ceiling_tbps"]) == (0.2, 0.05)
@@ -219,3 +221,9 @@ def test_rows_carry_the_code_fingerprint():
     row = m.base_row(Case("fused", 1, 2, 2, 16, 16), ceilings=dict(tbps=1.0, tflops=1.0))
     assert row["code"] == provenance.code_hash() and len(row["code"]) == 12
     int(row["code"], 16)
+
+
+def test_rates_leave_out_the_consumption_step():
+    row = dict(ms=2.0, consume_ms=0.5, flops=3e9, bytes_moved=3e6, ceiling_tflops=10.0, ceiling_tbps=1.0)
+    m.rates(row)
+    assert row["tflops"] == pytest.approx(3e9 / 1.5e-3 / 1e12) and row["pct_bw"] == pytest.approx(0.2)

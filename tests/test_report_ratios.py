@@ -57,3 +57,10 @@ def test_a_build_that_fails_the_accuracy_rule_says_so_beside_its_ratio():
     t = report.speedup(frame(row("materialised", 4.0), row("fused", 1.0, err_note=bad))).set_index("build")
     assert t.loc["fused", "x_vs_materialised"] == 4.0
     assert bad in t.loc["fused", "note"] and t.loc["materialised", "note"] == ""
+
+
+def test_ratios_are_net_of_the_consumption_step():
+    """Every timed call also sums its output (consume_ms): left in, it would pull every ratio towards 1."""
+    t = report.speedup(frame(row("materialised", 4.1, consume_ms=0.1), row("fused", 1.1, consume_ms=0.1)))
+    t = t.set_index("build")
+    assert t.loc["fused", "ms"] == pytest.approx(1.0) and t.loc["fused", "x_vs_materialised"] == pytest.approx(4.0)

@@ -101,6 +101,15 @@ def value(found: dict, build: str, shape: tuple, column: str = "ms", role: str =
     return float(v), ""
 
 
+def net_ms(found: dict, build: str, shape: tuple, role: str = "") -> tuple[float, str]:
+    """build's median ms less its consume_ms (attnlab.measure.net_ms), or (NaN, why not)."""
+    ms, why = value(found, build, shape, "ms", role)
+    consume = found[(build, shape)].get("consume_ms", math.nan) if (build, shape) in found else math.nan
+    if not math.isnan(ms) and isinstance(consume, float) and math.isfinite(consume) and 0 < consume < ms:
+        ms -= consume
+    return ms, why
+
+
 def shared(found: dict, builds, shape: tuple, column: str) -> tuple[float, str]:
     """A per-run figure (a ceiling) read from the rows of `builds` at shape, any status; it must agree across them."""
     seen = sorted({float(found[(b, shape)][column]) for b in builds

@@ -1,6 +1,7 @@
 """How much faster each build is than a named baseline, within one (dtype, causal) group.
 
-The ratio is baseline ms / build ms (above 1: faster than the baseline) and its column is named for the baseline,
+Times are net of the consumption step (ms − consume_ms: every timed call also sums its output, which would pull
+every ratio towards 1). The ratio is baseline ms / build ms (above 1: faster than the baseline) and its column is named for the baseline,
 `x_vs_<baseline>`. Where the baseline has no ok time at a shape (OOM, unsupported, not measured) the ratio is NaN
 and the note says so; no other build stands in for it.
 """
@@ -30,9 +31,9 @@ def speedup(results: pd.DataFrame, baseline: str = "materialised", builds=None) 
     ratio = f"x_vs_{baseline}"
     rows = []
     for shape in groups.shapes(results):
-        base_ms, why_base = groups.value(found, baseline, shape, role="baseline")
+        base_ms, why_base = groups.net_ms(found, baseline, shape, role="baseline")
         for build in builds:
-            ms, why = groups.value(found, build, shape)
+            ms, why = groups.net_ms(found, build, shape)
             rows.append({**groups.leading(dtype, causal, shape), "build": build, "ms": ms,
                          f"{baseline}_ms": base_ms, ratio: base_ms / ms if ms > 0 else math.nan,
                          "note": groups.notes(why_base, why, groups.same_code(found, (baseline, build), shape))})
