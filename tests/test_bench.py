@@ -35,3 +35,30 @@ def test_ratios_are_library_time_over_ours():
     assert r["fused_vs_sdpa_flash"] == pytest.approx(1.3)
     assert r["fused_vs_sdpa_cudnn"] == pytest.approx(0.8)
     assert r["qk_softmax_over_floor"] == pytest.approx(1.5)
+
+
+def test_run_writes_one_checked_row_per_build_and_shape(monkeypatch, tmp_path):
+    """bench.run's plumbing on the CPU: the GPU-only pieces (timer, clock spin-up, ceilings) stood in for."""
+    import argparse
+
+    from attnlab import builds, model
+
+    real_case = bench._case
+    monkeypatch.setattr(bench, "_case", lambda *a: real_case(*a, device="cpu"))
+    monkeypatch.setattr(bench, "spin_up", lambda *a, **k: None)
+    monkeypatch.setattr(bench.torch.cuda, "empty_cache", lambda: None)
+    monkeypatch.setattr(model, "measure_ceilings", lambda dev, dt: dict(tbps=1.0, tflops=1.0))
+    monkeypatch.setattr(bench, "shapes", lambda dtypes, ns, quick: [(1, 2, 40, 16, torch.float32, True)])
+
+    def fake_time(name, q, k, v, causal):  # the real attention, a made-up time
+        return 0.1, 2.0, "ok", builds.get(name).attend(q, k, v, causal=causal)
+
+    monkeypatch.setattr(bench, "time_case", fake_time)
+    args = argparse.Namespace(dtypes="float32", ns="40", builds="fused,qk_softmax,sdpa_math", quick=True,
+                              out=str(tmp_path))
+    df = bench.run(args)
+    assert df.build.tolist() == ["fused", "qk_softmax", "sdpa_math"] and (df.status == "ok").all()
+    assert df.loc[df.build == "fused", "accurate"].item() is True
+    assert df.loc[df.build == "qk_softmax", "floor_ms"].item() > 0
+    assert df.tflops.tolist() == pytest.approx([4 * 2 * 40 * 40 * 16 / 2 / 2.0 / 1e9] * 3)
+    assert (tmp_path / "bench.csv").exists()
