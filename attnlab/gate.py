@@ -55,9 +55,11 @@ def default_builds(device: torch.device) -> list[str]:
 
 
 def _inputs(case: GateCase, device, seed: int):
-    g = torch.Generator(device="cpu").manual_seed(seed)
-    shapes = ((case.B, case.H, case.N, case.D), (case.B, case.Hkv, case.N, case.D), (case.B, case.Hkv, case.N, case.D))
-    return [torch.randn(s, generator=g).to(device=device, dtype=case.dtype) for s in shapes]
+    """The harness's inputs (attnlab.measure.make_inputs): random normal, never zeros, seeded."""
+    from attnlab.measure import Case, make_inputs
+
+    return make_inputs(Case("gate", case.B, case.H, case.Hkv, case.N, case.D, case.dtype, case.causal, str(device)),
+                       seed)
 
 
 def check_case(case: GateCase, names: list[str], device, seed: int) -> list[dict]:

@@ -1,4 +1,6 @@
 """`attnlab report`: every table of a results directory, per (dtype, causal) group, as a user meets it."""
+import re
+
 import pandas as pd
 
 from attnlab import cli
@@ -6,11 +8,11 @@ from attnlab.report.text import render
 from tests.test_report_groups import frame, row
 
 
-def _results():
+def _results(no_pv_ms=0.9):
     rows = []
     for causal in (False, True):
         for build, ms in (("materialised", 4.0), ("qk_softmax", 3.0), ("fused", 1.0), ("fused-no_softmax", 0.7),
-                          ("fused-no_pv", 0.9), ("fused-zero_mask", 1.2), ("sdpa_flash", 1.5)):
+                          ("fused-no_pv", no_pv_ms), ("fused-zero_mask", 1.2), ("sdpa_flash", 1.5)):
             rows.append(row(build, ms=ms / (2 if causal else 1), causal=causal, peak_bytes=1e6, hold_bytes=10**6,
                             reps=10, flops=10**9, bytes_moved=10**6))
     return frame(*rows)
@@ -23,8 +25,17 @@ def test_render_gives_every_table_per_group_and_never_mixes_causal():
         for title in ("speedup over materialised", "attribution", "peak memory", "ablations of fused"):
             assert title in part
         assert "ablations of qk_softmax" not in part  # only bases whose ablations were measured
-    assert "x_vs_materialised" in non_causal and "4" in non_causal.split("fused")[1]  # 4.0 / 1.0
-    assert "softmax" in non_causal.split("ablations of fused")[1]  # no_softmax saves 0.3 ms: the dominant stage
+    speed = non_causal.split("## attribution")[0]
+    assert re.search(r"^\s*float16\s+False\s+64\s+1000\s+1\s+8\s+8\s+fused\s+1\s+4\s+4\s*$", speed, re.M)
+    assert _dominant(non_causal) == "softmax"  # no_softmax saves 0.3 ms, no_pv 0.1
+    assert _dominant(render(_results(no_pv_ms=0.5)).split("# float16, causal")[0]) == "pv"  # now no_pv saves 0.5
+
+
+def _dominant(text: str) -> str:
+    """The `dominant` cell of the fused ablation table's only data line (the column before the empty note)."""
+    section = text.split("## ablations of fused")[1]
+    header, line = [ln for ln in section.splitlines() if ln.strip()][1:3]
+    return line.split()[header.split().index("dominant")]
 
 
 def test_report_command_writes_tables_txt(tmp_path, capsys):

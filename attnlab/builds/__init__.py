@@ -48,6 +48,7 @@ def _zero_mask(q) -> torch.Tensor:
     """The all-zero additive mask for q's N, dtype and device; made once, outside any timed call."""
     key = (q.shape[2], q.dtype, str(q.device))
     if key not in _zero_masks:
+        _zero_masks.clear()  # one shape at a time: a sweep's N×N masks would otherwise pile up on the device
         _zero_masks[key] = torch.zeros(q.shape[2], q.shape[2], dtype=q.dtype, device=q.device)
     return _zero_masks[key]
 
