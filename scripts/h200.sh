@@ -3,7 +3,7 @@
 #   device run:  bash scripts/h200.sh            (results under $OUT, or ./h200-out without the device tool)
 # Steps, each under its own timeout so a slow one cannot take the others' results with it:
 #   1. attnlab sweep params/h200.yaml, timed (issue 3: the whole grid in ≤ 5 minutes; issue 4: causal attribution)
-#   2. python -m attnlab.selfcheck (issue 3: harness vs do_bench within 3 %, the same case twice within 2 %)
+#   2. python -m attnlab.selfcheck (issue 3: harness vs an independent event timer within 3 %, twice within 2 %)
 #   3. attnlab check on the shapes the last gate did not reach (D = 80 and 256, fp32) and flex
 set -u
 out=${OUT:-h200-out}
