@@ -7,7 +7,7 @@
             measure the cache; inputs are not rotated); median, p20, p80 of all repetitions, nothing printed or
             synced inside. CPU: time.perf_counter around each call, a 64 MiB buffer written between calls (the
             CPU's cache flush); at least `min_reps` calls, more while `reps_ms` of wall time lasts.
-    peak    its own pass after timing: collect, empty the cache, reset peak stats, sync, run, sync; peak minus what
+    peak    its own pass after timing: sync, reset peak stats, run, sync; peak minus what
             was allocated before, next to model.hold_bytes. CPU has no allocator statistics: NaN and the reason.
     error   ‖o − ref‖/‖ref‖ against the fp64 oracle under attnlab.accuracy's rule, at every measured shape; when
             the fp64 scores B·H·N²·8 exceed `ref_budget_bytes`, on a batch slice, then a head slice in whole

@@ -237,7 +237,8 @@ def check_out_dir(out: Path) -> None:
 
 
 def grid(params: dict, device: str) -> list[_measure.Case]:
-    """Every case, shape by shape (N ascending, so out-of-memory cases come last), every build at each shape."""
+    """Every case, shape by shape (causal, then D, then N ascending: the largest N of each (causal, D) last), every
+    build at each shape."""
     cases = []
     for causal in params["causal"]:
         for D in params["head_dims"]:
@@ -352,16 +353,15 @@ def run(params, out_dir=None, *, progress: bool = True) -> pd.DataFrame:
         done = set(read_results(results)["case_id"])
     except ValueError as e:
         raise ParamsError("out_dir", str(out), f"cannot be resumed: {e}") from None
-    _repair(results)
-    cases = grid(p, device)
-    todo = [c for c in cases if c.case_id not in done]
-
     prov = json.loads(prov_path.read_text()) if prov_path.exists() else {}
     here = provenance.collect(device)
     name = here["device"]["name"]
-    if prov and prov.get("device", {}).get("name") not in (None, name):
+    if prov and prov.get("device", {}).get("name") not in (None, name):  # before _repair: refuse, write nothing
         raise ParamsError("out_dir", str(out), f"holds a run measured on {prov['device']['name']!r}, this is "
                                                f"{name!r}: use another out_dir")
+    _repair(results)
+    cases = grid(p, device)
+    todo = [c for c in cases if c.case_id not in done]
     session = dict(started=provenance.now(), ended=None, params=p, cases=len(cases), already_measured=len(cases)
                    - len(todo), measured=0, interrupted=None, clocks_start=_clocks(device))
     ceilings = prov.get("ceilings", {}).get(p["dtype"])
@@ -390,10 +390,9 @@ def run(params, out_dir=None, *, progress: bool = True) -> pd.DataFrame:
                 row["status"] = _measure.one_line(
                     _measure.oom_status(e, row["hold_bytes"]) if _measure._is_oom(e)
                     else f"error: {type(e).__name__}: {e}")
+                _measure.release(torch.device(device))  # measure frees after its own failures; this one escaped it
             append_row(results, row)
             session["measured"] += 1
-            if row["status"] != "ok":  # an OOM or error leaves cycles and cached blocks behind: free them
-                _measure.release(torch.device(device))
         bar.close()
         finished = True
     finally:

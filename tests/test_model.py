@@ -81,3 +81,16 @@ def test_cpu_ceilings_are_measured_positive_rates():
     assert math.isfinite(c["tflops"]) and c["tflops"] > 0
     b = model.measure_ceilings("cpu", torch.bfloat16)
     assert b["dtype"] == "bfloat16" and b["tflops"] > 0
+
+
+def test_a_copy_softmax_reads_a_long_row_once():
+    """Past SOFTMAX_ROW_MAX the softmax streams S twice (statistics, then P); its copy ablation needs one read."""
+    from attnlab.report.boundaries import SOFTMAX_ROW_MAX
+
+    N = SOFTMAX_ROW_MAX * 2
+    base = Case("materialised", 1, 1, 1, N, 16, "bfloat16")
+    copy = Case("materialised-no_softmax", 1, 1, 1, N, 16, "bfloat16")
+    assert model.bytes_moved(base) - model.bytes_moved(copy) == N * N * 2
+    short = SOFTMAX_ROW_MAX
+    assert model.bytes_moved(Case("materialised", 1, 1, 1, short, 16, "bfloat16")) == \
+        model.bytes_moved(Case("materialised-no_softmax", 1, 1, 1, short, 16, "bfloat16"))
