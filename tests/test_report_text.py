@@ -31,6 +31,12 @@ def test_render_gives_every_table_per_group_and_never_mixes_causal():
     assert _dominant(render(_results(no_pv_ms=0.5)).split("# float16, causal")[0]) == "pv"  # now no_pv saves 0.5
 
 
+def test_render_adds_the_causal_saving_when_both_groups_are_there():
+    text = render(_results())
+    section = text.split("what causal masking saves fused (float16; a difference, never a ratio)")[1]
+    assert re.search(r"fused\s+1\s+0\.5\s+0\.5\s+the key tiles past the diagonal", section)
+
+
 def _dominant(text: str) -> str:
     """The `dominant` cell of the fused ablation table's only data line (the column before the empty note)."""
     section = text.split("## ablations of fused")[1]

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pandas as pd
 
-from attnlab.report.ablation import ablation_table
+from attnlab.report.ablation import ablation_table, causal_saving
 from attnlab.report.boundary_time import attribution
 from attnlab.report.groups import split
 from attnlab.report.memory import memory_table
@@ -38,4 +38,11 @@ def render(results: pd.DataFrame, baseline: str = "materialised") -> str:
             if any(b.startswith(f"{base}-") for b in measured):
                 out.append(_section(f"ablations of {base}: what removing each stage saves ({head})",
                                     ablation_table(group, base=base)))
+    for dtype, one in results.groupby("dtype", sort=True):
+        if one["causal"].nunique() < 2:
+            continue
+        for build in ("fused", "qk_softmax", "materialised"):
+            if build in measured:
+                out.append(_section(f"what causal masking saves {build} ({dtype}; a difference, never a ratio)",
+                                    causal_saving(one, build)))
     return "\n".join(out)
