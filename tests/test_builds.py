@@ -274,3 +274,10 @@ def test_masked_first_tile_then_very_negative_scores(name):
     m[:, :128] = float("-inf")  # the whole first 128-wide key tile of every row
     o = run_ours(name, q, k, v, attn_mask=m)
     assert_accurate(name, o, q, k, v, attn_mask=m)
+
+
+@pytest.mark.parametrize("name", OURS)
+def test_batch_times_heads_past_the_grid_limit_is_refused_clearly(name):
+    q, k, v = rand_qkv(B=65536, H=1, N=1, D=16)
+    with pytest.raises(builds.Unsupported, match=r"B·H = 65536 exceeds 65535"):
+        builds.get(name).attend(q, k, v)

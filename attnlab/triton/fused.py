@@ -89,7 +89,7 @@ def fused_kernel(Q, K, V, O, M, DK, DV,
                   True, BLOCK_D != D)
     k_base = K + b * skb + hk * skh + offs_d[None, :]
     v_base = V + b * svb + hk * svh + offs_d[None, :]
-    m_base = M + b * smb + h * smh + offs_m[:, None] * smm
+    m_base = M + b * smb + h * smh + offs_m.to(tl.int64)[:, None] * smm  # int64: row · N overflows past N = 46340
 
     m_i = tl.full([BLOCK_M], float("-inf"), tl.float32)
     l_i = tl.zeros([BLOCK_M], tl.float32)

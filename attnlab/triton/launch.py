@@ -19,6 +19,7 @@ from attnlab.triton.config import LOG2E, head_dim_bucket, interpreting, tiles, u
 from attnlab.validate import Spec, check, mask_4d
 
 KERNEL_ABLATIONS = (None, "no_softmax", "no_pv")
+MAX_GRID_YZ = 65535  # CUDA's limit on a grid's second and third axes, where our kernels put B·H
 SOFTMAX_ROW_MAX = 16384  # rows up to this length are read once by the softmax kernel; longer ones twice
 
 
@@ -47,6 +48,9 @@ def _prepare(q, k, v, causal, attn_mask, scale, ablation) -> _Call:
     why = unsupported_reason(spec.device)
     if why:
         raise Unsupported(why)
+    if spec.B * spec.H > MAX_GRID_YZ:
+        raise Unsupported(f"B·H = {spec.B * spec.H} exceeds {MAX_GRID_YZ}, the CUDA grid-axis limit our kernels put "
+                          "batch × heads on; split the batch")
     # Kernels index the last dim with unit stride; other strides are passed through.
     q, k, v = (t if t.stride(-1) == 1 else t.contiguous() for t in (q, k, v))
     if attn_mask is None:

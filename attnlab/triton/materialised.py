@@ -36,7 +36,7 @@ def scores_kernel(Q, K, S, M,
                       True, BLOCK_D != D)
         k = load_rows(K + b * skb + (h // GROUP) * skh + offs_n[:, None] * skn + offs_d[None, :], offs_n, offs_d,
                       N, D, True, BLOCK_D != D)
-        m_ptrs = M + b * smb + h * smh + offs_m[:, None] * smm + offs_n[None, :] * smn
+        m_ptrs = M + b * smb + h * smh + offs_m.to(tl.int64)[:, None] * smm + offs_n[None, :] * smn
         s = score_tile(q, k, m_ptrs, offs_m, offs_n, N, qk_scale, 1.0, BLOCK_M, BLOCK_N,
                        CAUSAL, True, MASK_KIND, IEEE, UPCAST)
     else:

@@ -30,7 +30,7 @@ def qk_softmax_kernel(Q, K, P, M,
     q = load_rows(Q + b * sqb + h * sqh + offs_m[:, None] * sqn + offs_d[None, :], offs_m, offs_d, N, D,
                   True, BLOCK_D != D)
     k_base = K + b * skb + (h // GROUP) * skh + offs_d[None, :]
-    m_base = M + b * smb + h * smh + offs_m[:, None] * smm
+    m_base = M + b * smb + h * smh + offs_m.to(tl.int64)[:, None] * smm
     p_base = P + bh * N * N + offs_m.to(tl.int64)[:, None] * N
     hi = N
     if CAUSAL:
