@@ -4,7 +4,8 @@
     attnlab check [...]                                  the correctness gate alone (attnlab.gate)
     attnlab bench [...]                                  kernel benchmark and autotune (attnlab.bench)
     attnlab run [--out DIR]                              the main job: the gate, then the sweep for this device
-    attnlab report DIR                                   every table of DIR/results.csv, into DIR/tables.txt
+    attnlab report DIR                                   every table of DIR/results.csv (DIR/tables.txt) and its
+                                                         figures (DIR/figures.html, draws offline)
 
 Bad params print one line, `attnlab: error: ...`, and exit 2 with nothing written. Without a GPU, Triton's
 interpreter is switched on before any kernel module is imported (kernels are bound to it when defined).
@@ -45,7 +46,8 @@ def parser() -> argparse.ArgumentParser:
     run.add_argument("--out", metavar="DIR", help="output directory instead of outputs/<gpu-or-cpu>/<timestamp>")
     report = sub.add_parser("report", help="every table (speedup, attribution, memory, ablations) of a results dir",
                             description="Read DIR/results.csv; print the tables of attnlab.report per (dtype, "
-                                        "causal) group and write them to DIR/tables.txt.")
+                                        "causal) group, write them to DIR/tables.txt and the figures to "
+                                        "DIR/figures.html (self-contained: draws offline).")
     report.add_argument("dir", metavar="DIR", help="a sweep's output directory")
     report.add_argument("--baseline", default="materialised", help="the build every speedup is relative to")
     return top
@@ -53,16 +55,20 @@ def parser() -> argparse.ArgumentParser:
 
 def _report(directory: str, baseline: str) -> int:
     from attnlab import sweep
-    from attnlab.report.text import render
+    from attnlab.report.figures import to_html
+    from attnlab.report.text import figures, render
 
     path = Path(directory) / sweep.RESULTS
     if not path.is_file():
         return _error(f"report: {path} does not exist (give a sweep's output directory)")
     try:
-        text = render(sweep.read_results(path), baseline=baseline)
+        results = sweep.read_results(path)
+        text = render(results, baseline=baseline)
+        page = to_html(figures(results, baseline=baseline))
     except ValueError as e:
         return _error(f"report: {e}")
     (Path(directory) / "tables.txt").write_text(text)
+    (Path(directory) / "figures.html").write_text(page)
     print(text)
     return 0
 

@@ -50,6 +50,8 @@ def test_report_command_writes_tables_txt(tmp_path, capsys):
     written = (tmp_path / "tables.txt").read_text()
     assert written.strip() == capsys.readouterr().out.strip()
     assert "## attribution" in written
+    page = (tmp_path / "figures.html").read_text()
+    assert page.count("Plotly.newPlot") == 6  # per group: speedup, memory, fused ablations
 
 
 def test_report_on_a_missing_directory_is_one_error(tmp_path, capsys):

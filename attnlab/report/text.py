@@ -24,6 +24,19 @@ def _section(title: str, table: pd.DataFrame) -> str:
         return f"## {title}\n\n{table.to_string(index=False, float_format=_fmt)}\n"
 
 
+def figures(results: pd.DataFrame, baseline: str = "materialised") -> list:
+    """Every figure of attnlab.report.figures the results can draw, group by group."""
+    from attnlab.report import figures as fg
+
+    out, measured = [], set(results["build"])
+    for _, group in split(results).items():
+        out.append(fg.speedup_figure(group, baseline=baseline))
+        out.append(fg.memory_figure(group))
+        out += [fg.ablation_figure(group, base=b) for b in ("fused", "qk_softmax", "materialised")
+                if any(n.startswith(f"{b}-") for n in measured)]
+    return out
+
+
 def render(results: pd.DataFrame, baseline: str = "materialised") -> str:
     out = []
     measured = set(results["build"])
