@@ -188,6 +188,33 @@ def _time(step, dev: torch.device, *, warmup_ms: float, reps_ms: float, min_reps
     return times, "perf_counter"
 
 
+HOST_BOUND = 0.5  # issuing a call takes at least this share of its measured time: the GPU may be waiting on Python
+
+
+def host_ms(step, dev: torch.device, calls: int = 20) -> float:
+    """Host wall time to issue one call of `step` without waiting for the device (NaN on CPU).
+
+    do_bench's events bracket each call on the device, so if the host takes longer to issue a call's launches than
+    the device takes to run them, the device idles inside the bracket and the time measures Python, not kernels."""
+    if dev.type != "cuda":
+        return math.nan
+    torch.cuda.synchronize(dev)
+    t0 = time.perf_counter()
+    for _ in range(calls):
+        step()
+    issued = (time.perf_counter() - t0) * 1e3 / calls
+    torch.cuda.synchronize(dev)
+    return issued
+
+
+def timing_note(ms: float, host: float) -> str:
+    """'' or why `ms` may measure the host rather than the kernels."""
+    if math.isfinite(host) and math.isfinite(ms) and host >= HOST_BOUND * ms:
+        return (f"host-bound: issuing a call takes {host:.3g} ms on the host against {ms:.3g} ms measured; "
+                "the GPU may wait on Python, so this time overstates the kernels")
+    return ""
+
+
 def _pct(times: list, p: float) -> float:
     """Linear-interpolated percentile (what numpy.percentile does by default)."""
     s = sorted(times)
@@ -333,8 +360,10 @@ def measure(case: Case, *, ceilings: dict, reps_ms: float = 100.0, warmup_ms: fl
             acc.add_(call().sum(dtype=torch.float32))
 
         times, row["timer"] = _time(step, dev, warmup_ms=warmup_ms, reps_ms=reps_ms, min_reps=min_reps)
+        row["host_ms"] = host_ms(step, dev)
         row["checksum"] = acc.item() / calls[0]  # the one read of acc
         row.update(ms=statistics.median(times), ms_p20=_pct(times, 20), ms_p80=_pct(times, 80), reps=len(times))
+        row["timing_note"] = timing_note(row["ms"], row["host_ms"])
         if compiled:
             g2 = _graphs()
             row["compile_note"] = (f"torch._dynamo reset before the first call; {g1 - g0} graph(s) compiled there, "

@@ -26,6 +26,9 @@ COLUMNS = {
     "ms_p20": "20th percentile", "ms_p80": "80th percentile",
     "reps": "timed repetitions behind the median",
     "timer": "'do_bench' (device events) or 'perf_counter' (CPU)",
+    "host_ms": "host wall time to issue one timed call without waiting (CUDA; NaN on CPU, where calls are synchronous)",
+    "timing_note": "'' or 'host-bound: ...' when issuing a call takes half the measured time or more: the GPU may "
+                   "wait on Python, so `ms` overstates the kernels",
     "peak_bytes": "peak allocation above what was allocated before the call (NaN where unknowable)",
     "peak_note": "why peak_bytes is NaN (e.g. 'n/a: CPU has no allocator statistics')",
     "hold_bytes": "predicted bytes the build must hold at once: O, plus S and P (materialised) or P (qk_softmax)",
@@ -57,9 +60,9 @@ COLUMNS = {
 TYPES = {
     **{c: "str" for c in ("run_id", "case_id", "build", "family", "base", "ablation", "dtype", "mask", "device",
                           "device_name", "status", "timer", "peak_note", "alloc_flag", "err_note", "tiles",
-                          "compile_note", "started", "code")},
+                          "compile_note", "started", "code", "timing_note")},
     **{c: "int" for c in ("B", "H", "Hkv", "N", "D", "reps", "hold_bytes", "flops", "bytes_moved")},
-    **{c: "float" for c in ("cold_s", "ms", "ms_p20", "ms_p80", "consume_ms", "peak_bytes", "err", "err_limit",
+    **{c: "float" for c in ("host_ms", "cold_s", "ms", "ms_p20", "ms_p80", "consume_ms", "peak_bytes", "err", "err_limit",
                             "checksum", "tflops", "tbps", "pct_flops", "pct_bw", "ceiling_tflops", "ceiling_tbps")},
     "causal": "bool",
 }

@@ -227,3 +227,11 @@ def test_rates_leave_out_the_consumption_step():
     row = dict(ms=2.0, consume_ms=0.5, flops=3e9, bytes_moved=3e6, ceiling_tflops=10.0, ceiling_tbps=1.0)
     m.rates(row)
     assert row["tflops"] == pytest.approx(3e9 / 1.5e-3 / 1e12) and row["pct_bw"] == pytest.approx(0.2)
+
+
+def test_a_host_bound_time_is_flagged():
+    """do_bench brackets each call on the device: when issuing it takes the host about as long, ms measures Python."""
+    assert m.timing_note(0.2, 0.15).startswith("host-bound: issuing a call takes 0.15 ms on the host against 0.2 ms")
+    assert m.timing_note(1.0, 0.05) == ""
+    assert m.timing_note(1.0, math.nan) == ""  # CPU: calls are synchronous, nothing to compare
+    assert math.isnan(m.host_ms(lambda: None, torch.device("cpu")))

@@ -64,3 +64,9 @@ def test_ratios_are_net_of_the_consumption_step():
     t = report.speedup(frame(row("materialised", 4.1, consume_ms=0.1), row("fused", 1.1, consume_ms=0.1)))
     t = t.set_index("build")
     assert t.loc["fused", "ms"] == pytest.approx(1.0) and t.loc["fused", "x_vs_materialised"] == pytest.approx(4.0)
+
+
+def test_a_host_bound_time_is_noted_beside_its_ratio():
+    note = "host-bound: issuing a call takes 0.5 ms on the host against 0.6 ms measured"
+    t = report.speedup(frame(row("materialised", 4.0), row("flex", 0.6, timing_note=note))).set_index("build")
+    assert note in t.loc["flex", "note"]

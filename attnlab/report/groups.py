@@ -98,6 +98,9 @@ def value(found: dict, build: str, shape: tuple, column: str = "ms", role: str =
     err_note = row.get("err_note", "")
     if isinstance(err_note, str) and "FAILS" in err_note:  # status stays ok (the time is real), the program is wrong
         return float(v), f"{who} at {where(shape)}: {err_note}"
+    timing = row.get("timing_note", "")
+    if column == "ms" and isinstance(timing, str) and timing:
+        return float(v), f"{who} at {where(shape)}: {timing}"
     return float(v), ""
 
 
