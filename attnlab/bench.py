@@ -21,7 +21,7 @@ import time
 import torch
 
 from attnlab import model
-from attnlab.measure import make_inputs, spin_up
+from attnlab.measure import make_inputs, one_line, spin_up
 
 TOKENS, WIDTH = 16384, 2048
 BUILDS = ("fused", "qk_softmax", "materialised", "sdpa_flash", "sdpa_cudnn", "flex")
@@ -82,7 +82,7 @@ def time_case(name, q, k, v, causal):
         torch.cuda.empty_cache()
         return float("nan"), float("nan"), "oom", None
     except Exception as e:  # noqa: BLE001 - a failing row is recorded, the benchmark goes on
-        return float("nan"), float("nan"), f"error: {type(e).__name__}: " + " | ".join(str(e).splitlines())[:600], None
+        return float("nan"), float("nan"), one_line(f"error: {type(e).__name__}: {e}", 600), None
 
 
 def qk_softmax_floor_ms(B, H, N, D, dtype, causal, ceil):

@@ -65,6 +65,7 @@ def _inputs(case: GateCase, device, seed: int):
 def check_case(case: GateCase, names: list[str], device, seed: int) -> list[dict]:
     """Run every named build on one fresh input set; one row each."""
     from attnlab import accuracy, builds, reference
+    from attnlab.measure import one_line
 
     q, k, v = _inputs(case, device, seed)
     refs = {}
@@ -89,7 +90,7 @@ def check_case(case: GateCase, names: list[str], device, seed: int) -> list[dict
         except torch.OutOfMemoryError:
             row.update(status="oom")
         except Exception as e:  # noqa: BLE001 - one broken build must not hide the others' results
-            row.update(status=f"FAIL: {type(e).__name__}: " + " | ".join(str(e).splitlines())[:600])
+            row.update(status=one_line(f"FAIL: {type(e).__name__}: {e}", 600))
         rows.append(row)
     return rows
 
