@@ -50,9 +50,15 @@ def _run(cmd: list[str], cwd=None) -> tuple[str | None, str]:
     return r.stdout.strip(), ""
 
 
-def gpu_clocks(device) -> dict:
-    """Driver version and SM/memory clocks (MHz, now and max) from nvidia-smi, or Nones and the reason."""
-    fields = ["driver_version", "clocks.sm", "clocks.mem", "clocks.max.sm", "clocks.max.mem"]
+CLOCK_FIELDS = ("driver_version", "clocks.sm", "clocks.mem", "clocks.max.sm", "clocks.max.mem")
+# what the card is doing now: a time that moved between two measurements is read against these
+STATE_FIELDS = ("clocks.sm", "clocks.mem", "power.draw", "temperature.gpu", "clocks_event_reasons.active")
+
+
+def gpu_clocks(device, fields=CLOCK_FIELDS) -> dict:
+    """nvidia-smi's `fields` for the device (default: driver version, SM/memory clocks now and max, MHz), or Nones
+    and the reason."""
+    fields = list(fields)
     dev = torch.device(device)
     index = dev.index if dev.index is not None else torch.cuda.current_device()
     out, why = _run(["nvidia-smi", f"--query-gpu={','.join(fields)}", "--format=csv,noheader,nounits",

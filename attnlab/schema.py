@@ -25,10 +25,12 @@ COLUMNS = {
     "ms": "warm time, median over repetitions, milliseconds",
     "ms_p20": "20th percentile", "ms_p80": "80th percentile",
     "reps": "timed repetitions behind the median",
-    "timer": "'do_bench' (device events) or 'perf_counter' (CPU)",
+    "timer": "'do_bench+graph' (device events around CUDA-graph replays), 'do_bench' (eager: capture failed, "
+             "timing_note says why) or 'perf_counter' (CPU)",
     "host_ms": "host wall time to issue one timed call without waiting (CUDA; NaN on CPU, where calls are synchronous)",
-    "timing_note": "'' or 'host-bound: ...' when issuing a call takes half the measured time or more: the GPU may "
-                   "wait on Python, so `ms` overstates the kernels",
+    "timing_note": "'' or why `ms` may not be the kernels' time: 'graph capture failed ...' (timed eagerly), and "
+                   "then 'host-bound: ...' when issuing a call takes half the measured time or more (the GPU may "
+                   "wait on Python, so `ms` overstates the kernels)",
     "peak_bytes": "peak allocation above what was allocated before the call (NaN where unknowable)",
     "peak_note": "why peak_bytes is NaN (e.g. 'n/a: CPU has no allocator statistics')",
     "hold_bytes": "predicted bytes the build must hold at once: O, plus S and P (materialised) or P (qk_softmax)",

@@ -3,12 +3,16 @@
     python -m attnlab.selfcheck [--out FILE]
 
 For a few cases of at least 1 ms on the GPU: measure() twice in one process (the spread between the two medians, and
-each one's p80/p20), and an independent timing of the same callable measure() times (attention plus the
-consumption step): torch.cuda.Event pairs around single calls, the L2 flushed by writing 512 MiB before each, the
-median of 50; and triton.testing.do_bench on that callable, as the issue names (measure() times with do_bench
-itself, so that comparison alone could only show noise: the event timer is the independent one).
+each one's p80/p20), and two timings of the same call measure() times (attention plus the consumption step) by other
+means: torch.cuda.Event pairs around single *eager* calls, the L2 flushed by writing 512 MiB before each, the median
+of 50 (independent of do_bench and of the CUDA graph measure() replays); and triton.testing.do_bench on the eager
+call, as the issue names. Before each case the GPU is spun up to its working clock, and nvidia-smi's clocks, power,
+temperature and clock-event reasons are read before and after it, so a time that moved can be read against the card.
 Prints one line per case and a verdict against the issue's bounds: |harness − do_bench| ≤ 3 % and
 |harness − events| ≤ 3 %, |run 1 − run 2| ≤ 2 %.
+
+Then, not judged: at N = 512, where issuing one call from Python takes about as long as its kernels, the eager
+do_bench time beside the graph-replayed harness time and the host's issue time (what the graph removes).
 """
 from __future__ import annotations
 
@@ -61,6 +65,8 @@ def main(argv=None) -> int:
     rows = []
     for name, B, H, N, D, causal in CASES:
         case = measure.Case(name, B, H, H, N, D, "bfloat16", causal, "cuda")
+        measure.spin_up(torch.device("cuda"))
+        before = _state()
         first, second = (measure.measure(case, ceilings=ceilings) for _ in range(2))
         q, k, v = measure.make_inputs(case)
         b = builds.get(name)
@@ -69,7 +75,6 @@ def main(argv=None) -> int:
         def step():  # the same callable measure() times: attention, then the consumption step
             acc.add_(b.attend(q, k, v, causal=causal).sum(dtype=torch.float32))
 
-        measure.spin_up(torch.device("cuda"))
         ref = _event_median_ms(step)
         bench = statistics.median(triton.testing.do_bench(step, warmup=25, rep=100, return_mode="all"))
         row = dict(build=name, B=B, H=H, N=N, D=D, causal=causal, harness_ms=first["ms"], again_ms=second["ms"],
@@ -79,6 +84,7 @@ def main(argv=None) -> int:
         row["vs_do_bench"] = first["ms"] / bench - 1
         row["repeat"] = second["ms"] / first["ms"] - 1
         row["ok"] = max(abs(row["vs_events"]), abs(row["vs_do_bench"])) <= 0.03 and abs(row["repeat"]) <= 0.02
+        row.update(timer=first["timer"], card_before=before, card_after=_state())
         rows.append(row)
         print(", ".join(f"{k}={v:.4g}" if isinstance(v, float) else f"{k}={v}" for k, v in row.items()), flush=True)
         del q, k, v
@@ -87,7 +93,29 @@ def main(argv=None) -> int:
         df.to_csv(args.out, index=False)
     bad = int((~df.ok).sum())
     print(f"selfcheck: {len(df) - bad} passed, {bad} failed")
+    for name, B, H, N, D, causal in SMALL:
+        case = measure.Case(name, B, H, H, N, D, "bfloat16", causal, "cuda")
+        row = measure.measure(case, ceilings=ceilings)
+        q, k, v = measure.make_inputs(case)
+        b = builds.get(name)
+        acc = torch.zeros((), dtype=torch.float32, device="cuda")
+        eager = statistics.median(triton.testing.do_bench(
+            lambda: acc.add_(b.attend(q, k, v, causal=causal).sum(dtype=torch.float32)), return_mode="all"))
+        print(f"small: {name} B={B} H={H} N={N} D={D}: harness ({row['timer']}) {row['ms']:.4f} ms, eager do_bench "
+              f"{eager:.4f} ms, host issue {row['host_ms']:.4f} ms")
     return 1 if bad else 0
+
+
+SMALL = [("fused", 32, 16, 512, 128, False), ("materialised", 32, 32, 512, 64, False),
+         ("sdpa_flash", 32, 32, 512, 64, False)]
+
+
+def _state() -> str:
+    """SM/memory MHz, W, °C and clock-event reasons now, as one string."""
+    from attnlab import provenance
+
+    s = provenance.gpu_clocks("cuda", provenance.STATE_FIELDS)
+    return s["note"] or " ".join(str(s[f]) for f in provenance.STATE_FIELDS)
 
 
 if __name__ == "__main__":

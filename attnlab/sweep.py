@@ -406,4 +406,4 @@ def run(params, out_dir=None, *, progress: bool = True) -> pd.DataFrame:
 
 def _clocks(device: str) -> dict:
     """SM and memory clocks now (MHz), read at each session's start and end; {} on a CPU."""
-    return provenance.gpu_clocks(device) if device.startswith("cuda") else {}
+    return provenance.gpu_clocks(device, provenance.STATE_FIELDS) if device.startswith("cuda") else {}

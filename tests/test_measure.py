@@ -235,3 +235,16 @@ def test_a_host_bound_time_is_flagged():
     assert m.timing_note(1.0, 0.05) == ""
     assert m.timing_note(1.0, math.nan) == ""  # CPU: calls are synchronous, nothing to compare
     assert math.isnan(m.host_ms(lambda: None, torch.device("cpu")))
+
+
+def test_cpu_is_never_graphed_and_its_checksum_covers_the_timing_phase_only():
+    """graphed() is the identity on CPU; the row's checksum is the mean o.sum() of the timed calls (the capture and
+    the host-cost probe are not in it), so it equals one call's o.sum()."""
+    step = lambda: None  # noqa: E731
+    assert m.graphed(step, torch.device("cpu"), []) == (step, "")
+    case = m.Case("torch_eager", 1, 2, 2, 16, 8, "float32", False, "cpu")
+    row = m.measure(case, **FAST)
+    q, k, v = m.make_inputs(case)
+    from attnlab import builds
+    assert row["checksum"] == pytest.approx(float(builds.get("torch_eager").attend(q, k, v).sum()), rel=1e-5)
+    assert row["timer"] == "perf_counter" and row["timing_note"] == ""
