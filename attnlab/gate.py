@@ -117,6 +117,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--builds", default=None, help="comma-separated build names (default: all that suit the device)")
     ap.add_argument("--tiles", default=None, help="tile overrides: a tiles.json written by attnlab bench --autotune")
     ap.add_argument("--ns", default=None, help="comma-separated sequence lengths (default: the grid's)")
+    ap.add_argument("--dtypes", default=None, help="comma-separated dtypes to keep (e.g. float32; default: all)")
     ap.add_argument("--out", default=None, help="write one CSV row per (build, case) here")
     args = ap.parse_args(argv)
     device = torch.device("cuda" if args.device == "auto" and torch.cuda.is_available() else
@@ -136,6 +137,14 @@ def main(argv: list[str] | None = None) -> int:
         print(f"attnlab check: error: --builds: {e}", file=sys.stderr)
         return 2
     cases = grid(device, args.quick, [int(n) for n in args.ns.split(",")] if args.ns else None)
+    if args.dtypes:
+        keep = args.dtypes.split(",")
+        known = sorted({str(c.dtype).removeprefix("torch.") for c in cases})
+        if not set(keep) <= set(known):
+            print(f"attnlab check: error: --dtypes: {args.dtypes!r} is not in this grid's dtypes {known}",
+                  file=sys.stderr)
+            return 2
+        cases = [c for c in cases if str(c.dtype).removeprefix("torch.") in keep]
     print(f"correctness gate on {device} ({torch.cuda.get_device_name(device) if device.type == 'cuda' else 'CPU'}):"
           f" {len(cases)} shapes x {len(names)} builds", flush=True)
     rows, t0 = [], time.time()

@@ -177,7 +177,7 @@ def graphed(step, dev: torch.device, captured: list) -> tuple:
         side = torch.cuda.Stream(dev)  # warm up off the default stream, as torch.cuda.graphs asks
         side.wait_stream(torch.cuda.current_stream(dev))
         with torch.cuda.stream(side):
-            for _ in range(3):
+            for _ in range(2):
                 step()
         torch.cuda.current_stream(dev).wait_stream(side)
         graph = torch.cuda.CUDAGraph()
@@ -195,10 +195,14 @@ def _time(step, dev: torch.device, *, warmup_ms: float, reps_ms: float, min_reps
     if dev.type == "cuda":
         import triton.testing
 
-        times = triton.testing.do_bench(step, warmup=warmup_ms, rep=reps_ms, return_mode="all")
-        if len(times) < min_reps:  # slow case: do_bench sized the reps from its estimate; give it enough time
-            rep = 2 * min_reps * statistics.median(times)
-            times = triton.testing.do_bench(step, warmup=warmup_ms, rep=rep, return_mode="all")
+        # A slow case (sdpa_math at N = 16384: 0.16 s a call) gets a window for at least min_reps repetitions,
+        # sized from one synced call, rather than a second do_bench after a first one too short to use.
+        _sync(dev)
+        t0 = time.perf_counter()
+        step()
+        _sync(dev)
+        rep = max(reps_ms, 1.2 * min_reps * (time.perf_counter() - t0) * 1e3)
+        times = triton.testing.do_bench(step, warmup=warmup_ms, rep=rep, return_mode="all")
         return list(times), "do_bench"
     if "cpu" not in _flush:
         _flush["cpu"] = torch.empty(CPU_FLUSH_BYTES // 4)
@@ -392,7 +396,6 @@ def measure(case: Case, *, ceilings: dict, reps_ms: float = 100.0, warmup_ms: fl
             calls[0] += 1
             acc.add_(call().sum(dtype=torch.float32))
 
-        row["host_ms"] = host_ms(step, dev)  # what issuing one call eagerly costs (a user calling from Python pays it)
         graphs: list = []
         run, why = graphed(step, dev, graphs)
         _sync(dev)
@@ -409,6 +412,9 @@ def measure(case: Case, *, ceilings: dict, reps_ms: float = 100.0, warmup_ms: fl
             row["timer"] += "+graph"
         row["checksum"] = acc.item() / calls[0]  # the one read of acc
         row.update(ms=statistics.median(times), ms_p20=_pct(times, 20), ms_p80=_pct(times, 80), reps=len(times))
+        # what issuing one call eagerly costs (a user calling from Python pays it); a few calls suffice past 1 ms,
+        # where the probe's sync would otherwise wait on 20 slow calls (40 s of the H200 sweep)
+        row["host_ms"] = host_ms(step, dev, calls=20 if row["ms"] < 1 else 3)
         row["timing_note"] = "; ".join(x for x in (why, "" if graphs else timing_note(row["ms"], row["host_ms"])) if x)
         run = timed = None
         graphs.clear()  # free the graph's private memory pool before the peak pass

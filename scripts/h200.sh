@@ -1,17 +1,23 @@
 #!/usr/bin/env bash
-# One device call that re-checks and re-measures what the open issues still need on the H200 (about 9 minutes).
-#   device run:  bash scripts/h200.sh            (results under $OUT, or ./h200-out without the device tool)
+# One device call that re-checks and re-measures what the open issues need on the H200 (about 9 minutes in all).
+#   device run:  bash scripts/h200.sh                      (results under $OUT, or ./h200-out without the device tool)
+#                STEPS="sweep gate32 bench16" bash scripts/h200.sh      (a subset, in that order)
 # Steps, each under its own timeout so a slow one cannot take the others' results with it:
-#   0. a probe: one graph-timed case each of fused, flex and sdpa_cudnn (the sweep is skipped if it fails)
-#   1. attnlab sweep params/h200.yaml, timed (issue 3: the whole grid in ≤ 5 minutes; issue 4: attribution)
-#   2. python -m attnlab.selfcheck (issue 3: harness vs an independent event timer within 3 %, twice within 2 %)
-#   3. attnlab check at N = 512 (+ GQA, D = 80 and 256, fp32) for our builds and their ablations
+#   probe     one graph-timed case each of fused, flex, sdpa_cudnn, materialised (later steps skipped if it fails)
+#   sweep     attnlab sweep params/h200.yaml, timed (issue 3: the whole grid in ≤ 5 minutes; issue 4: attribution)
+#   selfcheck python -m attnlab.selfcheck (issue 3: harness vs an independent event timer within 3 %, twice within 2 %)
+#   gate      attnlab check at N = 512 (+ GQA, D = 80 and 256) for our builds and their ablations, bf16 and fp16
+#   gate32    the same gate's fp32 shapes (the IEEE dot path)
+#   bench16   attnlab bench --quick in fp16 for our fused and qk_softmax against sdpa_flash and sdpa_cudnn
 set -u
 out=${OUT:-h200-out}
-mkdir -p "$out/sweep"
+mkdir -p "$out"
 export PYTHONPATH=$PWD PYTHONUNBUFFERED=1
+OURS=materialised,qk_softmax,fused,fused-no_softmax,fused-no_pv,fused-zero_mask,qk_softmax-no_pv,materialised-no_pv
 nvidia-smi --query-gpu=name,clocks.sm,clocks.mem,power.draw,temperature.gpu,clocks_event_reasons.active --format=csv
-timeout 60 python3 - <<'PY' || { echo "probe failed: sweep skipped"; exit 1; }
+
+probe() {
+  timeout 60 python3 - <<'PY'
 import torch
 from attnlab import measure, model
 ceil = model.measure_ceilings(torch.device("cuda"), torch.bfloat16)
@@ -21,12 +27,31 @@ for b in ("fused", "flex", "sdpa_cudnn", "materialised"):
           r["timing_note"][:200], f"err={r['err']:.2e}")
     assert r["status"] == "ok"
 PY
-start=$(date +%s)
-timeout 330 python3 -m attnlab.cli sweep --params params/h200.yaml --out "$out/sweep" --quiet > "$out/sweep.log" 2>&1
-echo "sweep rc=$? wall=$(( $(date +%s) - start )) s"; tail -2 "$out/sweep.log"
-timeout 120 python3 -m attnlab.selfcheck --out "$out/selfcheck.csv" > "$out/selfcheck.log" 2>&1
-echo "selfcheck rc=$?"; tail -10 "$out/selfcheck.log"
-timeout 110 python3 -m attnlab.cli check --ns 512 \
-  --builds materialised,qk_softmax,fused,fused-no_softmax,fused-no_pv,fused-zero_mask,qk_softmax-no_pv,materialised-no_pv \
-  --out "$out/gate.csv" > "$out/gate.log" 2>&1
-echo "gate rc=$?"; tail -12 "$out/gate.log"
+}
+sweep() {
+  local start=$(date +%s)
+  timeout 330 python3 -m attnlab.cli sweep --params params/h200.yaml --out "$out/sweep" --quiet > "$out/sweep.log" 2>&1
+  echo "sweep rc=$? wall=$(( $(date +%s) - start )) s"; tail -2 "$out/sweep.log"
+}
+selfcheck() {
+  timeout 120 python3 -m attnlab.selfcheck --out "$out/selfcheck.csv" > "$out/selfcheck.log" 2>&1
+  echo "selfcheck rc=$?"; tail -10 "$out/selfcheck.log"
+}
+gate() {
+  timeout 110 python3 -m attnlab.cli check --ns 512 --dtypes bfloat16,float16 --builds $OURS \
+    --out "$out/gate.csv" > "$out/gate.log" 2>&1
+  echo "gate rc=$?"; tail -12 "$out/gate.log"
+}
+gate32() {
+  timeout 60 python3 -m attnlab.cli check --ns 512 --dtypes float32 --builds $OURS \
+    --out "$out/gate32.csv" > "$out/gate32.log" 2>&1
+  echo "gate32 rc=$?"; tail -12 "$out/gate32.log"
+}
+bench16() {
+  timeout 150 python3 -m attnlab.cli bench --quick --dtypes float16 --builds fused,qk_softmax,sdpa_flash,sdpa_cudnn \
+    --out "$out/bench16" > "$out/bench16.log" 2>&1
+  echo "bench16 rc=$?"; tail -30 "$out/bench16.log"
+}
+for step in ${STEPS:-probe sweep selfcheck gate gate32}; do
+  $step || { echo "$step failed: later steps skipped"; exit 1; }
+done

@@ -1,0 +1,41 @@
+"""The correctness gate as a user runs it (`attnlab check`), on the CPU with Triton's interpreter."""
+import pandas as pd
+import pytest
+import torch
+
+from attnlab import builds, gate
+from attnlab.builds import Build
+
+
+def test_gate_passes_correct_builds_and_writes_every_row(tmp_path, capsys):
+    out = tmp_path / "gate.csv"
+    code = gate.main(["--device", "cpu", "--quick", "--builds", "torch_eager,fused", "--dtypes", "float32",
+                      "--out", str(out)])
+    rows = pd.read_csv(out)
+    assert code == 0
+    assert set(rows.build) == {"torch_eager", "fused"} and set(rows.dtype) == {"float32"}
+    assert len(rows) == 2 * len([c for c in gate.grid(torch.device("cpu"), quick=True) if c.dtype == torch.float32])
+    assert (rows.status == "ok").all() and (rows.err < rows.limit).all() and (rows.unwritten == 0).all()
+    assert "gate: 8 passed, 0 failed" in capsys.readouterr().out
+
+
+def test_gate_fails_a_wrong_build(monkeypatch, tmp_path, capsys):
+    """A build off by a little more than the rule allows must fail the gate (exit 1), with its row kept."""
+    eager = builds.get("torch_eager")
+    wrong = Build("torch_eager", lambda q, k, v, **kw: eager.attend(q, k, v, **kw) * 1.05, "library", "torch_eager",
+                  None, "S+P", "torch eager, 5 % off")
+    monkeypatch.setattr(builds, "get", lambda name: wrong if name == "torch_eager" else eager)
+    out = tmp_path / "gate.csv"
+    code = gate.main(["--device", "cpu", "--quick", "--builds", "torch_eager", "--dtypes", "float32",
+                      "--out", str(out)])
+    assert code == 1
+    assert (pd.read_csv(out).status == "FAIL").all()
+    assert "FAIL torch_eager" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("argv, says", [(["--builds", "nope"], "--builds"),
+                                        (["--dtypes", "float64"], "--dtypes: 'float64' is not in")])
+def test_bad_arguments_are_one_line_and_exit_2(argv, says, capsys):
+    assert gate.main(["--device", "cpu", "--quick", *argv]) == 2
+    err = capsys.readouterr().err.strip()
+    assert says in err and len(err.splitlines()) == 1
