@@ -184,7 +184,9 @@ def graphed(step, dev: torch.device, captured: list) -> tuple:
         with torch.cuda.graph(graph):
             step()
         captured.append(graph)
-    except Exception as e:  # e.g. a build that syncs with the host: time it eagerly and say so
+    except Exception as e:  # a build that syncs with the host, or no room for the graph's pool: time it eagerly
+        graph = None
+        release(dev)  # the failed capture's pool
         torch.cuda.synchronize(dev)
         return step, one_line(f"graph capture failed, timed eagerly: {type(e).__name__}: {e}")
     return graph.replay, ""
@@ -412,12 +414,17 @@ def measure(case: Case, *, ceilings: dict, reps_ms: float = 100.0, warmup_ms: fl
             row["timer"] += "+graph"
         row["checksum"] = acc.item() / calls[0]  # the one read of acc
         row.update(ms=statistics.median(times), ms_p20=_pct(times, 20), ms_p80=_pct(times, 80), reps=len(times))
+        graphed_ok = bool(graphs)
+        run = timed = None
+        # Free the graph and its private memory pool before any eager call: while it lives, the pool holds the
+        # call's intermediates (S and P) and the eager calls below need their own (sdpa_math at N = 16384 ran out
+        # of the H200's memory that way in run 9).
+        graphs.clear()
         # what issuing one call eagerly costs (a user calling from Python pays it); a few calls suffice past 1 ms,
         # where the probe's sync would otherwise wait on 20 slow calls (40 s of the H200 sweep)
         row["host_ms"] = host_ms(step, dev, calls=20 if row["ms"] < 1 else 3)
-        row["timing_note"] = "; ".join(x for x in (why, "" if graphs else timing_note(row["ms"], row["host_ms"])) if x)
-        run = timed = None
-        graphs.clear()  # free the graph's private memory pool before the peak pass
+        row["timing_note"] = "; ".join(
+            x for x in (why, "" if graphed_ok else timing_note(row["ms"], row["host_ms"])) if x)
         if compiled:
             g2 = _graphs()
             row["compile_note"] = (f"torch._dynamo reset before the first call; {g1 - g0} graph(s) compiled there, "
