@@ -111,3 +111,10 @@ def test_savings_within_the_noise_name_no_dominant_stage():
     assert t["note"][0].startswith("no stage dominates measurably: the largest saving (softmax, 0.125 ms) is within")
     assert t["note"][1].startswith("tie between softmax and pv: their savings differ by 0.25 ms, within the noise")
     assert t["note"][2].startswith("tie between softmax and pv: their savings differ by 1 ms, within the noise (1.5")
+
+
+def test_an_ablation_too_fast_to_be_one_stage_is_flagged():
+    """The unconsumed-ablation lie: a variant whose work was dropped runs in a sliver of its base's time."""
+    t = report.ablation_table(frame(*fused_family(2.0, 0.25, 1.5, 2.125)))
+    assert "fused-no_softmax ran in 12% of fused's time" in t["note"][0] and "consumed" in t["note"][0]
+    assert "no_pv ran in" not in t["note"][0]
