@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import re
 import sys
 from pathlib import Path
 
@@ -41,8 +42,10 @@ def parser() -> argparse.ArgumentParser:
         sub.add_parser(name, help=about, add_help=False,
                        description=f"{about}. Arguments go to {module}.main; `attnlab {name} --help` lists them.")
     run = sub.add_parser("run", help="the main job: correctness gate, then the sweep for the best device present",
-                         description="Run the correctness gate; if it passes, sweep params/h200.yaml on a CUDA GPU "
-                                     "(params/cpu.yaml without one) into outputs/<gpu-or-cpu>/<timestamp>/.")
+                         description="Run the correctness gate; if it passes, sweep the params for this machine into "
+                                     "outputs/<gpu-or-cpu>/<timestamp>/: params/<gpu>.yaml when a file is named "
+                                     "for the GPU (h200.yaml on an NVIDIA H200), else params/gpu.yaml; "
+                                     "params/cpu.yaml without a GPU.")
     run.add_argument("--out", metavar="DIR", help="output directory instead of outputs/<gpu-or-cpu>/<timestamp>")
     report = sub.add_parser("report", help="every table (speedup, attribution, memory, ablations) of a results dir",
                             description="Read DIR/results.csv; print the tables of attnlab.report per (dtype, "
@@ -127,9 +130,23 @@ def main(argv=None) -> int:
         print("attnlab: the correctness gate failed; not sweeping (attnlab sweep runs the sweep anyway)",
               file=sys.stderr)
         return code
-    name = "h200.yaml" if torch.cuda.is_available() else "cpu.yaml"
-    params = PARAMS / name if (PARAMS / name).exists() else Path("params") / name  # checkout, else cwd
+    params, why = params_for(torch.cuda.get_device_name() if torch.cuda.is_available() else None)
+    print(f"attnlab: {why}", flush=True)
     return _sweep(params, args.out, False)
+
+
+def params_for(device_name: str | None, folder: Path | None = None) -> tuple[Path, str]:
+    """The params file `attnlab run` sweeps on this machine, and why: cpu.yaml without a GPU; the file whose name is
+    a word of the GPU's name (h200.yaml for 'NVIDIA H200'); else the generic gpu.yaml."""
+    folder = folder or (PARAMS if PARAMS.exists() else Path("params"))  # the checkout's, else the working dir's
+    if device_name is None:
+        return folder / "cpu.yaml", "no CUDA GPU here: the CPU path, params/cpu.yaml"
+    words = set(re.split(r"[^a-z0-9]+", device_name.lower()))
+    for f in sorted(folder.glob("*.yaml")):
+        if f.stem not in ("cpu", "gpu") and f.stem in words:
+            return f, f"{device_name}: params/{f.name}"
+    return folder / "gpu.yaml", (f"{device_name}: no params file is named for it, so the generic params/gpu.yaml "
+                                 "(copy it to params/<gpu>.yaml to tune the grid for this card)")
 
 
 if __name__ == "__main__":

@@ -94,7 +94,7 @@ def test_usage_errors_exit_2(capsys):
 @pytest.mark.parametrize("argv, expected", [
     (["--help"], ["sweep", "check", "bench", "run"]),
     (["sweep", "--help"], ["--params", "--out"]),
-    (["run", "--help"], ["gate", "h200.yaml", "cpu.yaml"]),
+    (["run", "--help"], ["gate", "h200.yaml", "gpu.yaml", "cpu.yaml"]),
 ])
 def test_help(capsys, argv, expected):
     assert cli.main(argv) == 0
@@ -138,9 +138,26 @@ def test_run_gates_then_sweeps_the_params_for_this_device(monkeypatch, capsys):
     monkeypatch.setattr(sweep, "run", fake_run)
     assert cli.main(["run"]) == 0
     assert gate == [[]]
-    expected = "h200.yaml" if torch.cuda.is_available() else "cpu.yaml"
-    assert swept == [(ROOT / "params" / expected, None)]  # None: sweep's default out_dir, below
+    expected, why = cli.params_for(torch.cuda.get_device_name() if torch.cuda.is_available() else None)
+    assert swept == [(expected, None)]  # None: sweep's default out_dir, below
     assert swept[0][0].exists()
+    assert f"attnlab: {why}" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("name, file", [(None, "cpu.yaml"), ("NVIDIA H200", "h200.yaml"),
+                                        ("NVIDIA H200 NVL", "h200.yaml"), ("NVIDIA A100-SXM4-80GB", "gpu.yaml"),
+                                        ("NVIDIA GeForce RTX 4090", "gpu.yaml")])
+def test_run_picks_the_params_named_for_the_gpu(name, file):
+    path, why = cli.params_for(name)
+    assert path == ROOT / "params" / file and path.exists()
+    assert (name or "no CUDA GPU") in why
+
+
+def test_a_new_params_file_is_found_by_the_gpu_name(tmp_path):
+    for f in ("cpu.yaml", "gpu.yaml", "h200.yaml", "a100.yaml"):
+        (tmp_path / f).write_text("")
+    assert cli.params_for("NVIDIA A100-SXM4-80GB", tmp_path)[0] == tmp_path / "a100.yaml"
+    assert cli.params_for("NVIDIA H100 80GB HBM3", tmp_path)[0] == tmp_path / "gpu.yaml"
 
 
 def test_run_stops_when_the_gate_fails(monkeypatch, capsys):

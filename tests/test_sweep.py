@@ -254,6 +254,9 @@ def test_shipped_params_files():
     cases = sweep.grid(h200, "cuda:0")
     assert len(cases) == 6 * 2 * 2 * len(builds.BUILDS)
     assert all(c.B * c.N == 16384 and c.H * c.D == 2048 for c in cases)
+    gpu = sweep.load_params(ROOT / "params" / "gpu.yaml")
+    assert gpu["dtype"] == "float16" and gpu["builds"] == builds.names() and gpu["seq_lens"] == [512, 1024, 2048, 4096]
+    assert len(sweep.grid(gpu, "cuda:0")) == 4 * 2 * 2 * len(builds.BUILDS)
 
 
 def test_families_and_all_expand_to_build_names():
