@@ -92,3 +92,16 @@ def test_rows_from_two_runs_with_different_ceilings_give_no_prediction():
     assert s.note == ("ceiling_tbps differs between materialised, qk_softmax at B=1 H=8 N=1000 D=64 ([0.02, 0.03]): "
                       "rows of two runs")
     assert p.predicted_ms == pytest.approx(32e6 / 3e7, **EXACT) and p.note == ""
+
+
+def test_the_qk_pass_is_set_beside_the_bytes_and_a_delta_within_noise_is_said():
+    df = frame(row("materialised", 5.0), row("qk_softmax", 3.0), row("fused", 1.4))
+    s, p = report.attribution(df).to_dict("records")
+    assert s["predicted_with_qk_ms"] == pytest.approx(1.6 - 0.1024, **EXACT)
+    assert s["measured_over_with_qk"] == pytest.approx(2.0 / 1.4976, **EXACT)
+    assert p["predicted_with_qk_ms"] == pytest.approx(1.7024, **EXACT)
+    assert (s["noise_ms"], p["noise_ms"]) == (pytest.approx(0.1), pytest.approx(0.06))  # 2 % of from_ms
+    close = frame(row("materialised", 5.0), row("qk_softmax", 4.95, ms_p20=4.5, ms_p80=5.2), row("fused", 1.4))
+    s, p = report.attribution(close).to_dict("records")
+    assert s["noise_ms"] == pytest.approx(0.7) and s["note"] == "Δ 0.05 ms is within the noise (0.7 ms)"
+    assert p["note"] == ""

@@ -24,9 +24,6 @@ from attnlab.report import groups
 
 OURS = ("materialised", "qk_softmax", "fused")
 STAGES = {"softmax": "no_softmax", "pv": "no_pv"}  # stage → the ablation that removes it
-# The same case timed twice in one run may differ by this share (issue 3's bound, met by the H200 selfcheck, run 8):
-# a saving below it, or two savings closer than it, is not evidence of which stage dominates.
-REPEAT_SHARE = 0.02
 # No single stage is this much of any build (on the H200 the largest saving was 35 %, run 11): an ablation faster
 # than this share of its base has lost more than its stage, e.g. an output nobody consumed.
 DROPPED_SHARE = 0.25
@@ -39,8 +36,7 @@ COLUMNS = {
     "softmax_saving_ms": "base_ms − no_softmax_ms: the time the softmax arithmetic costs",
     "pv_saving_ms": "base_ms − no_pv_ms: the time the PV contraction (and reading V) costs",
     "mask_cost_ms": "zero_mask_ms − base_ms: the time loading and applying an additive mask costs",
-    "noise_ms": "the smallest difference read as real: the larger of REPEAT_SHARE × base_ms and the widest p20–p80 "
-                "spread among the rows compared",
+    "noise_ms": "the smallest difference read as real (attnlab.report.groups.noise_ms)",
     "dominant": "the stage whose removal saves the most, by more than noise_ms ('softmax' or 'pv'; '' when none "
                 "does, and the note says why)",
     "note": "why a number is NaN or dominant is ''",
@@ -71,7 +67,7 @@ def ablation_table(results: pd.DataFrame, base: str = "fused") -> pd.DataFrame:
             ms[ablation], why = groups.value(found, f"{base}-{ablation}", shape)
             whys.append(why)
         saving = {stage: base_ms - ms[ab] for stage, ab in STAGES.items()}
-        noise = _noise(found, [base, *(f"{base}-{ab}" for ab in STAGES.values())], shape, base_ms)
+        noise = groups.noise_ms(found, [base, *(f"{base}-{ab}" for ab in STAGES.values())], shape, base_ms)
         dominant, why = _dominant(saving, noise)
         whys += [f"{base}-{ab} ran in {ms[ab] / base_ms:.0%} of {base}'s time: more than removing one stage can save; "
                  "check that its output is consumed (work a compiler dropped looks like this)"
@@ -104,13 +100,6 @@ def _other_tiles(found: dict, base: str, shape: tuple) -> list[str]:
             out.append(f"{base}-{ablation} ran other tiles than {base} ({other['tiles']} vs {row['tiles']}): its "
                        "difference mixes the stage with a change of kernel configuration")
     return out
-
-
-def _noise(found: dict, names: list[str], shape: tuple, base_ms: float) -> float:
-    """REPEAT_SHARE of base_ms, or the widest p20–p80 spread of the named rows if wider (NaN without a base)."""
-    spreads = [found[(n, shape)].get("ms_p80", math.nan) - found[(n, shape)].get("ms_p20", math.nan)
-               for n in names if (n, shape) in found and found[(n, shape)].get("status") == "ok"]
-    return max([REPEAT_SHARE * base_ms, *(x for x in spreads if isinstance(x, float) and math.isfinite(x))])
 
 
 def _dominant(saving: dict[str, float], noise: float = 0.0) -> tuple[str, str]:

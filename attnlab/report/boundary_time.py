@@ -5,7 +5,7 @@ materialised → qk_softmax removes the S round trip and fused then removes the 
 difference between two adjacent builds is what one boundary costs, measured; its bytes over the bandwidth ceiling
 are what it would cost if moving bytes were all it did (the formulas: attnlab.report.boundaries). Read the ratio with
 `qk_removed_ms` beside it: the S step also adds a QKᵀ pass (qk_softmax recomputes the scores), which shrinks its Δ,
-and the P step removes that pass again, which grows its Δ. Beyond that, a ratio above 1 says the round trip costs
+and the P step removes that pass again, which grows its Δ; `measured_over_with_qk` sets Δ against both together. Beyond that, a ratio above 1 says the round trip costs
 more than its bytes at full bandwidth (extra launches, traffic below peak); below 1, some of it overlapped with
 compute or was served from cache.
 """
@@ -28,7 +28,10 @@ COLUMNS = {
     "predicted_ms": "bytes at ceiling_tbps",
     "measured_over_predicted": "delta_ms / predicted_ms",
     "qk_removed_ms": "the QKᵀ pass the step removes at the run's matmul ceiling (negative: the step adds it)",
-    "note": "why a number is NaN",
+    "predicted_with_qk_ms": "predicted_ms + qk_removed_ms: the bytes and the QKᵀ pass together",
+    "measured_over_with_qk": "delta_ms / predicted_with_qk_ms",
+    "noise_ms": "the smallest Δ read as real (attnlab.report.groups.noise_ms)",
+    "note": "why a number is NaN; when Δ is within the noise",
 }
 
 
@@ -50,14 +53,19 @@ def attribution(results: pd.DataFrame) -> pd.DataFrame:
             moved = bd.boundary_bytes(boundary, B, H, N, dtype, causal)
             delta = from_ms - to_ms
             predicted = bd.ms_at(moved, tbps)
+            qk = bd.QK_PASSES_REMOVED[boundary] * bd.ms_at(bd.qk_pass_flops(B, H, N, D, causal), tflops)
+            noise = groups.noise_ms(found, (src, dst), shape, from_ms)
+            within = (f"Δ {delta:.3g} ms is within the noise ({noise:.3g} ms)" if abs(delta) <= noise else "")
             rows.append({
                 **groups.leading(dtype, causal, shape),
                 "boundary": boundary, "from_build": src, "to_build": dst,
                 "from_ms": from_ms, "to_ms": to_ms, "delta_ms": delta,
                 "bytes": moved, "ceiling_tbps": tbps, "predicted_ms": predicted,
                 "measured_over_predicted": delta / predicted if predicted > 0 else math.nan,
-                "qk_removed_ms": bd.QK_PASSES_REMOVED[boundary] * bd.ms_at(bd.qk_pass_flops(B, H, N, D, causal),
-                                                                            tflops),
-                "note": groups.notes(why_from, why_to, why_bw, why_mm, groups.same_code(found, (src, dst), shape)),
+                "qk_removed_ms": qk, "predicted_with_qk_ms": predicted + qk,
+                "measured_over_with_qk": delta / (predicted + qk) if predicted + qk > 0 else math.nan,
+                "noise_ms": noise,
+                "note": groups.notes(why_from, why_to, why_bw, why_mm, within,
+                                     groups.same_code(found, (src, dst), shape)),
             })
     return pd.DataFrame(rows, columns=[*groups.LEADING, *COLUMNS])

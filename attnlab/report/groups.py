@@ -139,3 +139,17 @@ def same_code(found: dict, builds, shape: tuple) -> str:
 def notes(*parts: str) -> str:
     """Non-empty notes joined, each once, in order."""
     return "; ".join(dict.fromkeys(p for p in parts if p))
+
+
+# The same case timed twice in one run may differ by this share (issue 3's bound, met by the H200 selfcheck, run 8):
+# a difference below it is not evidence of anything.
+REPEAT_SHARE = 0.02
+
+
+def noise_ms(found: dict, names, shape: tuple, base_ms: float) -> float:
+    """The smallest difference between the named builds' times at `shape` read as real: REPEAT_SHARE of base_ms,
+    or the widest p20–p80 spread among their ok rows if wider (NaN when base_ms is)."""
+    spreads = [found[(n, shape)].get("ms_p80", math.nan) - found[(n, shape)].get("ms_p20", math.nan)
+               for n in names if (n, shape) in found and found[(n, shape)].get("status") == "ok"]
+    return max([REPEAT_SHARE * base_ms, *(x for x in spreads if isinstance(x, float) and math.isfinite(x))])
+
