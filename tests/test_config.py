@@ -47,3 +47,20 @@ def test_autotune_overrides_file_goes_in_front(tmp_path):
         assert config.tiles("fused", torch.device("cpu"), 16, True, torch.float32) != config.Tiles(16, 16)
     finally:
         config.TABLE = saved
+
+
+def test_heavy_first_launch_order_gives_the_same_output():
+    """Launching query blocks last-first only reorders programs: every block must still be computed, and each
+    exactly as before (several blocks, a ragged last one, causal and not, with and without a mask)."""
+    q, k, v = rand_qkv(B=1, H=2, N=50, D=16, dtype=torch.float32, seed=3)
+    mask = torch.randn(50, 50) > -1.0
+    for causal in (False, True):
+        for attn_mask in (None, mask):
+            ref = launch.fused(q, k, v, causal=causal, attn_mask=attn_mask)
+            with config.forced("fused", config.Tiles(16, 16, heavy_first=True)):
+                out = launch.fused(q, k, v, causal=causal, attn_mask=attn_mask, out=torch.full_like(q, float("nan")))
+            with config.forced("fused", config.Tiles(16, 16)):
+                same = launch.fused(q, k, v, causal=causal, attn_mask=attn_mask)
+            assert not torch.isnan(out).any()
+            assert torch.equal(out, same)
+            torch.testing.assert_close(out, ref, rtol=1e-5, atol=1e-5)

@@ -22,6 +22,9 @@ class Tiles:
     num_warps: int = 4
     num_stages: int = 2
     tma: bool = False  # fused kernel only: K and V through Hopper's tensor-memory accelerator (sm90+, GPU only)
+    # fused kernel only: launch the query blocks last-first. Under a causal mask the last block does the most work;
+    # started last (the default order), it runs alone at the end of the grid. Off until measured (PERFORMANCE.md v6).
+    heavy_first: bool = False
 
     def as_dict(self) -> dict:
         return asdict(self)

@@ -74,10 +74,14 @@ def fused_kernel(Q, K, V, O, M, DK, DV,
                  N, H, GROUP, qk_scale, mask_scale, inv_n,
                  D: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
                  CAUSAL: tl.constexpr, MASK_KIND: tl.constexpr, NO_SOFTMAX: tl.constexpr, NO_PV: tl.constexpr,
-                 IEEE: tl.constexpr, UPCAST: tl.constexpr, TMA: tl.constexpr):
+                 IEEE: tl.constexpr, UPCAST: tl.constexpr, TMA: tl.constexpr, HEAVY_FIRST: tl.constexpr):
     # grid: (cdiv(N, BLOCK_M), B·H). Requires BLOCK_M % BLOCK_N == 0 (the causal split is in whole key tiles).
     # qk_scale = scale · log2 e (natural scale under NO_SOFTMAX, whose P is S itself).
     start_m = tl.program_id(0)
+    if HEAVY_FIRST:
+        # the GPU starts programs roughly in order of id: under a causal mask the last query block has the most key
+        # tiles, so hand it out first and let the short blocks fill the gaps at the end of the grid
+        start_m = tl.num_programs(0) - 1 - start_m
     bh = tl.program_id(1).to(tl.int64)
     b = bh // H
     h = bh % H
