@@ -136,14 +136,15 @@ def main(argv=None) -> int:
 
 
 def params_for(device_name: str | None, folder: Path | None = None) -> tuple[Path, str]:
-    """The params file `attnlab run` sweeps on this machine, and why: cpu.yaml without a GPU; the file whose name is
-    a word of the GPU's name (h200.yaml for 'NVIDIA H200'); else the generic gpu.yaml."""
+    """The params file `attnlab run` sweeps on this machine, and why: cpu.yaml without a GPU; the file named for the
+    GPU's model, a word of its name holding a digit (h200.yaml for 'NVIDIA H200'; a vendor word like 'nvidia' never
+    matches), any case; else the generic gpu.yaml."""
     folder = folder or (PARAMS if PARAMS.exists() else Path("params"))  # the checkout's, else the working dir's
     if device_name is None:
         return folder / "cpu.yaml", "no CUDA GPU here: the CPU path, params/cpu.yaml"
-    words = set(re.split(r"[^a-z0-9]+", device_name.lower()))
+    words = {w for w in re.split(r"[^a-z0-9]+", device_name.lower()) if re.search(r"\d", w)}
     for f in sorted(folder.glob("*.yaml")):
-        if f.stem not in ("cpu", "gpu") and f.stem in words:
+        if f.stem.lower() in words:
             return f, f"{device_name}: params/{f.name}"
     return folder / "gpu.yaml", (f"{device_name}: no params file is named for it, so the generic params/gpu.yaml "
                                  "(copy it to params/<gpu>.yaml to tune the grid for this card)")

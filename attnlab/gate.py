@@ -138,7 +138,7 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     cases = grid(device, args.quick, [int(n) for n in args.ns.split(",")] if args.ns else None)
     if args.dtypes:
-        keep = args.dtypes.split(",")
+        keep = [d.strip() for d in args.dtypes.split(",")]
         known = sorted({str(c.dtype).removeprefix("torch.") for c in cases})
         if not set(keep) <= set(known):
             print(f"attnlab check: error: --dtypes: {args.dtypes!r} is not in this grid's dtypes {known}",

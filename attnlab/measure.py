@@ -173,23 +173,51 @@ def graphed(step, dev: torch.device, captured: list) -> tuple:
     CPU: no graphs, (step, '')."""
     if dev.type != "cuda":
         return step, ""
+    prev = torch.cuda.current_stream(dev)
     try:
         side = torch.cuda.Stream(dev)  # warm up off the default stream, as torch.cuda.graphs asks
-        side.wait_stream(torch.cuda.current_stream(dev))
+        side.wait_stream(prev)
         with torch.cuda.stream(side):
             for _ in range(2):
                 step()
-        torch.cuda.current_stream(dev).wait_stream(side)
+        prev.wait_stream(side)
         graph = torch.cuda.CUDAGraph()
         with torch.cuda.graph(graph):
             step()
         captured.append(graph)
     except Exception as e:  # a build that syncs with the host, or no room for the graph's pool: time it eagerly
+        # torch.cuda.graph's exit ends the capture before it restores the stream: when ending raises, the process
+        # would stay on the capture stream. The first error (e.g. a sync inside the capture) is the one to report.
+        torch.cuda.set_stream(prev)
+        cause = e.__context__ if e.__context__ is not None else e
         graph = None
-        release(dev)  # the failed capture's pool
         torch.cuda.synchronize(dev)
-        return step, one_line(f"graph capture failed, timed eagerly: {type(e).__name__}: {e}")
+        return step, one_line(f"graph capture failed, timed eagerly: {type(cause).__name__}: {cause}")
     return graph.replay, ""
+
+
+def _time_call(step, acc: torch.Tensor, calls: list, dev: torch.device, **timing) -> tuple[list, str, str]:
+    """(times, timer, why): `step` timed as graph replays where it can be captured (`why` says why not), with the
+    checksum's accumulator and call count reset after the capture, so they cover the timing phase alone. The graph
+    and its memory pool are freed before this returns, on an error too: they hold the call's S and P."""
+    graphs: list = []
+    run = None
+    try:
+        run, why = graphed(step, dev, graphs)
+        _sync(dev)
+        acc.zero_()  # the capturing call counted, but ran no kernels
+        calls[0] = 0
+
+        def timed():
+            if graphs:  # a replay runs no Python: count it here (an eager step counts itself)
+                calls[0] += 1
+            run()
+
+        times, timer = _time(timed, dev, **timing)
+        return times, timer + ("+graph" if graphs else ""), why
+    finally:
+        run = timed = None
+        graphs.clear()
 
 
 def _time(step, dev: torch.device, *, warmup_ms: float, reps_ms: float, min_reps: int) -> tuple[list, str]:
@@ -205,6 +233,9 @@ def _time(step, dev: torch.device, *, warmup_ms: float, reps_ms: float, min_reps
         _sync(dev)
         rep = max(reps_ms, 1.2 * min_reps * (time.perf_counter() - t0) * 1e3)
         times = triton.testing.do_bench(step, warmup=warmup_ms, rep=rep, return_mode="all")
+        if len(times) < min_reps:  # do_bench's own estimate (with its flush) came out slower: give it room
+            times = triton.testing.do_bench(step, warmup=warmup_ms, rep=2 * min_reps * statistics.median(times),
+                                            return_mode="all")
         return list(times), "do_bench"
     if "cpu" not in _flush:
         _flush["cpu"] = torch.empty(CPU_FLUSH_BYTES // 4)
@@ -277,19 +308,18 @@ def peak_pass(run, dev: torch.device) -> tuple[float, str, torch.Tensor]:
 _consume: dict = {}
 
 
-def _consume_ms(o: torch.Tensor, dev: torch.device, **timing) -> float:
-    """The consumption step timed alone. It depends only on O's shape and dtype, so it is timed once per shape
-    (every build of a shape shares it) instead of once per case: a third of the sweep's time otherwise."""
+def _consume_ms(o: torch.Tensor, dev: torch.device, **timing) -> tuple[float, str]:
+    """(ms, why): the consumption step timed alone, the way `ms` is (graph replays; `why` says why not, and then
+    the eager time, launch cost included, is not kept for other builds). It depends only on O's shape and dtype,
+    so it is timed once per shape (every build of a shape shares it): a third of the sweep's time otherwise."""
     key = (str(dev), tuple(o.shape), o.dtype)
-    if key not in _consume:
-        sink = torch.zeros((), dtype=torch.float32, device=dev)
-        graphs: list = []  # timed the way `ms` is (graph replays), or an eager step's launch cost would be in it
-        run, _ = graphed(lambda: sink.add_(o.sum(dtype=torch.float32)), dev, graphs)
-        times, _ = _time(run, dev, **timing)
+    if key in _consume:
+        return _consume[key], ""
+    sink = torch.zeros((), dtype=torch.float32, device=dev)
+    times, _, why = _time_call(lambda: sink.add_(o.sum(dtype=torch.float32)), sink, [0], dev, **timing)
+    if not why:
         _consume[key] = statistics.median(times)
-        run = None
-        graphs.clear()
-    return _consume[key]
+    return statistics.median(times), why
 
 
 def spin_up(dev: torch.device, seconds: float = 0.3) -> None:
@@ -398,28 +428,14 @@ def measure(case: Case, *, ceilings: dict, reps_ms: float = 100.0, warmup_ms: fl
             calls[0] += 1
             acc.add_(call().sum(dtype=torch.float32))
 
-        graphs: list = []
-        run, why = graphed(step, dev, graphs)
-        _sync(dev)
-        acc.zero_()  # the checksum covers the timing phase alone (the capturing call counted, but ran no kernels)
-        calls[0] = 0
-
-        def timed():
-            if run is not step:
-                calls[0] += 1
-            run()
-
-        times, row["timer"] = _time(timed, dev, warmup_ms=warmup_ms, reps_ms=reps_ms, min_reps=min_reps)
-        if graphs:
-            row["timer"] += "+graph"
+        # The graph is freed inside _time_call, before any eager call below: while it lives, its pool holds the
+        # call's intermediates (S and P) and the eager calls need their own (sdpa_math at N = 16384 ran out of the
+        # H200's memory that way in run 9).
+        times, row["timer"], why = _time_call(step, acc, calls, dev, warmup_ms=warmup_ms, reps_ms=reps_ms,
+                                              min_reps=min_reps)
+        graphed_ok = row["timer"].endswith("+graph")
         row["checksum"] = acc.item() / calls[0]  # the one read of acc
         row.update(ms=statistics.median(times), ms_p20=_pct(times, 20), ms_p80=_pct(times, 80), reps=len(times))
-        graphed_ok = bool(graphs)
-        run = timed = None
-        # Free the graph and its private memory pool before any eager call: while it lives, the pool holds the
-        # call's intermediates (S and P) and the eager calls below need their own (sdpa_math at N = 16384 ran out
-        # of the H200's memory that way in run 9).
-        graphs.clear()
         # what issuing one call eagerly costs (a user calling from Python pays it); a few calls suffice past 1 ms,
         # where the probe's sync would otherwise wait on 20 slow calls (40 s of the H200 sweep)
         row["host_ms"] = host_ms(step, dev, calls=20 if row["ms"] < 1 else 3)
@@ -435,7 +451,9 @@ def measure(case: Case, *, ceilings: dict, reps_ms: float = 100.0, warmup_ms: fl
         peak, row["peak_note"], o = peak_pass(call, dev)
         row.update(peak_bytes=peak, alloc_flag=alloc_flag(peak, row["hold_bytes"], build.holds))
 
-        row["consume_ms"] = _consume_ms(o, dev, warmup_ms=warmup_ms, reps_ms=reps_ms, min_reps=min_reps)
+        row["consume_ms"], why = _consume_ms(o, dev, warmup_ms=warmup_ms, reps_ms=reps_ms, min_reps=min_reps)
+        if why:
+            row["timing_note"] = "; ".join(x for x in (row["timing_note"], f"consumption step: {why}") if x)
         row["status"] = "ok"
     except Unsupported as e:
         row["status"] = one_line(f"unsupported: {e}")

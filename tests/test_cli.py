@@ -179,3 +179,10 @@ def test_an_interrupted_sweep_exits_130_and_says_how_to_resume(tmp_path, monkeyp
     monkeypatch.setattr(sweep, "run", interrupted)
     assert cli.main(["sweep", "--params", str(params_file(tmp_path))]) == 130
     assert "resume" in capsys.readouterr().err
+
+
+def test_params_file_names_match_the_model_in_any_case_and_never_a_vendor_word(tmp_path):
+    for f in ("cpu.yaml", "gpu.yaml", "nvidia.yaml", "H100.yaml"):
+        (tmp_path / f).write_text("")
+    assert cli.params_for("NVIDIA H100 80GB HBM3", tmp_path)[0] == tmp_path / "H100.yaml"
+    assert cli.params_for("NVIDIA A10", tmp_path)[0] == tmp_path / "gpu.yaml"  # not nvidia.yaml

@@ -9,7 +9,7 @@ from attnlab.builds import Build
 
 def test_gate_passes_correct_builds_and_writes_every_row(tmp_path, capsys):
     out = tmp_path / "gate.csv"
-    code = gate.main(["--device", "cpu", "--quick", "--builds", "torch_eager,fused", "--dtypes", "float32",
+    code = gate.main(["--device", "cpu", "--quick", "--builds", "torch_eager,fused", "--dtypes", " float32",
                       "--out", str(out)])
     rows = pd.read_csv(out)
     assert code == 0

@@ -248,3 +248,65 @@ def test_cpu_is_never_graphed_and_its_checksum_covers_the_timing_phase_only():
     from attnlab import builds
     assert row["checksum"] == pytest.approx(float(builds.get("torch_eager").attend(q, k, v).sum()), rel=1e-5)
     assert row["timer"] == "perf_counter" and row["timing_note"] == ""
+
+
+class _FakeGraph:
+    """Stands in for a captured CUDA graph on the CPU: replaying it does the step's device work (acc += x) without
+    running the step's Python (which is what counts calls)."""
+
+    def __init__(self, acc, x):
+        self.acc, self.x, self.replays = acc, x, 0
+
+    def replay(self):
+        self.replays += 1
+        self.acc.add_(self.x)
+
+
+def test_graph_replays_are_counted_and_the_graph_is_freed_on_return(monkeypatch):
+    import weakref
+
+    acc, calls, x = torch.zeros(()), [0], torch.tensor(2.0)
+    made = []
+
+    def fake_graphed(step, dev, captured):
+        step()  # the capturing call: Python runs (and counts), as in a real capture
+        g = _FakeGraph(acc, x)
+        captured.append(g)
+        made.append(weakref.ref(g))
+        return g.replay, ""
+
+    def step():
+        calls[0] += 1
+        acc.add_(x)
+
+    monkeypatch.setattr(m, "graphed", fake_graphed)
+    times, timer, why = m._time_call(step, acc, calls, torch.device("cpu"), warmup_ms=0, reps_ms=1, min_reps=5)
+    assert timer == "perf_counter+graph" and why == ""
+    assert made[0]() is None  # the graph (and on a GPU its memory pool) is gone once timing returns
+    assert calls[0] >= len(times) >= 5 and float(acc) == 2.0 * calls[0]  # every replay counted, the capture not
+
+
+def test_the_graph_is_freed_even_when_timing_fails(monkeypatch):
+    import weakref
+
+    made = []
+
+    def fake_graphed(step, dev, captured):
+        g = _FakeGraph(torch.zeros(()), torch.tensor(1.0))
+        captured.append(g)
+        made.append(weakref.ref(g))
+        return g.replay, ""
+
+    monkeypatch.setattr(m, "graphed", fake_graphed)
+    monkeypatch.setattr(m, "_time", lambda *a, **k: (_ for _ in ()).throw(torch.OutOfMemoryError("replay")))
+    with pytest.raises(torch.OutOfMemoryError):
+        m._time_call(lambda: None, torch.zeros(()), [0], torch.device("cpu"), warmup_ms=0, reps_ms=1, min_reps=1)
+    assert made[0]() is None
+
+
+def test_a_failed_consumption_capture_is_said_and_not_reused(monkeypatch):
+    m._consume.clear()
+    monkeypatch.setattr(m, "graphed", lambda step, dev, captured: (step, "graph capture failed, timed eagerly: X"))
+    o = torch.ones(1, 2, 3, 4)
+    ms, why = m._consume_ms(o, torch.device("cpu"), warmup_ms=0, reps_ms=1, min_reps=3)
+    assert ms > 0 and why.startswith("graph capture failed") and not m._consume

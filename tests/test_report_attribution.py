@@ -105,3 +105,11 @@ def test_the_qk_pass_is_set_beside_the_bytes_and_a_delta_within_noise_is_said():
     s, p = report.attribution(close).to_dict("records")
     assert s["noise_ms"] == pytest.approx(0.7) and s["note"] == "Δ 0.05 ms is within the noise (0.7 ms)"
     assert p["note"] == ""
+
+
+def test_an_added_qk_pass_larger_than_the_bytes_is_explained_not_a_silent_nan():
+    # fp32 scores at a tiny copy ceiling against a slow matmul: the S step's added pass outweighs its bytes
+    df = frame(row("materialised", 5.0, ceiling_tbps=1e3, ceiling_tflops=0.001), row("qk_softmax", 3.0,
+               ceiling_tbps=1e3, ceiling_tflops=0.001), row("fused", 1.4, ceiling_tbps=1e3, ceiling_tflops=0.001))
+    s = report.attribution(df).iloc[0]
+    assert math.isnan(s["measured_over_with_qk"]) and "outweighs the bytes it removes" in s["note"]

@@ -277,3 +277,18 @@ def test_results_of_another_schema_are_not_resumed(tmp_path):
 def test_read_results_of_an_empty_run_is_typed(tmp_path):
     df = sweep.read_results(tmp_path / "nothing.csv")
     assert list(df.columns) == list(COLUMNS) and df.empty and df["causal"].dtype == bool
+
+
+def test_clock_readings_fall_back_to_the_plain_clocks_when_a_field_is_refused(monkeypatch):
+    """An older driver rejects clocks_event_reasons.active, and nvidia-smi then answers nothing for the query."""
+    from attnlab import provenance
+
+    def fake(device, fields=provenance.CLOCK_FIELDS):
+        if "clocks_event_reasons.active" in fields:
+            return {**{f: None for f in fields}, "note": "nvidia-smi --query-gpu=...: exit 2: Field not valid"}
+        return {**{f: "1" for f in fields}, "note": ""}
+
+    monkeypatch.setattr(provenance, "gpu_clocks", fake)
+    got = sweep._clocks("cuda:0")
+    assert got["clocks.sm"] == "1" and "Field not valid" in got["note"]
+    assert sweep._clocks("cpu") == {}

@@ -56,6 +56,9 @@ def attribution(results: pd.DataFrame) -> pd.DataFrame:
             qk = bd.QK_PASSES_REMOVED[boundary] * bd.ms_at(bd.qk_pass_flops(B, H, N, D, causal), tflops)
             noise = groups.noise_ms(found, (src, dst), shape, from_ms)
             within = (f"Δ {delta:.3g} ms is within the noise ({noise:.3g} ms)" if abs(delta) <= noise else "")
+            if predicted + qk <= 0:  # the S step's added QKᵀ pass can outweigh its bytes (fp32 scores, large D)
+                within = "; ".join(x for x in (within, "measured_over_with_qk unknown: the QKᵀ pass this step adds "
+                                               "outweighs the bytes it removes") if x)
             rows.append({
                 **groups.leading(dtype, causal, shape),
                 "boundary": boundary, "from_build": src, "to_build": dst,

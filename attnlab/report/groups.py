@@ -149,6 +149,8 @@ REPEAT_SHARE = 0.02
 def noise_ms(found: dict, names, shape: tuple, base_ms: float) -> float:
     """The smallest difference between the named builds' times at `shape` read as real: REPEAT_SHARE of base_ms,
     or the widest p20–p80 spread among their ok rows if wider (NaN when base_ms is)."""
+    if not math.isfinite(base_ms):
+        return math.nan
     spreads = [found[(n, shape)].get("ms_p80", math.nan) - found[(n, shape)].get("ms_p20", math.nan)
                for n in names if (n, shape) in found and found[(n, shape)].get("status") == "ok"]
     return max([REPEAT_SHARE * base_ms, *(x for x in spreads if isinstance(x, float) and math.isfinite(x))])
