@@ -27,15 +27,21 @@ def pv_kernel(P, V, O,
     hi = N
     if CAUSAL:
         hi = (start_m + 1) * BLOCK_M  # P is 0 past the diagonal: those tiles are never read
-    for start_n in range(0, hi, BLOCK_N):
-        offs_n = start_n + tl.arange(0, BLOCK_N)
-        p = tl.load(p_base + offs_n[None, :], mask=(offs_m[:, None] < N) & (offs_n[None, :] < N), other=0.0)
-        if NO_PV:
-            # Ablation: V is never read and no matmul runs, but every element of P still reaches O: one FMA per
-            # element here, one reduction over columns after the loop (a per-tile row reduction cost more than the
-            # tensor-core PV it replaced at D = 64 on the H200, sweep of run 6).
+    if NO_PV:
+        # Ablation: V is never read and no matmul runs, but every element of P still reaches O: one FMA per element
+        # here, one reduction over columns after the loop (a per-tile row reduction cost more than the tensor-core
+        # PV it replaced at D = 64 on the H200, sweep of run 6). Triton pipelines loads through shared memory only
+        # for loops it is told to, or that feed a tl.dot: without num_stages this loop read P straight into
+        # registers (0 bytes of shared memory, attnlab.triton.resources) while the base pipelines it 3 deep, and
+        # under a causal mask the stand-in ran slower than the PV it replaces (run 11).
+        for start_n in tl.range(0, hi, BLOCK_N, num_stages=3):
+            offs_n = start_n + tl.arange(0, BLOCK_N)
+            p = tl.load(p_base + offs_n[None, :], mask=(offs_m[:, None] < N) & (offs_n[None, :] < N), other=0.0)
             acc += p.to(tl.float32) * positions(offs_n, inv_n)[None, :]
-        else:
+    else:
+        for start_n in range(0, hi, BLOCK_N):
+            offs_n = start_n + tl.arange(0, BLOCK_N)
+            p = tl.load(p_base + offs_n[None, :], mask=(offs_m[:, None] < N) & (offs_n[None, :] < N), other=0.0)
             v = load_rows(v_base + offs_n[:, None] * svn + offs_d[None, :], offs_n, offs_d, N, D, True, BLOCK_D != D)
             acc = dot(p, v, acc, IEEE, UPCAST)
     if NO_PV:

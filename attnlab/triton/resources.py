@@ -1,0 +1,146 @@
+"""What our kernels ask of a Hopper SM, found without a GPU: compile for sm_90a and read ptxas's report.
+
+    python -m attnlab.triton.resources [--kernels fused,qk_softmax,pv] [--head-dims 64,128] [--tiles 128x64w8s3,...]
+
+Triton compiles for any target on any machine (its wheel carries ptxas), so shared memory, registers, stack and
+spills of a tile configuration can be read before device time is spent on it: a candidate over the SM's 227 KiB of
+shared memory per block fails to launch (fused 128×128 w8 s3 at D = 128 with a mask tile did, on the H200), and one
+that spills registers is slow. The compile is specialised the way Triton's JIT specialises a real call at the
+benchmark's shapes (every pointer and stride a multiple of 16, GROUP = 1), without which it would not pipeline its
+loads through shared memory and would report a different kernel.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import subprocess
+import sys
+import tempfile
+
+import triton
+from triton.backends.compiler import GPUTarget
+
+from attnlab.triton import config
+
+SMEM_LIMIT = 227 * 1024  # bytes of shared memory one block may use on sm_90 (H100/H200)
+FLOATS = ("qk_scale", "mask_scale", "inv_n")
+POINTERS = re.compile(r"^(Q|K|V|O|M|P|S|DK|DV)$")
+
+
+def _kernel(name: str):
+    from attnlab.triton import fused, pv, qk_softmax
+
+    return {"fused": fused.fused_kernel, "qk_softmax": qk_softmax.qk_softmax_kernel, "pv": pv.pv_kernel}[name]
+
+
+def compile_info(kernel: str, D: int, causal: bool, tiles: config.Tiles, mask_kind: int = 0,
+                 dtype: str = "bf16", **flags) -> dict:
+    """Shared memory, registers, stack and spill bytes of one kernel configuration compiled for sm_90a. `flags`
+    set other constexprs (e.g. NO_PV=True for the ablation)."""
+    fn = _kernel(kernel)
+    if not isinstance(fn, triton.runtime.jit.JITFunction):
+        raise RuntimeError("our kernels were loaded for Triton's interpreter: compile them in a process started with "
+                           "TRITON_INTERPRET=0 (python -m attnlab.triton.resources does that itself)")
+    constexpr_names = [fn.arg_names[i] for i in fn.constexprs]
+    values = dict(D=D, BLOCK_D=config.head_dim_bucket(D), BLOCK_M=tiles.BLOCK_M, BLOCK_N=tiles.BLOCK_N,
+                  CAUSAL=causal, MASK_KIND=mask_kind, NO_SOFTMAX=False, NO_PV=False, IEEE=dtype == "fp32",
+                  UPCAST=False, TMA=False, HEAVY_FIRST=tiles.heavy_first, GROUP=1)
+    values.update(flags)
+    constexprs = {n: values[n] for n in constexpr_names + ["GROUP"]}
+    sig = {}
+    for a in fn.arg_names:
+        if a in constexprs:
+            sig[a] = "constexpr"
+        elif POINTERS.match(a):
+            sig[a] = "*u8" if (a == "M" and mask_kind == 1) else f"*{dtype}"
+        elif a in FLOATS:
+            sig[a] = "fp32"
+        else:
+            sig[a] = "i32"
+    div16 = [a for a, s in sig.items() if s.startswith("*") or (s == "i32" and a != "H")]
+    attrs = {(fn.arg_names.index(a),): [["tt.divisibility", 16]] for a in div16}
+    src = triton.compiler.ASTSource(fn=fn, signature=sig, constexprs=constexprs, attrs=attrs)
+    k = triton.compile(src, target=GPUTarget("cuda", 90, 32),
+                       options={"num_warps": tiles.num_warps, "num_stages": tiles.num_stages})
+    ptxas = os.path.join(os.path.dirname(triton.__file__), "backends", "nvidia", "bin", "ptxas")
+    with tempfile.TemporaryDirectory() as d:
+        path = os.path.join(d, "k.ptx")
+        with open(path, "w") as f:
+            f.write(k.asm["ptx"])
+        r = subprocess.run([ptxas, "-v", "--gpu-name", "sm_90a", path, "-o", os.devnull],
+                           capture_output=True, text=True)
+    if r.returncode != 0:
+        raise RuntimeError(f"ptxas failed: {r.stderr.strip()[:300]}")
+    report = r.stderr
+
+    def grab(pattern):
+        m = re.search(pattern, report)
+        return int(m.group(1)) if m else 0
+
+    return dict(kernel=kernel, D=D, causal=causal, mask_kind=mask_kind, tiles=_label(tiles),
+                smem_kib=k.metadata.shared / 1024, fits=k.metadata.shared <= SMEM_LIMIT,
+                registers=grab(r"Used (\d+) registers"), stack_bytes=grab(r"(\d+) bytes (?:cumulative )?stack"),
+                spill_stores=grab(r"(\d+) bytes spill stores"), spill_loads=grab(r"(\d+) bytes spill loads"))
+
+
+def _label(t: config.Tiles) -> str:
+    return f"{t.BLOCK_M}x{t.BLOCK_N}w{t.num_warps}s{t.num_stages}" + ("h" if t.heavy_first else "")
+
+
+def parse_tiles(text: str) -> config.Tiles:
+    """'128x64w8s3' (append 'h' for heavy-first) → Tiles; ValueError naming the expected form otherwise."""
+    m = re.fullmatch(r"(\d+)x(\d+)w(\d+)s(\d+)(h?)", text.strip())
+    if not m:
+        raise ValueError(f"--tiles entries look like 128x64w8s3 (BLOCK_M x BLOCK_N, warps, stages), got {text!r}")
+    return config.Tiles(int(m[1]), int(m[2]), int(m[3]), int(m[4]), heavy_first=bool(m[5]))
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m attnlab.triton.resources", description=__doc__,
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--kernels", default="fused,qk_softmax,pv")
+    ap.add_argument("--head-dims", default="64,128")
+    ap.add_argument("--tiles", default=None, help="comma-separated, e.g. 128x64w8s3,128x128w8s3 (default: the "
+                                                  "sm90 table's entry for each case)")
+    ap.add_argument("--causal", default="0,1", help="0, 1 or 0,1")
+    ap.add_argument("--masks", default="0,2", help="mask kinds: 0 none, 1 boolean, 2 additive (pv has none)")
+    ap.add_argument("--json", action="store_true", help="print the rows as JSON")
+    argv = sys.argv[1:] if argv is None else list(argv)
+    args = ap.parse_args(argv)
+    try:
+        cands = [parse_tiles(t) for t in args.tiles.split(",")] if args.tiles else None
+    except ValueError as e:
+        print(f"attnlab resources: error: {e}", file=sys.stderr)
+        return 2
+    if os.environ.get("TRITON_INTERPRET") != "0":  # kernels loaded for the interpreter cannot be compiled: restart
+        env = {**os.environ, "TRITON_INTERPRET": "0"}
+        return subprocess.run([sys.executable, "-m", "attnlab.triton.resources", *argv], env=env).returncode
+    rows = []
+    for kernel in args.kernels.split(","):
+        for D in (int(d) for d in args.head_dims.split(",")):
+            for causal in (bool(int(c)) for c in args.causal.split(",")):
+                for mask_kind in ((int(m) for m in args.masks.split(",")) if kernel != "pv" else (0,)):
+                    for t in cands or [_table_entry(kernel, D, causal)]:
+                        rows.append(compile_info(kernel, D, causal, t, mask_kind))
+    if args.json:
+        print(json.dumps(rows))
+        return 0
+    import pandas as pd
+
+    print(pd.DataFrame(rows).to_string(index=False, float_format=lambda x: f"{x:.0f}"))
+    return 0
+
+
+def _table_entry(kernel: str, D: int, causal: bool) -> config.Tiles:
+    """The tile table's sm90 bf16 entry (what `tiles()` returns on an H100/H200)."""
+    key = (kernel, "sm90", config.head_dim_bucket(D), causal, 2)
+    for entry, t in config.TABLE.items():
+        if all(e == "any" or e == k for e, k in zip(entry, key)):
+            return t
+    raise LookupError(key)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,41 @@
+"""Kernel resources read offline: compiled for sm_90a on this CPU machine by Triton's bundled ptxas.
+
+The compile runs in a child process started with TRITON_INTERPRET=0 (this test process has our kernels loaded for
+the interpreter), exactly as a user's `python -m attnlab.triton.resources` does.
+"""
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+from attnlab.triton import config, resources
+
+
+def test_the_candidate_that_failed_on_the_h200_is_seen_not_to_fit():
+    """fused 128×128 w8 s3 at D = 128 with a mask tile could not launch on the H200 (out of shared memory);
+    the offline compile must say so, and the table's 128×64 must fit."""
+    out = subprocess.run([sys.executable, "-m", "attnlab.triton.resources", "--kernels", "fused", "--head-dims", "128",
+                          "--causal", "0", "--masks", "2", "--tiles", "128x128w8s3,128x64w8s3", "--json"],
+                         capture_output=True, text=True, timeout=300, env={**os.environ, "TRITON_INTERPRET": "1"})
+    assert out.returncode == 0, out.stderr[-2000:]
+    bad, good = json.loads(out.stdout.strip().splitlines()[-1])
+    assert (bad["tiles"], good["tiles"]) == ("128x128w8s3", "128x64w8s3")
+    assert bad["smem_kib"] * 1024 > resources.SMEM_LIMIT and not bad["fits"]
+    assert good["fits"] and 0 < good["registers"] <= 255 and good["spill_stores"] == 0
+
+
+def test_compiling_interpreter_kernels_in_process_is_refused_with_the_way_out():
+    if not config.interpreting():
+        pytest.skip("kernels are real JIT functions here")
+    with pytest.raises(RuntimeError, match="TRITON_INTERPRET=0"):
+        resources.compile_info("pv", 64, False, config.Tiles(128, 64, 8, 3))
+
+
+def test_tiles_parse_and_a_bad_entry_is_one_clear_error(capsys):
+    assert resources.parse_tiles("128x64w8s3h") == config.Tiles(128, 64, 8, 3, heavy_first=True)
+    with pytest.raises(ValueError, match="look like 128x64w8s3"):
+        resources.parse_tiles("128-64")
+    assert resources.main(["--tiles", "128-64"]) == 2
+    assert "attnlab resources: error: --tiles entries look like" in capsys.readouterr().err
