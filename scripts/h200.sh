@@ -9,6 +9,7 @@
 #   gate      attnlab check at N = 512 (+ GQA, D = 80 and 256) for our builds and their ablations, bf16 and fp16
 #   gate32    the same gate's fp32 shapes (the IEEE dot path)
 #   bench16   attnlab bench --quick in fp16 for our fused and qk_softmax against sdpa_flash and sdpa_cudnn
+#   stages    profiler stage times of materialised and qk_softmax (attnlab.kernels), and fused's refusal
 set -u
 out=${OUT:-h200-out}
 mkdir -p "$out"
@@ -51,6 +52,20 @@ bench16() {
   timeout 150 python3 -m attnlab.cli bench --quick --dtypes float16 --builds fused,qk_softmax,sdpa_flash,sdpa_cudnn \
     --out "$out/bench16" > "$out/bench16.log" 2>&1
   echo "bench16 rc=$?"; tail -30 "$out/bench16.log"
+}
+stages() {
+  timeout 120 python3 - <<'PY'
+import torch
+from attnlab import kernels, measure
+for D in (64, 128):
+    q, k, v = measure.make_inputs(measure.Case("fused", 4, 2048 // D, 2048 // D, 4096, D, "bfloat16", False, "cuda"))
+    for build in ("materialised", "qk_softmax", "fused"):
+        ms = kernels.kernel_times(build, q, k, v)
+        try:
+            print(f"D={D} {build}\n", kernels.stage_table(ms, build).round(3).to_string(index=False))
+        except kernels.StagesNotSeparable as e:
+            print(f"D={D} {build}: {sum(ms.values()):.3f} ms in {sorted(ms)}; {e}")
+PY
 }
 for step in ${STEPS:-probe sweep selfcheck gate gate32}; do
   $step || { echo "$step failed: later steps skipped"; exit 1; }

@@ -1,0 +1,71 @@
+"""Per-kernel times of one call, from the profiler — and why there are none for the stages inside `fused`.
+
+    kernel_times(build, q, k, v, causal=False)  -> {kernel name: ms}   (CUDA; torch.profiler's device events)
+    stage_table(kernel_ms, build)               -> DataFrame: stage, kernel, ms, share
+
+`materialised` launches three kernels (scores → S, softmax S → P, P V) and `qk_softmax` two (QKᵀ + softmax → P, P V),
+so a profiler can time their stages apart. `fused` is one kernel: the profiler sees its total and nothing inside it.
+Reading "stage times" for it from anywhere (a profiler, in-kernel clocks, a guess from the materialised build)
+would be a lie the lab refuses: `stage_table` raises StagesNotSeparable for it and for its ablations, and names the
+honest route — the ablation table (attnlab.report.ablation_table), which times the program with one stage removed.
+"""
+from __future__ import annotations
+
+import pandas as pd
+import torch
+
+# kernel (as Triton names it) → the stage it is, per build; the order is the order of launch
+STAGES = {
+    "materialised": [("scores_kernel", "S = scale·QKᵀ (+mask), written to memory"),
+                     ("softmax_kernel", "P = softmax(S), S read and P written"),
+                     ("pv_kernel", "O = P V, P read")],
+    "qk_softmax": [("qk_softmax_kernel", "P = softmax(scale·QKᵀ + mask) (two QKᵀ passes), P written"),
+                   ("pv_kernel", "O = P V, P read")],
+}
+
+
+class StagesNotSeparable(ValueError):
+    """The build runs its stages inside one kernel: no profiler can time them apart."""
+
+
+def stage_table(kernel_ms: dict, build: str) -> pd.DataFrame:
+    """One row per stage of `build` from its kernels' times (ms): stage, kernel, ms, share of the call."""
+    base = build.split("-")[0]
+    if base == "fused":
+        raise StagesNotSeparable(
+            f"{build} runs softmax and both matmuls inside one kernel: a profiler sees only its total, so it has no "
+            "stage times; measure what each stage costs by removing it (attnlab.report.ablation_table)")
+    if base not in STAGES:
+        raise ValueError(f"build must be one of our staged builds {sorted(STAGES)} (or fused, which has no stage "
+                         f"times), got {build!r}")
+    missing = [k for k, _ in STAGES[base] if k not in kernel_ms]
+    if missing:
+        raise ValueError(f"kernel_ms lacks {', '.join(missing)} for {build}: got {sorted(kernel_ms)}")
+    rows = [dict(stage=stage, kernel=k, ms=float(kernel_ms[k])) for k, stage in STAGES[base]]
+    df = pd.DataFrame(rows)
+    df["share"] = df.ms / df.ms.sum()
+    return df
+
+
+def kernel_times(build: str, q, k, v, *, causal: bool = False, calls: int = 10) -> dict:
+    """Mean device ms per call of each kernel `build` launches, from torch.profiler's CUDA events (after one
+    warm-up call). Library kernels are listed too, under their own names."""
+    if q.device.type != "cuda":
+        raise ValueError(f"kernel_times needs CUDA tensors (the profiler times device kernels), got {q.device}")
+    from torch.profiler import ProfilerActivity, profile
+
+    from attnlab import builds
+
+    b = builds.get(build)
+    b.attend(q, k, v, causal=causal)
+    torch.cuda.synchronize(q.device)
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        for _ in range(calls):
+            b.attend(q, k, v, causal=causal)
+        torch.cuda.synchronize(q.device)
+    totals: dict = {}
+    for e in prof.key_averages():
+        ms = getattr(e, "device_time_total", getattr(e, "cuda_time_total", 0.0)) / 1e3 / calls
+        if ms > 0 and e.key != "[memory]":
+            totals[e.key] = totals.get(e.key, 0.0) + ms
+    return totals
