@@ -30,14 +30,14 @@ class StagesNotSeparable(ValueError):
 
 def stage_table(kernel_ms: dict, build: str) -> pd.DataFrame:
     """One row per stage of `build` from its kernels' times (ms): stage, kernel, ms, share of the call."""
-    base = build.split("-")[0]
+    base, _, ablation = build.partition("-")
     if base == "fused":
         raise StagesNotSeparable(
             f"{build} runs softmax and both matmuls inside one kernel: a profiler sees only its total, so it has no "
             "stage times; measure what each stage costs by removing it (attnlab.report.ablation_table)")
-    if base not in STAGES:
-        raise ValueError(f"build must be one of our staged builds {sorted(STAGES)} (or fused, which has no stage "
-                         f"times), got {build!r}")
+    if base not in STAGES or ablation:  # an ablation's kernels are not the stages these labels name
+        raise ValueError(f"build must be one of our staged builds {sorted(STAGES)} (not an ablation; fused has no "
+                         f"stage times), got {build!r}")
     missing = [k for k, _ in STAGES[base] if k not in kernel_ms]
     if missing:
         raise ValueError(f"kernel_ms lacks {', '.join(missing)} for {build}: got {sorted(kernel_ms)}")
@@ -64,8 +64,8 @@ def kernel_times(build: str, q, k, v, *, causal: bool = False, calls: int = 10) 
             b.attend(q, k, v, causal=causal)
         torch.cuda.synchronize(q.device)
     totals: dict = {}
-    for e in prof.key_averages():
-        ms = getattr(e, "device_time_total", getattr(e, "cuda_time_total", 0.0)) / 1e3 / calls
-        if ms > 0 and e.key != "[memory]":
-            totals[e.key] = totals.get(e.key, 0.0) + ms
+    for e in prof.events():  # kernels only: a CPU-side op's device time would count its kernels a second time
+        if e.device_type != torch.autograd.DeviceType.CUDA:
+            continue
+        totals[e.name] = totals.get(e.name, 0.0) + e.time_range.elapsed_us() / 1e3 / calls  # the kernel's span
     return totals

@@ -54,7 +54,7 @@ bench16() {
   echo "bench16 rc=$?"; tail -30 "$out/bench16.log"
 }
 stages() {
-  timeout 120 python3 - <<'PY'
+  timeout 120 python3 - > "$out/stages.log" 2>&1 <<'PY'
 import torch
 from attnlab import kernels, measure
 for D in (64, 128):
@@ -62,10 +62,11 @@ for D in (64, 128):
     for build in ("materialised", "qk_softmax", "fused"):
         ms = kernels.kernel_times(build, q, k, v)
         try:
-            print(f"D={D} {build}\n", kernels.stage_table(ms, build).round(3).to_string(index=False))
+            print(f"D={D} {build}"); print(kernels.stage_table(ms, build).round(3).to_string(index=False))
         except kernels.StagesNotSeparable as e:
             print(f"D={D} {build}: {sum(ms.values()):.3f} ms in {sorted(ms)}; {e}")
 PY
+  echo "stages rc=$?"; tail -30 "$out/stages.log"
 }
 for step in ${STEPS:-probe sweep selfcheck gate gate32}; do
   $step || { echo "$step failed: later steps skipped"; exit 1; }

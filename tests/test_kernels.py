@@ -10,8 +10,10 @@ def test_materialised_and_qk_softmax_stages_come_from_their_kernels():
                             "materialised")
     assert list(t.kernel) == ["scores_kernel", "softmax_kernel", "pv_kernel"]
     assert list(t.ms) == [1.0, 2.0, 1.0] and list(t.share) == [0.25, 0.5, 0.25]
-    t = kernels.stage_table({"qk_softmax_kernel": 3.0, "pv_kernel": 1.0}, "qk_softmax-no_pv")
+    t = kernels.stage_table({"qk_softmax_kernel": 3.0, "pv_kernel": 1.0}, "qk_softmax")
     assert list(t.share) == [0.75, 0.25]
+    with pytest.raises(ValueError, match="not an ablation"):  # its kernels are not the stages the labels name
+        kernels.stage_table({"qk_softmax_kernel": 3.0, "pv_kernel": 1.0}, "qk_softmax-no_pv")
 
 
 @pytest.mark.parametrize("build", ["fused", "fused-no_softmax", "fused-zero_mask"])

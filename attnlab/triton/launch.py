@@ -97,7 +97,7 @@ def _pv(c: _Call, p: torch.Tensor, ablation, out) -> torch.Tensor:
     t = _tiles("pv", s)
     _pv_mod.pv_kernel[_grid_m(s, t["BLOCK_M"])](
         p, c.v, o, *c.v.stride()[:3], *o.stride()[:3], s.N, s.H, s.group, 1.0 / s.N,
-        NO_PV=ablation == "no_pv", **c.flags, **t)
+        NO_PV=ablation == "no_pv", STAGES=t["num_stages"], **c.flags, **t)
     return o
 
 

@@ -10,7 +10,8 @@ def pv_kernel(P, V, O,
               svb, svh, svn, sob, soh, son,
               N, H, GROUP, inv_n,
               D: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
-              CAUSAL: tl.constexpr, NO_PV: tl.constexpr, IEEE: tl.constexpr, UPCAST: tl.constexpr):
+              CAUSAL: tl.constexpr, NO_PV: tl.constexpr, IEEE: tl.constexpr, UPCAST: tl.constexpr,
+              STAGES: tl.constexpr):
     # grid: (cdiv(N, BLOCK_M), B·H). P is contiguous (B, H, N, N); V is (B, Hkv, N, D) with unit last stride.
     start_m = tl.program_id(0)
     bh = tl.program_id(1).to(tl.int64)  # int64: bh · N² overflows int32 from N = 11586 at B·H = 16
@@ -32,9 +33,9 @@ def pv_kernel(P, V, O,
         # here, one reduction over columns after the loop (a per-tile row reduction cost more than the tensor-core
         # PV it replaced at D = 64 on the H200, sweep of run 6). Triton pipelines loads through shared memory only
         # for loops it is told to, or that feed a tl.dot: without num_stages this loop read P straight into
-        # registers (0 bytes of shared memory, attnlab.triton.resources) while the base pipelines it 3 deep, and
+        # registers (0 bytes of shared memory, attnlab.triton.resources) while the base pipelines it, and
         # under a causal mask the stand-in ran slower than the PV it replaces (run 11).
-        for start_n in tl.range(0, hi, BLOCK_N, num_stages=3):
+        for start_n in tl.range(0, hi, BLOCK_N, num_stages=STAGES):  # STAGES: the launch's num_stages
             offs_n = start_n + tl.arange(0, BLOCK_N)
             p = tl.load(p_base + offs_n[None, :], mask=(offs_m[:, None] < N) & (offs_n[None, :] < N), other=0.0)
             acc += p.to(tl.float32) * positions(offs_n, inv_n)[None, :]

@@ -6,8 +6,8 @@ Triton compiles for any target on any machine (its wheel carries ptxas), so shar
 spills of a tile configuration can be read before device time is spent on it: a candidate over the SM's 227 KiB of
 shared memory per block fails to launch (fused 128×128 w8 s3 at D = 128 with a mask tile did, on the H200), and one
 that spills registers is slow. The compile is specialised the way Triton's JIT specialises a real call at the
-benchmark's shapes (every pointer and stride a multiple of 16, GROUP = 1), without which it would not pipeline its
-loads through shared memory and would report a different kernel.
+benchmark's shapes (`_int_args`: pointers and strides that are multiples of 16 marked so, ints equal to 1 — GROUP,
+the unit stride of a broadcast mask — made constants), without which it would report a different kernel.
 """
 from __future__ import annotations
 
@@ -46,20 +46,25 @@ def compile_info(kernel: str, D: int, causal: bool, tiles: config.Tiles, mask_ki
     constexpr_names = [fn.arg_names[i] for i in fn.constexprs]
     values = dict(D=D, BLOCK_D=config.head_dim_bucket(D), BLOCK_M=tiles.BLOCK_M, BLOCK_N=tiles.BLOCK_N,
                   CAUSAL=causal, MASK_KIND=mask_kind, NO_SOFTMAX=False, NO_PV=False, IEEE=dtype == "fp32",
-                  UPCAST=False, TMA=False, HEAVY_FIRST=tiles.heavy_first, GROUP=1)
+                  UPCAST=False, TMA=False, HEAVY_FIRST=tiles.heavy_first, STAGES=tiles.num_stages)
     values.update(flags)
-    constexprs = {n: values[n] for n in constexpr_names + ["GROUP"]}
-    sig = {}
+    constexprs = {n: values[n] for n in constexpr_names}
+    ints = _int_args(D, mask_kind)
+    sig, div16 = {}, []
     for a in fn.arg_names:
         if a in constexprs:
             sig[a] = "constexpr"
         elif POINTERS.match(a):
             sig[a] = "*u8" if (a == "M" and mask_kind == 1) else f"*{dtype}"
+            div16.append(a)  # the caching allocator aligns every tensor to far more than 16 bytes
         elif a in FLOATS:
             sig[a] = "fp32"
+        elif ints[a] == 1:  # Triton's JIT turns an int argument equal to 1 into a constant
+            sig[a], constexprs[a] = "constexpr", 1
         else:
             sig[a] = "i32"
-    div16 = [a for a, s in sig.items() if s.startswith("*") or (s == "i32" and a != "H")]
+            if ints[a] % 16 == 0:
+                div16.append(a)
     attrs = {(fn.arg_names.index(a),): [["tt.divisibility", 16]] for a in div16}
     src = triton.compiler.ASTSource(fn=fn, signature=sig, constexprs=constexprs, attrs=attrs)
     k = triton.compile(src, target=GPUTarget("cuda", 90, 32),
@@ -85,6 +90,18 @@ def compile_info(kernel: str, D: int, causal: bool, tiles: config.Tiles, mask_ki
                 spill_stores=grab(r"(\d+) bytes spill stores"), spill_loads=grab(r"(\d+) bytes spill loads"))
 
 
+def _int_args(D: int, mask_kind: int, N: int = 4096, width: int = 2048, tokens: int = 16384) -> dict:
+    """The int arguments a launch passes at the benchmark's shape (B·N = tokens, H·D = width, N = 4096): the
+    strides of contiguous (B, H, N, D) q, k, v, o and of an (N, N) mask broadcast to (B, H, N, N), whose values
+    decide how Triton specialises the compile (1 → constant, multiple of 16 → aligned)."""
+    H = width // D
+    out = dict(N=N, H=H, GROUP=1)
+    for t in "qkvo":
+        out.update({f"s{t}b": H * N * D, f"s{t}h": N * D, f"s{t}n": D})
+    out.update(dict(zip(("smb", "smh", "smm", "smn"), (0, 0, N, 1) if mask_kind else (0, 0, 0, 0))))
+    return out
+
+
 def _label(t: config.Tiles) -> str:
     return f"{t.BLOCK_M}x{t.BLOCK_N}w{t.num_warps}s{t.num_stages}" + ("h" if t.heavy_first else "")
 
@@ -106,6 +123,7 @@ def main(argv=None) -> int:
                                                   "sm90 table's entry for each case)")
     ap.add_argument("--causal", default="0,1", help="0, 1 or 0,1")
     ap.add_argument("--masks", default="0,2", help="mask kinds: 0 none, 1 boolean, 2 additive (pv has none)")
+    ap.add_argument("--flags", default=None, help="other constexprs, e.g. NO_PV=1 (the ablation)")
     ap.add_argument("--json", action="store_true", help="print the rows as JSON")
     argv = sys.argv[1:] if argv is None else list(argv)
     args = ap.parse_args(argv)
@@ -114,8 +132,18 @@ def main(argv=None) -> int:
     except ValueError as e:
         print(f"attnlab resources: error: {e}", file=sys.stderr)
         return 2
-    if os.environ.get("TRITON_INTERPRET") != "0":  # kernels loaded for the interpreter cannot be compiled: restart
-        env = {**os.environ, "TRITON_INTERPRET": "0"}
+    try:
+        flags = {k: bool(int(v)) for k, v in (f.split("=") for f in args.flags.split(","))} if args.flags else {}
+    except ValueError:
+        print(f"attnlab resources: error: --flags looks like NO_PV=1,NO_SOFTMAX=0, got {args.flags!r}",
+              file=sys.stderr)
+        return 2
+    if not isinstance(_kernel("fused"), triton.runtime.jit.JITFunction):  # loaded for the interpreter: restart
+        if os.environ.get("ATTNLAB_RESOURCES_CHILD"):
+            print("attnlab resources: error: kernels still load for the interpreter with TRITON_INTERPRET=0",
+                  file=sys.stderr)
+            return 1
+        env = {**os.environ, "TRITON_INTERPRET": "0", "ATTNLAB_RESOURCES_CHILD": "1"}
         return subprocess.run([sys.executable, "-m", "attnlab.triton.resources", *argv], env=env).returncode
     rows = []
     for kernel in args.kernels.split(","):
@@ -123,7 +151,7 @@ def main(argv=None) -> int:
             for causal in (bool(int(c)) for c in args.causal.split(",")):
                 for mask_kind in ((int(m) for m in args.masks.split(",")) if kernel != "pv" else (0,)):
                     for t in cands or [_table_entry(kernel, D, causal)]:
-                        rows.append(compile_info(kernel, D, causal, t, mask_kind))
+                        rows.append({**compile_info(kernel, D, causal, t, mask_kind, **flags), **flags})
     if args.json:
         print(json.dumps(rows))
         return 0
