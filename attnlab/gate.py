@@ -13,36 +13,30 @@ import argparse
 import itertools
 import sys
 import time
-from dataclasses import dataclass
 
 import torch
 
 
-@dataclass(frozen=True)
-class GateCase:
-    B: int
-    H: int
-    Hkv: int
-    N: int
-    D: int
-    dtype: torch.dtype
-    causal: bool
+def grid(device: torch.device, quick: bool = False, ns=None) -> list:
+    """The gate's shapes as the harness's cases (attnlab.measure.Case, build 'gate'): the issue's GPU grid, or a
+    grid the CPU interpreter finishes in about a minute."""
+    from attnlab.measure import Case
 
+    def shape(B, H, Hkv, N, D, dtype, causal):
+        return Case("gate", B, H, Hkv, N, D, dtype, causal, str(device))
 
-def grid(device: torch.device, quick: bool = False, ns=None) -> list[GateCase]:
-    """The gate's shapes: the issue's GPU grid, or a grid the CPU interpreter finishes in about a minute."""
     if device.type == "cuda":
         ns = ns or ((512, 1024) if quick else (512, 1024, 2048, 4096))
-        main = [GateCase(2, 4, 4, n, d, dt, c) for dt, n, d, c in
+        main = [shape(2, 4, 4, n, d, dt, c) for dt, n, d, c in
                 itertools.product((torch.bfloat16, torch.float16), ns, (64, 128), (False, True))]
-        gqa = [GateCase(1, 8, 2, n, 128, torch.bfloat16, c) for n in (1000, 3000) for c in (False, True)]
-        odd_d = [GateCase(1, 4, 4, 300, d, torch.bfloat16, c) for d in (80, 256) for c in (False, True)]
-        odd_d += [GateCase(1, 4, 4, 300, 64, torch.float32, c) for c in (False, True)]  # fp32: the IEEE dot path
+        gqa = [shape(1, 8, 2, n, 128, torch.bfloat16, c) for n in (1000, 3000) for c in (False, True)]
+        odd_d = [shape(1, 4, 4, 300, d, torch.bfloat16, c) for d in (80, 256) for c in (False, True)]
+        odd_d += [shape(1, 4, 4, 300, 64, torch.float32, c) for c in (False, True)]  # fp32: the IEEE dot path
         return main + ([] if quick else gqa + odd_d)
     ns = ns or ((64,) if quick else (64, 100))
-    main = [GateCase(1, 2, 2, n, d, dt, c) for dt, n, d, c in
+    main = [shape(1, 2, 2, n, d, dt, c) for dt, n, d, c in
             itertools.product((torch.float32, torch.bfloat16), ns, (32, 64), (False, True))]
-    return main + [GateCase(1, 4, 2, 77, 32, torch.float16, True)]
+    return main + [shape(1, 4, 2, 77, 32, torch.float16, True)]
 
 
 def default_builds(device: torch.device) -> list[str]:
@@ -54,27 +48,19 @@ def default_builds(device: torch.device) -> list[str]:
     return names
 
 
-def _inputs(case: GateCase, device, seed: int):
-    """The harness's inputs (attnlab.measure.make_inputs): random normal, never zeros, seeded."""
-    from attnlab.measure import Case, make_inputs
-
-    return make_inputs(Case("gate", case.B, case.H, case.Hkv, case.N, case.D, case.dtype, case.causal, str(device)),
-                       seed)
-
-
-def check_case(case: GateCase, names: list[str], device, seed: int) -> list[dict]:
-    """Run every named build on one fresh input set; one row each."""
+def check_case(case, names: list[str], device, seed: int) -> list[dict]:
+    """Run every named build on one fresh input set (the harness's: random normal, never zeros); one row each."""
     from attnlab import accuracy, builds, reference
-    from attnlab.measure import one_line
+    from attnlab.measure import make_inputs, one_line
 
-    q, k, v = _inputs(case, device, seed)
+    q, k, v = make_inputs(case, seed)
     refs = {}
     rows = []
     for name in names:
         b = builds.get(name)
         oracle = None if b.ablation == "zero_mask" else b.ablation
-        row = dict(build=name, B=case.B, H=case.H, Hkv=case.Hkv, N=case.N, D=case.D,
-                   dtype=str(case.dtype).removeprefix("torch."), causal=case.causal)
+        row = dict(build=name, B=case.B, H=case.H, Hkv=case.Hkv, N=case.N, D=case.D, dtype=case.dtype,
+                   causal=case.causal)
         try:
             kw = {"out": torch.full_like(q, float("nan"))} if b.family != "library" else {}
             o = b.attend(q, k, v, causal=case.causal, **kw)
@@ -139,12 +125,12 @@ def main(argv: list[str] | None = None) -> int:
     cases = grid(device, args.quick, [int(n) for n in args.ns.split(",")] if args.ns else None)
     if args.dtypes:
         keep = [d.strip() for d in args.dtypes.split(",")]
-        known = sorted({str(c.dtype).removeprefix("torch.") for c in cases})
+        known = sorted({c.dtype for c in cases})
         if not set(keep) <= set(known):
             print(f"attnlab check: error: --dtypes: {args.dtypes!r} is not in this grid's dtypes {known}",
                   file=sys.stderr)
             return 2
-        cases = [c for c in cases if str(c.dtype).removeprefix("torch.") in keep]
+        cases = [c for c in cases if c.dtype in keep]
     print(f"correctness gate on {device} ({torch.cuda.get_device_name(device) if device.type == 'cuda' else 'CPU'}):"
           f" {len(cases)} shapes x {len(names)} builds", flush=True)
     rows, t0 = [], time.time()

@@ -95,7 +95,12 @@ def head_dim_bucket(D: int) -> int:
 
 
 def tiles(kernel: str, device: torch.device, D: int, causal: bool, dtype: torch.dtype) -> Tiles:
-    key = (kernel, family(device), head_dim_bucket(D), causal, dtype.itemsize)
+    return lookup(kernel, family(device), D, causal, dtype.itemsize)
+
+
+def lookup(kernel: str, fam: str, D: int, causal: bool, itemsize: int) -> Tiles:
+    """The first TABLE entry matching (kernel, GPU family, D's bucket, causal, dtype size); 'any' matches all."""
+    key = (kernel, fam, head_dim_bucket(D), causal, itemsize)
     for entry, t in TABLE.items():
         if all(e == "any" or e == k for e, k in zip(entry, key)):
             return t

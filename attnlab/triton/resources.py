@@ -150,7 +150,7 @@ def main(argv=None) -> int:
         for D in (int(d) for d in args.head_dims.split(",")):
             for causal in (bool(int(c)) for c in args.causal.split(",")):
                 for mask_kind in ((int(m) for m in args.masks.split(",")) if kernel != "pv" else (0,)):
-                    for t in cands or [_table_entry(kernel, D, causal)]:
+                    for t in cands or [config.lookup(kernel, "sm90", D, causal, 2)]:  # H100/H200, bf16
                         rows.append({**compile_info(kernel, D, causal, t, mask_kind, **flags), **flags})
     if args.json:
         print(json.dumps(rows))
@@ -159,15 +159,6 @@ def main(argv=None) -> int:
 
     print(pd.DataFrame(rows).to_string(index=False, float_format=lambda x: f"{x:.0f}"))
     return 0
-
-
-def _table_entry(kernel: str, D: int, causal: bool) -> config.Tiles:
-    """The tile table's sm90 bf16 entry (what `tiles()` returns on an H100/H200)."""
-    key = (kernel, "sm90", config.head_dim_bucket(D), causal, 2)
-    for entry, t in config.TABLE.items():
-        if all(e == "any" or e == k for e, k in zip(entry, key)):
-            return t
-    raise LookupError(key)
 
 
 if __name__ == "__main__":
