@@ -7,8 +7,9 @@
             measure the cache; inputs are not rotated); median, p20, p80 of all repetitions, nothing printed or
             synced inside. The call is captured once in a CUDA graph and the graph replayed (timer
             'do_bench+graph'), so the time is the kernels' and not Python's cost to launch them; `host_ms` keeps
-            that cost (what an eager caller pays). A build that cannot be captured is timed eagerly and says why. CPU: time.perf_counter around each call, a 64 MiB buffer written between calls (the
-            CPU's cache flush); at least `min_reps` calls, more while `reps_ms` of wall time lasts.
+            that cost (what an eager caller pays). A build that cannot be captured is timed eagerly and says why.
+            CPU: time.perf_counter around each call, a 64 MiB buffer written between calls (the CPU's cache
+            flush); at least `min_reps` calls, more while `reps_ms` of wall time lasts.
     peak    its own pass after timing: sync, reset peak stats, run, sync; peak minus what
             was allocated before, next to model.hold_bytes. CPU has no allocator statistics: NaN and the reason.
     error   ‖o − ref‖/‖ref‖ against the fp64 oracle under attnlab.accuracy's rule, at every measured shape; when
@@ -190,7 +191,6 @@ def graphed(step, dev: torch.device, captured: list) -> tuple:
         # would stay on the capture stream. The first error (e.g. a sync inside the capture) is the one to report.
         torch.cuda.set_stream(prev)
         cause = e.__context__ if e.__context__ is not None else e
-        graph = None
         torch.cuda.synchronize(dev)
         return step, one_line(f"graph capture failed, timed eagerly: {type(cause).__name__}: {cause}")
     return graph.replay, ""

@@ -69,6 +69,15 @@ def gpu_clocks(device, fields=CLOCK_FIELDS) -> dict:
     return {**dict(zip(fields, values)), "note": ""}
 
 
+def gpu_state(device) -> dict:
+    """STATE_FIELDS now; where the driver refuses one (older drivers lack clocks_event_reasons, and nvidia-smi then
+    answers nothing), the plain clocks at least, with the refusal in 'note'."""
+    state = gpu_clocks(device, STATE_FIELDS)
+    if state["note"]:
+        state = {**gpu_clocks(device), "note": state["note"]}
+    return state
+
+
 @functools.lru_cache(maxsize=None)
 def code_hash() -> str:
     """A fingerprint of the code that measures: sha1 of every attnlab/**/*.py, 12 hex digits.

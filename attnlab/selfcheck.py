@@ -29,7 +29,8 @@ CASES = [  # (build, B, H, N, D, causal): each takes ≥ 1 ms on an H200 (output
     ("materialised", 8, 32, 2048, 64, False),
     ("sdpa_flash", 4, 32, 4096, 64, False),
 ]
-
+SMALL = [  # (build, B, H, N, D, causal) where issuing a call from Python takes about as long as its kernels
+    ("fused", 32, 16, 512, 128, False), ("materialised", 32, 32, 512, 64, False), ("sdpa_flash", 32, 32, 512, 64, False)]
 
 AGREE = 0.03  # |harness − other timer| / other timer, for cases of 1 ms or more (issue 3)
 REPEAT = 0.02  # |second − first| / first, the same case measured twice in one run
@@ -41,6 +42,16 @@ def verdict(harness_ms: float, again_ms: float, events_ms: float, do_bench_ms: f
                repeat=again_ms / harness_ms - 1)
     out["ok"] = max(abs(out["vs_events"]), abs(out["vs_do_bench"])) <= AGREE and abs(out["repeat"]) <= REPEAT
     return out
+
+
+def _eager_step(case):
+    """The call measure() times, issued eagerly: attention on the case's inputs, then the consumption step."""
+    from attnlab import builds, measure
+
+    q, k, v = measure.make_inputs(case)
+    b = builds.get(case.build)
+    acc = torch.zeros((), dtype=torch.float32, device=case.device)
+    return lambda: acc.add_(b.attend(q, k, v, causal=case.causal).sum(dtype=torch.float32))
 
 
 def _event_median_ms(step, reps: int = 50) -> float:
@@ -71,7 +82,7 @@ def main(argv=None) -> int:
     import pandas as pd
     import triton.testing
 
-    from attnlab import builds, measure, model
+    from attnlab import measure, model
 
     ceilings = model.measure_ceilings(torch.device("cuda"), torch.bfloat16)
     rows = []
@@ -80,13 +91,7 @@ def main(argv=None) -> int:
         measure.spin_up(torch.device("cuda"))
         before = _state()
         first, second = (measure.measure(case, ceilings=ceilings) for _ in range(2))
-        q, k, v = measure.make_inputs(case)
-        b = builds.get(name)
-        acc = torch.zeros((), dtype=torch.float32, device="cuda")
-
-        def step():  # the same callable measure() times: attention, then the consumption step
-            acc.add_(b.attend(q, k, v, causal=causal).sum(dtype=torch.float32))
-
+        step = _eager_step(case)
         ref = _event_median_ms(step)
         bench = statistics.median(triton.testing.do_bench(step, warmup=25, rep=100, return_mode="all"))
         row = dict(build=name, B=B, H=H, N=N, D=D, causal=causal, harness_ms=first["ms"], again_ms=second["ms"],
@@ -96,7 +101,7 @@ def main(argv=None) -> int:
         row.update(timer=first["timer"], card_before=before, card_after=_state())
         rows.append(row)
         print(", ".join(f"{k}={v:.4g}" if isinstance(v, float) else f"{k}={v}" for k, v in row.items()), flush=True)
-        del q, k, v
+        del step
     df = pd.DataFrame(rows)
     if args.out:
         df.to_csv(args.out, index=False)
@@ -105,26 +110,18 @@ def main(argv=None) -> int:
     for name, B, H, N, D, causal in SMALL:
         case = measure.Case(name, B, H, H, N, D, "bfloat16", causal, "cuda")
         row = measure.measure(case, ceilings=ceilings)
-        q, k, v = measure.make_inputs(case)
-        b = builds.get(name)
-        acc = torch.zeros((), dtype=torch.float32, device="cuda")
-        eager = statistics.median(triton.testing.do_bench(
-            lambda: acc.add_(b.attend(q, k, v, causal=causal).sum(dtype=torch.float32)), return_mode="all"))
+        eager = statistics.median(triton.testing.do_bench(_eager_step(case), return_mode="all"))
         print(f"small: {name} B={B} H={H} N={N} D={D}: harness ({row['timer']}) {row['ms']:.4f} ms, eager do_bench "
               f"{eager:.4f} ms, host issue {row['host_ms']:.4f} ms")
     return 1 if bad else 0
-
-
-SMALL = [("fused", 32, 16, 512, 128, False), ("materialised", 32, 32, 512, 64, False),
-         ("sdpa_flash", 32, 32, 512, 64, False)]
 
 
 def _state() -> str:
     """SM/memory MHz, W, °C and clock-event reasons now, as one string."""
     from attnlab import provenance
 
-    s = provenance.gpu_clocks("cuda", provenance.STATE_FIELDS)
-    return s["note"] or " ".join(str(s[f]) for f in provenance.STATE_FIELDS)
+    s = provenance.gpu_state("cuda")
+    return " ".join(str(s.get(f)) for f in provenance.STATE_FIELDS) + (f" ({s['note']})" if s["note"] else "")
 
 
 if __name__ == "__main__":

@@ -405,10 +405,6 @@ def run(params, out_dir=None, *, progress: bool = True) -> pd.DataFrame:
 
 
 def _clocks(device: str) -> dict:
-    """SM and memory clocks now (MHz), read at each session's start and end; {} on a CPU."""
-    if not device.startswith("cuda"):
-        return {}
-    state = provenance.gpu_clocks(device, provenance.STATE_FIELDS)
-    if state["note"]:  # an older driver refuses a field (clocks_event_reasons): keep the clocks at least
-        state = {**provenance.gpu_clocks(device), "note": state["note"]}
-    return state
+    """The card's clocks, power, temperature and clock-event reasons now (provenance.gpu_state), read at each
+    session's start and end; {} on a CPU."""
+    return provenance.gpu_state(device) if device.startswith("cuda") else {}

@@ -30,6 +30,10 @@ BOUNDARIES = {  # boundary → (the build that has it, the build without it), in
     "P round trip": ("qk_softmax", "fused"),
 }
 QK_PASSES_REMOVED = {"S round trip": -1, "P round trip": +1}  # QKᵀ passes each step removes (−1: adds one)
+STEP_COLUMNS = {  # the leading columns of every per-boundary table (attribution, memory)
+    "boundary": "the memory round trip the step removes",
+    "from_build": "the build that has the boundary", "to_build": "the build without it",
+}
 
 
 def itemsize(dtype: str) -> int:

@@ -19,8 +19,7 @@ from attnlab.report import boundaries as bd
 from attnlab.report import groups
 
 COLUMNS = {
-    "boundary": "the memory round trip the step removes",
-    "from_build": "the build that has the boundary", "to_build": "the build without it",
+    **bd.STEP_COLUMNS,
     "from_ms": "from_build's median ms", "to_ms": "to_build's median ms",
     "delta_ms": "from_ms − to_ms: the time removing the boundary saved, measured",
     "bytes": "bytes the boundary moves (written + read), predicted",

@@ -15,8 +15,7 @@ from attnlab.report import groups
 HELD = {"S round trip": "S", "P round trip": "P"}  # the tensor a step stops holding
 
 COLUMNS = {
-    "boundary": "the memory round trip the step removes",
-    "from_build": "the build that has the boundary", "to_build": "the build without it",
+    **bd.STEP_COLUMNS,
     "from_peak_bytes": "from_build's peak allocation", "to_peak_bytes": "to_build's peak allocation",
     "saved_bytes": "from_peak_bytes − to_peak_bytes, measured",
     "tensor": "the tensor the step stops holding, S or P",
