@@ -118,3 +118,9 @@ def test_an_ablation_too_fast_to_be_one_stage_is_flagged():
     t = report.ablation_table(frame(*fused_family(2.0, 0.25, 1.5, 2.125)))
     assert "fused-no_softmax ran in 12% of fused's time" in t["note"][0] and "consumed" in t["note"][0]
     assert "no_pv ran in" not in t["note"][0]
+
+
+def test_the_tables_ablations_are_the_build_tables():
+    from attnlab import builds
+
+    assert ablation.VARIANTS == tuple(builds.ABLATIONS) and ablation.OURS == builds.OURS

@@ -24,6 +24,7 @@ from attnlab.report import groups
 
 OURS = ("materialised", "qk_softmax", "fused")
 STAGES = {"softmax": "no_softmax", "pv": "no_pv"}  # stage → the ablation that removes it
+VARIANTS = ("no_softmax", "no_pv", "zero_mask")  # every ablation of a base (attnlab.builds.ABLATIONS)
 # No single stage is this much of any build (on the H200 the largest saving was 35 %, run 11): an ablation faster
 # than this share of its base has lost more than its stage, e.g. an output nobody consumed.
 DROPPED_SHARE = 0.25
@@ -63,7 +64,7 @@ def ablation_table(results: pd.DataFrame, base: str = "fused") -> pd.DataFrame:
     for shape in groups.shapes(results):
         base_ms, why = groups.value(found, base, shape)
         ms, whys = {}, [why]
-        for ablation in ("no_softmax", "no_pv", "zero_mask"):
+        for ablation in VARIANTS:
             ms[ablation], why = groups.value(found, f"{base}-{ablation}", shape)
             whys.append(why)
         saving = {stage: base_ms - ms[ab] for stage, ab in STAGES.items()}
@@ -94,7 +95,7 @@ def _other_tiles(found: dict, base: str, shape: tuple) -> list[str]:
     if row is None or not str(row.get("tiles", "")):
         return []
     out = []
-    for ablation in ("no_softmax", "no_pv", "zero_mask"):
+    for ablation in VARIANTS:
         other = found.get((f"{base}-{ablation}", shape))
         if other is not None and str(other.get("tiles", "")) not in ("", str(row["tiles"])):
             out.append(f"{base}-{ablation} ran other tiles than {base} ({other['tiles']} vs {row['tiles']}): its "

@@ -54,10 +54,10 @@ def attribution(results: pd.DataFrame) -> pd.DataFrame:
             predicted = bd.ms_at(moved, tbps)
             qk = bd.QK_PASSES_REMOVED[boundary] * bd.ms_at(bd.qk_pass_flops(B, H, N, D, causal), tflops)
             noise = groups.noise_ms(found, (src, dst), shape, from_ms)
-            within = (f"Δ {delta:.3g} ms is within the noise ({noise:.3g} ms)" if abs(delta) <= noise else "")
-            if predicted + qk <= 0:  # the S step's added QKᵀ pass can outweigh its bytes (fp32 scores, large D)
-                within = "; ".join(x for x in (within, "measured_over_with_qk unknown: the QKᵀ pass this step adds "
-                                               "outweighs the bytes it removes") if x)
+            within = f"Δ {delta:.3g} ms is within the noise ({noise:.3g} ms)" if abs(delta) <= noise else ""
+            # the S step's added QKᵀ pass can outweigh its bytes (fp32 scores, large D)
+            outweighs = ("measured_over_with_qk unknown: the QKᵀ pass this step adds outweighs the bytes it removes"
+                         if predicted + qk <= 0 else "")
             rows.append({
                 **groups.leading(dtype, causal, shape),
                 "boundary": boundary, "from_build": src, "to_build": dst,
@@ -67,7 +67,7 @@ def attribution(results: pd.DataFrame) -> pd.DataFrame:
                 "qk_removed_ms": qk, "predicted_with_qk_ms": predicted + qk,
                 "measured_over_with_qk": delta / (predicted + qk) if predicted + qk > 0 else math.nan,
                 "noise_ms": noise,
-                "note": groups.notes(why_from, why_to, why_bw, why_mm, within,
+                "note": groups.notes(why_from, why_to, why_bw, why_mm, within, outweighs,
                                      groups.same_code(found, (src, dst), shape)),
             })
     return pd.DataFrame(rows, columns=[*groups.LEADING, *COLUMNS])
