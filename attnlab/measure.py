@@ -317,9 +317,10 @@ def _consume_ms(o: torch.Tensor, dev: torch.device, **timing) -> tuple[float, st
         return _consume[key], ""
     sink = torch.zeros((), dtype=torch.float32, device=dev)
     times, _, why = _time_call(lambda: sink.add_(o.sum(dtype=torch.float32)), sink, [0], dev, **timing)
+    ms = statistics.median(times)
     if not why:
-        _consume[key] = statistics.median(times)
-    return statistics.median(times), why
+        _consume[key] = ms
+    return ms, why
 
 
 def spin_up(dev: torch.device, seconds: float = 0.3) -> None:
