@@ -173,6 +173,9 @@ def autotune(args):
     wide = [config.Tiles(*b, tma=tma) for b in base for tma in (False, True)] + [
         config.Tiles(128, 32, 4, 3), config.Tiles(64, 32, 4, 2), config.Tiles(128, 128, 4, 3)]
     wide += [config.Tiles(*b, heavy_first=True) for b in base[:4]]  # launch order: PERFORMANCE.md v6
+    # paired rows (v8): two row blocks per program sharing K/V, one's softmax overlapping the other's PV
+    wide += [config.Tiles(128, 64, 8, 3, paired=True), config.Tiles(128, 64, 8, 3, paired=True, tma=True),
+             config.Tiles(64, 64, 4, 3, paired=True), config.Tiles(128, 64, 8, 3, heavy_first=True, paired=True)]
     narrow = [config.Tiles(128, 64, 4, 3), config.Tiles(128, 64, 8, 3), config.Tiles(64, 64, 4, 3),
               config.Tiles(128, 128, 8, 3), config.Tiles(64, 32, 4, 2), config.Tiles(128, 32, 4, 3)]
     plan = {"fused": ("fused", wide), "qk_softmax": ("qk_softmax", narrow), "pv": ("qk_softmax-no_softmax", narrow)}
@@ -204,7 +207,7 @@ def autotune(args):
                                 itemsize=q.element_size(), tiles=results[0][1].as_dict(), ms=results[0][0]))
             print(f"  {kernel} D={D} causal={causal}: best {results[0][1]} {results[0][0]:.3f} ms; next "
                   + "; ".join(f"{t.BLOCK_M}x{t.BLOCK_N} w{t.num_warps} s{t.num_stages}{' tma' if t.tma else ''}"
-                              f"{' heavy-first' if t.heavy_first else ''} {ms:.3f}"
+                              f"{' heavy-first' if t.heavy_first else ''}{' paired' if t.paired else ''} {ms:.3f}"
                               for ms, t in results[1:4]), flush=True)
     if args.out:
         with open(os.path.join(args.out, "tiles.json"), "w") as f:

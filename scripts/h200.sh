@@ -9,6 +9,7 @@
 #   gate      attnlab check at N = 512 (+ GQA, D = 80 and 256) for our builds and their ablations, bf16 and fp16
 #   gate32    the same gate's fp32 shapes (the IEEE dot path)
 #   bench16   attnlab bench --quick in fp16 for our fused and qk_softmax against sdpa_flash and sdpa_cudnn
+#   bench     attnlab bench in bf16 and fp16 with the two untuned shapes (issue 5's benchmark, ~3 minutes)
 #   stages    profiler stage times of materialised and qk_softmax (attnlab.kernels), and fused's refusal
 set -u
 out=${OUT:-h200-out}
@@ -52,6 +53,11 @@ bench16() {
   timeout 150 python3 -m attnlab.cli bench --quick --dtypes float16 --builds fused,qk_softmax,sdpa_flash,sdpa_cudnn \
     --out "$out/bench16" > "$out/bench16.log" 2>&1
   echo "bench16 rc=$?"; tail -30 "$out/bench16.log"
+}
+bench() {
+  timeout 270 python3 -m attnlab.cli bench --dtypes bfloat16,float16 --builds fused,qk_softmax,sdpa_flash,sdpa_cudnn \
+    --out "$out/bench" > "$out/bench.log" 2>&1
+  echo "bench rc=$?"; grep -v Warning "$out/bench.log" | tail -70
 }
 stages() {
   timeout 120 python3 - > "$out/stages.log" 2>&1 <<'PY'

@@ -25,9 +25,13 @@ def poisoned_out(q):
     return torch.full_like(q, float("nan"))
 
 
-@pytest.fixture
-def small_tiles(monkeypatch):
-    """Tiles of 32×16 so short sequences cross many blocks (ragged tails, diagonal tiles, multi-tile loops)."""
+@pytest.fixture(params=["single", "paired"])
+def small_tiles(monkeypatch, request):
+    """Tiles of 32×16 so short sequences cross many blocks (ragged tails, diagonal tiles, multi-tile loops); every
+    test that asks for them runs twice, the second time with the fused kernel's paired loop (two 16-row blocks per
+    program sharing each K/V tile, Tiles.paired), so that loop meets every case the single one does."""
     small = {key: config.Tiles(32, 16) for key in config.TABLE}
+    if request.param == "paired":
+        small = {key: (config.Tiles(16, 16, paired=True) if key[0] == "fused" else t) for key, t in small.items()}
     monkeypatch.setattr(config, "TABLE", small)
     yield

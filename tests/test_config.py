@@ -64,3 +64,34 @@ def test_heavy_first_launch_order_gives_the_same_output():
             assert not torch.isnan(out).any()
             assert torch.equal(out, same)
             torch.testing.assert_close(out, ref, rtol=1e-5, atol=1e-5)
+
+
+def test_paired_rows_give_the_same_output_as_single_blocks():
+    """The paired loop (two row blocks per program over shared K/V tiles) against the single-block loop on the same
+    tile sizes: rows past N in the second block (N = 50 is no multiple of 2·16), causal and not, a boolean mask, GQA,
+    both ablations that change the loop's body; every element written."""
+    q, k, v = rand_qkv(B=1, H=4, Hkv=2, N=50, D=16, dtype=torch.float32, seed=5)
+    mask = torch.randn(50, 50) > -1.0
+    for causal in (False, True):
+        for attn_mask in (None, mask):
+            for ablation in (None, "no_softmax", "no_pv"):
+                kw = dict(causal=causal, attn_mask=attn_mask, ablation=ablation)
+                with config.forced("fused", config.Tiles(16, 16)):
+                    single = launch.fused(q, k, v, **kw)
+                with config.forced("fused", config.Tiles(16, 16, paired=True)):
+                    paired = launch.fused(q, k, v, out=torch.full_like(q, float("nan")), **kw)
+                assert not torch.isnan(paired).any()
+                torch.testing.assert_close(paired, single, rtol=1e-5, atol=1e-5)
+
+
+def test_paired_programs_own_twice_the_rows(monkeypatch):
+    """The launcher's grid follows the tiles: cdiv(N, 2·BLOCK_M) programs per head when paired."""
+    grids = []
+    real = launch._grid_m
+    monkeypatch.setattr(launch, "_grid_m", lambda spec, rows: grids.append(rows) or real(spec, rows))
+    q, k, v = rand_qkv(N=40, D=16)
+    with config.forced("fused", config.Tiles(16, 16, paired=True)):
+        launch.fused(q, k, v)
+    with config.forced("fused", config.Tiles(16, 16)):
+        launch.fused(q, k, v)
+    assert grids == [32, 16]

@@ -25,6 +25,9 @@ class Tiles:
     # fused kernel only: launch the query blocks last-first. Under a causal mask the last block does the most work;
     # started last (the default order), it runs alone at the end of the grid. Off until measured (PERFORMANCE.md v6).
     heavy_first: bool = False
+    # fused kernel only: each program owns two blocks of BLOCK_M rows that share every K/V tile, so one block's
+    # softmax overlaps the other's PV matmul (PERFORMANCE.md v8). The grid then has cdiv(N, 2·BLOCK_M) programs.
+    paired: bool = False
 
     def as_dict(self) -> dict:
         return asdict(self)
@@ -72,8 +75,12 @@ TABLE: dict[tuple, Tiles] = {
     # fused D = 128: 128×128 w8 s3 was 2 % faster without a mask but needs 288 KiB of shared memory once a mask tile
     # is pipelined too (the zero_mask ablation failed to compile); one configuration for masked and unmasked calls
     # keeps the mask ablation a comparison of the same kernel. TMA (tma=True) measured within 2 % either way: off.
-    ("fused", "sm90", 64, "any", 2): Tiles(128, 64, 8, 3),
-    ("fused", "sm90", 128, "any", 2): Tiles(128, 64, 8, 3),
+    # Causal: heavy-first launch order (v6: 4–8 % at N = 16384, within ±1 % at N ≤ 4096). D = 128 non-causal: paired
+    # rows, one block's softmax overlapping the other's PV (v8). Paired causal and paired D = 64 measured slower.
+    ("fused", "sm90", 64, False, 2): Tiles(128, 64, 8, 3),
+    ("fused", "sm90", 64, True, 2): Tiles(128, 64, 8, 3, heavy_first=True),
+    ("fused", "sm90", 128, False, 2): Tiles(128, 64, 8, 3, paired=True),
+    ("fused", "sm90", 128, True, 2): Tiles(128, 64, 8, 3, heavy_first=True),
     ("fused", "sm90", 256, "any", 2): Tiles(64, 32, 4, 2),
     ("qk_softmax", "sm90", 64, False, 2): Tiles(128, 64, 8, 3),
     ("qk_softmax", "sm90", 128, False, 2): Tiles(128, 64, 4, 3),

@@ -1,18 +1,83 @@
 """Build 3, `fused`: one flash-style kernel; neither S nor P leaves on-chip memory, only O is written.
 
-Each program owns BLOCK_M query rows and streams K/V in BLOCK_N tiles with the online softmax (FlashAttention-2,
+Each program owns query rows and streams K/V in BLOCK_N tiles with the online softmax (FlashAttention-2,
 arXiv:2307.08691): running row max m_i, running sum l_i, unnormalised accumulator acc, rescaled by
 alpha = exp2(m_old - m_new) whenever the max grows, divided by l_i once at the end.
 
 The key range is split in two so the steady-state loop carries no per-element mask:
-  phase 1  key tiles that need no mask: for causal, those wholly left of this query block; else every full tile;
+  phase 1  key tiles that need no mask: for causal, those wholly left of the query rows; else every full tile;
   phase 2  the rest, masked element by element: the diagonal tiles (causal) or the ragged tail (N % BLOCK_N).
 Causal tiles past the diagonal are never visited.
+
+Paired rows (Tiles.paired, PERFORMANCE.md v8): a program owns two sub-blocks of BLOCK_M rows, A and B, and phase 1
+streams each K/V tile once for both, in the order QKᵀ(A), QKᵀ(B), softmax(A), PV(A), softmax(B), PV(B). Triton
+waits for a score matmul at once but leaves PV(A) running on the tensor cores (its result is next needed one
+iteration later), so softmax(B) overlaps it: Hopper's matmul units and its exp/FMA units work at the same time, which
+a single-block loop never lets them do. Each sub-block then finishes its own masked tiles alone.
 """
 import triton
 import triton.language as tl
 
 from attnlab.triton.tiles import dot, load_rows, masked_to_zero, positions, score_tile
+
+
+@triton.jit
+def _load_kv(tile0, desc, kv_head, start_n, offs_n, offs_d, N, D, stride, BLOCK_N: tl.constexpr,
+             BLOCK_D: tl.constexpr, MASKED: tl.constexpr, TMA: tl.constexpr):
+    """One (BLOCK_N, BLOCK_D) tile of K or V; rows past N read as zeros. `tile0` points at the head's first tile:
+    the loop moves it by a scalar offset rather than rebuilding a pointer per element from the row indices."""
+    if TMA:
+        # Hopper's bulk tensor copy: one descriptor per (B·Hkv, N, D) tensor; rows past N come back as zeros.
+        return desc.load([kv_head, start_n, 0]).reshape(BLOCK_N, BLOCK_D)
+    else:
+        return load_rows(tile0 + start_n * stride, offs_n, offs_d, N, D, MASKED, BLOCK_D != D)
+
+
+@triton.jit
+def _scores(q, k, m_base, offs_m, offs_n, N, smn, qk_scale, mask_scale,
+            BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, MASKED: tl.constexpr, CAUSAL: tl.constexpr,
+            MASK_KIND: tl.constexpr, NO_SOFTMAX: tl.constexpr, IEEE: tl.constexpr, UPCAST: tl.constexpr):
+    """This tile's scores: raw q·kᵀ in the steady state (the scale is folded into exp2 by _online_softmax),
+    else scaled, with the explicit mask added and masked entries -inf (score_tile)."""
+    if (not MASKED) and (MASK_KIND == 0) and (not NO_SOFTMAX):
+        return dot(q, tl.trans(k), tl.zeros([BLOCK_M, BLOCK_N], dtype=tl.float32), IEEE, UPCAST)
+    else:
+        return score_tile(q, k, m_base + offs_n[None, :] * smn, offs_m, offs_n, N, qk_scale, mask_scale,
+                          BLOCK_M, BLOCK_N, MASKED and CAUSAL, MASKED, MASK_KIND, IEEE, UPCAST)
+
+
+@triton.jit
+def _online_softmax(s, acc, l_i, m_i, qk_scale, MASKED: tl.constexpr, MASK_KIND: tl.constexpr,
+                    NO_SOFTMAX: tl.constexpr):
+    """P for this tile, and acc, l_i, m_i carried over to the new running max."""
+    if NO_SOFTMAX:
+        return masked_to_zero(s), acc, l_i, m_i  # ablation: P = S; no max, no exp, no rescale
+    if (not MASKED) and (MASK_KIND == 0):
+        # Steady state: one FMA per score (the scale folded into exp2's argument), not MUL + SUB.
+        m_new = tl.maximum(m_i, tl.max(s, 1) * qk_scale)
+        m_use = m_new
+        p = tl.math.exp2(s * qk_scale - m_use[:, None])
+    else:
+        m_new = tl.maximum(m_i, tl.max(s, 1))
+        m_use = m_new
+        if MASK_KIND != 0:
+            # An explicit mask can hide a whole row so far: subtract 0 then, so exp2 gives 0, not NaN. The running
+            # max itself stays -inf: were the 0 kept, scores far below 0 in later tiles would underflow to p = 0 in
+            # fp16 and the row would come out all zeros.
+            m_use = tl.where(m_new == float("-inf"), 0.0, m_new)
+        p = tl.math.exp2(s - m_use[:, None])
+    alpha = tl.math.exp2(m_i - m_use)  # rescales what was accumulated under the old max
+    return p, acc * alpha[:, None], l_i * alpha + tl.sum(p, 1), m_new
+
+
+@triton.jit
+def _accumulate(acc, p, v, offs_n, inv_n, NO_PV: tl.constexpr, IEEE: tl.constexpr, UPCAST: tl.constexpr):
+    if NO_PV:
+        # Ablation: V is never read and no matmul runs, but every element of P still reaches O. acc is
+        # (rows, BLOCK_N) here: one FMA per score, reduced over columns once, after the loop.
+        return acc + p * positions(offs_n, inv_n)[None, :]
+    else:
+        return dot(p.to(v.dtype), v, acc, IEEE, UPCAST)
 
 
 @triton.jit
@@ -22,50 +87,90 @@ def _stream_kv(acc, l_i, m_i, q, k_base, v_base, m_base, DK, DV, kv_head, offs_m
                MASKED: tl.constexpr, CAUSAL: tl.constexpr, MASK_KIND: tl.constexpr,
                NO_SOFTMAX: tl.constexpr, NO_PV: tl.constexpr, IEEE: tl.constexpr, UPCAST: tl.constexpr,
                TMA: tl.constexpr):
+    """One block of query rows over key tiles [lo, hi)."""
     offs_d = tl.arange(0, BLOCK_D)
     for start_n in range(lo, hi, BLOCK_N):
         offs_n = start_n + tl.arange(0, BLOCK_N)
-        if TMA:
-            # Hopper's bulk tensor copy: one descriptor per (B·Hkv, N, D) tensor; rows past N come back as zeros.
-            k = DK.load([kv_head, start_n, 0]).reshape(BLOCK_N, BLOCK_D)
-        else:
-            k = load_rows(k_base + offs_n[:, None] * skn, offs_n, offs_d, N, D, MASKED, BLOCK_D != D)
-        if (not MASKED) and (MASK_KIND == 0) and (not NO_SOFTMAX):
-            # Steady state: raw scores, the scale folded into exp2's argument (one FMA per score, not MUL + SUB).
-            s = dot(q, tl.trans(k), tl.zeros([BLOCK_M, BLOCK_N], dtype=tl.float32), IEEE, UPCAST)
-            m_new = tl.maximum(m_i, tl.max(s, 1) * qk_scale)
-            m_use = m_new
-            p = tl.math.exp2(s * qk_scale - m_use[:, None])
-        else:
-            s = score_tile(q, k, m_base + offs_n[None, :] * smn, offs_m, offs_n, N, qk_scale, mask_scale,
-                           BLOCK_M, BLOCK_N, MASKED and CAUSAL, MASKED, MASK_KIND, IEEE, UPCAST)
-            if NO_SOFTMAX:
-                p = masked_to_zero(s)  # ablation: P = S; no max, no exp, no rescale
-            else:
-                m_new = tl.maximum(m_i, tl.max(s, 1))
-                m_use = m_new
-                if MASK_KIND != 0:
-                    # An explicit mask can hide a whole row so far: subtract 0 then, so exp2 gives 0, not NaN. The
-                    # running max itself stays -inf: were the 0 kept, scores far below 0 in later tiles would
-                    # underflow to p = 0 in fp16 and the row would come out all zeros.
-                    m_use = tl.where(m_new == float("-inf"), 0.0, m_new)
-                p = tl.math.exp2(s - m_use[:, None])
-        if not NO_SOFTMAX:
-            alpha = tl.math.exp2(m_i - m_use)  # rescales what was accumulated under the old max
-            l_i = l_i * alpha + tl.sum(p, 1)
-            acc = acc * alpha[:, None]
-            m_i = m_new
+        k = _load_kv(k_base, DK, kv_head, start_n, offs_n, offs_d, N, D, skn, BLOCK_N, BLOCK_D, MASKED, TMA)
+        s = _scores(q, k, m_base, offs_m, offs_n, N, smn, qk_scale, mask_scale, BLOCK_M, BLOCK_N, MASKED, CAUSAL,
+                    MASK_KIND, NO_SOFTMAX, IEEE, UPCAST)
+        p, acc, l_i, m_i = _online_softmax(s, acc, l_i, m_i, qk_scale, MASKED, MASK_KIND, NO_SOFTMAX)
         if NO_PV:
-            # Ablation: V is never read and no matmul runs, but every element of P still reaches O. acc is
-            # (BLOCK_M, BLOCK_N) here: one FMA per score, reduced over columns once, after the loop.
-            acc += p * positions(offs_n, inv_n)[None, :]
+            v = k  # never read
         else:
-            if TMA:
-                v = DV.load([kv_head, start_n, 0]).reshape(BLOCK_N, BLOCK_D)
-            else:
-                v = load_rows(v_base + offs_n[:, None] * svn, offs_n, offs_d, N, D, MASKED, BLOCK_D != D)
-            acc = dot(p.to(v.dtype), v, acc, IEEE, UPCAST)
+            v = _load_kv(v_base, DV, kv_head, start_n, offs_n, offs_d, N, D, svn, BLOCK_N, BLOCK_D, MASKED, TMA)
+        acc = _accumulate(acc, p, v, offs_n, inv_n, NO_PV, IEEE, UPCAST)
     return acc, l_i, m_i
+
+
+@triton.jit
+def _stream_kv_paired(acc_a, l_a, m_a, q_a, offs_a, mb_a, acc_b, l_b, m_b, q_b, offs_b, mb_b,
+                      k_base, v_base, DK, DV, kv_head, lo, hi, N, skn, svn, smn, qk_scale, mask_scale, inv_n,
+                      D: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+                      MASKED: tl.constexpr, CAUSAL: tl.constexpr, MASK_KIND: tl.constexpr,
+                      NO_SOFTMAX: tl.constexpr, NO_PV: tl.constexpr, IEEE: tl.constexpr, UPCAST: tl.constexpr,
+                      TMA: tl.constexpr):
+    """Two blocks of query rows over key tiles [lo, hi), each K/V tile loaded once for both. The statement order is
+    the point (module docstring): both score matmuls, then softmax and PV of A, then of B."""
+    offs_d = tl.arange(0, BLOCK_D)
+    for start_n in range(lo, hi, BLOCK_N):
+        offs_n = start_n + tl.arange(0, BLOCK_N)
+        k = _load_kv(k_base, DK, kv_head, start_n, offs_n, offs_d, N, D, skn, BLOCK_N, BLOCK_D, MASKED, TMA)
+        s_a = _scores(q_a, k, mb_a, offs_a, offs_n, N, smn, qk_scale, mask_scale, BLOCK_M, BLOCK_N, MASKED, CAUSAL,
+                      MASK_KIND, NO_SOFTMAX, IEEE, UPCAST)
+        s_b = _scores(q_b, k, mb_b, offs_b, offs_n, N, smn, qk_scale, mask_scale, BLOCK_M, BLOCK_N, MASKED, CAUSAL,
+                      MASK_KIND, NO_SOFTMAX, IEEE, UPCAST)
+        if NO_PV:
+            v = k  # never read
+        else:
+            v = _load_kv(v_base, DV, kv_head, start_n, offs_n, offs_d, N, D, svn, BLOCK_N, BLOCK_D, MASKED, TMA)
+        p_a, acc_a, l_a, m_a = _online_softmax(s_a, acc_a, l_a, m_a, qk_scale, MASKED, MASK_KIND, NO_SOFTMAX)
+        acc_a = _accumulate(acc_a, p_a, v, offs_n, inv_n, NO_PV, IEEE, UPCAST)
+        p_b, acc_b, l_b, m_b = _online_softmax(s_b, acc_b, l_b, m_b, qk_scale, MASKED, MASK_KIND, NO_SOFTMAX)
+        acc_b = _accumulate(acc_b, p_b, v, offs_n, inv_n, NO_PV, IEEE, UPCAST)
+    return acc_a, l_a, m_a, acc_b, l_b, m_b
+
+
+@triton.jit
+def _finish_rows(acc, l_i, m_i, q, k_base, v_base, m_base, DK, DV, kv_head, offs_m, row0, done, N, skn, svn, smn,
+                 qk_scale, mask_scale, inv_n,
+                 D: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+                 CAUSAL: tl.constexpr, MASK_KIND: tl.constexpr, NO_SOFTMAX: tl.constexpr, NO_PV: tl.constexpr,
+                 IEEE: tl.constexpr, UPCAST: tl.constexpr, TMA: tl.constexpr):
+    """Rows [row0, row0 + BLOCK_M), whose key tiles before `done` are already in acc: the remaining unmasked tiles
+    (phase 1), then the masked ones (phase 2)."""
+    if CAUSAL:
+        free_hi = row0  # key tiles wholly left of these rows
+        masked_hi = row0 + BLOCK_M  # past N on the last block: those keys are masked
+    else:
+        free_hi = (N // BLOCK_N) * BLOCK_N
+        masked_hi = N
+    acc, l_i, m_i = _stream_kv(acc, l_i, m_i, q, k_base, v_base, m_base, DK, DV, kv_head, offs_m, done, free_hi, N,
+                               skn, svn, smn, qk_scale, mask_scale, inv_n, D, BLOCK_D, BLOCK_M, BLOCK_N,
+                               False, CAUSAL, MASK_KIND, NO_SOFTMAX, NO_PV, IEEE, UPCAST, TMA)
+    acc, l_i, m_i = _stream_kv(acc, l_i, m_i, q, k_base, v_base, m_base, DK, DV, kv_head, offs_m, free_hi,
+                               masked_hi, N, skn, svn, smn, qk_scale, mask_scale, inv_n, D, BLOCK_D, BLOCK_M,
+                               BLOCK_N, True, CAUSAL, MASK_KIND, NO_SOFTMAX, NO_PV, IEEE, UPCAST, TMA)
+    return acc, l_i
+
+
+@triton.jit
+def _acc_zeros(BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr, NO_PV: tl.constexpr):
+    if NO_PV:
+        return tl.zeros([BLOCK_M, BLOCK_N], tl.float32)  # Σ_n p·n/N per column slot, summed after the loop
+    else:
+        return tl.zeros([BLOCK_M, BLOCK_D], tl.float32)
+
+
+@triton.jit
+def _write_rows(O, acc, l_i, offs_m, offs_d, o_base, son, N, D, BLOCK_M: tl.constexpr, BLOCK_D: tl.constexpr,
+                NO_SOFTMAX: tl.constexpr, NO_PV: tl.constexpr):
+    if NO_PV:
+        acc = tl.sum(acc, 1)[:, None] + tl.zeros([BLOCK_M, BLOCK_D], tl.float32)  # broadcast over D
+    if not NO_SOFTMAX:
+        acc = acc / tl.where(l_i == 0.0, 1.0, l_i)[:, None]  # a fully masked row gives O = 0
+    tl.store(o_base + offs_m[:, None] * son + offs_d[None, :], acc.to(O.dtype.element_ty),
+             mask=(offs_m[:, None] < N) & (offs_d[None, :] < D))
 
 
 @triton.jit
@@ -74,9 +179,11 @@ def fused_kernel(Q, K, V, O, M, DK, DV,
                  N, H, GROUP, qk_scale, mask_scale, inv_n,
                  D: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
                  CAUSAL: tl.constexpr, MASK_KIND: tl.constexpr, NO_SOFTMAX: tl.constexpr, NO_PV: tl.constexpr,
-                 IEEE: tl.constexpr, UPCAST: tl.constexpr, TMA: tl.constexpr, HEAVY_FIRST: tl.constexpr):
-    # grid: (cdiv(N, BLOCK_M), B·H). Requires BLOCK_M % BLOCK_N == 0 (the causal split is in whole key tiles).
-    # qk_scale = scale · log2 e (natural scale under NO_SOFTMAX, whose P is S itself).
+                 IEEE: tl.constexpr, UPCAST: tl.constexpr, TMA: tl.constexpr, HEAVY_FIRST: tl.constexpr,
+                 PAIRED: tl.constexpr):
+    # grid: (cdiv(N, rows per program), B·H), rows per program = BLOCK_M, or 2·BLOCK_M when PAIRED. Requires
+    # BLOCK_M % BLOCK_N == 0 (the causal split is in whole key tiles). qk_scale = scale · log2 e (natural scale
+    # under NO_SOFTMAX, whose P is S itself).
     start_m = tl.program_id(0)
     if HEAVY_FIRST:
         # the GPU starts programs roughly in order of id: under a causal mask the last query block has the most key
@@ -87,37 +194,56 @@ def fused_kernel(Q, K, V, O, M, DK, DV,
     h = bh % H
     hk = h // GROUP  # grouped-query attention: GROUP query heads read one k/v head
     kv_head = (b * (H // GROUP) + hk).to(tl.int32)  # row of the (B·Hkv, N, D) TMA descriptors
-    offs_m = start_m * BLOCK_M + tl.arange(0, BLOCK_M)
     offs_d = tl.arange(0, BLOCK_D)
-    q = load_rows(Q + b * sqb + h * sqh + offs_m[:, None] * sqn + offs_d[None, :], offs_m, offs_d, N, D,
-                  True, BLOCK_D != D)
-    k_base = K + b * skb + hk * skh + offs_d[None, :]
-    v_base = V + b * svb + hk * svh + offs_d[None, :]
-    m_base = M + b * smb + h * smh + offs_m.to(tl.int64)[:, None] * smm  # int64: row · N overflows past N = 46340
-
-    m_i = tl.full([BLOCK_M], float("-inf"), tl.float32)
-    l_i = tl.zeros([BLOCK_M], tl.float32)
-    if NO_PV:
-        acc = tl.zeros([BLOCK_M, BLOCK_N], tl.float32)  # Σ_n p·n/N per column slot, summed after the loop
+    q_base = Q + b * sqb + h * sqh + offs_d[None, :]
+    tile_rows = tl.arange(0, BLOCK_N)[:, None]
+    k_base = K + b * skb + hk * skh + tile_rows * skn + offs_d[None, :]
+    v_base = V + b * svb + hk * svh + tile_rows * svn + offs_d[None, :]
+    o_base = O + b * sob + h * soh
+    mh_base = M + b * smb + h * smh
+    if PAIRED:
+        row0 = start_m * 2 * BLOCK_M
     else:
-        acc = tl.zeros([BLOCK_M, BLOCK_D], tl.float32)
-    if CAUSAL:
-        free_hi = start_m * BLOCK_M
-        masked_lo = free_hi
-        masked_hi = (start_m + 1) * BLOCK_M  # past N on the last block: those keys are masked
+        row0 = start_m * BLOCK_M
+    offs_a = row0 + tl.arange(0, BLOCK_M)
+    q_a = load_rows(q_base + offs_a[:, None] * sqn, offs_a, offs_d, N, D, True, BLOCK_D != D)
+    mb_a = mh_base + offs_a.to(tl.int64)[:, None] * smm  # int64: row · N overflows past N = 46340
+    acc_a = _acc_zeros(BLOCK_M, BLOCK_N, BLOCK_D, NO_PV)
+    m_a = tl.full([BLOCK_M], float("-inf"), tl.float32)
+    l_a = tl.zeros([BLOCK_M], tl.float32)
+    if PAIRED:
+        offs_b = offs_a + BLOCK_M
+        q_b = load_rows(q_base + offs_b[:, None] * sqn, offs_b, offs_d, N, D, True, BLOCK_D != D)
+        mb_b = mh_base + offs_b.to(tl.int64)[:, None] * smm
+        acc_b = _acc_zeros(BLOCK_M, BLOCK_N, BLOCK_D, NO_PV)
+        m_b = tl.full([BLOCK_M], float("-inf"), tl.float32)
+        l_b = tl.zeros([BLOCK_M], tl.float32)
+        if CAUSAL:
+            done = row0  # the key tiles both sub-blocks see unmasked
+        else:
+            done = (N // BLOCK_N) * BLOCK_N
+        acc_a, l_a, m_a, acc_b, l_b, m_b = _stream_kv_paired(
+            acc_a, l_a, m_a, q_a, offs_a, mb_a, acc_b, l_b, m_b, q_b, offs_b, mb_b, k_base, v_base, DK, DV, kv_head,
+            0, done, N, skn, svn, smn, qk_scale, mask_scale, inv_n, D, BLOCK_D, BLOCK_M, BLOCK_N, False, CAUSAL,
+            MASK_KIND, NO_SOFTMAX, NO_PV, IEEE, UPCAST, TMA)
+        if CAUSAL:
+            # B's diagonal lies a block later than A's: each finishes its own tiles alone
+            acc_b, l_b = _finish_rows(acc_b, l_b, m_b, q_b, k_base, v_base, mb_b, DK, DV, kv_head, offs_b,
+                                      row0 + BLOCK_M, done, N, skn, svn, smn, qk_scale, mask_scale, inv_n, D,
+                                      BLOCK_D, BLOCK_M, BLOCK_N, CAUSAL, MASK_KIND, NO_SOFTMAX, NO_PV, IEEE, UPCAST,
+                                      TMA)
+            acc_a, l_a = _finish_rows(acc_a, l_a, m_a, q_a, k_base, v_base, mb_a, DK, DV, kv_head, offs_a, row0,
+                                      done, N, skn, svn, smn, qk_scale, mask_scale, inv_n, D, BLOCK_D, BLOCK_M,
+                                      BLOCK_N, CAUSAL, MASK_KIND, NO_SOFTMAX, NO_PV, IEEE, UPCAST, TMA)
+        else:
+            # the ragged tail (N % BLOCK_N keys) is the same masked tile for both: still one pass for the two
+            acc_a, l_a, m_a, acc_b, l_b, m_b = _stream_kv_paired(
+                acc_a, l_a, m_a, q_a, offs_a, mb_a, acc_b, l_b, m_b, q_b, offs_b, mb_b, k_base, v_base, DK, DV,
+                kv_head, done, N, N, skn, svn, smn, qk_scale, mask_scale, inv_n, D, BLOCK_D, BLOCK_M, BLOCK_N, True,
+                CAUSAL, MASK_KIND, NO_SOFTMAX, NO_PV, IEEE, UPCAST, TMA)
+        _write_rows(O, acc_b, l_b, offs_b, offs_d, o_base, son, N, D, BLOCK_M, BLOCK_D, NO_SOFTMAX, NO_PV)
     else:
-        free_hi = (N // BLOCK_N) * BLOCK_N
-        masked_lo = free_hi
-        masked_hi = N
-    acc, l_i, m_i = _stream_kv(acc, l_i, m_i, q, k_base, v_base, m_base, DK, DV, kv_head, offs_m, 0, free_hi, N,
-                               skn, svn, smn, qk_scale, mask_scale, inv_n, D, BLOCK_D, BLOCK_M, BLOCK_N,
-                               False, CAUSAL, MASK_KIND, NO_SOFTMAX, NO_PV, IEEE, UPCAST, TMA)
-    acc, l_i, m_i = _stream_kv(acc, l_i, m_i, q, k_base, v_base, m_base, DK, DV, kv_head, offs_m, masked_lo,
-                               masked_hi, N, skn, svn, smn, qk_scale, mask_scale, inv_n, D, BLOCK_D, BLOCK_M,
-                               BLOCK_N, True, CAUSAL, MASK_KIND, NO_SOFTMAX, NO_PV, IEEE, UPCAST, TMA)
-    if NO_PV:
-        acc = tl.sum(acc, 1)[:, None] + tl.zeros([BLOCK_M, BLOCK_D], tl.float32)  # broadcast over D
-    if not NO_SOFTMAX:
-        acc = acc / tl.where(l_i == 0.0, 1.0, l_i)[:, None]  # a fully masked row gives O = 0
-    o_ptrs = O + b * sob + h * soh + offs_m[:, None] * son + offs_d[None, :]
-    tl.store(o_ptrs, acc.to(O.dtype.element_ty), mask=(offs_m[:, None] < N) & (offs_d[None, :] < D))
+        acc_a, l_a = _finish_rows(acc_a, l_a, m_a, q_a, k_base, v_base, mb_a, DK, DV, kv_head, offs_a, row0, 0, N,
+                                  skn, svn, smn, qk_scale, mask_scale, inv_n, D, BLOCK_D, BLOCK_M, BLOCK_N, CAUSAL,
+                                  MASK_KIND, NO_SOFTMAX, NO_PV, IEEE, UPCAST, TMA)
+    _write_rows(O, acc_a, l_a, offs_a, offs_d, o_base, son, N, D, BLOCK_M, BLOCK_D, NO_SOFTMAX, NO_PV)

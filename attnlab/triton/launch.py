@@ -74,8 +74,8 @@ def _grid_m(spec: Spec, block_m: int):
 def _tiles(kernel: str, spec: Spec) -> dict:
     t = tiles(kernel, spec.device, spec.D, spec.causal, spec.dtype).as_dict()
     if kernel != "fused":
-        t.pop("tma")
-        t.pop("heavy_first")
+        for fused_only in ("tma", "heavy_first", "paired"):
+            t.pop(fused_only)
     return t
 
 
@@ -144,13 +144,13 @@ def fused(q, k, v, *, causal=False, attn_mask=None, scale=None, ablation=None, o
     no_softmax = ablation == "no_softmax"
     log_scale = 1.0 if no_softmax else LOG2E
     t = _tiles("fused", s)
-    heavy_first = t.pop("heavy_first")
+    heavy_first, paired = t.pop("heavy_first"), t.pop("paired")
     dk, dv = _kv_descriptors(c, t) if t.pop("tma") else (c.k, c.v)
-    _fused.fused_kernel[_grid_m(s, t["BLOCK_M"])](
+    _fused.fused_kernel[_grid_m(s, t["BLOCK_M"] * (2 if paired else 1))](
         c.q, c.k, c.v, o, c.mask, dk, dv, *c.q.stride()[:3], *c.k.stride()[:3], *c.v.stride()[:3], *o.stride()[:3],
         *c.mask_strides, s.N, s.H, s.group, s.scale * log_scale, log_scale, 1.0 / s.N,
-        MASK_KIND=c.mask_kind, NO_SOFTMAX=no_softmax, NO_PV=ablation == "no_pv", TMA=dk is not c.k, HEAVY_FIRST=heavy_first,
-        **c.flags, **t)
+        MASK_KIND=c.mask_kind, NO_SOFTMAX=no_softmax, NO_PV=ablation == "no_pv", TMA=dk is not c.k,
+        HEAVY_FIRST=heavy_first, PAIRED=paired, **c.flags, **t)
     return o
 
 

@@ -46,7 +46,8 @@ def compile_info(kernel: str, D: int, causal: bool, tiles: config.Tiles, mask_ki
     constexpr_names = [fn.arg_names[i] for i in fn.constexprs]
     values = dict(D=D, BLOCK_D=config.head_dim_bucket(D), BLOCK_M=tiles.BLOCK_M, BLOCK_N=tiles.BLOCK_N,
                   CAUSAL=causal, MASK_KIND=mask_kind, NO_SOFTMAX=False, NO_PV=False, IEEE=dtype == "fp32",
-                  UPCAST=False, TMA=False, HEAVY_FIRST=tiles.heavy_first, STAGES=tiles.num_stages)
+                  UPCAST=False, TMA=tiles.tma, HEAVY_FIRST=tiles.heavy_first, PAIRED=tiles.paired,
+                  STAGES=tiles.num_stages)
     values.update(flags)
     constexprs = {n: values[n] for n in constexpr_names}
     ints = _int_args(D, mask_kind)
@@ -54,6 +55,9 @@ def compile_info(kernel: str, D: int, causal: bool, tiles: config.Tiles, mask_ki
     for a in fn.arg_names:
         if a in constexprs:
             sig[a] = "constexpr"
+        elif a in ("DK", "DV") and values["TMA"]:  # a (B·Hkv, N, D) descriptor with one tile's box
+            sig[a] = f"tensordesc<{dtype}[1,{tiles.BLOCK_N},{values['BLOCK_D']}]>"
+            continue
         elif POINTERS.match(a):
             sig[a] = "*u8" if (a == "M" and mask_kind == 1) else f"*{dtype}"
             div16.append(a)  # the caching allocator aligns every tensor to far more than 16 bytes
@@ -103,15 +107,19 @@ def _int_args(D: int, mask_kind: int, N: int = 4096, width: int = 2048) -> dict:
 
 
 def _label(t: config.Tiles) -> str:
-    return f"{t.BLOCK_M}x{t.BLOCK_N}w{t.num_warps}s{t.num_stages}" + ("h" if t.heavy_first else "")
+    return f"{t.BLOCK_M}x{t.BLOCK_N}w{t.num_warps}s{t.num_stages}" + ("h" if t.heavy_first else "") + (
+        "p" if t.paired else "") + ("t" if t.tma else "")
 
 
 def parse_tiles(text: str) -> config.Tiles:
-    """'128x64w8s3' (append 'h' for heavy-first) → Tiles; ValueError naming the expected form otherwise."""
-    m = re.fullmatch(r"(\d+)x(\d+)w(\d+)s(\d+)(h?)", text.strip())
+    """'128x64w8s3' (append 'h' for heavy-first, 'p' for paired rows, 't' for TMA loads, in that order) → Tiles;
+    ValueError naming the expected form otherwise."""
+    m = re.fullmatch(r"(\d+)x(\d+)w(\d+)s(\d+)(h?)(p?)(t?)", text.strip())
     if not m:
-        raise ValueError(f"--tiles entries look like 128x64w8s3 (BLOCK_M x BLOCK_N, warps, stages), got {text!r}")
-    return config.Tiles(int(m[1]), int(m[2]), int(m[3]), int(m[4]), heavy_first=bool(m[5]))
+        raise ValueError(f"--tiles entries look like 128x64w8s3 (BLOCK_M x BLOCK_N, warps, stages; then h for "
+                         f"heavy-first, p for paired rows, t for TMA), got {text!r}")
+    return config.Tiles(int(m[1]), int(m[2]), int(m[3]), int(m[4]), heavy_first=bool(m[5]), paired=bool(m[6]),
+                        tma=bool(m[7]))
 
 
 def main(argv=None) -> int:
