@@ -13,7 +13,8 @@ Paired rows (Tiles.paired, PERFORMANCE.md v8): a program owns two sub-blocks of 
 streams each K/V tile once for both, in the order QKᵀ(A), QKᵀ(B), softmax(A), PV(A), softmax(B), PV(B). Triton
 waits for a score matmul at once but leaves PV(A) running on the tensor cores (its result is next needed one
 iteration later), so softmax(B) overlaps it: Hopper's matmul units and its exp/FMA units work at the same time, which
-a single-block loop never lets them do. Each sub-block then finishes its own masked tiles alone.
+a single-block loop never lets them do. The masked tiles (the two diagonals, or the ragged tail) follow in one
+masked paired pass.
 """
 import triton
 import triton.language as tl
@@ -219,28 +220,23 @@ def fused_kernel(Q, K, V, O, M, DK, DV,
         m_b = tl.full([BLOCK_M], float("-inf"), tl.float32)
         l_b = tl.zeros([BLOCK_M], tl.float32)
         if CAUSAL:
-            done = row0  # the key tiles both sub-blocks see unmasked
+            done = row0  # key tiles wholly left of both sub-blocks
+            hi = row0 + 2 * BLOCK_M  # the two diagonals; A's second half is all masked (p = 0), B's first is not
         else:
             done = (N // BLOCK_N) * BLOCK_N
+            hi = N  # the ragged tail, N % BLOCK_N keys
+        # Phase 1 unmasked, phase 2 masked, both as one paired pass. Finishing A and B one after the other instead
+        # keeps one's accumulator live across the other's loops, and ptxas then serialises every wgmma of the
+        # causal kernel (its C7515 advisory; attnlab.triton.resources reports it): that cost more than the few
+        # all-masked tiles of A this order computes.
         acc_a, l_a, m_a, acc_b, l_b, m_b = _stream_kv_paired(
             acc_a, l_a, m_a, q_a, offs_a, mb_a, acc_b, l_b, m_b, q_b, offs_b, mb_b, k_base, v_base, DK, DV, kv_head,
             0, done, N, skn, svn, smn, qk_scale, mask_scale, inv_n, D, BLOCK_D, BLOCK_M, BLOCK_N, False, CAUSAL,
             MASK_KIND, NO_SOFTMAX, NO_PV, IEEE, UPCAST, TMA)
-        if CAUSAL:
-            # B's diagonal lies a block later than A's: each finishes its own tiles alone
-            acc_b, l_b = _finish_rows(acc_b, l_b, m_b, q_b, k_base, v_base, mb_b, DK, DV, kv_head, offs_b,
-                                      row0 + BLOCK_M, done, N, skn, svn, smn, qk_scale, mask_scale, inv_n, D,
-                                      BLOCK_D, BLOCK_M, BLOCK_N, CAUSAL, MASK_KIND, NO_SOFTMAX, NO_PV, IEEE, UPCAST,
-                                      TMA)
-            acc_a, l_a = _finish_rows(acc_a, l_a, m_a, q_a, k_base, v_base, mb_a, DK, DV, kv_head, offs_a, row0,
-                                      done, N, skn, svn, smn, qk_scale, mask_scale, inv_n, D, BLOCK_D, BLOCK_M,
-                                      BLOCK_N, CAUSAL, MASK_KIND, NO_SOFTMAX, NO_PV, IEEE, UPCAST, TMA)
-        else:
-            # the ragged tail (N % BLOCK_N keys) is the same masked tile for both: still one pass for the two
-            acc_a, l_a, m_a, acc_b, l_b, m_b = _stream_kv_paired(
-                acc_a, l_a, m_a, q_a, offs_a, mb_a, acc_b, l_b, m_b, q_b, offs_b, mb_b, k_base, v_base, DK, DV,
-                kv_head, done, N, N, skn, svn, smn, qk_scale, mask_scale, inv_n, D, BLOCK_D, BLOCK_M, BLOCK_N, True,
-                CAUSAL, MASK_KIND, NO_SOFTMAX, NO_PV, IEEE, UPCAST, TMA)
+        acc_a, l_a, m_a, acc_b, l_b, m_b = _stream_kv_paired(
+            acc_a, l_a, m_a, q_a, offs_a, mb_a, acc_b, l_b, m_b, q_b, offs_b, mb_b, k_base, v_base, DK, DV, kv_head,
+            done, hi, N, skn, svn, smn, qk_scale, mask_scale, inv_n, D, BLOCK_D, BLOCK_M, BLOCK_N, True, CAUSAL,
+            MASK_KIND, NO_SOFTMAX, NO_PV, IEEE, UPCAST, TMA)
         _write_rows(O, acc_b, l_b, offs_b, offs_d, o_base, son, N, D, BLOCK_M, BLOCK_D, NO_SOFTMAX, NO_PV)
     else:
         acc_a, l_a = _finish_rows(acc_a, l_a, m_a, q_a, k_base, v_base, mb_a, DK, DV, kv_head, offs_a, row0, 0, N,

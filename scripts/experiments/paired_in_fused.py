@@ -26,15 +26,20 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--ns", default="1024,4096,16384")
     ap.add_argument("--ds", default="128,64")
+    ap.add_argument("--causal", default="0,1", help="0, 1 or 0,1")
+    ap.add_argument("--tiles", default=None, help="candidate labels (attnlab.triton.resources.parse_tiles), e.g. "
+                                                  "128x64w8s3h,128x64w8s3hp; default: CANDS")
     ap.add_argument("--ablations", action="store_true", help="also time fused-no_pv and fused-no_softmax")
     args = ap.parse_args()
     print("D causal N tiles ms TF/s err/limit vs_first", flush=True)
-    for D, causal, N in itertools.product((int(d) for d in args.ds.split(",")), (False, True),
+    for D, causal, N in itertools.product((int(d) for d in args.ds.split(",")), (bool(int(c)) for c in args.causal.split(",")),
                                      (int(n) for n in args.ns.split(","))):
         case = Case("fused", 16384 // N, 2048 // D, 2048 // D, N, D, "bfloat16", causal, "cuda")
         q, k, v = make_inputs(case)
         flops = 4 * case.B * case.H * N * N * D / (2 if causal else 1)
         labels = CANDS[D] + ([t.replace("s3", "s3h") for t in CANDS[D][:2]] if causal else [])
+        if args.tiles:
+            labels = args.tiles.split(",")
         first = None
         for label in labels:
             t = parse_tiles(label)
