@@ -1,0 +1,61 @@
+"""Issue 5's table from a sweep: our builds against FlashAttention-2, cuDNN and FlexAttention, per shape.
+
+    python scripts/fused_vs_libraries.py RESULTS_CSV [--out FILE]
+
+Per (dtype, causal, D, N): fused TF/s, time ratios library / ours (> 1: ours is faster) for sdpa_flash, sdpa_cudnn and
+flex, all net of the consumption step (attnlab.report.speedup), and qk_softmax over its floor (P written once and read
+once at the row's measured copy bandwidth, plus one QKᵀ at its measured matmul rate: attnlab.bench.qk_softmax_floor_ms).
+"""
+import argparse
+import sys
+from pathlib import Path
+
+import pandas as pd
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+from attnlab import report  # noqa: E402
+from attnlab.measure import net_ms  # noqa: E402
+from attnlab.sweep import read_results  # noqa: E402
+
+LIBRARIES = ("sdpa_flash", "sdpa_cudnn", "flex")
+KEY = ["dtype", "causal", "D", "N", "B", "H"]
+
+
+def table(results: pd.DataFrame) -> pd.DataFrame:
+    from attnlab.bench import qk_softmax_floor_ms
+
+    out = []
+    for (dtype, causal), g in results.groupby(["dtype", "causal"]):
+        present = set(g.build)
+        t = None
+        for lib in (b for b in LIBRARIES if b in present):
+            s = report.speedup(g, baseline=lib, builds=["fused"]).set_index(KEY)
+            t = s[["ms"]].rename(columns={"ms": "fused_ms"}) if t is None else t
+            t[f"vs_{lib}"] = s[f"x_vs_{lib}"]
+        f = g[(g.build == "fused") & (g.status == "ok")].set_index(KEY)
+        t["fused_TFs"] = f.flops / t.fused_ms / 1e9
+        q = g[(g.build == "qk_softmax") & (g.status == "ok")]
+        over = {tuple(r[k] for k in KEY): net_ms(r.ms, r.consume_ms) / qk_softmax_floor_ms(
+            r.B, r.H, r.N, r.D, r["dtype"], r.causal, {"tbps": r.ceiling_tbps, "tflops": r.ceiling_tflops})
+            for _, r in q.iterrows()}
+        t["qk_softmax_over_floor"] = [over.get(i, float("nan")) for i in t.index]
+        out.append(t.reset_index())
+    return pd.concat(out, ignore_index=True)[[*KEY, "fused_ms", "fused_TFs", *[f"vs_{b}" for b in LIBRARIES
+                                                                               if b in set(results.build)],
+                                               "qk_softmax_over_floor"]]
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("results")
+    ap.add_argument("--out", default=None, help="write the table as CSV here too")
+    args = ap.parse_args(argv)
+    t = table(read_results(args.results))
+    print(t.to_string(index=False, float_format=lambda x: f"{x:.3f}"))
+    if args.out:
+        t.to_csv(args.out, index=False)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
