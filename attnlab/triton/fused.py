@@ -23,15 +23,20 @@ from attnlab.triton.tiles import dot, load_rows, masked_to_zero, positions, scor
 
 
 @triton.jit
-def _load_kv(tile0, desc, kv_head, start_n, offs_n, offs_d, N, D, stride, BLOCK_N: tl.constexpr,
-             BLOCK_D: tl.constexpr, MASKED: tl.constexpr, TMA: tl.constexpr):
-    """One (BLOCK_N, BLOCK_D) tile of K or V; rows past N read as zeros. `tile0` points at the head's first tile:
-    the loop moves it by a scalar offset rather than rebuilding a pointer per element from the row indices."""
+def _load_kv(base, desc, kv_head, start_n, offs_n, offs_d, N, D, stride, BLOCK_N: tl.constexpr,
+             BLOCK_D: tl.constexpr, MASKED: tl.constexpr, TMA: tl.constexpr, STEP: tl.constexpr):
+    """One (BLOCK_N, BLOCK_D) tile of K or V; rows past N read as zeros.
+
+    STEP: `base` points at the head's first tile and moves by a scalar offset (fewer live registers: the paired
+    loop, which runs at the register limit, spills less); else `base` is the head's row 0 and each element's row
+    is added (the single-block loop measured 1–6 % faster this way on the H200: PERFORMANCE.md v8)."""
     if TMA:
         # Hopper's bulk tensor copy: one descriptor per (B·Hkv, N, D) tensor; rows past N come back as zeros.
         return desc.load([kv_head, start_n, 0]).reshape(BLOCK_N, BLOCK_D)
+    elif STEP:
+        return load_rows(base + start_n * stride, offs_n, offs_d, N, D, MASKED, BLOCK_D != D)
     else:
-        return load_rows(tile0 + start_n * stride, offs_n, offs_d, N, D, MASKED, BLOCK_D != D)
+        return load_rows(base + offs_n[:, None] * stride, offs_n, offs_d, N, D, MASKED, BLOCK_D != D)
 
 
 @triton.jit
@@ -92,14 +97,15 @@ def _stream_kv(acc, l_i, m_i, q, k_base, v_base, m_base, DK, DV, kv_head, offs_m
     offs_d = tl.arange(0, BLOCK_D)
     for start_n in range(lo, hi, BLOCK_N):
         offs_n = start_n + tl.arange(0, BLOCK_N)
-        k = _load_kv(k_base, DK, kv_head, start_n, offs_n, offs_d, N, D, skn, BLOCK_N, BLOCK_D, MASKED, TMA)
+        k = _load_kv(k_base, DK, kv_head, start_n, offs_n, offs_d, N, D, skn, BLOCK_N, BLOCK_D, MASKED, TMA, False)
         s = _scores(q, k, m_base, offs_m, offs_n, N, smn, qk_scale, mask_scale, BLOCK_M, BLOCK_N, MASKED, CAUSAL,
                     MASK_KIND, NO_SOFTMAX, IEEE, UPCAST)
         p, acc, l_i, m_i = _online_softmax(s, acc, l_i, m_i, qk_scale, MASKED, MASK_KIND, NO_SOFTMAX)
         if NO_PV:
             v = k  # never read
         else:
-            v = _load_kv(v_base, DV, kv_head, start_n, offs_n, offs_d, N, D, svn, BLOCK_N, BLOCK_D, MASKED, TMA)
+            v = _load_kv(v_base, DV, kv_head, start_n, offs_n, offs_d, N, D, svn, BLOCK_N, BLOCK_D, MASKED, TMA,
+                         False)
         acc = _accumulate(acc, p, v, offs_n, inv_n, NO_PV, IEEE, UPCAST)
     return acc, l_i, m_i
 
@@ -116,7 +122,7 @@ def _stream_kv_paired(acc_a, l_a, m_a, q_a, offs_a, mb_a, acc_b, l_b, m_b, q_b, 
     offs_d = tl.arange(0, BLOCK_D)
     for start_n in range(lo, hi, BLOCK_N):
         offs_n = start_n + tl.arange(0, BLOCK_N)
-        k = _load_kv(k_base, DK, kv_head, start_n, offs_n, offs_d, N, D, skn, BLOCK_N, BLOCK_D, MASKED, TMA)
+        k = _load_kv(k_base, DK, kv_head, start_n, offs_n, offs_d, N, D, skn, BLOCK_N, BLOCK_D, MASKED, TMA, True)
         s_a = _scores(q_a, k, mb_a, offs_a, offs_n, N, smn, qk_scale, mask_scale, BLOCK_M, BLOCK_N, MASKED, CAUSAL,
                       MASK_KIND, NO_SOFTMAX, IEEE, UPCAST)
         s_b = _scores(q_b, k, mb_b, offs_b, offs_n, N, smn, qk_scale, mask_scale, BLOCK_M, BLOCK_N, MASKED, CAUSAL,
@@ -124,7 +130,8 @@ def _stream_kv_paired(acc_a, l_a, m_a, q_a, offs_a, mb_a, acc_b, l_b, m_b, q_b, 
         if NO_PV:
             v = k  # never read
         else:
-            v = _load_kv(v_base, DV, kv_head, start_n, offs_n, offs_d, N, D, svn, BLOCK_N, BLOCK_D, MASKED, TMA)
+            v = _load_kv(v_base, DV, kv_head, start_n, offs_n, offs_d, N, D, svn, BLOCK_N, BLOCK_D, MASKED, TMA,
+                         True)
         p_a, acc_a, l_a, m_a = _online_softmax(s_a, acc_a, l_a, m_a, qk_scale, MASKED, MASK_KIND, NO_SOFTMAX)
         acc_a = _accumulate(acc_a, p_a, v, offs_n, inv_n, NO_PV, IEEE, UPCAST)
         p_b, acc_b, l_b, m_b = _online_softmax(s_b, acc_b, l_b, m_b, qk_scale, MASKED, MASK_KIND, NO_SOFTMAX)
@@ -197,9 +204,8 @@ def fused_kernel(Q, K, V, O, M, DK, DV,
     kv_head = (b * (H // GROUP) + hk).to(tl.int32)  # row of the (B·Hkv, N, D) TMA descriptors
     offs_d = tl.arange(0, BLOCK_D)
     q_base = Q + b * sqb + h * sqh + offs_d[None, :]
-    tile_rows = tl.arange(0, BLOCK_N)[:, None]
-    k_base = K + b * skb + hk * skh + tile_rows * skn + offs_d[None, :]
-    v_base = V + b * svb + hk * svh + tile_rows * svn + offs_d[None, :]
+    k_base = K + b * skb + hk * skh + offs_d[None, :]  # row 0 of this head's K, V
+    v_base = V + b * svb + hk * svh + offs_d[None, :]
     o_base = O + b * sob + h * soh
     mh_base = M + b * smb + h * smh
     if PAIRED:
@@ -217,6 +223,8 @@ def fused_kernel(Q, K, V, O, M, DK, DV,
         q_b = load_rows(q_base + offs_b[:, None] * sqn, offs_b, offs_d, N, D, True, BLOCK_D != D)
         mb_b = mh_base + offs_b.to(tl.int64)[:, None] * smm
         acc_b = _acc_zeros(BLOCK_M, BLOCK_N, BLOCK_D, NO_PV)
+        k_tile0 = k_base + tl.arange(0, BLOCK_N)[:, None] * skn  # the paired loop steps these by a scalar
+        v_tile0 = v_base + tl.arange(0, BLOCK_N)[:, None] * svn
         m_b = tl.full([BLOCK_M], float("-inf"), tl.float32)
         l_b = tl.zeros([BLOCK_M], tl.float32)
         if CAUSAL:
@@ -230,11 +238,11 @@ def fused_kernel(Q, K, V, O, M, DK, DV,
         # causal kernel (its C7515 advisory; attnlab.triton.resources reports it): that cost more than the few
         # all-masked tiles of A this order computes.
         acc_a, l_a, m_a, acc_b, l_b, m_b = _stream_kv_paired(
-            acc_a, l_a, m_a, q_a, offs_a, mb_a, acc_b, l_b, m_b, q_b, offs_b, mb_b, k_base, v_base, DK, DV, kv_head,
+            acc_a, l_a, m_a, q_a, offs_a, mb_a, acc_b, l_b, m_b, q_b, offs_b, mb_b, k_tile0, v_tile0, DK, DV, kv_head,
             0, done, N, skn, svn, smn, qk_scale, mask_scale, inv_n, D, BLOCK_D, BLOCK_M, BLOCK_N, False, CAUSAL,
             MASK_KIND, NO_SOFTMAX, NO_PV, IEEE, UPCAST, TMA)
         acc_a, l_a, m_a, acc_b, l_b, m_b = _stream_kv_paired(
-            acc_a, l_a, m_a, q_a, offs_a, mb_a, acc_b, l_b, m_b, q_b, offs_b, mb_b, k_base, v_base, DK, DV, kv_head,
+            acc_a, l_a, m_a, q_a, offs_a, mb_a, acc_b, l_b, m_b, q_b, offs_b, mb_b, k_tile0, v_tile0, DK, DV, kv_head,
             done, hi, N, skn, svn, smn, qk_scale, mask_scale, inv_n, D, BLOCK_D, BLOCK_M, BLOCK_N, True, CAUSAL,
             MASK_KIND, NO_SOFTMAX, NO_PV, IEEE, UPCAST, TMA)
         _write_rows(O, acc_b, l_b, offs_b, offs_d, o_base, son, N, D, BLOCK_M, BLOCK_D, NO_SOFTMAX, NO_PV)
