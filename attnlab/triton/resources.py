@@ -82,16 +82,21 @@ def compile_info(kernel: str, D: int, causal: bool, tiles: config.Tiles, mask_ki
                            capture_output=True, text=True)
     if r.returncode != 0:
         raise RuntimeError(f"ptxas failed: {r.stderr.strip()[:300]}")
-    report = r.stderr
+    return dict(kernel=kernel, D=D, causal=causal, mask_kind=mask_kind, tiles=_label(tiles),
+                smem_kib=k.metadata.shared / 1024, fits=k.metadata.shared <= SMEM_LIMIT, **read_ptxas(r.stderr))
 
+
+def read_ptxas(report: str) -> dict:
+    """Registers, stack and spills from `ptxas -v`, and whether ptxas serialised the wgmma instructions (its C7515
+    advisory: every matmul then waits for the one before, which cost the causal paired kernel 7–14 % on the H200,
+    PERFORMANCE.md v8)."""
     def grab(pattern):
         m = re.search(pattern, report)
         return int(m.group(1)) if m else 0
 
-    return dict(kernel=kernel, D=D, causal=causal, mask_kind=mask_kind, tiles=_label(tiles),
-                smem_kib=k.metadata.shared / 1024, fits=k.metadata.shared <= SMEM_LIMIT,
-                registers=grab(r"Used (\d+) registers"), stack_bytes=grab(r"(\d+) bytes (?:cumulative )?stack"),
-                spill_stores=grab(r"(\d+) bytes spill stores"), spill_loads=grab(r"(\d+) bytes spill loads"))
+    return dict(registers=grab(r"Used (\d+) registers"), stack_bytes=grab(r"(\d+) bytes (?:cumulative )?stack"),
+                spill_stores=grab(r"(\d+) bytes spill stores"), spill_loads=grab(r"(\d+) bytes spill loads"),
+                wgmma_serialised="C7515" in report)
 
 
 def _int_args(D: int, mask_kind: int, N: int = 4096, width: int = 2048) -> dict:
