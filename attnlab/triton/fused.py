@@ -140,20 +140,20 @@ def _stream_kv_paired(acc_a, l_a, m_a, q_a, offs_a, mb_a, acc_b, l_b, m_b, q_b, 
 
 
 @triton.jit
-def _finish_rows(acc, l_i, m_i, q, k_base, v_base, m_base, DK, DV, kv_head, offs_m, row0, done, N, skn, svn, smn,
+def _attend_rows(acc, l_i, m_i, q, k_base, v_base, m_base, DK, DV, kv_head, offs_m, row0, N, skn, svn, smn,
                  qk_scale, mask_scale, inv_n,
                  D: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
                  CAUSAL: tl.constexpr, MASK_KIND: tl.constexpr, NO_SOFTMAX: tl.constexpr, NO_PV: tl.constexpr,
                  IEEE: tl.constexpr, UPCAST: tl.constexpr, TMA: tl.constexpr):
-    """Rows [row0, row0 + BLOCK_M), whose key tiles before `done` are already in acc: the remaining unmasked tiles
-    (phase 1), then the masked ones (phase 2)."""
+    """One block of rows [row0, row0 + BLOCK_M) over its unmasked key tiles (phase 1), then its masked ones
+    (phase 2)."""
     if CAUSAL:
         free_hi = row0  # key tiles wholly left of these rows
         masked_hi = row0 + BLOCK_M  # past N on the last block: those keys are masked
     else:
         free_hi = (N // BLOCK_N) * BLOCK_N
         masked_hi = N
-    acc, l_i, m_i = _stream_kv(acc, l_i, m_i, q, k_base, v_base, m_base, DK, DV, kv_head, offs_m, done, free_hi, N,
+    acc, l_i, m_i = _stream_kv(acc, l_i, m_i, q, k_base, v_base, m_base, DK, DV, kv_head, offs_m, 0, free_hi, N,
                                skn, svn, smn, qk_scale, mask_scale, inv_n, D, BLOCK_D, BLOCK_M, BLOCK_N,
                                False, CAUSAL, MASK_KIND, NO_SOFTMAX, NO_PV, IEEE, UPCAST, TMA)
     acc, l_i, m_i = _stream_kv(acc, l_i, m_i, q, k_base, v_base, m_base, DK, DV, kv_head, offs_m, free_hi,
@@ -247,7 +247,7 @@ def fused_kernel(Q, K, V, O, M, DK, DV,
             MASK_KIND, NO_SOFTMAX, NO_PV, IEEE, UPCAST, TMA)
         _write_rows(O, acc_b, l_b, offs_b, offs_d, o_base, son, N, D, BLOCK_M, BLOCK_D, NO_SOFTMAX, NO_PV)
     else:
-        acc_a, l_a = _finish_rows(acc_a, l_a, m_a, q_a, k_base, v_base, mb_a, DK, DV, kv_head, offs_a, row0, 0, N,
-                                  skn, svn, smn, qk_scale, mask_scale, inv_n, D, BLOCK_D, BLOCK_M, BLOCK_N, CAUSAL,
+        acc_a, l_a = _attend_rows(acc_a, l_a, m_a, q_a, k_base, v_base, mb_a, DK, DV, kv_head, offs_a, row0, N, skn,
+                                  svn, smn, qk_scale, mask_scale, inv_n, D, BLOCK_D, BLOCK_M, BLOCK_N, CAUSAL,
                                   MASK_KIND, NO_SOFTMAX, NO_PV, IEEE, UPCAST, TMA)
     _write_rows(O, acc_a, l_a, offs_a, offs_d, o_base, son, N, D, BLOCK_M, BLOCK_D, NO_SOFTMAX, NO_PV)
