@@ -15,10 +15,11 @@ import pandas as pd
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from attnlab import report  # noqa: E402
 from attnlab.measure import net_ms  # noqa: E402
+from attnlab.report import groups  # noqa: E402
 from attnlab.sweep import read_results  # noqa: E402
 
 LIBRARIES = ("sdpa_flash", "sdpa_cudnn", "flex")
-KEY = ["dtype", "causal", "D", "N", "B", "H"]
+KEY = list(groups.LEADING)  # Hkv included: grouped-query rows are shapes of their own
 
 
 def table(results: pd.DataFrame) -> pd.DataFrame:
@@ -28,10 +29,15 @@ def table(results: pd.DataFrame) -> pd.DataFrame:
     for (dtype, causal), g in results.groupby(["dtype", "causal"]):
         present = set(g.build)
         t = None
+        if "fused" not in present:
+            continue
         for lib in (b for b in LIBRARIES if b in present):
             s = report.speedup(g, baseline=lib, builds=["fused"]).set_index(KEY)
             t = s[["ms"]].rename(columns={"ms": "fused_ms"}) if t is None else t
             t[f"vs_{lib}"] = s[f"x_vs_{lib}"]
+        if t is None:  # no library row in this group: fused's own time only
+            t = report.speedup(g, baseline="fused", builds=["fused"]).set_index(KEY)[["ms"]].rename(
+                columns={"ms": "fused_ms"})
         f = g[(g.build == "fused") & (g.status == "ok")].set_index(KEY)
         t["fused_TFs"] = f.flops / t.fused_ms / 1e9
         q = g[(g.build == "qk_softmax") & (g.status == "ok")]
@@ -40,9 +46,9 @@ def table(results: pd.DataFrame) -> pd.DataFrame:
             for _, r in q.iterrows()}
         t["qk_softmax_over_floor"] = [over.get(i, float("nan")) for i in t.index]
         out.append(t.reset_index())
-    return pd.concat(out, ignore_index=True)[[*KEY, "fused_ms", "fused_TFs", *[f"vs_{b}" for b in LIBRARIES
-                                                                               if b in set(results.build)],
-                                               "qk_softmax_over_floor"]]
+    table = pd.concat(out, ignore_index=True)
+    return table[[*KEY, "fused_ms", "fused_TFs", *[f"vs_{b}" for b in LIBRARIES if f"vs_{b}" in table],
+                  "qk_softmax_over_floor"]]
 
 
 def main(argv=None) -> int:

@@ -28,10 +28,11 @@ def poisoned_out(q):
 @pytest.fixture(params=["single", "paired"])
 def small_tiles(monkeypatch, request):
     """Tiles of 32×16 so short sequences cross many blocks (ragged tails, diagonal tiles, multi-tile loops); every
-    test that asks for them runs twice, the second time with the fused kernel's paired loop (two 16-row blocks per
-    program sharing each K/V tile, Tiles.paired), so that loop meets every case the single one does."""
+    test that asks for them runs twice, the second time with the fused kernel's paired loop (two 32-row blocks per
+    program sharing each K/V tile, Tiles.paired; BLOCK_M = 2·BLOCK_N as in the H200's table, so a block's diagonal,
+    and A's all-masked tiles, span two key tiles), so that loop meets every case the single one does."""
     small = {key: config.Tiles(32, 16) for key in config.TABLE}
     if request.param == "paired":
-        small = {key: (config.Tiles(16, 16, paired=True) if key[0] == "fused" else t) for key, t in small.items()}
+        small = {key: (config.Tiles(32, 16, paired=True) if key[0] == "fused" else t) for key, t in small.items()}
     monkeypatch.setattr(config, "TABLE", small)
     yield

@@ -1,4 +1,5 @@
 """The tile table: lookups, the autotune override, and where our kernels can run."""
+import pytest
 import torch
 
 from attnlab.triton import config, launch
@@ -53,7 +54,7 @@ def test_heavy_first_launch_order_gives_the_same_output():
     """Launching query blocks last-first only reorders programs: every block must still be computed, and each
     exactly as before (several blocks, a ragged last one, causal and not, with and without a mask)."""
     q, k, v = rand_qkv(B=1, H=2, N=50, D=16, dtype=torch.float32, seed=3)
-    mask = torch.randn(50, 50) > -1.0
+    mask = torch.randn(50, 50, generator=torch.Generator().manual_seed(3)) > -1.0
     for causal in (False, True):
         for attn_mask in (None, mask):
             ref = launch.fused(q, k, v, causal=causal, attn_mask=attn_mask)
@@ -71,17 +72,22 @@ def test_paired_rows_give_the_same_output_as_single_blocks():
     tile sizes: rows past N in the second block (N = 50 is no multiple of 2·16), causal and not, a boolean mask, GQA,
     both ablations that change the loop's body; every element written."""
     q, k, v = rand_qkv(B=1, H=4, Hkv=2, N=50, D=16, dtype=torch.float32, seed=5)
-    mask = torch.randn(50, 50) > -1.0
+    mask = torch.randn(50, 50, generator=torch.Generator().manual_seed(7)) > -1.0
+    mask[20] = False  # one row with no key at all: zeros, in both loops, causal or not
     for causal in (False, True):
         for attn_mask in (None, mask):
             for ablation in (None, "no_softmax", "no_pv"):
                 kw = dict(causal=causal, attn_mask=attn_mask, ablation=ablation)
-                with config.forced("fused", config.Tiles(16, 16)):
+                with config.forced("fused", config.Tiles(16, 8)):
                     single = launch.fused(q, k, v, **kw)
-                with config.forced("fused", config.Tiles(16, 16, paired=True)):
-                    paired = launch.fused(q, k, v, out=torch.full_like(q, float("nan")), **kw)
-                assert not torch.isnan(paired).any()
-                torch.testing.assert_close(paired, single, rtol=1e-5, atol=1e-5)
+                for paired_tiles in (config.Tiles(16, 8, paired=True), config.Tiles(16, 8, heavy_first=True,
+                                                                                    paired=True)):
+                    with config.forced("fused", paired_tiles):
+                        paired = launch.fused(q, k, v, out=torch.full_like(q, float("nan")), **kw)
+                    assert not torch.isnan(paired).any()
+                    torch.testing.assert_close(paired, single, rtol=1e-5, atol=1e-5)
+                if attn_mask is not None and ablation is None:
+                    assert torch.equal(paired[:, :, 20], torch.zeros_like(paired[:, :, 20]))
 
 
 def test_paired_programs_own_twice_the_rows(monkeypatch):
@@ -95,3 +101,10 @@ def test_paired_programs_own_twice_the_rows(monkeypatch):
     with config.forced("fused", config.Tiles(16, 16)):
         launch.fused(q, k, v)
     assert grids == [32, 16]
+
+
+def test_fused_tiles_whose_block_m_is_no_multiple_of_block_n_are_refused_clearly():
+    q, k, v = rand_qkv(N=40, D=16)
+    with config.forced("fused", config.Tiles(16, 32)):
+        with pytest.raises(ValueError, match=r"BLOCK_M % BLOCK_N == 0, got 16x32"):
+            launch.fused(q, k, v)

@@ -23,7 +23,7 @@ class Tiles:
     num_stages: int = 2
     tma: bool = False  # fused kernel only: K and V through Hopper's tensor-memory accelerator (sm90+, GPU only)
     # fused kernel only: launch the query blocks last-first. Under a causal mask the last block does the most work;
-    # started last (the default order), it runs alone at the end of the grid (PERFORMANCE.md v6: 4–8 % at N = 16384).
+    # started last (the default order), it runs alone at the end of the grid (PERFORMANCE.md v6: up to 8 % at N = 16384).
     heavy_first: bool = False
     # fused kernel only: each program owns two blocks of BLOCK_M rows that share every K/V tile, so one block's
     # softmax overlaps the other's PV matmul (PERFORMANCE.md v8). The grid then has cdiv(N, 2·BLOCK_M) programs.
@@ -75,7 +75,7 @@ TABLE: dict[tuple, Tiles] = {
     # fused D = 128: 128×128 w8 s3 was 2 % faster without a mask but needs 288 KiB of shared memory once a mask tile
     # is pipelined too (the zero_mask ablation failed to compile); one configuration for masked and unmasked calls
     # keeps the mask ablation a comparison of the same kernel. TMA (tma=True) measured within 2 % either way: off.
-    # Causal: heavy-first launch order (v6: 4–8 % at N = 16384, within ±1 % at N ≤ 4096). D = 128 non-causal: paired
+    # Causal: heavy-first launch order (v6: 1–8 % at N = 16384, within noise at N ≤ 4096). D = 128 non-causal: paired
     # rows, one block's softmax overlapping the other's PV (v8). Paired causal and paired D = 64 measured slower.
     ("fused", "sm90", 64, False, 2): Tiles(128, 64, 8, 3),
     ("fused", "sm90", 64, True, 2): Tiles(128, 64, 8, 3, heavy_first=True),

@@ -7,7 +7,8 @@ alpha = exp2(m_old - m_new) whenever the max grows, divided by l_i once at the e
 The key range is split in two so the steady-state loop carries no per-element mask:
   phase 1  key tiles that need no mask: for causal, those wholly left of the query rows; else every full tile;
   phase 2  the rest, masked element by element: the diagonal tiles (causal) or the ragged tail (N % BLOCK_N).
-Causal tiles past the diagonal are never visited.
+Causal tiles past the diagonal are never visited (in paired mode, A computes the two all-masked tiles of B's
+diagonal with p = 0: see below).
 
 Paired rows (Tiles.paired, PERFORMANCE.md v8): a program owns two sub-blocks of BLOCK_M rows, A and B, and phase 1
 streams each K/V tile once for both, in the order QKᵀ(A), QKᵀ(B), softmax(A), PV(A), softmax(B), PV(B). Triton

@@ -144,6 +144,8 @@ def fused(q, k, v, *, causal=False, attn_mask=None, scale=None, ablation=None, o
     no_softmax = ablation == "no_softmax"
     log_scale = 1.0 if no_softmax else LOG2E
     t = _tiles("fused", s)
+    if t["BLOCK_M"] % t["BLOCK_N"]:  # the causal split is in whole key tiles
+        raise ValueError(f"fused tiles need BLOCK_M % BLOCK_N == 0, got {t['BLOCK_M']}x{t['BLOCK_N']}")
     heavy_first, paired = t.pop("heavy_first"), t.pop("paired")
     dk, dv = _kv_descriptors(c, t) if t.pop("tma") else (c.k, c.v)
     _fused.fused_kernel[_grid_m(s, t["BLOCK_M"] * (2 if paired else 1))](

@@ -2,8 +2,10 @@
 three times per shape, so card drift hits both alike. GPU only:   python scripts/experiments/ab_fused.py
 
 Why: sweep run 12 timed fused at D = 64 2.8–3.4 % slower than run 11 (same tiles at D = 64 non-causal) while the
-library rows agreed (median 1.000); the kernel source changed in between (refactor into helpers, K/V pointers moved
-by a scalar offset). The loop compiles to fewer instructions now (276 against 285 at D = 64), so measure.
+library rows agreed (median 1.000); the kernel source had changed in between (refactor into helpers, K/V pointers
+moved by a scalar offset, 276 loop instructions against 285 at D = 64). This A/B found that form 0.6–6.1 % slower
+(ab_fused.log); the single-block loop then went back to per-row pointers, and the same A/B read 0.99–1.03×
+(ab_fused2.log).
 """
 import importlib.util
 import itertools
