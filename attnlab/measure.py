@@ -43,6 +43,7 @@ import torch
 from attnlab import builds, model, provenance
 from attnlab.accuracy import judge
 from attnlab.builds import Unsupported
+from attnlab.report.groups import less_consumption
 from attnlab.schema import COLUMNS, TYPES
 from attnlab.triton import launch
 from attnlab.validate import check
@@ -482,19 +483,10 @@ def release(dev: torch.device) -> None:
         torch.cuda.empty_cache()
 
 
-def net_ms(ms: float, consume_ms: float) -> float:
-    """The attention's own time: the median less the consumption step timed alone (which is inside every `ms`).
-    Differences between builds cancel the step anyway; rates and ratios must not carry it (up to 20 % of a fused
-    call at N = 512 on the H200)."""
-    if isinstance(consume_ms, float) and math.isfinite(consume_ms) and 0 < consume_ms < ms:
-        return ms - consume_ms
-    return ms
-
-
 def rates(row: dict) -> dict:
     """Achieved TFLOP/s and TB/s at the median time net of the consumption step, and their % of the run's
     ceilings (NaN without a time)."""
-    ms = net_ms(row["ms"], row["consume_ms"])
+    ms = less_consumption(row["ms"], row["consume_ms"])
     if isinstance(ms, float) and math.isfinite(ms) and ms > 0:
         row["tflops"] = row["flops"] / (ms * 1e-3) / 1e12
         row["tbps"] = row["bytes_moved"] / (ms * 1e-3) / 1e12

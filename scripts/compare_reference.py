@@ -13,7 +13,7 @@ from pathlib import Path
 import pandas as pd
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-from attnlab.measure import net_ms  # noqa: E402
+from attnlab.report import groups  # noqa: E402
 
 NAMES = {"eager_materialised": "torch_eager", "sdpa_math": "sdpa_math", "sdpa_efficient": "sdpa_efficient",
          "sdpa_flash": "sdpa_flash", "sdpa_cudnn": "sdpa_cudnn", "sdpa_default": "sdpa_default",
@@ -25,7 +25,7 @@ def compare(results: pd.DataFrame, reference: pd.DataFrame) -> pd.DataFrame:
                            ref_peak_mib=pd.to_numeric(reference.peak_extra_mib, errors="coerce"))
     ref = ref.dropna(subset=["build", "ref_ms"])[["build", "head_dim", "causal", "seq", "ref_ms", "ref_peak_mib"]]
     ours = results[results.status == "ok"]
-    ours = ours.assign(our_ms=[net_ms(m, c) for m, c in zip(ours.ms, ours.consume_ms)])
+    ours = ours.assign(our_ms=[groups.less_consumption(m, c) for m, c in zip(ours.ms, ours.consume_ms)])
     m = ref.merge(ours, left_on=["build", "head_dim", "causal", "seq"], right_on=["build", "D", "causal", "N"])
     m["ratio"] = m.our_ms / m.ref_ms
     m["peak_diff_mib"] = m.peak_bytes / 2**20 - m.ref_peak_mib

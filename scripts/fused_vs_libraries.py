@@ -14,7 +14,6 @@ import pandas as pd
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from attnlab import report  # noqa: E402
-from attnlab.measure import net_ms  # noqa: E402
 from attnlab.report import groups  # noqa: E402
 from attnlab.sweep import read_results  # noqa: E402
 
@@ -41,7 +40,7 @@ def table(results: pd.DataFrame) -> pd.DataFrame:
         f = g[(g.build == "fused") & (g.status == "ok")].set_index(KEY)
         t["fused_TFs"] = f.flops / t.fused_ms / 1e9
         q = g[(g.build == "qk_softmax") & (g.status == "ok")]
-        over = {tuple(r[k] for k in KEY): net_ms(r.ms, r.consume_ms) / qk_softmax_floor_ms(
+        over = {tuple(r[k] for k in KEY): groups.less_consumption(r.ms, r.consume_ms) / qk_softmax_floor_ms(
             r.B, r.H, r.N, r.D, r["dtype"], r.causal, {"tbps": r.ceiling_tbps, "tflops": r.ceiling_tflops})
             for _, r in q.iterrows()}
         t["qk_softmax_over_floor"] = [over.get(i, float("nan")) for i in t.index]
