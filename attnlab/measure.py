@@ -147,6 +147,11 @@ def oom_status(e: BaseException, hold: int) -> str:
     return f"oom: {hold} bytes wanted (hold_bytes; the error named no size)"
 
 
+def failure_status(e: BaseException, hold: int) -> str:
+    """The status of a case that raised: 'oom: ...' when the allocator gave out, else 'error: <type>: <message>'."""
+    return oom_status(e, hold) if _is_oom(e) else one_line(f"error: {type(e).__name__}: {e}")
+
+
 def _is_oom(e: BaseException) -> bool:
     return isinstance(e, torch.OutOfMemoryError) or "can't allocate memory" in str(e)  # CPU's allocator
 
@@ -460,14 +465,12 @@ def measure(case: Case, *, ceilings: dict, reps_ms: float = 100.0, warmup_ms: fl
     except Unsupported as e:
         row["status"] = one_line(f"unsupported: {e}")
     except Exception as e:
-        if _is_oom(e):
-            row["status"] = oom_status(e, row["hold_bytes"])
-        elif _is_recompile_limit(e):
+        if _is_recompile_limit(e) and not _is_oom(e):
             row["status"] = one_line(f"error: {type(e).__name__}: torch._dynamo hit its recompile limit")
             row["compile_note"] = one_line(f"recompile-limit fallback to eager refused (the row would have timed "
                                            f"eager code): {e}")
         else:
-            row["status"] = one_line(f"error: {type(e).__name__}: {e}")
+            row["status"] = failure_status(e, row["hold_bytes"])
     if row["status"] == "ok":
         row.update(_error(case, build, q, k, v, o, ref_budget_bytes))
     q = k = v = o = step = None

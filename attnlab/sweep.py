@@ -387,9 +387,7 @@ def run(params, out_dir=None, *, progress: bool = True) -> pd.DataFrame:
                                        ref_budget_bytes=int(p["ref_budget_gib"] * model.GiB), seed=p["seed"], **kw)
             except Exception as e:  # measure turns build failures into rows; this is a failure of measure itself
                 row = _measure.rates(_measure.base_row(case, **kw))
-                row["status"] = _measure.one_line(
-                    _measure.oom_status(e, row["hold_bytes"]) if _measure._is_oom(e)
-                    else f"error: {type(e).__name__}: {e}")
+                row["status"] = _measure.failure_status(e, row["hold_bytes"])
                 _measure.release(torch.device(device))  # measure frees after its own failures; this one escaped it
             append_row(results, row)
             session["measured"] += 1
