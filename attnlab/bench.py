@@ -46,13 +46,12 @@ def _case(name, B, H, N, D, dtype, causal, device="cuda"):
 
 def oracle_check(name, o, q, k, v, causal):
     """Accuracy on the batch·head slice whose fp64 scores fit the harness's budget (attnlab.measure.ref_slice)."""
-    from attnlab import accuracy, measure
+    from attnlab import measure
 
     B, H, N, D = q.shape
     case = measure.Case(name, B, H, k.shape[1], N, D, q.dtype, causal, str(q.device))
     b, h, _ = measure.ref_slice(case, measure.REF_BUDGET)
-    hk = h // (case.H // case.Hkv)  # ref_slice keeps whole groups of query heads
-    return accuracy.judge(o[:b, :h], q[:b, :h], k[:b, :hk], v[:b, :hk], causal=causal)
+    return measure.judge_slice(case, b, h, o, q, k, v)
 
 
 def time_case(name, q, k, v, causal):

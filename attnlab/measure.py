@@ -380,12 +380,18 @@ def base_row(case: Case, *, ceilings: dict, run_id: str = "") -> dict:
     return row
 
 
+def judge_slice(case: Case, b: int, h: int, o, q, k, v, ablation=None):
+    """attnlab.accuracy.judge on batches 0:b and query heads 0:h (a ref_slice), with the k/v heads those query
+    heads read (ref_slice keeps whole groups of H/Hkv)."""
+    hk = h // (case.H // case.Hkv)
+    return judge(o[:b, :h], q[:b, :h], k[:b, :hk], v[:b, :hk], causal=case.causal, ablation=ablation)
+
+
 def _error(case: Case, build, q, k, v, o, budget: int) -> dict:
     b, h, note = ref_slice(case, budget)
-    hk = h // (case.H // case.Hkv)
     notes = [note] if note else []
     try:
-        verdict = judge(o[:b, :h], q[:b, :h], k[:b, :hk], v[:b, :hk], causal=case.causal, ablation=build.ablation)
+        verdict = judge_slice(case, b, h, o, q, k, v, build.ablation)
     except Exception as e:  # the reference failing says nothing about the build's timing
         why = oom_status(e, 0) if _is_oom(e) else f"{type(e).__name__}: {e}"
         return dict(err_note=one_line("; ".join(notes + [f"reference failed: {why}"])))
