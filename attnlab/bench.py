@@ -16,12 +16,11 @@ import itertools
 import json
 import os
 import sys
-import time
 
 import torch
 
 from attnlab import model
-from attnlab.measure import make_inputs, one_line, spin_up
+from attnlab.measure import cold_call, make_inputs, one_line, spin_up
 
 TOKENS, WIDTH = 16384, 2048
 BUILDS = ("fused", "qk_softmax", "materialised", "sdpa_flash", "sdpa_cudnn", "flex")
@@ -66,13 +65,7 @@ def time_case(name, q, k, v, causal):
         return b.attend(q, k, v, causal=causal)
 
     try:
-        torch.cuda.synchronize()
-        t0 = time.perf_counter()
-        o = fn()
-        torch.cuda.synchronize()
-        cold = time.perf_counter() - t0
-        if cold > 0.2:  # it compiled: the GPU idled meanwhile
-            spin_up(torch.device("cuda"))
+        cold, o = cold_call(fn, torch.device("cuda"))
         ms = triton.testing.do_bench(fn, warmup=100, rep=100, return_mode="median")
         return cold, ms, "ok", o
     except builds.Unsupported as e:

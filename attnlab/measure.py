@@ -342,6 +342,22 @@ def spin_up(dev: torch.device, seconds: float = 0.3) -> None:
         torch.cuda.synchronize(dev)
 
 
+COMPILED_S = 0.2  # a first call at least this slow compiled something, and the GPU idled meanwhile
+
+
+def cold_call(call, dev: torch.device) -> tuple[float, object]:
+    """(seconds, output) of the first call, synced on both sides: its own figure, never a warm one. A call that
+    compiled (COMPILED_S) is followed by spin_up, so the warm timing that comes next starts at the working clock."""
+    _sync(dev)
+    t0 = time.perf_counter()
+    out = call()
+    _sync(dev)
+    seconds = time.perf_counter() - t0
+    if seconds > COMPILED_S:
+        spin_up(dev)
+    return seconds, out
+
+
 def _dynamo_reset():
     """Forget every compiled graph: each shape of a compiled build compiles afresh at its cold call, so a sweep can
     never reach torch._dynamo's recompile limit (past which it would silently run eager)."""
@@ -423,14 +439,7 @@ def measure(case: Case, *, ceilings: dict, reps_ms: float = 100.0, warmup_ms: fl
         if compiled:
             _dynamo_reset()
             g0 = _graphs()
-        _sync(dev)
-        t0 = time.perf_counter()
-        o = call()
-        _sync(dev)
-        row["cold_s"] = time.perf_counter() - t0
-        o = None
-        if row["cold_s"] > 0.2:  # the call compiled: the GPU idled meanwhile
-            spin_up(dev)
+        row["cold_s"] = cold_call(call, dev)[0]
         if compiled:
             g1 = _graphs()
 
