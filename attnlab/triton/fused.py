@@ -20,7 +20,8 @@ masked paired pass.
 import triton
 import triton.language as tl
 
-from attnlab.triton.tiles import dot, load_rows, masked_to_zero, positions, score_tile
+from attnlab.triton.tiles import (dot, load_rows, masked_to_zero, no_pv_output, no_pv_step, pv_accumulator,
+                                  score_tile)
 
 
 @triton.jit
@@ -80,9 +81,7 @@ def _online_softmax(s, acc, l_i, m_i, qk_scale, MASKED: tl.constexpr, MASK_KIND:
 @triton.jit
 def _accumulate(acc, p, v, offs_n, inv_n, NO_PV: tl.constexpr, IEEE: tl.constexpr, UPCAST: tl.constexpr):
     if NO_PV:
-        # Ablation: V is never read and no matmul runs, but every element of P still reaches O. acc is
-        # (rows, BLOCK_N) here: one FMA per score, reduced over columns once, after the loop.
-        return acc + p * positions(offs_n, inv_n)[None, :]
+        return no_pv_step(acc, p, offs_n, inv_n)  # ablation: V never read, every element of P still reaches O
     else:
         return dot(p.to(v.dtype), v, acc, IEEE, UPCAST)
 
@@ -164,18 +163,10 @@ def _attend_rows(acc, l_i, m_i, q, k_base, v_base, m_base, DK, DV, kv_head, offs
 
 
 @triton.jit
-def _acc_zeros(BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr, NO_PV: tl.constexpr):
-    if NO_PV:
-        return tl.zeros([BLOCK_M, BLOCK_N], tl.float32)  # Σ_n p·n/N per column slot, summed after the loop
-    else:
-        return tl.zeros([BLOCK_M, BLOCK_D], tl.float32)
-
-
-@triton.jit
 def _write_rows(O, acc, l_i, offs_m, offs_d, o_base, son, N, D, BLOCK_M: tl.constexpr, BLOCK_D: tl.constexpr,
                 NO_SOFTMAX: tl.constexpr, NO_PV: tl.constexpr):
     if NO_PV:
-        acc = tl.sum(acc, 1)[:, None] + tl.zeros([BLOCK_M, BLOCK_D], tl.float32)  # broadcast over D
+        acc = no_pv_output(acc, BLOCK_M, BLOCK_D)
     if not NO_SOFTMAX:
         acc = acc / tl.where(l_i == 0.0, 1.0, l_i)[:, None]  # a fully masked row gives O = 0
     tl.store(o_base + offs_m[:, None] * son + offs_d[None, :], acc.to(O.dtype.element_ty),
@@ -216,14 +207,14 @@ def fused_kernel(Q, K, V, O, M, DK, DV,
     offs_a = row0 + tl.arange(0, BLOCK_M)
     q_a = load_rows(q_base + offs_a[:, None] * sqn, offs_a, offs_d, N, D, True, BLOCK_D != D)
     mb_a = mh_base + offs_a.to(tl.int64)[:, None] * smm  # int64: row · N overflows past N = 46340
-    acc_a = _acc_zeros(BLOCK_M, BLOCK_N, BLOCK_D, NO_PV)
+    acc_a = pv_accumulator(BLOCK_M, BLOCK_N, BLOCK_D, NO_PV)
     m_a = tl.full([BLOCK_M], float("-inf"), tl.float32)
     l_a = tl.zeros([BLOCK_M], tl.float32)
     if PAIRED:
         offs_b = offs_a + BLOCK_M
         q_b = load_rows(q_base + offs_b[:, None] * sqn, offs_b, offs_d, N, D, True, BLOCK_D != D)
         mb_b = mh_base + offs_b.to(tl.int64)[:, None] * smm
-        acc_b = _acc_zeros(BLOCK_M, BLOCK_N, BLOCK_D, NO_PV)
+        acc_b = pv_accumulator(BLOCK_M, BLOCK_N, BLOCK_D, NO_PV)
         k_tile0 = k_base + tl.arange(0, BLOCK_N)[:, None] * skn  # the paired loop steps these by a scalar
         v_tile0 = v_base + tl.arange(0, BLOCK_N)[:, None] * svn
         m_b = tl.full([BLOCK_M], float("-inf"), tl.float32)

@@ -2,7 +2,7 @@
 import triton
 import triton.language as tl
 
-from attnlab.triton.tiles import dot, load_rows, positions
+from attnlab.triton.tiles import dot, load_rows, no_pv_output, no_pv_step, pv_accumulator
 
 
 @triton.jit
@@ -21,24 +21,19 @@ def pv_kernel(P, V, O,
     offs_d = tl.arange(0, BLOCK_D)
     p_base = P + bh * N * N + offs_m.to(tl.int64)[:, None] * N
     v_base = V + b * svb + (h // GROUP) * svh
-    if NO_PV:
-        acc = tl.zeros([BLOCK_M, BLOCK_N], dtype=tl.float32)  # Σ_n p·n/N per column slot, summed after the loop
-    else:
-        acc = tl.zeros([BLOCK_M, BLOCK_D], dtype=tl.float32)
+    acc = pv_accumulator(BLOCK_M, BLOCK_N, BLOCK_D, NO_PV)
     hi = N
     if CAUSAL:
         hi = (start_m + 1) * BLOCK_M  # P is 0 past the diagonal: those tiles are never read
     if NO_PV:
-        # Ablation: V is never read and no matmul runs, but every element of P still reaches O: one FMA per element
-        # here, one reduction over columns after the loop (a per-tile row reduction cost more than the tensor-core
-        # PV it replaced at D = 64 on the H200, sweep of run 6). Triton pipelines loads through shared memory only
-        # for loops it is told to, or that feed a tl.dot: without num_stages this loop read P straight into
-        # registers (0 bytes of shared memory, attnlab.triton.resources) while the base pipelines it, and
-        # under a causal mask the stand-in ran slower than the PV it replaces (run 11).
+        # Ablation (attnlab.triton.tiles: no_pv_step). Triton pipelines loads through shared memory only for loops
+        # it is told to, or that feed a tl.dot: without num_stages this loop read P straight into registers (0 bytes
+        # of shared memory, attnlab.triton.resources) while the base pipelines it, and under a causal mask the
+        # stand-in ran slower than the PV it replaces (run 11).
         for start_n in tl.range(0, hi, BLOCK_N, num_stages=STAGES):  # STAGES: the launch's num_stages
             offs_n = start_n + tl.arange(0, BLOCK_N)
             p = tl.load(p_base + offs_n[None, :], mask=(offs_m[:, None] < N) & (offs_n[None, :] < N), other=0.0)
-            acc += p.to(tl.float32) * positions(offs_n, inv_n)[None, :]
+            acc = no_pv_step(acc, p, offs_n, inv_n)
     else:
         for start_n in range(0, hi, BLOCK_N):
             offs_n = start_n + tl.arange(0, BLOCK_N)
@@ -46,6 +41,6 @@ def pv_kernel(P, V, O,
             v = load_rows(v_base + offs_n[:, None] * svn + offs_d[None, :], offs_n, offs_d, N, D, True, BLOCK_D != D)
             acc = dot(p, v, acc, IEEE, UPCAST)
     if NO_PV:
-        acc = tl.sum(acc, 1)[:, None] + tl.zeros([BLOCK_M, BLOCK_D], dtype=tl.float32)  # broadcast over D
+        acc = no_pv_output(acc, BLOCK_M, BLOCK_D)
     o_ptrs = O + b * sob + h * soh + offs_m[:, None] * son + offs_d[None, :]
     tl.store(o_ptrs, acc.to(O.dtype.element_ty), mask=(offs_m[:, None] < N) & (offs_d[None, :] < D))

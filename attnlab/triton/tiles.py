@@ -76,7 +76,26 @@ def masked_to_zero(s):
     return tl.where(s == float("-inf"), 0.0, s)
 
 
+# The no_pv ablation consumes P as Σ_n P[i, n] · n/N instead of P V: V is never read and no matmul runs, but every
+# element of P still reaches O. Its accumulator is (rows, BLOCK_N): one FMA per score in the loop, one reduction over
+# columns after it (a reduction per tile cost more than the tensor-core PV it replaced at D = 64 on the H200).
+
 @triton.jit
-def positions(offs_n, inv_n):
-    """n / N for each key column: the no_pv ablation consumes P as Σ_n P[i, n] · n/N instead of P V."""
-    return offs_n.to(tl.float32) * inv_n
+def pv_accumulator(BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr, NO_PV: tl.constexpr):
+    """Zeros for O's accumulator: (BLOCK_M, BLOCK_D), or (BLOCK_M, BLOCK_N) under no_pv."""
+    if NO_PV:
+        return tl.zeros([BLOCK_M, BLOCK_N], tl.float32)
+    else:
+        return tl.zeros([BLOCK_M, BLOCK_D], tl.float32)
+
+
+@triton.jit
+def no_pv_step(acc, p, offs_n, inv_n):
+    """acc + p · n/N for this tile's key columns n."""
+    return acc + p.to(tl.float32) * (offs_n.to(tl.float32) * inv_n)[None, :]
+
+
+@triton.jit
+def no_pv_output(acc, BLOCK_M: tl.constexpr, BLOCK_D: tl.constexpr):
+    """The no_pv accumulator summed over its columns, broadcast over D: the (BLOCK_M, BLOCK_D) O it stands for."""
+    return tl.sum(acc, 1)[:, None] + tl.zeros([BLOCK_M, BLOCK_D], tl.float32)
