@@ -426,7 +426,7 @@ def measure(case: Case, *, ceilings: dict, reps_ms: float = 100.0, warmup_ms: fl
     row = base_row(case, ceilings=ceilings, run_id=run_id)
     dev = torch.device(case.device)
     compiled = build.base in COMPILED
-    q = k = v = o = step = None
+    q = k = v = o = None
     try:
         q, k, v = make_inputs(case, seed)
         if build.family != "library":
