@@ -168,6 +168,9 @@ def autotune(args):
     # paired rows (v8): two row blocks per program sharing K/V, one's softmax overlapping the other's PV
     wide += [config.Tiles(128, 64, 8, 3, paired=True), config.Tiles(128, 64, 8, 3, paired=True, tma=True),
              config.Tiles(64, 64, 4, 3, paired=True), config.Tiles(128, 64, 8, 3, heavy_first=True, paired=True)]
+    # the warp-specialised Gluon kernel (v10; D = 64/128 exactly, BLOCK_M rows per consumer warpgroup)
+    wide += [config.Tiles(64, 128, 4, s, heavy_first=h, gluon=True) for s in (2, 3) for h in (False, True)]
+    wide += [config.Tiles(64, 64, 4, 3, gluon=True)]
     narrow = [config.Tiles(128, 64, 4, 3), config.Tiles(128, 64, 8, 3), config.Tiles(64, 64, 4, 3),
               config.Tiles(128, 128, 8, 3), config.Tiles(64, 32, 4, 2), config.Tiles(128, 32, 4, 3)]
     plan = {"fused": ("fused", wide), "qk_softmax": ("qk_softmax", narrow), "pv": ("qk_softmax-no_softmax", narrow)}
@@ -195,11 +198,14 @@ def autotune(args):
                 results.append((ms, t))
             results.sort(key=lambda r: r[0])
             best[(kernel, D, causal)] = results[0]
-            entries.append(dict(kernel=kernel, family=config.family(q.device), D=D, causal=causal,
+            # a Gluon entry is keyed on D exactly ("=128"): other head dims of the bucket cannot run it
+            entries.append(dict(kernel=kernel, family=config.family(q.device),
+                                D=f"={D}" if results[0][1].gluon else D, causal=causal,
                                 itemsize=q.element_size(), tiles=results[0][1].as_dict(), ms=results[0][0]))
             print(f"  {kernel} D={D} causal={causal}: best {results[0][1]} {results[0][0]:.3f} ms; next "
                   + "; ".join(f"{t.BLOCK_M}x{t.BLOCK_N} w{t.num_warps} s{t.num_stages}{' tma' if t.tma else ''}"
-                              f"{' heavy-first' if t.heavy_first else ''}{' paired' if t.paired else ''} {ms:.3f}"
+                              f"{' heavy-first' if t.heavy_first else ''}{' paired' if t.paired else ''}"
+                              f"{' gluon' if t.gluon else ''} {ms:.3f}"
                               for ms, t in results[1:4]), flush=True)
     if args.out:
         with open(os.path.join(args.out, "tiles.json"), "w") as f:

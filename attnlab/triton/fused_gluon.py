@@ -1,16 +1,23 @@
-"""The fused build's Hopper fast path, written in Gluon (Triton's lower-level dialect): FA3's order inside a loop.
+"""The fused build's Hopper kernel for D = 64/128 exactly, written in Gluon (Triton's lower-level dialect): warp
+specialised, one loader warp and two consumer warpgroups (PERFORMANCE.md v9–v10).
 
-Why it exists (PERFORMANCE.md v9): compiled by stock Triton 3.6, our fused loop waits for every QKᵀ matmul at once
-(`wgmma.wait_group 0`), so the tensor cores idle while the exponentials run. Gluon lets the kernel say when to wait.
-Each iteration j issues QKᵀ(j) and then PV(j-1), both asynchronous, waits only for QKᵀ(j) (`num_outstanding=1`), and
-runs softmax(j) while PV(j-1) is still on the tensor cores; the rescale of O waits for PV(j-1). K and V tiles arrive by
-TMA into a ring of STAGES buffers, each with its own mbarrier, refilled as soon as the matmul that read it is known
-to be done.
+Why a second kernel: stock Triton 3.6 compiles our fused loop (attnlab.triton.fused) so that it waits for every QKᵀ
+matmul at once and all eight warps move in step (CTA-wide barriers around every load); its own warp-specialisation
+switch does not work on Hopper (PERFORMANCE.md, v8 notes). Gluon says both things explicitly:
+  * a loader warp streams K and V by TMA into a ring of STAGES slots; an mbarrier per slot says "full" (bytes
+    arrived) and another "empty" (both consumers' matmuls that read it are done), so no warp waits for another
+    except through the data it needs;
+  * each consumer warpgroup owns BLOCK_M query rows and runs FlashAttention-3's order: issue QKᵀ(j) and PV(j-1)
+    asynchronously, wait for QKᵀ(j) only, compute softmax(j) while PV(j-1) is still on the tensor cores. The two
+    consumers are independent, so the SM's warp schedulers overlap one's softmax with the other's matmuls (an explicit
+    ping-pong order between them measured the same on the H200, and was dropped).
+A program covers 2·BLOCK_M rows: grid (cdiv(N, 2·BLOCK_M), B·H).
 
-Scope: sm90 (H100/H200), bf16/fp16, D in {64, 128}, no attn_mask (causal or not), any N, GQA, no ablation. Every
-other call takes the Triton kernel (attnlab.triton.fused), which is also the path CI runs: Gluon has no CPU
-interpreter, so this kernel is compiled for sm_90a in CI (tests/test_fused_gluon.py) and checked against the fp64
-reference on the GPU by the gate.
+Same arithmetic as the Triton kernel, flag for flag, so that a fused row and its ablations run one kernel: scores in
+exp2 units (scale·log2 e folded in), explicit masks (boolean or additive), causal, ragged N, GQA, the no_softmax
+(P = S) and no_pv (O = Σ_n P·n/N, V never read) ablations, O = 0 for a fully masked row. Gluon has no CPU
+interpreter: CI compiles this kernel for sm_90a (tests/test_fused_gluon.py); its accuracy is checked on the GPU by
+the gate (`attnlab check`) and `scripts/experiments/gluon_fa3.py`.
 """
 from __future__ import annotations
 
@@ -21,135 +28,278 @@ from triton.experimental.gluon import language as gl
 from triton.experimental.gluon.language.nvidia.hopper import (fence_async_shared, mbarrier, tma, warpgroup_mma,
                                                               warpgroup_mma_wait)
 
+ROWS_PER_PROGRAM = gl.constexpr(2)  # consumer warpgroups, each BLOCK_M rows
+
 
 @gluon.jit
-def _softmax_tile(s, m_i, l_i, qk_scale, offs_m, offs_n, N, MASKED: gl.constexpr, CAUSAL: gl.constexpr):
-    """One tile of the online softmax in exp2 units: P = 2^(S·scale − m_new), and the factor α that rescales what
-    was accumulated before."""
-    s = s * qk_scale
-    if MASKED:
-        keep = offs_n[None, :] < N
-        if CAUSAL:
-            keep = keep & (offs_n[None, :] <= offs_m[:, None])
-        s = gl.where(keep, s, -float("inf"))
-    m_new = gl.maximum(m_i, gl.max(s, axis=1))
-    alpha = gl.exp2(m_i - m_new)
-    p = gl.exp2(s - m_new[:, None])
-    l_i = l_i * alpha + gl.sum(p, axis=1)
+def _scores(s, mask_rows, offs_m, offs_n, N, smn, qk_scale, mask_scale, MASKED: gl.constexpr, CAUSAL: gl.constexpr,
+            MASK_KIND: gl.constexpr, NO_SOFTMAX: gl.constexpr):
+    """attnlab.triton.tiles.score_tile on a matmul result: raw q·kᵀ in the steady state (the scale goes into exp2's
+    FMA), else scaled with the mask added and masked entries -inf."""
+    if MASKED or MASK_KIND != 0 or NO_SOFTMAX:
+        s = s * qk_scale
+        if MASK_KIND != 0:
+            inside = (offs_m[:, None] < N) & (offs_n[None, :] < N)
+            ptrs = mask_rows[:, None] + offs_n[None, :] * smn
+            if MASK_KIND == 1:
+                keep = gl.load(ptrs, mask=inside, other=0)
+                s = gl.where(keep != 0, s, float("-inf"))
+            else:
+                s = s + gl.load(ptrs, mask=inside, other=0.0).to(gl.float32) * mask_scale
+        if MASKED:
+            keep = offs_n[None, :] < N
+            if CAUSAL:
+                keep = keep & (offs_m[:, None] >= offs_n[None, :])
+            s = gl.where(keep, s, float("-inf"))
+    return s
+
+
+@gluon.jit
+def _softmax(s, m_i, l_i, qk_scale, MASKED: gl.constexpr, MASK_KIND: gl.constexpr, NO_SOFTMAX: gl.constexpr):
+    """P of this tile, the running max and sum, and α = 2^(m_old − m_new) to rescale O (attnlab.triton.fused's
+    _online_softmax)."""
+    if NO_SOFTMAX:  # ablation: P = S, masked entries 0; no max, no exp, no rescale
+        p = gl.where(s == float("-inf"), 0.0, s)
+        m_new = m_i
+        alpha = m_i  # unused: there is no rescale
+    elif (not MASKED) and (MASK_KIND == 0):
+        m_new = gl.maximum(m_i, gl.max(s, axis=1) * qk_scale)
+        m_use = m_new
+        p = gl.exp2(s * qk_scale - m_use[:, None])
+    else:
+        m_new = gl.maximum(m_i, gl.max(s, axis=1))
+        m_use = m_new
+        if MASK_KIND != 0:  # a row the mask hides so far: subtract 0, so exp2 gives 0, not NaN
+            m_use = gl.where(m_new == float("-inf"), 0.0, m_new)
+        p = gl.exp2(s - m_use[:, None])
+    if not NO_SOFTMAX:
+        alpha = gl.exp2(m_i - m_use)
+        l_i = l_i * alpha + gl.sum(p, axis=1)
     return p, m_new, l_i, alpha
 
 
 @gluon.jit
-def _load_tile(desc, bars, smem, stage, b, h, row, pred):
-    bar = bars.index(stage)
-    mbarrier.expect(bar, desc.block_type.nbytes, pred=pred)
-    tma.async_copy_global_to_shared(desc, [b, h, row, 0], bar, smem.index(stage), pred=pred)
+def _tile(s, m_i, l_i, j, rows, hi, mask_rows, offs_m, cols, N, smn, qk_scale, mask_scale, BLOCK_N: gl.constexpr,
+          CAUSAL: gl.constexpr, MASK_KIND: gl.constexpr, NO_SOFTMAX: gl.constexpr):
+    """Scores and softmax of key tile j, element-masked only where the tile crosses the diagonal or N."""
+    offs_n = j * BLOCK_N + cols
+    if ((j + 1) * BLOCK_N > hi) or (CAUSAL and (j + 1) * BLOCK_N > rows):
+        s = _scores(s, mask_rows, offs_m, offs_n, N, smn, qk_scale, mask_scale, True, CAUSAL, MASK_KIND, NO_SOFTMAX)
+        p, m_i, l_i, alpha = _softmax(s, m_i, l_i, qk_scale, True, MASK_KIND, NO_SOFTMAX)
+    else:
+        s = _scores(s, mask_rows, offs_m, offs_n, N, smn, qk_scale, mask_scale, False, CAUSAL, MASK_KIND, NO_SOFTMAX)
+        p, m_i, l_i, alpha = _softmax(s, m_i, l_i, qk_scale, False, MASK_KIND, NO_SOFTMAX)
+    return p, m_i, l_i, alpha, offs_n
 
 
 @gluon.jit
-def fused_gluon_kernel(q_desc, k_desc, v_desc, o_desc, N, H, GROUP, qk_scale,
-                       D: gl.constexpr, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, STAGES: gl.constexpr,
-                       CAUSAL: gl.constexpr, HEAVY_FIRST: gl.constexpr, num_warps: gl.constexpr):
-    dtype: gl.constexpr = q_desc.dtype
-    n_m = gl.cdiv(N, BLOCK_M)
-    pid = gl.program_id(0)
-    if HEAVY_FIRST:  # causal: the longest rows first, so the grid does not end on one long program
-        pid = n_m - 1 - pid
-    bh = gl.program_id(1)
-    b = bh // H
-    h = bh % H
-    hk = h // GROUP
-    start_m = pid * BLOCK_M
+def _no_pv_step(acc, p, offs_n, inv_n, alpha, NO_SOFTMAX: gl.constexpr):
+    """The no_pv ablation's O += P·n/N (attnlab.triton.tiles.no_pv_step), after the rescale by α."""
+    if not NO_SOFTMAX:
+        acc = acc * alpha[:, None]
+    return acc + p * (offs_n.to(gl.float32) * inv_n)[None, :]
 
-    # Two warpgroups split the rows (warps_per_cta [num_warps, 1]); S and O are wgmma accumulators, P the register
-    # A operand of the PV matmul.
-    s_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[num_warps, 1],
+
+@gluon.jit
+def _loader(q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, bars, b, h, hk, start_m, n_tiles,
+            BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, STAGES: gl.constexpr, NO_PV: gl.constexpr):
+    """One warp: both consumers' Q, then K and V tile by tile into the ring; a slot is refilled once both consumers
+    have arrived on its `empty` barrier (count 2). Under no_pv V is never read."""
+    q_bars, k_full, v_full, k_empty, v_empty = bars
+    for w in gl.static_range(ROWS_PER_PROGRAM):
+        mbarrier.expect(q_bars.index(w), q_desc.block_type.nbytes)
+        tma.async_copy_global_to_shared(q_desc, [b, h, start_m + w * BLOCK_M, 0], q_bars.index(w), q_smem.index(w))
+    for j in range(n_tiles):
+        st = j % STAGES
+        ph = (j // STAGES) & 1
+        mbarrier.wait(k_empty.index(st), ph ^ 1)  # a fresh barrier counts as having completed the phase before 0
+        mbarrier.expect(k_full.index(st), k_desc.block_type.nbytes)
+        tma.async_copy_global_to_shared(k_desc, [b, hk, j * BLOCK_N, 0], k_full.index(st), k_smem.index(st))
+        if not NO_PV:
+            mbarrier.wait(v_empty.index(st), ph ^ 1)
+            mbarrier.expect(v_full.index(st), v_desc.block_type.nbytes)
+            tma.async_copy_global_to_shared(v_desc, [b, hk, j * BLOCK_N, 0], v_full.index(st), v_smem.index(st))
+
+
+@gluon.jit
+def _pv_issue(p, acc, v_smem, v_full, stage, j, offs_n, inv_n, dtype: gl.constexpr, p_layout: gl.constexpr,
+              BLOCK_N: gl.constexpr, D: gl.constexpr, STAGES: gl.constexpr, NO_PV: gl.constexpr):
+    """Start O += P·V(tile j) on the tensor cores (P as the register operand); nothing under no_pv, whose
+    O += P·n/N is done as soon as P exists (_tile), so P is not carried into the next iteration."""
+    if NO_PV:
+        p_op = p
+    else:
+        mbarrier.wait(v_full.index(stage), (j // STAGES) & 1)
+        p_op = gl.convert_layout(p.to(dtype), p_layout)
+        acc = warpgroup_mma(p_op, v_smem.index(stage).reshape([BLOCK_N, D]), acc, is_async=True)
+    return acc, p_op
+
+
+@gluon.jit
+def _consumer(q_desc, o_desc, q_smem, k_smem, v_smem, bars, m_head, smm, smn, b, h, start_m, n_tiles, N,
+              qk_scale, mask_scale, inv_n, WG: gl.constexpr, D: gl.constexpr, BLOCK_M: gl.constexpr,
+              BLOCK_N: gl.constexpr, STAGES: gl.constexpr, CAUSAL: gl.constexpr, MASK_KIND: gl.constexpr,
+              NO_SOFTMAX: gl.constexpr, NO_PV: gl.constexpr):
+    """One warpgroup, rows start_m + WG·BLOCK_M onwards: FA3's loop over the loader's ring, then O out by TMA."""
+    q_bars, k_full, v_full, k_empty, v_empty = bars
+    dtype: gl.constexpr = q_desc.dtype
+    s_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1],
                                                        instr_shape=[16, BLOCK_N, 16])
-    o_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[num_warps, 1],
-                                                       instr_shape=[16, D, 16])
+    o_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1], instr_shape=[16, D, 16])
     p_layout: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=o_layout, k_width=2)
     row_s: gl.constexpr = gl.SliceLayout(1, s_layout)
-    col_s: gl.constexpr = gl.SliceLayout(0, s_layout)
     row_o: gl.constexpr = gl.SliceLayout(1, o_layout)
+    if NO_PV:
+        acc = gl.zeros([BLOCK_M, BLOCK_N], gl.float32, s_layout)  # summed over its columns at the end
+    else:
+        acc = gl.zeros([BLOCK_M, D], gl.float32, o_layout)
 
-    q_smem = gl.allocate_shared_memory(dtype, [1, 1, BLOCK_M, D], q_desc.layout)
-    k_smem = gl.allocate_shared_memory(dtype, [STAGES, 1, 1, BLOCK_N, D], k_desc.layout)
-    v_smem = gl.allocate_shared_memory(dtype, [STAGES, 1, 1, BLOCK_N, D], v_desc.layout)
-    q_bar = gl.allocate_shared_memory(gl.int64, [1], mbarrier.MBarrierLayout())
-    k_bars = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
-    v_bars = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
-    mbarrier.init(q_bar, count=1)
-    for i in gl.static_range(STAGES):
-        mbarrier.init(k_bars.index(i), count=1)
-        mbarrier.init(v_bars.index(i), count=1)
-    fence_async_shared()
-
-    hi = N
-    if CAUSAL:
-        hi = gl.minimum(N, start_m + BLOCK_M)
-    n_tiles = gl.cdiv(hi, BLOCK_N)
-
-    mbarrier.expect(q_bar, q_desc.block_type.nbytes)
-    tma.async_copy_global_to_shared(q_desc, [b, h, start_m, 0], q_bar, q_smem)
-    for i in gl.static_range(STAGES):
-        _load_tile(k_desc, k_bars, k_smem, i, b, hk, i * BLOCK_N, i < n_tiles)
-        _load_tile(v_desc, v_bars, v_smem, i, b, hk, i * BLOCK_N, i < n_tiles)
-
-    offs_m = start_m + gl.arange(0, BLOCK_M, row_s)
-    cols = gl.arange(0, BLOCK_N, col_s)
+    rows = start_m + WG * BLOCK_M
+    offs_m = rows + gl.arange(0, BLOCK_M, row_s)
+    cols = gl.arange(0, BLOCK_N, gl.SliceLayout(0, s_layout))
+    mask_rows = m_head + offs_m.to(gl.int64) * smm  # int64: row · N overflows past N = 46340
     zero_s = gl.zeros([BLOCK_M, BLOCK_N], gl.float32, s_layout)
     m_i = gl.full([BLOCK_M], -float("inf"), gl.float32, row_s)
     l_i = gl.zeros([BLOCK_M], gl.float32, row_s)
-    acc = gl.zeros([BLOCK_M, D], gl.float32, o_layout)
+    hi = N
+    if CAUSAL:
+        hi = gl.minimum(N, rows + BLOCK_M)
 
-    mbarrier.wait(q_bar, 0)
-    q = q_smem.reshape([BLOCK_M, D])
-    # tile 0: QKᵀ alone (there is no PV before it)
-    mbarrier.wait(k_bars.index(0), 0)
+    mbarrier.wait(q_bars.index(WG), 0)
+    q = q_smem.index(WG).reshape([BLOCK_M, D])
+    mbarrier.wait(k_full.index(0), 0)
     s = warpgroup_mma(q, k_smem.index(0).reshape([BLOCK_N, D]).permute((1, 0)), zero_s, use_acc=False,
                       is_async=True)
     s = warpgroup_mma_wait(num_outstanding=0, deps=[s])
-    if (BLOCK_N > hi) or (CAUSAL and BLOCK_N > start_m):
-        p, m_i, l_i, alpha = _softmax_tile(s, m_i, l_i, qk_scale, offs_m, cols, N, True, CAUSAL)
-    else:
-        p, m_i, l_i, alpha = _softmax_tile(s, m_i, l_i, qk_scale, offs_m, cols, N, False, CAUSAL)
-
+    mbarrier.arrive(k_empty.index(0), count=1)
+    p, m_i, l_i, alpha, offs_n = _tile(s, m_i, l_i, 0, rows, hi, mask_rows, offs_m, cols, N, smn, qk_scale,
+                                       mask_scale, BLOCK_N, CAUSAL, MASK_KIND, NO_SOFTMAX)
+    if NO_PV:
+        acc = _no_pv_step(acc, p, offs_n, inv_n, alpha, NO_SOFTMAX)
     for j in range(1, n_tiles):
         stage = j % STAGES
         prev = (j - 1) % STAGES
-        # K of tile j-1 was last read by QKᵀ(j-1), finished in the previous iteration: refill its slot now.
-        _load_tile(k_desc, k_bars, k_smem, prev, b, hk, (j - 1 + STAGES) * BLOCK_N, j - 1 + STAGES < n_tiles)
-        mbarrier.wait(k_bars.index(stage), (j // STAGES) & 1)
+        mbarrier.wait(k_full.index(stage), (j // STAGES) & 1)
         s = warpgroup_mma(q, k_smem.index(stage).reshape([BLOCK_N, D]).permute((1, 0)), zero_s, use_acc=False,
                           is_async=True)
-        mbarrier.wait(v_bars.index(prev), ((j - 1) // STAGES) & 1)
-        p_op = gl.convert_layout(p.to(dtype), p_layout)
-        acc = warpgroup_mma(p_op, v_smem.index(prev).reshape([BLOCK_N, D]), acc, is_async=True)
-        s = warpgroup_mma_wait(num_outstanding=1, deps=[s])  # QKᵀ(j) done; PV(j-1) still running
-        if ((j + 1) * BLOCK_N > hi) or (CAUSAL and (j + 1) * BLOCK_N > start_m):
-            p, m_i, l_i, alpha = _softmax_tile(s, m_i, l_i, qk_scale, offs_m, j * BLOCK_N + cols, N, True, CAUSAL)
+        acc, p_op = _pv_issue(p, acc, v_smem, v_full, prev, j - 1, offs_n, inv_n, dtype, p_layout, BLOCK_N, D,
+                              STAGES, NO_PV)
+        # QKᵀ(j) done; PV(j-1), committed after it, may still run (under no_pv there is nothing after it)
+        s = warpgroup_mma_wait(num_outstanding=0 if NO_PV else 1, deps=[s])
+        mbarrier.arrive(k_empty.index(stage), count=1)
+        p, m_i, l_i, alpha, offs_n = _tile(s, m_i, l_i, j, rows, hi, mask_rows, offs_m, cols, N, smn, qk_scale,
+                                           mask_scale, BLOCK_N, CAUSAL, MASK_KIND, NO_SOFTMAX)
+        if NO_PV:
+            acc = _no_pv_step(acc, p, offs_n, inv_n, alpha, NO_SOFTMAX)
         else:
-            p, m_i, l_i, alpha = _softmax_tile(s, m_i, l_i, qk_scale, offs_m, j * BLOCK_N + cols, N, False, CAUSAL)
-        acc, p_op = warpgroup_mma_wait(num_outstanding=0, deps=[acc, p_op])
-        acc = acc * gl.convert_layout(alpha, row_o)[:, None]
-        _load_tile(v_desc, v_bars, v_smem, prev, b, hk, (j - 1 + STAGES) * BLOCK_N, j - 1 + STAGES < n_tiles)
+            acc, p_op = warpgroup_mma_wait(num_outstanding=0, deps=[acc, p_op])
+            mbarrier.arrive(v_empty.index(prev), count=1)
+            if not NO_SOFTMAX:
+                acc = acc * gl.convert_layout(alpha, row_o)[:, None]
 
     last = (n_tiles - 1) % STAGES
-    mbarrier.wait(v_bars.index(last), ((n_tiles - 1) // STAGES) & 1)
-    p_op = gl.convert_layout(p.to(dtype), p_layout)
-    acc = warpgroup_mma(p_op, v_smem.index(last).reshape([BLOCK_N, D]), acc, is_async=True)
-    acc, p_op = warpgroup_mma_wait(num_outstanding=0, deps=[acc, p_op])
-    acc = acc / gl.convert_layout(l_i, row_o)[:, None]
-
-    mbarrier.invalidate(q_bar)
-    for i in gl.static_range(STAGES):
-        mbarrier.invalidate(k_bars.index(i))
-        mbarrier.invalidate(v_bars.index(i))
-    # Q's buffer is free once the last QKᵀ is done: O goes out through it (TMA drops the rows past N).
-    q_smem.reshape([BLOCK_M, D]).store(acc.to(dtype))
+    acc, p_op = _pv_issue(p, acc, v_smem, v_full, last, n_tiles - 1, offs_n, inv_n, dtype, p_layout, BLOCK_N, D,
+                          STAGES, NO_PV)
+    if NO_PV:
+        o = gl.convert_layout(gl.sum(acc, axis=1), row_o)[:, None] + gl.zeros([BLOCK_M, D], gl.float32, o_layout)
+    else:
+        o, p_op = warpgroup_mma_wait(num_outstanding=0, deps=[acc, p_op])
+        mbarrier.arrive(v_empty.index(last), count=1)
+    if not NO_SOFTMAX:
+        l_o = gl.convert_layout(l_i, row_o)
+        o = o / gl.where(l_o == 0.0, 1.0, l_o)[:, None]  # a fully masked row gives O = 0
+    o_buf = q_smem.index(WG)  # this warpgroup's Q buffer, free after its last QKᵀ
+    o_buf.reshape([BLOCK_M, D]).store(o.to(dtype))
     fence_async_shared()
-    tma.async_copy_shared_to_global(o_desc, [b, h, start_m, 0], q_smem)
+    tma.async_copy_shared_to_global(o_desc, [b, h, rows, 0], o_buf)
     tma.store_wait(pendings=0)
+
+
+# Partition entry points. gl.warp_specialize calls every worker with the same argument tuple, so all three take it.
+@gluon.jit
+def _consumer0(q_desc, k_desc, v_desc, o_desc, q_smem, k_smem, v_smem, bars, m_head, smm, smn, b, h, hk, start_m,
+               n_tiles, N, qk_scale, mask_scale, inv_n, D: gl.constexpr, BLOCK_M: gl.constexpr,
+               BLOCK_N: gl.constexpr, STAGES: gl.constexpr, CAUSAL: gl.constexpr, MASK_KIND: gl.constexpr,
+               NO_SOFTMAX: gl.constexpr, NO_PV: gl.constexpr):
+    _consumer(q_desc, o_desc, q_smem, k_smem, v_smem, bars, m_head, smm, smn, b, h, start_m, n_tiles, N, qk_scale,
+              mask_scale, inv_n, 0, D, BLOCK_M, BLOCK_N, STAGES, CAUSAL, MASK_KIND, NO_SOFTMAX, NO_PV)
+
+
+@gluon.jit
+def _consumer1(q_desc, k_desc, v_desc, o_desc, q_smem, k_smem, v_smem, bars, m_head, smm, smn, b, h, hk, start_m,
+               n_tiles, N, qk_scale, mask_scale, inv_n, D: gl.constexpr, BLOCK_M: gl.constexpr,
+               BLOCK_N: gl.constexpr, STAGES: gl.constexpr, CAUSAL: gl.constexpr, MASK_KIND: gl.constexpr,
+               NO_SOFTMAX: gl.constexpr, NO_PV: gl.constexpr):
+    _consumer(q_desc, o_desc, q_smem, k_smem, v_smem, bars, m_head, smm, smn, b, h, start_m, n_tiles, N, qk_scale,
+              mask_scale, inv_n, 1, D, BLOCK_M, BLOCK_N, STAGES, CAUSAL, MASK_KIND, NO_SOFTMAX, NO_PV)
+
+
+@gluon.jit
+def _load(q_desc, k_desc, v_desc, o_desc, q_smem, k_smem, v_smem, bars, m_head, smm, smn, b, h, hk, start_m,
+          n_tiles, N, qk_scale, mask_scale, inv_n, D: gl.constexpr, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr,
+          STAGES: gl.constexpr, CAUSAL: gl.constexpr, MASK_KIND: gl.constexpr, NO_SOFTMAX: gl.constexpr,
+          NO_PV: gl.constexpr):
+    _loader(q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, bars, b, h, hk, start_m, n_tiles, BLOCK_M, BLOCK_N,
+            STAGES, NO_PV)
+
+
+@gluon.jit
+def fused_gluon_kernel(q_desc, k_desc, v_desc, o_desc, M, smb, smh, smm, smn, N, H, GROUP, qk_scale, mask_scale,
+                       inv_n, D: gl.constexpr, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, STAGES: gl.constexpr,
+                       CAUSAL: gl.constexpr, MASK_KIND: gl.constexpr, NO_SOFTMAX: gl.constexpr,
+                       NO_PV: gl.constexpr, HEAVY_FIRST: gl.constexpr, CONSUMER_REGS: gl.constexpr,
+                       num_warps: gl.constexpr):
+    """grid (cdiv(N, 2·BLOCK_M), B·H), num_warps = 4 (the default partition is consumer 0). q/k/v/o descriptors
+    over (B, H or Hkv, N, D) with (1, 1, BLOCK_M or BLOCK_N, D) boxes; M the (B, H, N, N)-strided mask or any
+    pointer when MASK_KIND = 0; qk_scale = scale·log2 e (natural scale under NO_SOFTMAX)."""
+    dtype: gl.constexpr = q_desc.dtype
+    pid = gl.program_id(0)
+    if HEAVY_FIRST:  # causal: the longest rows first, so the grid does not end on one long program
+        pid = gl.num_programs(0) - 1 - pid
+    bh = gl.program_id(1)
+    b = bh // H
+    h = bh % H
+    hk = h // GROUP  # grouped-query attention: GROUP query heads read one k/v head
+    start_m = pid * ROWS_PER_PROGRAM * BLOCK_M
+    hi = N
+    if CAUSAL:
+        hi = gl.minimum(N, start_m + ROWS_PER_PROGRAM * BLOCK_M)
+    n_tiles = gl.cdiv(hi, BLOCK_N)
+    m_head = M + b.to(gl.int64) * smb + h.to(gl.int64) * smh
+
+    q_smem = gl.allocate_shared_memory(dtype, [ROWS_PER_PROGRAM, 1, 1, BLOCK_M, D], q_desc.layout)
+    k_smem = gl.allocate_shared_memory(dtype, [STAGES, 1, 1, BLOCK_N, D], k_desc.layout)
+    v_smem = gl.allocate_shared_memory(dtype, [STAGES, 1, 1, BLOCK_N, D], v_desc.layout)
+    q_bars = gl.allocate_shared_memory(gl.int64, [ROWS_PER_PROGRAM, 1], mbarrier.MBarrierLayout())
+    k_full = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
+    v_full = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
+    k_empty = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
+    v_empty = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
+    for i in gl.static_range(ROWS_PER_PROGRAM):
+        mbarrier.init(q_bars.index(i), count=1)
+    for i in gl.static_range(STAGES):
+        mbarrier.init(k_full.index(i), count=1)
+        mbarrier.init(v_full.index(i), count=1)
+        mbarrier.init(k_empty.index(i), count=ROWS_PER_PROGRAM)
+        mbarrier.init(v_empty.index(i), count=ROWS_PER_PROGRAM)
+    fence_async_shared()
+    bars = (q_bars, k_full, v_full, k_empty, v_empty)
+    # The argument tuple is written out three times: a tuple assigned to a name turns its constexprs into tensors.
+    gl.warp_specialize([
+        (_consumer0, (q_desc, k_desc, v_desc, o_desc, q_smem, k_smem, v_smem, bars, m_head, smm, smn, b, h, hk,
+                      start_m, n_tiles, N, qk_scale, mask_scale, inv_n, D, BLOCK_M, BLOCK_N, STAGES, CAUSAL,
+                      MASK_KIND, NO_SOFTMAX, NO_PV)),
+        (_consumer1, (q_desc, k_desc, v_desc, o_desc, q_smem, k_smem, v_smem, bars, m_head, smm, smn, b, h, hk,
+                      start_m, n_tiles, N, qk_scale, mask_scale, inv_n, D, BLOCK_M, BLOCK_N, STAGES, CAUSAL,
+                      MASK_KIND, NO_SOFTMAX, NO_PV)),
+        (_load, (q_desc, k_desc, v_desc, o_desc, q_smem, k_smem, v_smem, bars, m_head, smm, smn, b, h, hk,
+                 start_m, n_tiles, N, qk_scale, mask_scale, inv_n, D, BLOCK_M, BLOCK_N, STAGES, CAUSAL,
+                 MASK_KIND, NO_SOFTMAX, NO_PV)),
+    ], [4, 1], [CONSUMER_REGS, 24])
+
+
+CONSUMER_REGS = 240  # registers per thread of the consumer warpgroups (setmaxnreg); the loader gets 24
+MAXNREG = 168  # the launch's per-thread limit: 3 warpgroups × 128 threads × 168 ≤ 64 Ki registers per SM
 
 
 def descriptor(x: torch.Tensor, block_rows: int):
@@ -162,212 +312,25 @@ def descriptor(x: torch.Tensor, block_rows: int):
     return TensorDescriptor(x, list(x.shape), list(x.stride()), block, layout)
 
 
-def launch(q, k, v, o, *, N, H, group, qk_scale, causal, tiles) -> None:
-    """Run the kernel on checked (B, H, N, D) tensors; `qk_scale` is scale·log2(e)."""
+def tma_ready(x: torch.Tensor) -> torch.Tensor:
+    """x itself when TMA can read it (16-byte aligned base and strides, unit last stride), else a fresh contiguous copy
+    (the caching allocator aligns it; .contiguous() would hand back a misaligned but contiguous x unchanged)."""
+    ok = x.stride(-1) == 1 and x.data_ptr() % 16 == 0 and all((s * x.element_size()) % 16 == 0
+                                                               for s in x.stride()[:-1])
+    return x if ok else torch.empty(x.shape, dtype=x.dtype, device=x.device).copy_(x)
+
+
+def launch(q, k, v, o, mask, mask_strides, mask_kind, *, N, H, group, qk_scale, mask_scale, inv_n, causal, tiles,
+           no_softmax=False, no_pv=False) -> None:
+    """Run the kernel on checked (B, H, N, D) tensors (attnlab.triton.launch.fused calls it for Tiles.gluon)."""
     BM, BN = tiles.BLOCK_M, tiles.BLOCK_N
-    grid = (triton.cdiv(N, BM), q.shape[0] * H)
-    fused_gluon_kernel[grid](descriptor(q, BM), descriptor(k, BN), descriptor(v, BN), descriptor(o, BM),
-                             N, H, group, qk_scale, D=q.shape[-1], BLOCK_M=BM, BLOCK_N=BN,
-                             STAGES=tiles.num_stages, CAUSAL=causal, HEAVY_FIRST=tiles.heavy_first,
-                             num_warps=tiles.num_warps)
-
-
-# ---- v10: warp-specialised, two consumer warpgroups in ping-pong, one loader warp --------------------------------
-
-
-@gluon.jit
-def _ws_loader(q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, bars, b, h, hk, start_m, n_tiles,
-               BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, STAGES: gl.constexpr):
-    """One warp: Q for both consumers, then K and V tile by tile into a ring, each slot refilled once both
-    consumers have said (k_empty / v_empty, count 2) that the matmul reading it is done."""
-    q_bars, k_full, v_full, k_empty, v_empty, turn = bars
-    for w in gl.static_range(2):
-        mbarrier.expect(q_bars.index(w), q_desc.block_type.nbytes)
-        tma.async_copy_global_to_shared(q_desc, [b, h, start_m + w * BLOCK_M, 0], q_bars.index(w), q_smem.index(w))
-    for j in range(n_tiles):
-        st = j % STAGES
-        ph = (j // STAGES) & 1
-        mbarrier.wait(k_empty.index(st), ph ^ 1)
-        mbarrier.expect(k_full.index(st), k_desc.block_type.nbytes)
-        tma.async_copy_global_to_shared(k_desc, [b, hk, j * BLOCK_N, 0], k_full.index(st), k_smem.index(st))
-        mbarrier.wait(v_empty.index(st), ph ^ 1)
-        mbarrier.expect(v_full.index(st), v_desc.block_type.nbytes)
-        tma.async_copy_global_to_shared(v_desc, [b, hk, j * BLOCK_N, 0], v_full.index(st), v_smem.index(st))
-
-
-@gluon.jit
-def _ws_turn(turn, WG: gl.constexpr, slot, PINGPONG: gl.constexpr):
-    """Wait until the other warpgroup has issued its matmuls of the slot before (WG 0 goes first)."""
-    if PINGPONG:
-        if WG == 0:
-            mbarrier.wait(turn.index(0), (slot - 1) & 1, pred=slot > 0)
-        else:
-            mbarrier.wait(turn.index(1), slot & 1)
-
-
-@gluon.jit
-def _ws_consumer(q_desc, k_desc, v_desc, o_desc, q_smem, k_smem, v_smem, bars, b, h, hk, start_m, n_tiles, N,
-                 qk_scale, WG: gl.constexpr, D: gl.constexpr, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr,
-                 STAGES: gl.constexpr, CAUSAL: gl.constexpr, PINGPONG: gl.constexpr):
-    """One warpgroup, BLOCK_M rows: the loop of fused_gluon_kernel, fed by the loader's barriers, its matmul issue
-    slots alternating with the other warpgroup's."""
-    q_bars, k_full, v_full, k_empty, v_empty, turn = bars
-    dtype: gl.constexpr = q_desc.dtype
-    s_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1],
-                                                       instr_shape=[16, BLOCK_N, 16])
-    o_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1], instr_shape=[16, D, 16])
-    p_layout: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=o_layout, k_width=2)
-    row_s: gl.constexpr = gl.SliceLayout(1, s_layout)
-    col_s: gl.constexpr = gl.SliceLayout(0, s_layout)
-    row_o: gl.constexpr = gl.SliceLayout(1, o_layout)
-
-    rows = start_m + WG * BLOCK_M
-    offs_m = rows + gl.arange(0, BLOCK_M, row_s)
-    cols = gl.arange(0, BLOCK_N, col_s)
-    zero_s = gl.zeros([BLOCK_M, BLOCK_N], gl.float32, s_layout)
-    m_i = gl.full([BLOCK_M], -float("inf"), gl.float32, row_s)
-    l_i = gl.zeros([BLOCK_M], gl.float32, row_s)
-    acc = gl.zeros([BLOCK_M, D], gl.float32, o_layout)
-    hi = N
-    if CAUSAL:
-        hi = gl.minimum(N, rows + BLOCK_M)
-
-    mbarrier.wait(q_bars.index(WG), 0)
-    q = q_smem.index(WG).reshape([BLOCK_M, D])
-    mbarrier.wait(k_full.index(0), 0)
-    _ws_turn(turn, WG, 0, PINGPONG)
-    s = warpgroup_mma(q, k_smem.index(0).reshape([BLOCK_N, D]).permute((1, 0)), zero_s, use_acc=False,
-                      is_async=True)
-    if PINGPONG:
-        mbarrier.arrive(turn.index(1 - WG), count=1)
-    s = warpgroup_mma_wait(num_outstanding=0, deps=[s])
-    mbarrier.arrive(k_empty.index(0), count=1)
-    if (BLOCK_N > hi) or (CAUSAL and BLOCK_N > rows):
-        p, m_i, l_i, alpha = _softmax_tile(s, m_i, l_i, qk_scale, offs_m, cols, N, True, CAUSAL)
-    else:
-        p, m_i, l_i, alpha = _softmax_tile(s, m_i, l_i, qk_scale, offs_m, cols, N, False, CAUSAL)
-
-    for j in range(1, n_tiles):
-        stage = j % STAGES
-        prev = (j - 1) % STAGES
-        mbarrier.wait(k_full.index(stage), (j // STAGES) & 1)
-        mbarrier.wait(v_full.index(prev), ((j - 1) // STAGES) & 1)
-        p_op = gl.convert_layout(p.to(dtype), p_layout)
-        _ws_turn(turn, WG, j, PINGPONG)
-        s = warpgroup_mma(q, k_smem.index(stage).reshape([BLOCK_N, D]).permute((1, 0)), zero_s, use_acc=False,
-                          is_async=True)
-        acc = warpgroup_mma(p_op, v_smem.index(prev).reshape([BLOCK_N, D]), acc, is_async=True)
-        if PINGPONG:
-            mbarrier.arrive(turn.index(1 - WG), count=1)
-        s = warpgroup_mma_wait(num_outstanding=1, deps=[s])
-        mbarrier.arrive(k_empty.index(stage), count=1)
-        if ((j + 1) * BLOCK_N > hi) or (CAUSAL and (j + 1) * BLOCK_N > rows):
-            p, m_i, l_i, alpha = _softmax_tile(s, m_i, l_i, qk_scale, offs_m, j * BLOCK_N + cols, N, True, CAUSAL)
-        else:
-            p, m_i, l_i, alpha = _softmax_tile(s, m_i, l_i, qk_scale, offs_m, j * BLOCK_N + cols, N, False, CAUSAL)
-        acc, p_op = warpgroup_mma_wait(num_outstanding=0, deps=[acc, p_op])
-        mbarrier.arrive(v_empty.index(prev), count=1)
-        acc = acc * gl.convert_layout(alpha, row_o)[:, None]
-
-    last = (n_tiles - 1) % STAGES
-    mbarrier.wait(v_full.index(last), ((n_tiles - 1) // STAGES) & 1)
-    p_op = gl.convert_layout(p.to(dtype), p_layout)
-    _ws_turn(turn, WG, n_tiles, PINGPONG)
-    acc = warpgroup_mma(p_op, v_smem.index(last).reshape([BLOCK_N, D]), acc, is_async=True)
-    if PINGPONG:
-        mbarrier.arrive(turn.index(1 - WG), count=1)
-    acc, p_op = warpgroup_mma_wait(num_outstanding=0, deps=[acc, p_op])
-    mbarrier.arrive(v_empty.index(last), count=1)
-    acc = acc / gl.convert_layout(l_i, row_o)[:, None]
-    o_buf = q_smem.index(WG)  # this warpgroup's Q buffer, free after its last QKᵀ
-    o_buf.reshape([BLOCK_M, D]).store(acc.to(dtype))
-    fence_async_shared()
-    tma.async_copy_shared_to_global(o_desc, [b, h, rows, 0], o_buf)
-    tma.store_wait(pendings=0)
-
-
-@gluon.jit
-def _ws_consumer0(q_desc, k_desc, v_desc, o_desc, q_smem, k_smem, v_smem, bars, b, h, hk, start_m, n_tiles, N,
-                  qk_scale, D: gl.constexpr, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, STAGES: gl.constexpr,
-                  CAUSAL: gl.constexpr, PINGPONG: gl.constexpr):
-    _ws_consumer(q_desc, k_desc, v_desc, o_desc, q_smem, k_smem, v_smem, bars, b, h, hk, start_m, n_tiles, N,
-                 qk_scale, 0, D, BLOCK_M, BLOCK_N, STAGES, CAUSAL, PINGPONG)
-
-
-@gluon.jit
-def _ws_consumer1(q_desc, k_desc, v_desc, o_desc, q_smem, k_smem, v_smem, bars, b, h, hk, start_m, n_tiles, N,
-                  qk_scale, D: gl.constexpr, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, STAGES: gl.constexpr,
-                  CAUSAL: gl.constexpr, PINGPONG: gl.constexpr):
-    _ws_consumer(q_desc, k_desc, v_desc, o_desc, q_smem, k_smem, v_smem, bars, b, h, hk, start_m, n_tiles, N,
-                 qk_scale, 1, D, BLOCK_M, BLOCK_N, STAGES, CAUSAL, PINGPONG)
-
-
-@gluon.jit
-def _ws_load(q_desc, k_desc, v_desc, o_desc, q_smem, k_smem, v_smem, bars, b, h, hk, start_m, n_tiles, N,
-             qk_scale, D: gl.constexpr, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, STAGES: gl.constexpr,
-             CAUSAL: gl.constexpr, PINGPONG: gl.constexpr):
-    _ws_loader(q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, bars, b, h, hk, start_m, n_tiles, BLOCK_M, BLOCK_N,
-               STAGES)
-
-
-@gluon.jit
-def fused_ws_kernel(q_desc, k_desc, v_desc, o_desc, N, H, GROUP, qk_scale,
-                    D: gl.constexpr, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, STAGES: gl.constexpr,
-                    CAUSAL: gl.constexpr, HEAVY_FIRST: gl.constexpr, PINGPONG: gl.constexpr,
-                    CONSUMER_REGS: gl.constexpr, num_warps: gl.constexpr):
-    """2·BLOCK_M rows a program: warpgroup w (w = 0, 1) owns rows start_m + w·BLOCK_M; num_warps must be 4 (the
-    default partition is consumer 0; consumer 1 and the loader are worker partitions)."""
-    dtype: gl.constexpr = q_desc.dtype
-    n_m = gl.cdiv(N, 2 * BLOCK_M)
-    pid = gl.program_id(0)
-    if HEAVY_FIRST:
-        pid = n_m - 1 - pid
-    bh = gl.program_id(1)
-    b = bh // H
-    h = bh % H
-    hk = h // GROUP
-    start_m = pid * 2 * BLOCK_M
-    hi = N
-    if CAUSAL:
-        hi = gl.minimum(N, start_m + 2 * BLOCK_M)
-    n_tiles = gl.cdiv(hi, BLOCK_N)
-
-    q_smem = gl.allocate_shared_memory(dtype, [2, 1, 1, BLOCK_M, D], q_desc.layout)
-    k_smem = gl.allocate_shared_memory(dtype, [STAGES, 1, 1, BLOCK_N, D], k_desc.layout)
-    v_smem = gl.allocate_shared_memory(dtype, [STAGES, 1, 1, BLOCK_N, D], v_desc.layout)
-    q_bars = gl.allocate_shared_memory(gl.int64, [2, 1], mbarrier.MBarrierLayout())
-    turn = gl.allocate_shared_memory(gl.int64, [2, 1], mbarrier.MBarrierLayout())
-    k_full = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
-    v_full = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
-    k_empty = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
-    v_empty = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
-    for i in gl.static_range(2):
-        mbarrier.init(q_bars.index(i), count=1)
-        mbarrier.init(turn.index(i), count=1)
-    for i in gl.static_range(STAGES):
-        mbarrier.init(k_full.index(i), count=1)
-        mbarrier.init(v_full.index(i), count=1)
-        mbarrier.init(k_empty.index(i), count=2)
-        mbarrier.init(v_empty.index(i), count=2)
-    fence_async_shared()
-    bars = (q_bars, k_full, v_full, k_empty, v_empty, turn)
-    # (the argument tuple is written out three times: a tuple assigned to a name turns its constexprs into tensors)
-    gl.warp_specialize([
-        (_ws_consumer0, (q_desc, k_desc, v_desc, o_desc, q_smem, k_smem, v_smem, bars, b, h, hk, start_m, n_tiles, N,
-                         qk_scale, D, BLOCK_M, BLOCK_N, STAGES, CAUSAL, PINGPONG)),
-        (_ws_consumer1, (q_desc, k_desc, v_desc, o_desc, q_smem, k_smem, v_smem, bars, b, h, hk, start_m, n_tiles, N,
-                         qk_scale, D, BLOCK_M, BLOCK_N, STAGES, CAUSAL, PINGPONG)),
-        (_ws_load, (q_desc, k_desc, v_desc, o_desc, q_smem, k_smem, v_smem, bars, b, h, hk, start_m, n_tiles, N,
-                    qk_scale, D, BLOCK_M, BLOCK_N, STAGES, CAUSAL, PINGPONG)),
-    ], [4, 1], [CONSUMER_REGS, 24])
-
-
-def launch_ws(q, k, v, o, *, N, H, group, qk_scale, causal, tiles, pingpong=True, consumer_regs=240,
-              maxnreg=168) -> None:
-    """The warp-specialised kernel: tiles.BLOCK_M rows per consumer warpgroup, 2·BLOCK_M per program."""
-    BM, BN = tiles.BLOCK_M, tiles.BLOCK_N
-    grid = (triton.cdiv(N, 2 * BM), q.shape[0] * H)
-    fused_ws_kernel[grid](descriptor(q, BM), descriptor(k, BN), descriptor(v, BN), descriptor(o, BM),
-                          N, H, group, qk_scale, D=q.shape[-1], BLOCK_M=BM, BLOCK_N=BN, STAGES=tiles.num_stages,
-                          CAUSAL=causal, HEAVY_FIRST=tiles.heavy_first, PINGPONG=pingpong,
-                          CONSUMER_REGS=consumer_regs, num_warps=4, maxnreg=maxnreg)
+    q, k, v = (tma_ready(x) for x in (q, k, v))
+    o_t = tma_ready(o)
+    grid = (triton.cdiv(N, ROWS_PER_PROGRAM.value * BM), q.shape[0] * H)
+    fused_gluon_kernel[grid](descriptor(q, BM), descriptor(k, BN), descriptor(v, BN), descriptor(o_t, BM), mask,
+                             *mask_strides, N, H, group, qk_scale, mask_scale, inv_n, D=q.shape[-1], BLOCK_M=BM,
+                             BLOCK_N=BN, STAGES=tiles.num_stages, CAUSAL=causal, MASK_KIND=mask_kind,
+                             NO_SOFTMAX=no_softmax, NO_PV=no_pv, HEAVY_FIRST=tiles.heavy_first,
+                             CONSUMER_REGS=CONSUMER_REGS, num_warps=4, maxnreg=MAXNREG)
+    if o_t is not o:
+        o.copy_(o_t)

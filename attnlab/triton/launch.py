@@ -74,7 +74,7 @@ def _grid_m(spec: Spec, block_m: int):
 def _tiles(kernel: str, spec: Spec) -> dict:
     t = tiles(kernel, spec.device, spec.D, spec.causal, spec.dtype).as_dict()
     if kernel != "fused":
-        for fused_only in ("tma", "heavy_first", "paired"):
+        for fused_only in ("tma", "heavy_first", "paired", "gluon"):
             t.pop(fused_only)
     return t
 
@@ -144,9 +144,18 @@ def fused(q, k, v, *, causal=False, attn_mask=None, scale=None, ablation=None, o
     no_softmax = ablation == "no_softmax"
     log_scale = 1.0 if no_softmax else LOG2E
     t = _tiles("fused", s)
+    if t["gluon"]:  # sm90, D = 64/128, 16-bit: the warp-specialised kernel, for the build and all its ablations
+        from attnlab.triton import fused_gluon
+
+        fused_gluon.launch(c.q, c.k, c.v, o, c.mask, c.mask_strides, c.mask_kind, N=s.N, H=s.H, group=s.group,
+                           qk_scale=s.scale * log_scale, mask_scale=log_scale, inv_n=1.0 / s.N, causal=causal,
+                           tiles=tiles("fused", s.device, s.D, causal, s.dtype), no_softmax=no_softmax,
+                           no_pv=ablation == "no_pv")
+        return o
     if t["BLOCK_M"] % t["BLOCK_N"]:  # the causal split is in whole key tiles
         raise ValueError(f"fused tiles need BLOCK_M % BLOCK_N == 0, got {t['BLOCK_M']}x{t['BLOCK_N']}")
     heavy_first, paired = t.pop("heavy_first"), t.pop("paired")
+    t.pop("gluon")
     dk, dv = _kv_descriptors(c, t) if t.pop("tma") else (c.k, c.v)
     _fused.fused_kernel[_grid_m(s, t["BLOCK_M"] * (2 if paired else 1))](
         c.q, c.k, c.v, o, c.mask, dk, dv, *c.q.stride()[:3], *c.k.stride()[:3], *c.v.stride()[:3], *o.stride()[:3],

@@ -39,6 +39,8 @@ def compile_info(kernel: str, D: int, causal: bool, tiles: config.Tiles, mask_ki
                  dtype: str = "bf16", **flags) -> dict:
     """Shared memory, registers, stack and spill bytes of one kernel configuration compiled for sm_90a. `flags`
     set other constexprs (e.g. NO_PV=True for the ablation)."""
+    if kernel == "fused" and tiles.gluon:
+        return _gluon_info(D, causal, tiles, mask_kind, dtype, **flags)
     fn = _kernel(kernel)
     if not isinstance(fn, triton.runtime.jit.JITFunction):
         raise RuntimeError("our kernels were loaded for Triton's interpreter: compile them in a process started with "
@@ -73,6 +75,11 @@ def compile_info(kernel: str, D: int, causal: bool, tiles: config.Tiles, mask_ki
     src = triton.compiler.ASTSource(fn=fn, signature=sig, constexprs=constexprs, attrs=attrs)
     k = triton.compile(src, target=GPUTarget("cuda", 90, 32),
                        options={"num_warps": tiles.num_warps, "num_stages": tiles.num_stages})
+    return _report(k, kernel, D, causal, mask_kind, tiles)
+
+
+def _report(k, kernel, D, causal, mask_kind, tiles) -> dict:
+    """Run ptxas -v on a compiled kernel's PTX for sm_90a and read its report."""
     ptxas = os.path.join(os.path.dirname(triton.__file__), "backends", "nvidia", "bin", "ptxas")
     with tempfile.TemporaryDirectory() as d:
         path = os.path.join(d, "k.ptx")
@@ -84,6 +91,44 @@ def compile_info(kernel: str, D: int, causal: bool, tiles: config.Tiles, mask_ki
         raise RuntimeError(f"ptxas failed: {r.stderr.strip()[:300]}")
     return dict(kernel=kernel, D=D, causal=causal, mask_kind=mask_kind, tiles=_label(tiles),
                 smem_kib=k.metadata.shared / 1024, fits=k.metadata.shared <= SMEM_LIMIT, **read_ptxas(r.stderr))
+
+
+def _gluon_info(D: int, causal: bool, tiles: config.Tiles, mask_kind: int, dtype: str, **flags) -> dict:
+    """compile_info for the Gluon kernel: its descriptors typed as the launcher makes them at the benchmark's shape
+    (contiguous (B, H, N, D), N = 4096), the mask's int strides specialised as _int_args does."""
+    from triton.experimental.gluon._runtime import GluonASTSource
+    from triton.runtime.jit import mangle_type
+
+    import torch
+
+    from attnlab.triton import fused_gluon
+
+    tdtype = {"bf16": torch.bfloat16, "fp16": torch.float16}[dtype]
+    ints = _int_args(D, mask_kind)
+    x = torch.empty(1, ints["H"], ints["N"], D, dtype=tdtype)  # strides only: the descriptor type ignores sizes of B
+    fn = fused_gluon.fused_gluon_kernel
+    sig, constexprs = {}, {}
+    for a, rows in (("q_desc", tiles.BLOCK_M), ("k_desc", tiles.BLOCK_N), ("v_desc", tiles.BLOCK_N),
+                    ("o_desc", tiles.BLOCK_M)):
+        sig[a] = mangle_type(fused_gluon.descriptor(x, rows))
+    sig["M"] = "*u8" if mask_kind == 1 else f"*{dtype}"
+    for a in ("smb", "smh", "smm", "smn", "N", "H", "GROUP"):
+        if ints[a] == 1:  # Triton's JIT turns an int argument equal to 1 into a constant
+            sig[a], constexprs[a] = "constexpr", 1
+        else:
+            sig[a] = "i32"
+    for a in ("qk_scale", "mask_scale", "inv_n"):
+        sig[a] = "fp32"
+    values = dict(D=D, BLOCK_M=tiles.BLOCK_M, BLOCK_N=tiles.BLOCK_N, STAGES=tiles.num_stages, CAUSAL=causal,
+                  MASK_KIND=mask_kind, NO_SOFTMAX=False, NO_PV=False, HEAVY_FIRST=tiles.heavy_first,
+                  CONSUMER_REGS=fused_gluon.CONSUMER_REGS, num_warps=4)
+    values.update(flags)
+    for a, val in values.items():
+        sig[a], constexprs[a] = "constexpr", val
+    src = GluonASTSource(fn=fn, signature=sig, constexprs=constexprs, attrs={})
+    k = triton.compile(src, target=GPUTarget("cuda", 90, 32),
+                       options={"num_warps": 4, "maxnreg": fused_gluon.MAXNREG})
+    return _report(k, "fused", D, causal, mask_kind, tiles)
 
 
 def read_ptxas(report: str) -> dict:
@@ -113,18 +158,18 @@ def _int_args(D: int, mask_kind: int, N: int = 4096, width: int = 2048) -> dict:
 
 def _label(t: config.Tiles) -> str:
     return f"{t.BLOCK_M}x{t.BLOCK_N}w{t.num_warps}s{t.num_stages}" + ("h" if t.heavy_first else "") + (
-        "p" if t.paired else "") + ("t" if t.tma else "")
+        "p" if t.paired else "") + ("t" if t.tma else "") + ("g" if t.gluon else "")
 
 
 def parse_tiles(text: str) -> config.Tiles:
-    """'128x64w8s3' (append 'h' for heavy-first, 'p' for paired rows, 't' for TMA loads, in that order) → Tiles;
-    ValueError naming the expected form otherwise."""
-    m = re.fullmatch(r"(\d+)x(\d+)w(\d+)s(\d+)(h?)(p?)(t?)", text.strip())
+    """'128x64w8s3' (append 'h' for heavy-first, 'p' for paired rows, 't' for TMA loads, 'g' for the Gluon kernel,
+    in that order) → Tiles; ValueError naming the expected form otherwise."""
+    m = re.fullmatch(r"(\d+)x(\d+)w(\d+)s(\d+)(h?)(p?)(t?)(g?)", text.strip())
     if not m:
         raise ValueError(f"--tiles entries look like 128x64w8s3 (BLOCK_M x BLOCK_N, warps, stages; then h for "
-                         f"heavy-first, p for paired rows, t for TMA), got {text!r}")
+                         f"heavy-first, p for paired rows, t for TMA, g for the Gluon kernel), got {text!r}")
     return config.Tiles(int(m[1]), int(m[2]), int(m[3]), int(m[4]), heavy_first=bool(m[5]), paired=bool(m[6]),
-                        tma=bool(m[7]))
+                        tma=bool(m[7]), gluon=bool(m[8]))
 
 
 def main(argv=None) -> int:

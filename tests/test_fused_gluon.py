@@ -1,0 +1,104 @@
+"""The fused build's Gluon kernel (attnlab.triton.fused_gluon) without a GPU: which calls take it, that a build and its
+ablations take the same kernel, and that every variant compiles for sm_90a within the SM's limits.
+
+Gluon has no CPU interpreter, so its arithmetic is checked on the GPU (`attnlab check`, and
+scripts/experiments/gluon_fa3.py: ragged N, GQA, strided inputs, masks that hide rows, both ablations); here the
+compile runs offline in a child process, as `python -m attnlab.triton.resources` does.
+"""
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+import torch
+
+from attnlab.triton import config, fused_gluon, launch
+
+
+@pytest.mark.parametrize("D,dtype,causal,gluon", [
+    (128, torch.bfloat16, False, True), (128, torch.float16, True, True),
+    (96, torch.bfloat16, False, False),  # same bucket, not D = 128: the Triton kernel (no padding in TMA boxes)
+    (80, torch.bfloat16, True, False), (64, torch.bfloat16, False, False),  # D = 64: Triton measured faster (v10)
+    (128, torch.float32, False, False),  # fp32: the IEEE dot path, Triton only
+])
+def test_which_calls_take_the_gluon_kernel_on_hopper(D, dtype, causal, gluon):
+    t = config.lookup("fused", "sm90", D, causal, dtype.itemsize)
+    assert t.gluon is gluon
+    if gluon:
+        assert t.heavy_first is causal and (t.BLOCK_M, t.BLOCK_N, t.num_warps) == (64, 128, 4)
+    assert not config.lookup("fused", "sm80", D, causal, dtype.itemsize).gluon  # TMA/wgmma: Hopper only
+    assert not config.lookup("fused", "interpreter", D, causal, dtype.itemsize).gluon
+
+
+def test_the_recorded_tiles_say_which_kernel_ran():
+    """Result rows carry tile_config(): a Gluon row must be told apart from a Triton one."""
+    t = config.lookup("fused", "sm90", 128, False, 2)
+    assert t.as_dict()["gluon"] is True
+    assert config.lookup("fused", "sm90", 64, False, 2).as_dict()["gluon"] is False
+
+
+@pytest.fixture
+def hopper_dispatch(monkeypatch):
+    """Pretend the CPU tensors sit on an sm90 GPU, and record which kernel the fused launcher would start."""
+    calls = []
+
+    def gluon_launch(q, k, v, o, mask, mask_strides, mask_kind, **kw):
+        calls.append(("gluon", mask_kind, kw["no_softmax"], kw["no_pv"], kw["tiles"]))
+
+    class TritonKernel:
+        def __getitem__(self, grid):
+            return lambda *a, **kw: calls.append(("triton", kw["MASK_KIND"], kw["NO_SOFTMAX"], kw["NO_PV"], None))
+
+    monkeypatch.setattr(config, "family", lambda device: "sm90")
+    monkeypatch.setattr(fused_gluon, "launch", gluon_launch)
+    monkeypatch.setattr(launch._fused, "fused_kernel", TritonKernel())
+    return calls
+
+
+@pytest.mark.parametrize("D,kernel", [(128, "gluon"), (64, "triton"), (96, "triton")])
+def test_a_fused_build_and_all_its_ablations_run_one_kernel(hopper_dispatch, D, kernel):
+    """Lab guard: the ablations' savings are differences against `fused`, so no_softmax, no_pv and zero_mask must
+    run the kernel the build runs (a mask or an ablation flag never moves a call to the other kernel)."""
+    if not config.interpreting():
+        pytest.skip("CPU tensors reach the launcher only under the interpreter")
+    q, k, v = (torch.randn(1, 2, 64, D, dtype=torch.bfloat16) for _ in range(3))
+    zero = torch.zeros(64, 64, dtype=torch.bfloat16)
+    for ablation, mask in ((None, None), ("no_softmax", None), ("no_pv", None), (None, zero),
+                           (None, torch.ones(64, 64, dtype=torch.bool))):
+        launch.fused(q, k, v, causal=True, attn_mask=mask, ablation=ablation)
+    assert {c[0] for c in hopper_dispatch} == {kernel}
+    assert [c[1:4] for c in hopper_dispatch] == [(0, False, False), (0, True, False), (0, False, True),
+                                                 (2, False, False), (1, False, False)]
+    if kernel == "gluon":
+        assert all(c[4] == config.lookup("fused", "sm90", 128, True, 2) for c in hopper_dispatch)
+
+
+def test_tma_takes_strided_views_and_copies_only_what_it_cannot_read():
+    base = torch.randn(2, 64, 4, 128, dtype=torch.bfloat16)
+    view = base.transpose(1, 2)  # (B, H, N, D) over a (B, N, H, D) tensor: 16-byte strides, read in place
+    assert fused_gluon.tma_ready(view) is view
+    odd = torch.randn(2 * 4 * 64 * 128 + 1, dtype=torch.bfloat16)[1:].view(2, 4, 64, 128)  # base 2 bytes off
+    fixed = fused_gluon.tma_ready(odd)
+    assert fixed is not odd and fixed.data_ptr() % 16 == 0 and torch.equal(fixed, odd)
+
+
+def _compile(args):
+    out = subprocess.run([sys.executable, "-m", "attnlab.triton.resources", "--kernels", "fused", "--json", *args],
+                         capture_output=True, text=True, timeout=600, env={**os.environ, "TRITON_INTERPRET": "1"})
+    assert out.returncode == 0, out.stderr[-2000:]
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+@pytest.mark.parametrize("flags", [None, "NO_PV=1", "NO_SOFTMAX=1"])
+def test_every_variant_of_the_gluon_kernel_compiles_for_sm90_within_limits(flags):
+    """D 64 and 128, causal and not, no mask / boolean / additive: fits shared memory, matmuls asynchronous. Spills:
+    none without a mask (the benchmark's path); at most 244 bytes with one (the mask tile's 64-bit pointers; it costs
+    the zero_mask ablation a little: PERFORMANCE.md v10)."""
+    rows = _compile(["--head-dims", "64,128", "--causal", "0,1", "--masks", "0,1,2", "--tiles", "64x128w4s2hg"]
+                    + (["--flags", flags] if flags else []))
+    assert len(rows) == 12
+    for r in rows:
+        assert r["fits"] and not r["wgmma_serialised"], r
+        allowed = 256 if r["mask_kind"] else 0
+        assert r["spill_stores"] <= allowed, r
