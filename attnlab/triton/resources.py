@@ -36,11 +36,11 @@ def _kernel(name: str):
 
 
 def compile_info(kernel: str, D: int, causal: bool, tiles: config.Tiles, mask_kind: int = 0,
-                 dtype: str = "bf16", **flags) -> dict:
+                 dtype: str = "bf16", n: int = 4096, **flags) -> dict:
     """Shared memory, registers, stack and spill bytes of one kernel configuration compiled for sm_90a. `flags`
     set other constexprs (e.g. NO_PV=True for the ablation)."""
     if kernel == "fused" and tiles.gluon:
-        return _gluon_info(D, causal, tiles, mask_kind, dtype, **flags)
+        return _gluon_info(D, causal, tiles, mask_kind, dtype, n, **flags)
     fn = _kernel(kernel)
     if not isinstance(fn, triton.runtime.jit.JITFunction):
         raise RuntimeError("our kernels were loaded for Triton's interpreter: compile them in a process started with "
@@ -52,7 +52,7 @@ def compile_info(kernel: str, D: int, causal: bool, tiles: config.Tiles, mask_ki
                   STAGES=tiles.num_stages)
     values.update(flags)
     constexprs = {n: values[n] for n in constexpr_names}
-    ints = _int_args(D, mask_kind)
+    ints = _int_args(D, mask_kind, N=n)
     sig, div16 = {}, []
     for a in fn.arg_names:
         if a in constexprs:
@@ -93,7 +93,7 @@ def _report(k, kernel, D, causal, mask_kind, tiles) -> dict:
                 smem_kib=k.metadata.shared / 1024, fits=k.metadata.shared <= SMEM_LIMIT, **read_ptxas(r.stderr))
 
 
-def _gluon_info(D: int, causal: bool, tiles: config.Tiles, mask_kind: int, dtype: str, **flags) -> dict:
+def _gluon_info(D: int, causal: bool, tiles: config.Tiles, mask_kind: int, dtype: str, n: int, **flags) -> dict:
     """compile_info for the Gluon kernel: its descriptors typed as the launcher makes them at the benchmark's shape
     (contiguous (B, H, N, D), N = 4096), the mask's int strides specialised as _int_args does."""
     from triton.experimental.gluon._runtime import GluonASTSource
@@ -104,7 +104,7 @@ def _gluon_info(D: int, causal: bool, tiles: config.Tiles, mask_kind: int, dtype
     from attnlab.triton import fused_gluon
 
     tdtype = {"bf16": torch.bfloat16, "fp16": torch.float16}[dtype]
-    ints = _int_args(D, mask_kind)
+    ints = _int_args(D, mask_kind, N=n)
     x = torch.empty(1, ints["H"], ints["N"], D, dtype=tdtype)  # strides only: the descriptor type ignores sizes of B
     fn = fused_gluon.fused_gluon_kernel
     sig, constexprs = {}, {}
@@ -113,7 +113,7 @@ def _gluon_info(D: int, causal: bool, tiles: config.Tiles, mask_kind: int, dtype
         sig[a] = mangle_type(fused_gluon.descriptor(x, rows))
     sig["M"] = "*u8" if mask_kind == 1 else f"*{dtype}"
     for a in ("smb", "smh", "smm", "smn", "N", "H", "GROUP"):
-        if ints[a] == 1:  # Triton's JIT turns an int argument equal to 1 into a constant
+        if ints[a] == 1 and a != "N":  # Triton's JIT turns an int equal to 1 into a constant (not N: do_not_specialize)
             sig[a], constexprs[a] = "constexpr", 1
         else:
             sig[a] = "i32"
@@ -182,6 +182,7 @@ def main(argv=None) -> int:
     ap.add_argument("--causal", default="0,1", help="0, 1 or 0,1")
     ap.add_argument("--masks", default="0,2", help="mask kinds: 0 none, 1 boolean, 2 additive (pv has none)")
     ap.add_argument("--flags", default=None, help="other constexprs, e.g. NO_PV=1 (the ablation)")
+    ap.add_argument("--n", type=int, default=4096, help="sequence length the compile is specialised for")
     ap.add_argument("--json", action="store_true", help="print the rows as JSON")
     argv = sys.argv[1:] if argv is None else list(argv)
     args = ap.parse_args(argv)
@@ -209,7 +210,7 @@ def main(argv=None) -> int:
             for causal in (bool(int(c)) for c in args.causal.split(",")):
                 for mask_kind in ((int(m) for m in args.masks.split(",")) if kernel != "pv" else (0,)):
                     for t in cands or [config.lookup(kernel, "sm90", D, causal, 2)]:  # H100/H200, bf16
-                        rows.append({**compile_info(kernel, D, causal, t, mask_kind, **flags), **flags})
+                        rows.append({**compile_info(kernel, D, causal, t, mask_kind, n=args.n, **flags), **flags})
     if args.json:
         print(json.dumps(rows))
         return 0
