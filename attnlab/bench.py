@@ -4,7 +4,8 @@
     attnlab bench --autotune [--out DIR]     re-run the sweep that chose attnlab.triton.config.TABLE
 
 Each case: the first call timed alone (compile), then triton.testing.do_bench's median (device events, L2 flushed
-between repetitions). TF/s count 4·B·H·N²·D FLOPs, halved for causal. Our builds are checked against the fp64 oracle
+between repetitions) over replays of a CUDA graph of the call (the sweep's timer; the row's `timer` says when a call
+could not be captured and was timed eagerly). TF/s count 4·B·H·N²·D FLOPs, halved for causal. Our builds are checked against the fp64 oracle
 at every benchmarked shape (FlashAttention's accuracy rule, on a slice of B·H when the oracle would be too large).
 `qk_softmax` is also set against its floor: P written once and read once at the run's measured copy bandwidth,
 plus QKᵀ at the run's measured matmul rate.
@@ -20,7 +21,7 @@ import sys
 import torch
 
 from attnlab import model
-from attnlab.measure import cold_call, make_inputs, one_line, spin_up
+from attnlab.measure import cold_call, graphed, make_inputs, one_line, spin_up
 
 TOKENS, WIDTH = 16384, 2048
 BUILDS = ("fused", "qk_softmax", "materialised", "sdpa_flash", "sdpa_cudnn", "flex")
@@ -54,27 +55,35 @@ def oracle_check(name, o, q, k, v, causal):
 
 
 def time_case(name, q, k, v, causal):
-    """(cold seconds, warm median ms, status)."""
+    """(cold seconds, warm median ms, status, output, timer). The warm time is triton.testing.do_bench's median over
+    replays of one CUDA graph of the call (attnlab.measure.graphed, as the sweep times): at N = 512 launching a call
+    from Python can take longer than its kernels (the Gluon kernel's host side did, 2026-11-29 run 14), and the
+    library rows launch from C++. A call that cannot be captured is timed eagerly and says so in `timer`."""
     import triton.testing
 
     from attnlab import builds
 
     b = builds.get(name)
+    dev = torch.device("cuda")
 
     def fn():
         return b.attend(q, k, v, causal=causal)
 
+    graphs: list = []
     try:
-        cold, o = cold_call(fn, torch.device("cuda"))
-        ms = triton.testing.do_bench(fn, warmup=100, rep=100, return_mode="median")
-        return cold, ms, "ok", o
+        cold, o = cold_call(fn, dev)
+        run_, why = graphed(fn, dev, graphs)
+        ms = triton.testing.do_bench(run_, warmup=100, rep=100, return_mode="median")
+        return cold, ms, "ok", o, "do_bench+graph" if graphs else f"do_bench ({why})"
     except builds.Unsupported as e:
-        return float("nan"), float("nan"), f"unsupported: {e}", None
+        return float("nan"), float("nan"), f"unsupported: {e}", None, ""
     except torch.OutOfMemoryError:
         torch.cuda.empty_cache()
-        return float("nan"), float("nan"), "oom", None
+        return float("nan"), float("nan"), "oom", None, ""
     except Exception as e:  # noqa: BLE001 - a failing row is recorded, the benchmark goes on
-        return float("nan"), float("nan"), one_line(f"error: {type(e).__name__}: {e}", 600), None
+        return float("nan"), float("nan"), one_line(f"error: {type(e).__name__}: {e}", 600), None, ""
+    finally:
+        graphs.clear()  # frees the graph and its memory pool
 
 
 def qk_softmax_floor_ms(B, H, N, D, dtype, causal, ceil):
@@ -109,9 +118,10 @@ def run(args) -> "pandas.DataFrame":  # noqa: F821
         spec = check(q, k, v, causal=causal)
         flops = model.flops(shape)
         for name in names:
-            cold, ms, status, o = time_case(name, q, k, v, causal)
+            cold, ms, status, o, timer = time_case(name, q, k, v, causal)
             row = dict(build=name, B=B, H=H, N=N, D=D, dtype=str(dtype).removeprefix("torch."), causal=causal,
-                       status=status, cold_s=cold, ms=ms, tflops=flops / ms / 1e9 if ms == ms else float("nan"))
+                       status=status, cold_s=cold, ms=ms, tflops=flops / ms / 1e9 if ms == ms else float("nan"),
+                       timer=timer)
             if name in ("fused", "qk_softmax", "materialised"):
                 row["tiles"] = json.dumps(launch.tile_config(name, spec))
                 if o is not None:

@@ -51,7 +51,7 @@ def test_run_writes_one_checked_row_per_build_and_shape(monkeypatch, tmp_path):
     monkeypatch.setattr(bench, "shapes", lambda dtypes, ns, quick: [(1, 2, 40, 16, torch.float32, True)])
 
     def fake_time(name, q, k, v, causal):  # the real attention, a made-up time
-        return 0.1, 2.0, "ok", builds.get(name).attend(q, k, v, causal=causal)
+        return 0.1, 2.0, "ok", builds.get(name).attend(q, k, v, causal=causal), "do_bench+graph"
 
     monkeypatch.setattr(bench, "time_case", fake_time)
     args = argparse.Namespace(dtypes="float32", ns="40", builds="fused,qk_softmax,sdpa_math", quick=True,
@@ -61,4 +61,5 @@ def test_run_writes_one_checked_row_per_build_and_shape(monkeypatch, tmp_path):
     assert df.loc[df.build == "fused", "accurate"].item() is True
     assert df.loc[df.build == "qk_softmax", "floor_ms"].item() > 0
     assert df.tflops.tolist() == pytest.approx([4 * 2 * 40 * 40 * 16 / 2 / 2.0 / 1e9] * 3)
+    assert (df.timer == "do_bench+graph").all()  # each row says how it was timed
     assert (tmp_path / "bench.csv").exists()

@@ -21,6 +21,8 @@ the gate (`attnlab check`) and `scripts/experiments/gluon_fa3.py`.
 """
 from __future__ import annotations
 
+import functools
+
 import torch
 import triton
 from triton.experimental import gluon
@@ -310,8 +312,14 @@ def descriptor(x: torch.Tensor, block_rows: int):
     from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
 
     block = [1, 1, block_rows, x.shape[-1]]
-    layout = gl.NVMMASharedLayout.get_default_for(block, getattr(gl, str(x.dtype).split(".")[-1]))
-    return TensorDescriptor(x, list(x.shape), list(x.stride()), block, layout)
+    return TensorDescriptor(x, list(x.shape), list(x.stride()), block, _smem_layout(tuple(block), x.dtype))
+
+
+@functools.lru_cache(maxsize=None)
+def _smem_layout(block: tuple, dtype: torch.dtype):
+    """The swizzled shared-memory layout of a TMA box (cached: computing it was most of the launch's host time, which
+    at N = 512 exceeds the kernel's)."""
+    return gl.NVMMASharedLayout.get_default_for(list(block), getattr(gl, str(dtype).split(".")[-1]))
 
 
 def tma_ready(x: torch.Tensor) -> torch.Tensor:
