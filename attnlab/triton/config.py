@@ -82,7 +82,7 @@ TABLE: dict[tuple, Tiles] = {
     # Causal: heavy-first launch order (v6: 1–8 % at N = 16384, within noise at N ≤ 4096). D = 128 non-causal: paired
     # rows, one block's softmax overlapping the other's PV (v8). Paired causal and paired D = 64 measured slower.
     # D = 128 exactly ("=128"; D = 80…127 take the bucket's entries below): the warp-specialised Gluon kernel
-    # (v10: 1.13–1.19× the Triton kernel, 0.88–1.01× cuDNN). At D = 64 it measured 0.86–0.98× the Triton kernel.
+    # (v10: 1.13–1.18× the Triton kernel, 0.88–1.01× cuDNN). At D = 64 it measured 0.86–0.97× the Triton kernel.
     ("fused", "sm90", "=128", False, 2): Tiles(64, 128, 4, 2, gluon=True),
     ("fused", "sm90", "=128", True, 2): Tiles(64, 128, 4, 2, heavy_first=True, gluon=True),
     ("fused", "sm90", 64, False, 2): Tiles(128, 64, 8, 3),
