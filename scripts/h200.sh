@@ -13,6 +13,8 @@
 #   bench16   attnlab bench --quick in fp16 for our fused and qk_softmax against sdpa_flash and sdpa_cudnn
 #   bench     attnlab bench in bf16 and fp16 with the two untuned shapes (issue 5's benchmark, ~3 minutes)
 #   stages    profiler stage times of materialised and qk_softmax (attnlab.kernels), and fused's refusal
+#   gluoncheck  the Gluon kernel's own accuracy check (scripts/experiments/gluon_fa3.py --check-only: masks that hide
+#             rows, N = 1 with a mask, both ablations, strided inputs, GQA, ragged N), beyond the gate's shapes
 set -u
 out=${OUT:-h200-out}
 mkdir -p "$out"
@@ -60,6 +62,10 @@ bench() {
   timeout 270 python3 -m attnlab.cli bench --dtypes bfloat16,float16 --builds fused,qk_softmax,sdpa_flash,sdpa_cudnn \
     --out "$out/bench" > "$out/bench.log" 2>&1
   echo "bench rc=$?"; grep -v Warning "$out/bench.log" | tail -70
+}
+gluoncheck() {
+  timeout 200 python3 scripts/experiments/gluon_fa3.py --check-only > "$out/gluoncheck.log" 2>&1
+  echo "gluoncheck rc=$?"; grep -a "^check" "$out/gluoncheck.log" | grep -a "BAD\|bad\|wall" | cut -c1-300
 }
 stages() {
   timeout 120 python3 - > "$out/stages.log" 2>&1 <<'PY'
