@@ -107,5 +107,19 @@ def test_every_variant_of_the_gluon_kernel_compiles_for_sm90_within_limits(flags
 def test_one_row_with_a_mask_compiles():
     """N = 1 with a mask failed to compile on the H200 while Triton specialised N = 1 into a constant (Triton 3.6
     lowering error); the kernel now keeps N an argument."""
-    rows = _compile(["--head-dims", "64", "--causal", "0", "--masks", "1,2", "--tiles", "64x128w4s2g", "--n", "1"])
+    rows = _compile(["--head-dims", "128", "--causal", "0", "--masks", "1,2", "--tiles", "64x128w4s2g", "--n", "1"])
     assert [r["mask_kind"] for r in rows] == [1, 2] and all(r["fits"] for r in rows)
+    # the offline compile specialises as the JIT would: N stays an argument because the kernel says so
+    assert [p.name for p in fused_gluon.fused_gluon_kernel.params if p.do_not_specialize] == ["N"]
+
+
+def test_gluon_tiles_refuse_what_the_kernel_cannot_do(hopper_dispatch):
+    """Tiles forced by hand or by the autotune onto an fp32 or D = 96 call: one clear error, not a bad launch."""
+    if not config.interpreting():
+        pytest.skip("CPU tensors reach the launcher only under the interpreter")
+    for D, dtype in ((96, torch.bfloat16), (128, torch.float32)):
+        q = torch.randn(1, 2, 64, D, dtype=dtype)
+        with config.forced("fused", config.Tiles(64, 128, 4, 2, gluon=True)):
+            with pytest.raises(ValueError, match="Gluon kernel needs fp16 or bf16 and D = 64 or 128"):
+                launch.fused(q, q, q)
+    assert hopper_dispatch == []

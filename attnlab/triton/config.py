@@ -28,8 +28,8 @@ class Tiles:
     # fused kernel only: each program owns two blocks of BLOCK_M rows that share every K/V tile, so one block's
     # softmax overlaps the other's PV matmul (PERFORMANCE.md v8). The grid then has cdiv(N, 2·BLOCK_M) programs.
     paired: bool = False
-    # fused kernel only: the warp-specialised Gluon kernel (attnlab.triton.fused_gluon; sm90, 16-bit, D = 64 or 128
-    # exactly). BLOCK_M is then the rows of each of its two consumer warpgroups, a program covers 2·BLOCK_M, and
+    # fused kernel only: the warp-specialised Gluon kernel (attnlab.triton.fused_gluon; sm90, 16-bit; it compiles for
+    # D = 64 or 128 exactly, the table uses it at 128). BLOCK_M is then the rows of each of its two consumer warpgroups, a program covers 2·BLOCK_M, and
     # num_warps is 4 (one warpgroup a partition). PERFORMANCE.md v10.
     gluon: bool = False
 
@@ -81,7 +81,7 @@ TABLE: dict[tuple, Tiles] = {
     # keeps the mask ablation a comparison of the same kernel. TMA (tma=True) measured within 2 % either way: off.
     # Causal: heavy-first launch order (v6: 1–8 % at N = 16384, within noise at N ≤ 4096). D = 128 non-causal: paired
     # rows, one block's softmax overlapping the other's PV (v8). Paired causal and paired D = 64 measured slower.
-    # D = 128 exactly ("=128"; D = 80…127 take the bucket's entries below): the warp-specialised Gluon kernel
+    # D = 128 exactly ("=128"; D = 65…127 take the bucket's entries below): the warp-specialised Gluon kernel
     # (v10: 1.13–1.18× the Triton kernel, 0.88–1.01× cuDNN). At D = 64 it measured 0.86–0.97× the Triton kernel.
     ("fused", "sm90", "=128", False, 2): Tiles(64, 128, 4, 2, gluon=True),
     ("fused", "sm90", "=128", True, 2): Tiles(64, 128, 4, 2, heavy_first=True, gluon=True),

@@ -1,5 +1,6 @@
-"""The fused build's Hopper kernel for D = 64/128 exactly, written in Gluon (Triton's lower-level dialect): warp
-specialised, one loader warp and two consumer warpgroups (PERFORMANCE.md v9–v10).
+"""The fused build's Hopper kernel, written in Gluon (Triton's lower-level dialect): warp specialised, one loader warp
+and two consumer warpgroups (PERFORMANCE.md v9–v10). It compiles for D = 64 and 128 exactly; the tile table uses it
+at D = 128 (at D = 64 the Triton kernel measured faster).
 
 Why a second kernel: stock Triton 3.6 compiles our fused loop (attnlab.triton.fused) so that it waits for every QKᵀ
 matmul at once and all eight warps move in step (CTA-wide barriers around every load); its own warp-specialisation
@@ -31,6 +32,7 @@ from triton.experimental.gluon.language.nvidia.hopper import (fence_async_shared
                                                               warpgroup_mma_wait)
 
 ROWS_PER_PROGRAM = gl.constexpr(2)  # consumer warpgroups, each BLOCK_M rows
+HEAD_DIMS = (64, 128)  # D it compiles for: wgmma tiles and TMA boxes exactly D wide, no padding
 
 
 @gluon.jit

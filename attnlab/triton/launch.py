@@ -144,8 +144,12 @@ def fused(q, k, v, *, causal=False, attn_mask=None, scale=None, ablation=None, o
     no_softmax = ablation == "no_softmax"
     log_scale = 1.0 if no_softmax else LOG2E
     t = _tiles("fused", s)
-    if t["gluon"]:  # sm90, D = 64/128, 16-bit: the warp-specialised kernel, for the build and all its ablations
+    if t["gluon"]:  # the warp-specialised kernel (sm90, 16-bit), for the build and all its ablations and masks
         from attnlab.triton import fused_gluon
+
+        if s.dtype not in (torch.float16, torch.bfloat16) or s.D not in fused_gluon.HEAD_DIMS:
+            raise ValueError(f"tiles {t}: the Gluon kernel needs fp16 or bf16 and D = 64 or 128 (its TMA boxes are "
+                             f"exactly D wide), got {s.dtype} and D = {s.D}")
 
         fused_gluon.launch(c.q, c.k, c.v, o, c.mask, c.mask_strides, c.mask_kind, N=s.N, H=s.H, group=s.group,
                            qk_scale=s.scale * log_scale, mask_scale=log_scale, inv_n=1.0 / s.N, causal=causal,

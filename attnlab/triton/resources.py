@@ -112,8 +112,9 @@ def _gluon_info(D: int, causal: bool, tiles: config.Tiles, mask_kind: int, dtype
                     ("o_desc", tiles.BLOCK_M)):
         sig[a] = mangle_type(fused_gluon.descriptor(x, rows))
     sig["M"] = "*u8" if mask_kind == 1 else f"*{dtype}"
+    fixed = {p.name for p in fn.params if p.do_not_specialize}  # the kernel's own do_not_specialize (N)
     for a in ("smb", "smh", "smm", "smn", "N", "H", "GROUP"):
-        if ints[a] == 1 and a != "N":  # Triton's JIT turns an int equal to 1 into a constant (not N: do_not_specialize)
+        if ints[a] == 1 and a not in fixed:  # Triton's JIT turns an int argument equal to 1 into a constant
             sig[a], constexprs[a] = "constexpr", 1
         else:
             sig[a] = "i32"
