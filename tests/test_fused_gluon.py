@@ -31,6 +31,18 @@ def test_which_calls_take_the_gluon_kernel_on_hopper(D, dtype, causal, gluon):
     assert not config.lookup("fused", "interpreter", D, causal, dtype.itemsize).gluon
 
 
+def test_an_unchecked_triton_release_runs_the_triton_kernel(monkeypatch):
+    """Gluon is experimental and its API moves between releases: the kernel is used only on a Triton it was checked
+    on (3.6 here); on another the table's next entry (the Triton kernel) serves D = 128."""
+    import triton
+
+    assert config.lookup("fused", "sm90", 128, False, 2).gluon  # this environment's Triton is a checked one
+    monkeypatch.setattr(triton, "__version__", "3.7.0")
+    t = config.lookup("fused", "sm90", 128, False, 2)
+    assert not t.gluon and t.paired  # D = 128's Triton entry
+    assert not config.lookup("fused", "sm90", 128, True, 2).gluon
+
+
 def test_the_recorded_tiles_say_which_kernel_ran():
     """Result rows carry tile_config(): a Gluon row must be told apart from a Triton one."""
     t = config.lookup("fused", "sm90", 128, False, 2)

@@ -115,12 +115,26 @@ def tiles(kernel: str, device: torch.device, D: int, causal: bool, dtype: torch.
 
 def lookup(kernel: str, fam: str, D: int, causal: bool, itemsize: int) -> Tiles:
     """The first TABLE entry matching (kernel, GPU family, D's bucket, causal, dtype size); 'any' matches all, and a
-    head-dim entry "=128" matches D = 128 only (the Gluon kernel's TMA boxes are exactly D wide: no padding)."""
+    head-dim entry "=128" matches D = 128 only (the Gluon kernel's TMA boxes are exactly D wide: no padding). Gluon
+    entries count only under a Triton the kernel was checked on (gluon_verified)."""
     key = (kernel, fam, head_dim_bucket(D), causal, itemsize)
     for entry, t in TABLE.items():
+        if t.gluon and not gluon_verified():
+            continue
         if all(e == "any" or e == k or (i == 2 and e == f"={D}") for i, (e, k) in enumerate(zip(entry, key))):
             return t
     raise LookupError(f"no tile configuration for {key}")  # unreachable: the table ends in catch-alls
+
+
+GLUON_TRITON = ("3.6.",)  # Triton releases the Gluon kernel was checked on (Gluon is experimental: its API moves)
+
+
+def gluon_verified() -> bool:
+    """Whether this Triton is one the Gluon kernel was checked on; with any other, its table entries are skipped and
+    the Triton kernel runs (rows record which: `"gluon"` in their tiles)."""
+    import triton
+
+    return triton.__version__.startswith(GLUON_TRITON)
 
 
 @contextmanager
