@@ -148,6 +148,11 @@ def ratios(df):
     ms = df.pivot_table(index=key, columns="build", values="ms")
     tf = df.pivot_table(index=key, columns="build", values="tflops")
     out = pd.DataFrame(index=ms.index)
+    if "tiles" in df:  # which fused kernel each shape ran: the Gluon one (sm90, D = 128) or the Triton one
+        from attnlab.triton.config import kernel_label
+
+        f = df[df.build == "fused"].set_index(key)
+        out["fused_kernel"] = [kernel_label(f.tiles.get(i)) if i in f.index else "" for i in out.index]
     for ours in ("fused", "qk_softmax"):
         if ours in tf:
             out[f"{ours}_TFs"] = tf[ours]

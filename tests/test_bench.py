@@ -31,7 +31,9 @@ def test_ratios_are_library_time_over_ours():
             for b, ms in (("fused", 1.0), ("sdpa_flash", 1.3), ("sdpa_cudnn", 0.8), ("flex", 1.1))]
     rows.append(dict(build="qk_softmax", dtype="bfloat16", D=64, causal=False, N=1024, B=16, H=32, ms=3.0,
                      tflops=33.3, floor_ms=2.0))
+    rows[0]["tiles"] = '{"fused": {"BLOCK_M": 64, "BLOCK_N": 128, "gluon": true}}'
     r = bench.ratios(pd.DataFrame(rows)).iloc[0]
+    assert r["fused_kernel"] == "gluon"  # which kernel the fused row ran, beside its ratios
     assert r["fused_vs_sdpa_flash"] == pytest.approx(1.3)
     assert r["fused_vs_sdpa_cudnn"] == pytest.approx(0.8)
     assert r["qk_softmax_over_floor"] == pytest.approx(1.5)

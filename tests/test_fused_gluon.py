@@ -135,3 +135,9 @@ def test_gluon_tiles_refuse_what_the_kernel_cannot_do(hopper_dispatch):
             with pytest.raises(ValueError, match="Gluon kernel needs fp16 or bf16 and D = 64 or 128"):
                 launch.fused(q, q, q)
     assert hopper_dispatch == []
+
+
+def test_rows_name_the_fused_kernel_from_their_recorded_tiles():
+    assert config.kernel_label('{"fused": {"BLOCK_M": 64, "gluon": true}}') == "gluon"
+    assert config.kernel_label('{"fused": {"BLOCK_M": 128, "paired": true}}') == "triton"  # rows from before v10
+    assert config.kernel_label('{"qk_softmax": {}, "pv": {}}') == "" and config.kernel_label(float("nan")) == ""

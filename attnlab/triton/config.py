@@ -137,6 +137,18 @@ def gluon_verified() -> bool:
     return triton.__version__.startswith(GLUON_TRITON)
 
 
+def kernel_label(tiles_json) -> str:
+    """'gluon' or 'triton': which fused kernel ran, from a result row's recorded tiles (the JSON of
+    attnlab.triton.launch.tile_config); '' when the row records no fused tiles."""
+    import json
+
+    try:
+        fused = json.loads(tiles_json).get("fused")
+    except (TypeError, ValueError, AttributeError):
+        return ""
+    return ("gluon" if fused.get("gluon") else "triton") if isinstance(fused, dict) else ""
+
+
 @contextmanager
 def forced(kernel: str, t: Tiles):
     """Use `t` for `kernel` everywhere inside the block (the autotune sweep's way to try a candidate)."""
