@@ -15,6 +15,7 @@
 #   stages    profiler stage times of materialised and qk_softmax (attnlab.kernels), and fused's refusal
 #   gluoncheck  the Gluon kernel's own accuracy check (scripts/experiments/gluon_fa3.py --check-only: masks that hide
 #             rows, N = 1 with a mask, both ablations, strided inputs, GQA, ragged N), beyond the gate's shapes
+#   maskab    v11: the check with the mask by TMA (Tiles.mask_tma), then the mask's cost with and without it
 set -u
 out=${OUT:-h200-out}
 mkdir -p "$out"
@@ -66,6 +67,10 @@ bench() {
 gluoncheck() {
   timeout 200 python3 scripts/experiments/gluon_fa3.py --check-only > "$out/gluoncheck.log" 2>&1
   echo "gluoncheck rc=$?"; grep -a "^check" "$out/gluoncheck.log" | grep -a "BAD\|bad\|wall" | cut -c1-300
+}
+maskab() {
+  timeout 300 python3 scripts/experiments/gluon_fa3.py --check-tiles 64x128w4s2hgm --mask-ab > "$out/maskab.log" 2>&1
+  echo "maskab rc=$?"; grep -a -v "^check ok" "$out/maskab.log" | grep -av Warning | tail -20
 }
 stages() {
   timeout 120 python3 - > "$out/stages.log" 2>&1 <<'PY'

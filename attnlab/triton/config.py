@@ -32,6 +32,9 @@ class Tiles:
     # D = 64 or 128 exactly, the table uses it at 128). BLOCK_M is then the rows of each of its two consumer warpgroups, a program covers 2·BLOCK_M, and
     # num_warps is 4 (one warpgroup a partition). PERFORMANCE.md v10.
     gluon: bool = False
+    # Gluon kernel only: the loader warp brings each mask tile by TMA with K, instead of each consumer loading it in
+    # its loop (PERFORMANCE.md v11: predicted, not yet measured; masks TMA cannot read keep the loads).
+    mask_tma: bool = False
 
     def as_dict(self) -> dict:
         return asdict(self)

@@ -36,20 +36,23 @@ HEAD_DIMS = (64, 128)  # D it compiles for: wgmma tiles and TMA boxes exactly D 
 
 
 @gluon.jit
-def _scores(s, mask_rows, offs_m, offs_n, N, smn, qk_scale, mask_scale, MASKED: gl.constexpr, CAUSAL: gl.constexpr,
-            MASK_KIND: gl.constexpr, NO_SOFTMAX: gl.constexpr):
+def _scores(s, mask_rows, mask_tile, offs_m, offs_n, N, smn, qk_scale, mask_scale, MASKED: gl.constexpr,
+            CAUSAL: gl.constexpr, MASK_KIND: gl.constexpr, NO_SOFTMAX: gl.constexpr, MASK_TMA: gl.constexpr):
     """attnlab.triton.tiles.score_tile on a matmul result: raw q·kᵀ in the steady state (the scale goes into exp2's
-    FMA), else scaled with the mask added and masked entries -inf."""
+    FMA), else scaled with the mask added and masked entries -inf. The mask tile comes from global memory, or under
+    MASK_TMA from the shared-memory tile the loader brought (zeros past N, as the masked load's `other`)."""
     if MASKED or MASK_KIND != 0 or NO_SOFTMAX:
         s = s * qk_scale
         if MASK_KIND != 0:
-            inside = (offs_m[:, None] < N) & (offs_n[None, :] < N)
-            ptrs = mask_rows[:, None] + offs_n[None, :] * smn
-            if MASK_KIND == 1:
-                keep = gl.load(ptrs, mask=inside, other=0)
-                s = gl.where(keep != 0, s, float("-inf"))
+            if MASK_TMA:
+                m = mask_tile.load(s.type.layout)
             else:
-                s = s + gl.load(ptrs, mask=inside, other=0.0).to(gl.float32) * mask_scale
+                inside = (offs_m[:, None] < N) & (offs_n[None, :] < N)
+                m = gl.load(mask_rows[:, None] + offs_n[None, :] * smn, mask=inside, other=0)
+            if MASK_KIND == 1:
+                s = gl.where(m != 0, s, float("-inf"))
+            else:
+                s = s + m.to(gl.float32) * mask_scale
         if MASKED:
             keep = offs_n[None, :] < N
             if CAUSAL:
@@ -83,15 +86,18 @@ def _softmax(s, m_i, l_i, qk_scale, MASKED: gl.constexpr, MASK_KIND: gl.constexp
 
 
 @gluon.jit
-def _tile(s, m_i, l_i, j, rows, hi, mask_rows, offs_m, cols, N, smn, qk_scale, mask_scale, BLOCK_N: gl.constexpr,
-          CAUSAL: gl.constexpr, MASK_KIND: gl.constexpr, NO_SOFTMAX: gl.constexpr):
+def _tile(s, m_i, l_i, j, rows, hi, mask_rows, mask_tile, offs_m, cols, N, smn, qk_scale, mask_scale,
+          BLOCK_N: gl.constexpr, CAUSAL: gl.constexpr, MASK_KIND: gl.constexpr, NO_SOFTMAX: gl.constexpr,
+          MASK_TMA: gl.constexpr):
     """Scores and softmax of key tile j, element-masked only where the tile crosses the diagonal or N."""
     offs_n = j * BLOCK_N + cols
     if ((j + 1) * BLOCK_N > hi) or (CAUSAL and (j + 1) * BLOCK_N > rows):
-        s = _scores(s, mask_rows, offs_m, offs_n, N, smn, qk_scale, mask_scale, True, CAUSAL, MASK_KIND, NO_SOFTMAX)
+        s = _scores(s, mask_rows, mask_tile, offs_m, offs_n, N, smn, qk_scale, mask_scale, True, CAUSAL, MASK_KIND,
+                    NO_SOFTMAX, MASK_TMA)
         p, m_i, l_i, alpha = _softmax(s, m_i, l_i, qk_scale, True, MASK_KIND, NO_SOFTMAX)
     else:
-        s = _scores(s, mask_rows, offs_m, offs_n, N, smn, qk_scale, mask_scale, False, CAUSAL, MASK_KIND, NO_SOFTMAX)
+        s = _scores(s, mask_rows, mask_tile, offs_m, offs_n, N, smn, qk_scale, mask_scale, False, CAUSAL, MASK_KIND,
+                    NO_SOFTMAX, MASK_TMA)
         p, m_i, l_i, alpha = _softmax(s, m_i, l_i, qk_scale, False, MASK_KIND, NO_SOFTMAX)
     return p, m_i, l_i, alpha, offs_n
 
@@ -105,11 +111,26 @@ def _no_pv_step(acc, p, offs_n, inv_n, alpha, NO_SOFTMAX: gl.constexpr):
 
 
 @gluon.jit
-def _loader(q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, bars, b, h, hk, start_m, n_tiles,
-            BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, STAGES: gl.constexpr, NO_PV: gl.constexpr):
+def _mask_tile(mask_smem, stage, WG: gl.constexpr, MASK_TMA: gl.constexpr):
+    """This warpgroup's rows of the mask tile in ring slot `stage` (the loader brings both warpgroups' rows in one
+    box); the unused placeholder without MASK_TMA."""
+    if MASK_TMA:
+        box = mask_smem.index(stage)
+        rows: gl.constexpr = box.type.shape[2] // ROWS_PER_PROGRAM
+        return box.reshape([box.type.shape[2], box.type.shape[3]]).slice(WG * rows, rows, dim=0)
+    else:
+        return mask_smem
+
+
+@gluon.jit
+def _loader(q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, bars, mask, b, h, hk, start_m, n_tiles,
+            BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, STAGES: gl.constexpr, NO_PV: gl.constexpr,
+            MASK_TMA: gl.constexpr):
     """One warp: both consumers' Q, then K and V tile by tile into the ring; a slot is refilled once both consumers
-    have arrived on its `empty` barrier (count 2). Under no_pv V is never read."""
+    have arrived on its `empty` barrier (count 2). Under no_pv V is never read. Under MASK_TMA the mask tile of
+    both consumers' rows arrives with K, on K's barrier."""
     q_bars, k_full, v_full, k_empty, v_empty = bars
+    m_head, smm, smn, mask_desc, mask_smem, mb, mh = mask
     for w in gl.static_range(ROWS_PER_PROGRAM):
         mbarrier.expect(q_bars.index(w), q_desc.block_type.nbytes)
         tma.async_copy_global_to_shared(q_desc, [b, h, start_m + w * BLOCK_M, 0], q_bars.index(w), q_smem.index(w))
@@ -117,7 +138,12 @@ def _loader(q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, bars, b, h, hk, star
         st = j % STAGES
         ph = (j // STAGES) & 1
         mbarrier.wait(k_empty.index(st), ph ^ 1)  # a fresh barrier counts as having completed the phase before 0
-        mbarrier.expect(k_full.index(st), k_desc.block_type.nbytes)
+        if MASK_TMA:
+            mbarrier.expect(k_full.index(st), k_desc.block_type.nbytes + mask_desc.block_type.nbytes)
+            tma.async_copy_global_to_shared(mask_desc, [mb, mh, start_m, j * BLOCK_N], k_full.index(st),
+                                            mask_smem.index(st))
+        else:
+            mbarrier.expect(k_full.index(st), k_desc.block_type.nbytes)
         tma.async_copy_global_to_shared(k_desc, [b, hk, j * BLOCK_N, 0], k_full.index(st), k_smem.index(st))
         if not NO_PV:
             mbarrier.wait(v_empty.index(st), ph ^ 1)
@@ -140,12 +166,14 @@ def _pv_issue(p, acc, v_smem, v_full, stage, j, offs_n, inv_n, dtype: gl.constex
 
 
 @gluon.jit
-def _consumer(q_desc, o_desc, q_smem, k_smem, v_smem, bars, m_head, smm, smn, b, h, start_m, n_tiles, N,
+def _consumer(q_desc, o_desc, q_smem, k_smem, v_smem, bars, mask, b, h, start_m, n_tiles, N,
               qk_scale, mask_scale, inv_n, WG: gl.constexpr, D: gl.constexpr, BLOCK_M: gl.constexpr,
               BLOCK_N: gl.constexpr, STAGES: gl.constexpr, CAUSAL: gl.constexpr, MASK_KIND: gl.constexpr,
-              NO_SOFTMAX: gl.constexpr, NO_PV: gl.constexpr):
-    """One warpgroup, rows start_m + WG·BLOCK_M onwards: FA3's loop over the loader's ring, then O out by TMA."""
+              NO_SOFTMAX: gl.constexpr, NO_PV: gl.constexpr, MASK_TMA: gl.constexpr):
+    """One warpgroup, rows start_m + WG·BLOCK_M onwards: FA3's loop over the loader's ring, then O out by TMA. Under
+    MASK_TMA a K slot is released only once this warpgroup has also read its rows of the slot's mask tile."""
     q_bars, k_full, v_full, k_empty, v_empty = bars
+    m_head, smm, smn, mask_desc, mask_smem, mb, mh = mask
     dtype: gl.constexpr = q_desc.dtype
     s_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1],
                                                        instr_shape=[16, BLOCK_N, 16])
@@ -175,9 +203,13 @@ def _consumer(q_desc, o_desc, q_smem, k_smem, v_smem, bars, m_head, smm, smn, b,
     s = warpgroup_mma(q, k_smem.index(0).reshape([BLOCK_N, D]).permute((1, 0)), zero_s, use_acc=False,
                       is_async=True)
     s = warpgroup_mma_wait(num_outstanding=0, deps=[s])
-    mbarrier.arrive(k_empty.index(0), count=1)
-    p, m_i, l_i, alpha, offs_n = _tile(s, m_i, l_i, 0, rows, hi, mask_rows, offs_m, cols, N, smn, qk_scale,
-                                       mask_scale, BLOCK_N, CAUSAL, MASK_KIND, NO_SOFTMAX)
+    if not MASK_TMA:
+        mbarrier.arrive(k_empty.index(0), count=1)
+    p, m_i, l_i, alpha, offs_n = _tile(s, m_i, l_i, 0, rows, hi, mask_rows, _mask_tile(mask_smem, 0, WG, MASK_TMA),
+                                       offs_m, cols, N, smn, qk_scale, mask_scale, BLOCK_N, CAUSAL, MASK_KIND,
+                                       NO_SOFTMAX, MASK_TMA)
+    if MASK_TMA:
+        mbarrier.arrive(k_empty.index(0), count=1)
     if NO_PV:
         acc = _no_pv_step(acc, p, offs_n, inv_n, alpha, NO_SOFTMAX)
     for j in range(1, n_tiles):
@@ -190,9 +222,13 @@ def _consumer(q_desc, o_desc, q_smem, k_smem, v_smem, bars, m_head, smm, smn, b,
                               STAGES, NO_PV)
         # QKᵀ(j) done; PV(j-1), committed after it, may still run (under no_pv there is nothing after it)
         s = warpgroup_mma_wait(num_outstanding=0 if NO_PV else 1, deps=[s])
-        mbarrier.arrive(k_empty.index(stage), count=1)
-        p, m_i, l_i, alpha, offs_n = _tile(s, m_i, l_i, j, rows, hi, mask_rows, offs_m, cols, N, smn, qk_scale,
-                                           mask_scale, BLOCK_N, CAUSAL, MASK_KIND, NO_SOFTMAX)
+        if not MASK_TMA:
+            mbarrier.arrive(k_empty.index(stage), count=1)
+        p, m_i, l_i, alpha, offs_n = _tile(s, m_i, l_i, j, rows, hi, mask_rows,
+                                           _mask_tile(mask_smem, stage, WG, MASK_TMA), offs_m, cols, N, smn,
+                                           qk_scale, mask_scale, BLOCK_N, CAUSAL, MASK_KIND, NO_SOFTMAX, MASK_TMA)
+        if MASK_TMA:
+            mbarrier.arrive(k_empty.index(stage), count=1)
         if NO_PV:
             acc = _no_pv_step(acc, p, offs_n, inv_n, alpha, NO_SOFTMAX)
         else:
@@ -221,43 +257,46 @@ def _consumer(q_desc, o_desc, q_smem, k_smem, v_smem, bars, m_head, smm, smn, b,
 
 # Partition entry points. gl.warp_specialize calls every worker with the same argument tuple, so all three take it.
 @gluon.jit
-def _consumer0(q_desc, k_desc, v_desc, o_desc, q_smem, k_smem, v_smem, bars, m_head, smm, smn, b, h, hk, start_m,
+def _consumer0(q_desc, k_desc, v_desc, o_desc, q_smem, k_smem, v_smem, bars, mask, b, h, hk, start_m,
                n_tiles, N, qk_scale, mask_scale, inv_n, D: gl.constexpr, BLOCK_M: gl.constexpr,
                BLOCK_N: gl.constexpr, STAGES: gl.constexpr, CAUSAL: gl.constexpr, MASK_KIND: gl.constexpr,
-               NO_SOFTMAX: gl.constexpr, NO_PV: gl.constexpr):
-    _consumer(q_desc, o_desc, q_smem, k_smem, v_smem, bars, m_head, smm, smn, b, h, start_m, n_tiles, N, qk_scale,
-              mask_scale, inv_n, 0, D, BLOCK_M, BLOCK_N, STAGES, CAUSAL, MASK_KIND, NO_SOFTMAX, NO_PV)
+               NO_SOFTMAX: gl.constexpr, NO_PV: gl.constexpr, MASK_TMA: gl.constexpr):
+    _consumer(q_desc, o_desc, q_smem, k_smem, v_smem, bars, mask, b, h, start_m, n_tiles, N, qk_scale,
+              mask_scale, inv_n, 0, D, BLOCK_M, BLOCK_N, STAGES, CAUSAL, MASK_KIND, NO_SOFTMAX, NO_PV, MASK_TMA)
 
 
 @gluon.jit
-def _consumer1(q_desc, k_desc, v_desc, o_desc, q_smem, k_smem, v_smem, bars, m_head, smm, smn, b, h, hk, start_m,
+def _consumer1(q_desc, k_desc, v_desc, o_desc, q_smem, k_smem, v_smem, bars, mask, b, h, hk, start_m,
                n_tiles, N, qk_scale, mask_scale, inv_n, D: gl.constexpr, BLOCK_M: gl.constexpr,
                BLOCK_N: gl.constexpr, STAGES: gl.constexpr, CAUSAL: gl.constexpr, MASK_KIND: gl.constexpr,
-               NO_SOFTMAX: gl.constexpr, NO_PV: gl.constexpr):
-    _consumer(q_desc, o_desc, q_smem, k_smem, v_smem, bars, m_head, smm, smn, b, h, start_m, n_tiles, N, qk_scale,
-              mask_scale, inv_n, 1, D, BLOCK_M, BLOCK_N, STAGES, CAUSAL, MASK_KIND, NO_SOFTMAX, NO_PV)
+               NO_SOFTMAX: gl.constexpr, NO_PV: gl.constexpr, MASK_TMA: gl.constexpr):
+    _consumer(q_desc, o_desc, q_smem, k_smem, v_smem, bars, mask, b, h, start_m, n_tiles, N, qk_scale,
+              mask_scale, inv_n, 1, D, BLOCK_M, BLOCK_N, STAGES, CAUSAL, MASK_KIND, NO_SOFTMAX, NO_PV, MASK_TMA)
 
 
 @gluon.jit
-def _load(q_desc, k_desc, v_desc, o_desc, q_smem, k_smem, v_smem, bars, m_head, smm, smn, b, h, hk, start_m,
+def _load(q_desc, k_desc, v_desc, o_desc, q_smem, k_smem, v_smem, bars, mask, b, h, hk, start_m,
           n_tiles, N, qk_scale, mask_scale, inv_n, D: gl.constexpr, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr,
           STAGES: gl.constexpr, CAUSAL: gl.constexpr, MASK_KIND: gl.constexpr, NO_SOFTMAX: gl.constexpr,
-          NO_PV: gl.constexpr):
-    _loader(q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, bars, b, h, hk, start_m, n_tiles, BLOCK_M, BLOCK_N,
-            STAGES, NO_PV)
+          NO_PV: gl.constexpr, MASK_TMA: gl.constexpr):
+    _loader(q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, bars, mask, b, h, hk, start_m, n_tiles, BLOCK_M,
+            BLOCK_N, STAGES, NO_PV, MASK_TMA)
 
 
 # N is never made a constant: Triton specialises an int argument equal to 1, and at N = 1 with a mask that compile
 # fails in Triton 3.6's lowering (PassManager::run failed; seen on the H200, reproduced offline).
 @gluon.jit(do_not_specialize=["N"])
-def fused_gluon_kernel(q_desc, k_desc, v_desc, o_desc, M, smb, smh, smm, smn, N, H, GROUP, qk_scale, mask_scale,
-                       inv_n, D: gl.constexpr, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, STAGES: gl.constexpr,
-                       CAUSAL: gl.constexpr, MASK_KIND: gl.constexpr, NO_SOFTMAX: gl.constexpr,
-                       NO_PV: gl.constexpr, HEAVY_FIRST: gl.constexpr, CONSUMER_REGS: gl.constexpr,
-                       num_warps: gl.constexpr):
+def fused_gluon_kernel(q_desc, k_desc, v_desc, o_desc, M, smb, smh, smm, smn, mask_desc, N, H, GROUP, qk_scale,
+                       mask_scale, inv_n, D: gl.constexpr, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr,
+                       STAGES: gl.constexpr, CAUSAL: gl.constexpr, MASK_KIND: gl.constexpr,
+                       NO_SOFTMAX: gl.constexpr, NO_PV: gl.constexpr, HEAVY_FIRST: gl.constexpr,
+                       MASK_TMA: gl.constexpr, MASK_B: gl.constexpr, MASK_H: gl.constexpr,
+                       CONSUMER_REGS: gl.constexpr, num_warps: gl.constexpr):
     """grid (cdiv(N, 2·BLOCK_M), B·H), num_warps = 4 (the default partition is consumer 0). q/k/v/o descriptors
     over (B, H or Hkv, N, D) with (1, 1, BLOCK_M or BLOCK_N, D) boxes; M the (B, H, N, N)-strided mask or any
-    pointer when MASK_KIND = 0; qk_scale = scale·log2 e (natural scale under NO_SOFTMAX)."""
+    pointer when MASK_KIND = 0; qk_scale = scale·log2 e (natural scale under NO_SOFTMAX). MASK_TMA: the mask tiles
+    come through `mask_desc`, a descriptor over the mask's (B or 1, H or 1, N, N) with a (1, 1, 2·BLOCK_M, BLOCK_N)
+    box (MASK_B, MASK_H: 1 where the mask varies over batch, heads); else `mask_desc` is an unused placeholder."""
     dtype: gl.constexpr = q_desc.dtype
     pid = gl.program_id(0)
     if HEAVY_FIRST:  # causal: the longest rows first, so the grid does not end on one long program
@@ -276,6 +315,11 @@ def fused_gluon_kernel(q_desc, k_desc, v_desc, o_desc, M, smb, smh, smm, smn, N,
     q_smem = gl.allocate_shared_memory(dtype, [ROWS_PER_PROGRAM, 1, 1, BLOCK_M, D], q_desc.layout)
     k_smem = gl.allocate_shared_memory(dtype, [STAGES, 1, 1, BLOCK_N, D], k_desc.layout)
     v_smem = gl.allocate_shared_memory(dtype, [STAGES, 1, 1, BLOCK_N, D], v_desc.layout)
+    if MASK_TMA:
+        mask_smem = gl.allocate_shared_memory(mask_desc.dtype, [STAGES, 1, 1, ROWS_PER_PROGRAM * BLOCK_M, BLOCK_N],
+                                              mask_desc.layout)
+    else:
+        mask_smem = q_smem  # never read
     q_bars = gl.allocate_shared_memory(gl.int64, [ROWS_PER_PROGRAM, 1], mbarrier.MBarrierLayout())
     k_full = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
     v_full = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
@@ -290,17 +334,18 @@ def fused_gluon_kernel(q_desc, k_desc, v_desc, o_desc, M, smb, smh, smm, smn, N,
         mbarrier.init(v_empty.index(i), count=ROWS_PER_PROGRAM)
     fence_async_shared()
     bars = (q_bars, k_full, v_full, k_empty, v_empty)
+    mask = (m_head, smm, smn, mask_desc, mask_smem, b * MASK_B, h * MASK_H)
     # The argument tuple is written out three times: a tuple assigned to a name turns its constexprs into tensors.
     gl.warp_specialize([
-        (_consumer0, (q_desc, k_desc, v_desc, o_desc, q_smem, k_smem, v_smem, bars, m_head, smm, smn, b, h, hk,
-                      start_m, n_tiles, N, qk_scale, mask_scale, inv_n, D, BLOCK_M, BLOCK_N, STAGES, CAUSAL,
-                      MASK_KIND, NO_SOFTMAX, NO_PV)),
-        (_consumer1, (q_desc, k_desc, v_desc, o_desc, q_smem, k_smem, v_smem, bars, m_head, smm, smn, b, h, hk,
-                      start_m, n_tiles, N, qk_scale, mask_scale, inv_n, D, BLOCK_M, BLOCK_N, STAGES, CAUSAL,
-                      MASK_KIND, NO_SOFTMAX, NO_PV)),
-        (_load, (q_desc, k_desc, v_desc, o_desc, q_smem, k_smem, v_smem, bars, m_head, smm, smn, b, h, hk,
-                 start_m, n_tiles, N, qk_scale, mask_scale, inv_n, D, BLOCK_M, BLOCK_N, STAGES, CAUSAL,
-                 MASK_KIND, NO_SOFTMAX, NO_PV)),
+        (_consumer0, (q_desc, k_desc, v_desc, o_desc, q_smem, k_smem, v_smem, bars, mask, b, h, hk, start_m,
+                      n_tiles, N, qk_scale, mask_scale, inv_n, D, BLOCK_M, BLOCK_N, STAGES, CAUSAL, MASK_KIND,
+                      NO_SOFTMAX, NO_PV, MASK_TMA)),
+        (_consumer1, (q_desc, k_desc, v_desc, o_desc, q_smem, k_smem, v_smem, bars, mask, b, h, hk, start_m,
+                      n_tiles, N, qk_scale, mask_scale, inv_n, D, BLOCK_M, BLOCK_N, STAGES, CAUSAL, MASK_KIND,
+                      NO_SOFTMAX, NO_PV, MASK_TMA)),
+        (_load, (q_desc, k_desc, v_desc, o_desc, q_smem, k_smem, v_smem, bars, mask, b, h, hk, start_m,
+                 n_tiles, N, qk_scale, mask_scale, inv_n, D, BLOCK_M, BLOCK_N, STAGES, CAUSAL, MASK_KIND,
+                 NO_SOFTMAX, NO_PV, MASK_TMA)),
     ], [4, 1], [CONSUMER_REGS, 24])
 
 
@@ -332,17 +377,45 @@ def tma_ready(x: torch.Tensor) -> torch.Tensor:
     return x if ok else torch.empty(x.shape, dtype=x.dtype, device=x.device).copy_(x)
 
 
+def mask_descriptor(mask: torch.Tensor, rows: int, cols: int):
+    """(descriptor, varies over batch, varies over heads) for a (B, H, N, N)-strided mask view that TMA can read
+    (1- or 2-byte elements, unit column stride, 16-byte-aligned base and row stride), else None. Broadcast batch or
+    head dims (stride 0) become dims of size 1, whose coordinate the kernel pins to 0."""
+    from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
+
+    esz = mask.element_size()
+    sb, sh, sm, sn = mask.stride()
+    B, H, N, _ = mask.shape
+    if esz > 2 or sn != 1 or mask.data_ptr() % 16 or (sm * esz) % 16 or sm == 0:
+        return None
+    if any(s and (s * esz) % 16 for s in (sb, sh)):
+        return None
+    vary_b, vary_h = int(sb != 0), int(sh != 0)
+    sh_, shape_h = (sh, H) if vary_h else (N * sm, 1)
+    sb_, shape_b = (sb, B) if vary_b else (shape_h * sh_, 1)
+    block = [1, 1, rows, cols]
+    desc = TensorDescriptor(mask, [shape_b, shape_h, N, N], [sb_, sh_, sm, 1], block, _smem_layout(tuple(block),
+                                                                                                   mask.dtype))
+    return desc, vary_b, vary_h
+
+
 def launch(q, k, v, o, mask, mask_strides, mask_kind, *, N, H, group, qk_scale, mask_scale, inv_n, causal, tiles,
            no_softmax=False, no_pv=False) -> None:
-    """Run the kernel on checked (B, H, N, D) tensors (attnlab.triton.launch.fused calls it for Tiles.gluon)."""
+    """Run the kernel on checked (B, H, N, D) tensors (attnlab.triton.launch.fused calls it for Tiles.gluon). With
+    Tiles.mask_tma a mask TMA can read comes through the loader warp (PERFORMANCE.md v11), else by the consumers'
+    loads."""
     BM, BN = tiles.BLOCK_M, tiles.BLOCK_N
     q, k, v = (tma_ready(x) for x in (q, k, v))
     o_t = tma_ready(o)
+    q_desc = descriptor(q, BM)
+    md = mask_descriptor(mask, ROWS_PER_PROGRAM.value * BM, BN) if (mask_kind and tiles.mask_tma) else None
+    mask_desc, vary_b, vary_h = md if md else (q_desc, 0, 0)
     grid = (triton.cdiv(N, ROWS_PER_PROGRAM.value * BM), q.shape[0] * H)
-    fused_gluon_kernel[grid](descriptor(q, BM), descriptor(k, BN), descriptor(v, BN), descriptor(o_t, BM), mask,
-                             *mask_strides, N, H, group, qk_scale, mask_scale, inv_n, D=q.shape[-1], BLOCK_M=BM,
-                             BLOCK_N=BN, STAGES=tiles.num_stages, CAUSAL=causal, MASK_KIND=mask_kind,
+    fused_gluon_kernel[grid](q_desc, descriptor(k, BN), descriptor(v, BN), descriptor(o_t, BM), mask,
+                             *mask_strides, mask_desc, N, H, group, qk_scale, mask_scale, inv_n, D=q.shape[-1],
+                             BLOCK_M=BM, BLOCK_N=BN, STAGES=tiles.num_stages, CAUSAL=causal, MASK_KIND=mask_kind,
                              NO_SOFTMAX=no_softmax, NO_PV=no_pv, HEAVY_FIRST=tiles.heavy_first,
-                             CONSUMER_REGS=CONSUMER_REGS, num_warps=4, maxnreg=MAXNREG)
+                             MASK_TMA=md is not None, MASK_B=vary_b, MASK_H=vary_h, CONSUMER_REGS=CONSUMER_REGS,
+                             num_warps=4, maxnreg=MAXNREG)
     if o_t is not o:
         o.copy_(o_t)

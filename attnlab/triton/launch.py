@@ -74,7 +74,7 @@ def _grid_m(spec: Spec, block_m: int):
 def _tiles(kernel: str, spec: Spec) -> dict:
     t = tiles(kernel, spec.device, spec.D, spec.causal, spec.dtype).as_dict()
     if kernel != "fused":
-        for fused_only in ("tma", "heavy_first", "paired", "gluon"):
+        for fused_only in ("tma", "heavy_first", "paired", "gluon", "mask_tma"):
             t.pop(fused_only)
     return t
 
@@ -159,7 +159,7 @@ def fused(q, k, v, *, causal=False, attn_mask=None, scale=None, ablation=None, o
     if t["BLOCK_M"] % t["BLOCK_N"]:  # the causal split is in whole key tiles
         raise ValueError(f"fused tiles need BLOCK_M % BLOCK_N == 0, got {t['BLOCK_M']}x{t['BLOCK_N']}")
     heavy_first, paired = t.pop("heavy_first"), t.pop("paired")
-    t.pop("gluon")
+    t.pop("gluon"), t.pop("mask_tma")
     dk, dv = _kv_descriptors(c, t) if t.pop("tma") else (c.k, c.v)
     _fused.fused_kernel[_grid_m(s, t["BLOCK_M"] * (2 if paired else 1))](
         c.q, c.k, c.v, o, c.mask, dk, dv, *c.q.stride()[:3], *c.k.stride()[:3], *c.v.stride()[:3], *o.stride()[:3],

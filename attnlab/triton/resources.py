@@ -112,6 +112,14 @@ def _gluon_info(D: int, causal: bool, tiles: config.Tiles, mask_kind: int, dtype
                     ("o_desc", tiles.BLOCK_M)):
         sig[a] = mangle_type(fused_gluon.descriptor(x, rows))
     sig["M"] = "*u8" if mask_kind == 1 else f"*{dtype}"
+    mask_tma = bool(flags.pop("MASK_TMA", tiles.mask_tma)) and mask_kind != 0
+    if mask_tma:  # an (N, N) mask broadcast over batch and heads, as the zero_mask ablation passes
+        m = torch.empty(ints["N"], ints["N"], dtype=torch.uint8 if mask_kind == 1 else tdtype)
+        m4 = m.expand(1, ints["H"], ints["N"], ints["N"])
+        sig["mask_desc"] = mangle_type(fused_gluon.mask_descriptor(
+            m4, fused_gluon.ROWS_PER_PROGRAM.value * tiles.BLOCK_M, tiles.BLOCK_N)[0])
+    else:
+        sig["mask_desc"] = sig["q_desc"]  # the placeholder the launcher passes
     fixed = {p.name for p in fn.params if p.do_not_specialize}  # the kernel's own do_not_specialize (N)
     for a in ("smb", "smh", "smm", "smn", "N", "H", "GROUP"):
         if ints[a] == 1 and a not in fixed:  # Triton's JIT turns an int argument equal to 1 into a constant
@@ -122,7 +130,7 @@ def _gluon_info(D: int, causal: bool, tiles: config.Tiles, mask_kind: int, dtype
         sig[a] = "fp32"
     values = dict(D=D, BLOCK_M=tiles.BLOCK_M, BLOCK_N=tiles.BLOCK_N, STAGES=tiles.num_stages, CAUSAL=causal,
                   MASK_KIND=mask_kind, NO_SOFTMAX=False, NO_PV=False, HEAVY_FIRST=tiles.heavy_first,
-                  CONSUMER_REGS=fused_gluon.CONSUMER_REGS, num_warps=4)
+                  MASK_TMA=mask_tma, MASK_B=0, MASK_H=0, CONSUMER_REGS=fused_gluon.CONSUMER_REGS, num_warps=4)
     values.update(flags)
     for a, val in values.items():
         sig[a], constexprs[a] = "constexpr", val
@@ -159,18 +167,19 @@ def _int_args(D: int, mask_kind: int, N: int = 4096, width: int = 2048) -> dict:
 
 def _label(t: config.Tiles) -> str:
     return f"{t.BLOCK_M}x{t.BLOCK_N}w{t.num_warps}s{t.num_stages}" + ("h" if t.heavy_first else "") + (
-        "p" if t.paired else "") + ("t" if t.tma else "") + ("g" if t.gluon else "")
+        "p" if t.paired else "") + ("t" if t.tma else "") + ("g" if t.gluon else "") + ("m" if t.mask_tma else "")
 
 
 def parse_tiles(text: str) -> config.Tiles:
     """'128x64w8s3' (append 'h' for heavy-first, 'p' for paired rows, 't' for TMA loads, 'g' for the Gluon kernel,
-    in that order) → Tiles; ValueError naming the expected form otherwise."""
-    m = re.fullmatch(r"(\d+)x(\d+)w(\d+)s(\d+)(h?)(p?)(t?)(g?)", text.strip())
+    'm' for its mask tiles by TMA, in that order) → Tiles; ValueError naming the expected form otherwise."""
+    m = re.fullmatch(r"(\d+)x(\d+)w(\d+)s(\d+)(h?)(p?)(t?)(g?)(m?)", text.strip())
     if not m:
         raise ValueError(f"--tiles entries look like 128x64w8s3 (BLOCK_M x BLOCK_N, warps, stages; then h for "
-                         f"heavy-first, p for paired rows, t for TMA, g for the Gluon kernel), got {text!r}")
+                         f"heavy-first, p for paired rows, t for TMA, g for the Gluon kernel, m for its mask by TMA), "
+                         f"got {text!r}")
     return config.Tiles(int(m[1]), int(m[2]), int(m[3]), int(m[4]), heavy_first=bool(m[5]), paired=bool(m[6]),
-                        tma=bool(m[7]), gluon=bool(m[8]))
+                        tma=bool(m[7]), gluon=bool(m[8]), mask_tma=bool(m[9]))
 
 
 def main(argv=None) -> int:

@@ -27,12 +27,13 @@ from attnlab.triton.resources import parse_tiles
 def check(tiles):
     bad = 0
     shapes = [(1, 2, 2, 1, 64), (2, 3, 3, 17, 64), (1, 4, 2, 100, 128), (2, 2, 2, 129, 128), (1, 8, 2, 1000, 64),
-              (1, 4, 4, 3000, 128), (2, 16, 16, 1024, 128), (1, 2, 1, 4096, 128)]
+              (1, 4, 4, 3000, 128), (2, 16, 16, 1024, 128), (1, 2, 1, 4096, 128), (2, 4, 2, 256, 128)]
     variants = [dict(), dict(ablation="no_pv"), dict(ablation="no_softmax"), dict(mask="bool"), dict(mask="add"),
                 dict(layout="bnhd")]
     for (B, H, Hkv, N, D), causal, dtype, var, t in itertools.product(
             shapes, (False, True), (torch.bfloat16, torch.float16), variants, tiles):
-        if var and (N not in (1, 17, 129, 1000) or dtype != torch.bfloat16):  # each variant is its own compile
+        # each variant is its own compile; N = 256 is where a boolean mask's rows are 16-byte aligned (mask by TMA)
+        if var and (N not in (1, 17, 129, 256, 1000) or dtype != torch.bfloat16):
             continue
         g = torch.Generator(device="cuda").manual_seed(N * 7 + D)
         if var.get("layout") == "bnhd":  # a (B, N, H, D) tensor viewed as (B, H, N, D): TMA reads it strided
@@ -98,6 +99,23 @@ def bench_all(ns, ds, tiles_by_d, causals, ablations):
                   f"{res['sdpa_cudnn'] / ms:.3f}", flush=True)
 
 
+def mask_ab(ns, causals):
+    """v11: the zero_mask ablation's cost (fused-zero_mask − fused) with the consumers' mask loads (…g) and with the
+    mask by TMA (…gm), D = 128, same process, CUDA-graph medians."""
+    print("D causal N tiles fused_ms zero_mask_ms mask_cost_ms", flush=True)
+    for causal, N in itertools.product(causals, ns):
+        B, H, D = 16384 // N, 16, 128
+        g = torch.Generator(device="cuda").manual_seed(0)
+        q, k, v = (torch.randn(B, H, N, D, device="cuda", dtype=torch.bfloat16, generator=g) for _ in range(3))
+        for label in ("64x128w4s2hg", "64x128w4s2hgm"):
+            t = parse_tiles(label if causal else label.replace("h", ""))
+            with config.forced("fused", t):
+                base, zm = builds.get("fused"), builds.get("fused-zero_mask")
+                ms = timed(lambda: base.attend(q, k, v, causal=causal))
+                zm_ms = timed(lambda: zm.attend(q, k, v, causal=causal))
+            print(f"{D} {int(causal)} {N} {label} {ms:.4f} {zm_ms:.4f} {zm_ms - ms:.4f}", flush=True)
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--ns", default="1024,4096,16384")
@@ -108,11 +126,15 @@ def main():
     ap.add_argument("--check-tiles", default="64x128w4s2hg")
     ap.add_argument("--check-only", action="store_true")
     ap.add_argument("--ablations", action="store_true", help="also time fused-no_pv and fused-no_softmax (table)")
+    ap.add_argument("--mask-ab", action="store_true", help="after the check: the mask's cost with and without TMA")
     args = ap.parse_args()
     t0 = time.time()
     bad = check([parse_tiles(x) for x in args.check_tiles.split(",")])
     print(f"check wall {time.time() - t0:.0f} s", flush=True)
     if bad or args.check_only:
+        return
+    if args.mask_ab:
+        mask_ab([int(n) for n in args.ns.split(",")], [bool(int(c)) for c in args.causal.split(",")])
         return
     bench_all([int(n) for n in args.ns.split(",")], [int(d) for d in args.ds.split(",")],
               {128: args.tiles128.split(","), 64: args.tiles64.split(",")},
