@@ -139,6 +139,9 @@ def _loader(q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, bars, mask, b, h, hk
         ph = (j // STAGES) & 1
         mbarrier.wait(k_empty.index(st), ph ^ 1)  # a fresh barrier counts as having completed the phase before 0
         if MASK_TMA:
+            # the consumers read the slot's last mask tile with ordinary shared loads (the generic proxy): order
+            # those reads before this TMA write (the async proxy) into the same slot
+            fence_async_shared()
             mbarrier.expect(k_full.index(st), k_desc.block_type.nbytes + mask_desc.block_type.nbytes)
             tma.async_copy_global_to_shared(mask_desc, [mb, mh, start_m, j * BLOCK_N], k_full.index(st),
                                             mask_smem.index(st))
