@@ -69,7 +69,7 @@ gluoncheck() {
   echo "gluoncheck rc=$?"; grep -a "^check" "$out/gluoncheck.log" | grep -a "BAD\|bad\|wall" | cut -c1-300
 }
 maskab() {
-  timeout 300 python3 scripts/experiments/gluon_fa3.py --check-tiles 64x128w4s2hgm --mask-ab > "$out/maskab.log" 2>&1
+  timeout 420 python3 scripts/experiments/gluon_fa3.py --check-tiles 64x128w4s2hgm --mask-ab > "$out/maskab.log" 2>&1
   echo "maskab rc=$?"; grep -a -v "^check ok" "$out/maskab.log" | grep -av Warning | tail -20
 }
 stages() {
