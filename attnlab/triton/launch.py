@@ -143,19 +143,19 @@ def fused(q, k, v, *, causal=False, attn_mask=None, scale=None, ablation=None, o
     o = _out(s, out)
     no_softmax = ablation == "no_softmax"
     log_scale = 1.0 if no_softmax else LOG2E
-    t = _tiles("fused", s)
-    if t["gluon"]:  # the warp-specialised kernel (sm90, 16-bit), for the build and all its ablations and masks
+    chosen = tiles("fused", s.device, s.D, causal, s.dtype)
+    if chosen.gluon:  # the warp-specialised kernel (sm90, 16-bit), for the build and all its ablations and masks
         from attnlab.triton import fused_gluon
 
         if s.dtype not in (torch.float16, torch.bfloat16) or s.D not in fused_gluon.HEAD_DIMS:
-            raise ValueError(f"tiles {t}: the Gluon kernel needs fp16 or bf16 and D = 64 or 128 (its TMA boxes are "
-                             f"exactly D wide), got {s.dtype} and D = {s.D}")
+            raise ValueError(f"tiles {chosen}: the Gluon kernel needs fp16 or bf16 and D = 64 or 128 (its TMA boxes "
+                             f"are exactly D wide), got {s.dtype} and D = {s.D}")
 
         fused_gluon.launch(c.q, c.k, c.v, o, c.mask, c.mask_strides, c.mask_kind, N=s.N, H=s.H, group=s.group,
                            qk_scale=s.scale * log_scale, mask_scale=log_scale, inv_n=1.0 / s.N, causal=causal,
-                           tiles=tiles("fused", s.device, s.D, causal, s.dtype), no_softmax=no_softmax,
-                           no_pv=ablation == "no_pv")
+                           tiles=chosen, no_softmax=no_softmax, no_pv=ablation == "no_pv")
         return o
+    t = chosen.as_dict()
     if t["BLOCK_M"] % t["BLOCK_N"]:  # the causal split is in whole key tiles
         raise ValueError(f"fused tiles need BLOCK_M % BLOCK_N == 0, got {t['BLOCK_M']}x{t['BLOCK_N']}")
     heavy_first, paired = t.pop("heavy_first"), t.pop("paired")
