@@ -65,7 +65,7 @@ def compile_info(kernel: str, D: int, causal: bool, tiles: config.Tiles, mask_ki
             div16.append(a)  # the caching allocator aligns every tensor to far more than 16 bytes
         elif a in FLOATS:
             sig[a] = "fp32"
-        elif ints[a] == 1:  # Triton's JIT turns an int argument equal to 1 into a constant
+        elif _becomes_constant(fn, a, ints[a]):
             sig[a], constexprs[a] = "constexpr", 1
         else:
             sig[a] = "i32"
@@ -76,6 +76,12 @@ def compile_info(kernel: str, D: int, causal: bool, tiles: config.Tiles, mask_ki
     k = triton.compile(src, target=GPUTarget("cuda", 90, 32),
                        options={"num_warps": tiles.num_warps, "num_stages": tiles.num_stages})
     return _report(k, kernel, D, causal, mask_kind, tiles)
+
+
+def _becomes_constant(fn, name: str, value: int) -> bool:
+    """Triton's JIT turns an int argument equal to 1 into a constant, unless the kernel lists it in
+    do_not_specialize (the Gluon kernel's N)."""
+    return value == 1 and not next(p for p in fn.params if p.name == name).do_not_specialize
 
 
 def _report(k, kernel, D, causal, mask_kind, tiles) -> dict:
@@ -94,8 +100,8 @@ def _report(k, kernel, D, causal, mask_kind, tiles) -> dict:
 
 
 def _gluon_info(D: int, causal: bool, tiles: config.Tiles, mask_kind: int, dtype: str, n: int, **flags) -> dict:
-    """compile_info for the Gluon kernel: its descriptors typed as the launcher makes them at the benchmark's shape
-    (contiguous (B, H, N, D), N = 4096), the mask's int strides specialised as _int_args does."""
+    """compile_info for the Gluon kernel: its descriptors typed as the launcher makes them for contiguous
+    (B, H, N, D) tensors at sequence length n, the mask's int strides specialised as _int_args does."""
     from triton.experimental.gluon._runtime import GluonASTSource
     from triton.runtime.jit import mangle_type
 
@@ -120,9 +126,8 @@ def _gluon_info(D: int, causal: bool, tiles: config.Tiles, mask_kind: int, dtype
             m4, fused_gluon.ROWS_PER_PROGRAM.value * tiles.BLOCK_M, tiles.BLOCK_N)[0])
     else:
         sig["mask_desc"] = sig["q_desc"]  # the placeholder the launcher passes
-    fixed = {p.name for p in fn.params if p.do_not_specialize}  # the kernel's own do_not_specialize (N)
     for a in ("smb", "smh", "smm", "smn", "N", "H", "GROUP"):
-        if ints[a] == 1 and a not in fixed:  # Triton's JIT turns an int argument equal to 1 into a constant
+        if _becomes_constant(fn, a, ints[a]):
             sig[a], constexprs[a] = "constexpr", 1
         else:
             sig[a] = "i32"
