@@ -33,7 +33,7 @@ class Tiles:
     # num_warps is 4 (one warpgroup a partition). PERFORMANCE.md v10.
     gluon: bool = False
     # Gluon kernel only: the loader warp brings each mask tile by TMA with K, instead of each consumer loading it in
-    # its loop (PERFORMANCE.md v11: predicted, not yet measured; masks TMA cannot read keep the loads).
+    # its loop (PERFORMANCE.md v11; masks TMA cannot read keep the loads).
     mask_tma: bool = False
 
     def as_dict(self) -> dict:
@@ -86,8 +86,9 @@ TABLE: dict[tuple, Tiles] = {
     # rows, one block's softmax overlapping the other's PV (v8). Paired causal and paired D = 64 measured slower.
     # D = 128 exactly ("=128"; D = 65…127 take the bucket's entries below): the warp-specialised Gluon kernel
     # (v10: 1.13–1.18× the Triton kernel, 0.88–1.01× cuDNN). At D = 64 it measured 0.86–0.97× the Triton kernel.
-    ("fused", "sm90", "=128", False, 2): Tiles(64, 128, 4, 2, gluon=True),
-    ("fused", "sm90", "=128", True, 2): Tiles(64, 128, 4, 2, heavy_first=True, gluon=True),
+    # Masks the loader can bring by TMA come with K (v11: the zero_mask ablation's cost at N = 4096 1.21 → 0.25 ms).
+    ("fused", "sm90", "=128", False, 2): Tiles(64, 128, 4, 2, gluon=True, mask_tma=True),
+    ("fused", "sm90", "=128", True, 2): Tiles(64, 128, 4, 2, heavy_first=True, gluon=True, mask_tma=True),
     ("fused", "sm90", 64, False, 2): Tiles(128, 64, 8, 3),
     ("fused", "sm90", 64, True, 2): Tiles(128, 64, 8, 3, heavy_first=True),
     ("fused", "sm90", 128, False, 2): Tiles(128, 64, 8, 3, paired=True),
@@ -112,17 +113,17 @@ def head_dim_bucket(D: int) -> int:
     return max(16, 1 << (D - 1).bit_length())
 
 
-def tiles(kernel: str, device: torch.device, D: int, causal: bool, dtype: torch.dtype) -> Tiles:
-    return lookup(kernel, family(device), D, causal, dtype.itemsize)
+def tiles(kernel: str, device: torch.device, D: int, causal: bool, dtype: torch.dtype, gluon: bool = True) -> Tiles:
+    return lookup(kernel, family(device), D, causal, dtype.itemsize, gluon)
 
 
-def lookup(kernel: str, fam: str, D: int, causal: bool, itemsize: int) -> Tiles:
+def lookup(kernel: str, fam: str, D: int, causal: bool, itemsize: int, gluon: bool = True) -> Tiles:
     """The first TABLE entry matching (kernel, GPU family, D's bucket, causal, dtype size); 'any' matches all, and a
     head-dim entry "=128" matches D = 128 only (the Gluon kernel's TMA boxes are exactly D wide: no padding). Gluon
-    entries count only under a Triton the kernel was checked on (gluon_verified)."""
+    entries count only under a Triton the kernel was checked on (gluon_verified), and not at all with gluon=False."""
     key = (kernel, fam, head_dim_bucket(D), causal, itemsize)
     for entry, t in TABLE.items():
-        if t.gluon and not gluon_verified():
+        if t.gluon and not (gluon and gluon_verified()):
             continue
         if all(e == "any" or e == k or (i == 2 and e == f"={D}") for i, (e, k) in enumerate(zip(entry, key))):
             return t

@@ -72,10 +72,15 @@ def _grid_m(spec: Spec, block_m: int):
 
 
 def _tiles(kernel: str, spec: Spec) -> dict:
-    t = tiles(kernel, spec.device, spec.D, spec.causal, spec.dtype).as_dict()
-    if kernel != "fused":
-        for fused_only in ("tma", "heavy_first", "paired", "gluon", "mask_tma"):
-            t.pop(fused_only)
+    """The launch arguments of a Triton kernel other than fused (the fields only fused or Gluon kernels read are
+    dropped)."""
+    return _triton_args(tiles(kernel, spec.device, spec.D, spec.causal, spec.dtype))
+
+
+def _triton_args(t) -> dict:
+    t = t.as_dict()
+    for fused_only in ("tma", "heavy_first", "paired", "gluon", "mask_tma"):
+        t.pop(fused_only)
     return t
 
 
@@ -128,12 +133,35 @@ def qk_softmax(q, k, v, *, causal=False, attn_mask=None, scale=None, ablation=No
     P = torch.empty(s.B, s.H, s.N, s.N, dtype=s.dtype, device=s.device)
     no_softmax = ablation == "no_softmax"
     log_scale = 1.0 if no_softmax else LOG2E  # softmax in exp2 units; the copy ablation writes S itself
-    t = _tiles("qk_softmax", s)
+    chosen = _qk_softmax_tiles(s)
+    if chosen.gluon:  # the warp-specialised kernel (sm90, 16-bit), for the build and its ablations and masks alike
+        from attnlab.triton import qk_softmax_gluon
+
+        qk_softmax_gluon.launch(c.q, c.k, P, c.mask, c.mask_strides, c.mask_kind, N=s.N, H=s.H, group=s.group,
+                                qk_scale=s.scale * log_scale, mask_scale=log_scale, causal=causal, tiles=chosen,
+                                no_softmax=no_softmax)
+        return _pv(c, P, ablation, out)
+    t = _triton_args(chosen)
     _qks.qk_softmax_kernel[_grid_m(s, t["BLOCK_M"])](
         c.q, c.k, P, c.mask, *c.q.stride()[:3], *c.k.stride()[:3], *c.mask_strides,
         s.N, s.H, s.group, s.scale * log_scale, log_scale,
         MASK_KIND=c.mask_kind, NO_SOFTMAX=no_softmax, **c.flags, **t)
     return _pv(c, P, ablation, out)
+
+
+def _qk_softmax_tiles(s: Spec):
+    """The qk_softmax kernel's tiles for this case. A Gluon entry takes fp16/bf16 at D = 64 or 128 (forced tiles
+    that ask for anything else are an error, as for fused); at an N whose P rows TMA cannot store (N % 8 ≠ 0) the
+    key's Triton entry runs instead, for the build and its ablations alike, and the row records it."""
+    chosen = tiles("qk_softmax", s.device, s.D, s.causal, s.dtype)
+    if not chosen.gluon:
+        return chosen
+    from attnlab.triton import qk_softmax_gluon
+
+    qk_softmax_gluon.check_case(chosen, s.dtype, s.D)
+    if qk_softmax_gluon.stores_rows_of(s.N):
+        return chosen
+    return tiles("qk_softmax", s.device, s.D, s.causal, s.dtype, gluon=False)
 
 
 def fused(q, k, v, *, causal=False, attn_mask=None, scale=None, ablation=None, out=None) -> torch.Tensor:
@@ -185,4 +213,5 @@ def _kv_descriptors(c: _Call, t: dict):
 def tile_config(build: str, spec: Spec) -> dict:
     """The tiles each kernel of a build uses for this case: recorded in every result row."""
     kernels = {"materialised": ("scores", "pv"), "qk_softmax": ("qk_softmax", "pv"), "fused": ("fused",)}[build]
-    return {kn: tiles(kn, spec.device, spec.D, spec.causal, spec.dtype).as_dict() for kn in kernels}
+    return {kn: (_qk_softmax_tiles(spec) if kn == "qk_softmax" else tiles(kn, spec.device, spec.D, spec.causal,
+                                                                            spec.dtype)).as_dict() for kn in kernels}

@@ -39,8 +39,8 @@ def compile_info(kernel: str, D: int, causal: bool, tiles: config.Tiles, mask_ki
                  dtype: str = "bf16", n: int = 4096, **flags) -> dict:
     """Shared memory, registers, stack and spill bytes of one kernel configuration compiled for sm_90a. `flags`
     set other constexprs (e.g. NO_PV=True for the ablation)."""
-    if kernel == "fused" and tiles.gluon:
-        return _gluon_info(D, causal, tiles, mask_kind, dtype, n, **flags)
+    if kernel in ("fused", "qk_softmax") and tiles.gluon:
+        return _gluon_info(kernel, D, causal, tiles, mask_kind, dtype, n, **flags)
     fn = _kernel(kernel)
     if not isinstance(fn, triton.runtime.jit.JITFunction):
         raise RuntimeError("our kernels were loaded for Triton's interpreter: compile them in a process started with "
@@ -99,50 +99,62 @@ def _report(k, kernel, D, causal, mask_kind, tiles) -> dict:
                 smem_kib=k.metadata.shared / 1024, fits=k.metadata.shared <= SMEM_LIMIT, **read_ptxas(r.stderr))
 
 
-def _gluon_info(D: int, causal: bool, tiles: config.Tiles, mask_kind: int, dtype: str, n: int, **flags) -> dict:
-    """compile_info for the Gluon kernel: its descriptors typed as the launcher makes them for contiguous
-    (B, H, N, D) tensors at sequence length n, the mask's int strides specialised as _int_args does."""
+def _gluon_info(kernel: str, D: int, causal: bool, tiles: config.Tiles, mask_kind: int, dtype: str, n: int,
+                **flags) -> dict:
+    """compile_info for a Gluon kernel (fused or qk_softmax): its descriptors typed as the launcher makes them for
+    contiguous (B, H, N, D) tensors at sequence length n, the mask's int strides specialised as _int_args does."""
     from triton.experimental.gluon._runtime import GluonASTSource
     from triton.runtime.jit import mangle_type
 
     import torch
 
-    from attnlab.triton import fused_gluon
+    from attnlab.triton import fused_gluon, qk_softmax_gluon
 
     tdtype = {"bf16": torch.bfloat16, "fp16": torch.float16}[dtype]
     ints = _int_args(D, mask_kind, N=n)
     x = torch.empty(1, ints["H"], ints["N"], D, dtype=tdtype)  # strides only: the descriptor type ignores sizes of B
-    fn = fused_gluon.fused_gluon_kernel
     sig, constexprs = {}, {}
-    for a, rows in (("q_desc", tiles.BLOCK_M), ("k_desc", tiles.BLOCK_N), ("v_desc", tiles.BLOCK_N),
-                    ("o_desc", tiles.BLOCK_M)):
-        sig[a] = mangle_type(fused_gluon.descriptor(x, rows))
-    sig["M"] = "*u8" if mask_kind == 1 else f"*{dtype}"
-    mask_tma = bool(flags.pop("MASK_TMA", tiles.mask_tma)) and mask_kind != 0
-    if mask_tma:  # an (N, N) mask broadcast over batch and heads, as the zero_mask ablation passes
-        m = torch.empty(ints["N"], ints["N"], dtype=torch.uint8 if mask_kind == 1 else tdtype)
-        m4 = m.expand(1, ints["H"], ints["N"], ints["N"])
-        sig["mask_desc"] = mangle_type(fused_gluon.mask_descriptor(
-            m4, fused_gluon.ROWS_PER_PROGRAM.value * tiles.BLOCK_M, tiles.BLOCK_N)[0])
+    values = dict(D=D, BLOCK_M=tiles.BLOCK_M, BLOCK_N=tiles.BLOCK_N, STAGES=tiles.num_stages, CAUSAL=causal,
+                  MASK_KIND=mask_kind, NO_SOFTMAX=False, HEAVY_FIRST=tiles.heavy_first, num_warps=4)
+    if kernel == "qk_softmax":
+        fn = qk_softmax_gluon.qk_softmax_gluon_kernel
+        sig["q_desc"] = mangle_type(fused_gluon.descriptor(x, tiles.BLOCK_M))
+        sig["k_desc"] = mangle_type(fused_gluon.descriptor(x, tiles.BLOCK_N))
+        p = torch.empty(1, ints["H"], ints["N"], ints["N"], dtype=tdtype)
+        sig["p_desc"] = mangle_type(qk_softmax_gluon.p_descriptor(p, tiles.BLOCK_M, tiles.BLOCK_N))
+        values["CONSUMER_REGS"] = qk_softmax_gluon.CONSUMER_REGS
+        floats = ("qk_scale", "mask_scale")
     else:
-        sig["mask_desc"] = sig["q_desc"]  # the placeholder the launcher passes
+        fn = fused_gluon.fused_gluon_kernel
+        for a, rows in (("q_desc", tiles.BLOCK_M), ("k_desc", tiles.BLOCK_N), ("v_desc", tiles.BLOCK_N),
+                        ("o_desc", tiles.BLOCK_M)):
+            sig[a] = mangle_type(fused_gluon.descriptor(x, rows))
+        floats = ("qk_scale", "mask_scale", "inv_n")
+    sig["M"] = "*u8" if mask_kind == 1 else f"*{dtype}"
+    if kernel == "fused":
+        mask_tma = bool(flags.pop("MASK_TMA", tiles.mask_tma)) and mask_kind != 0
+        if mask_tma:  # an (N, N) mask broadcast over batch and heads, as the zero_mask ablation passes
+            m = torch.empty(ints["N"], ints["N"], dtype=torch.uint8 if mask_kind == 1 else tdtype)
+            m4 = m.expand(1, ints["H"], ints["N"], ints["N"])
+            sig["mask_desc"] = mangle_type(fused_gluon.mask_descriptor(
+                m4, fused_gluon.ROWS_PER_PROGRAM.value * tiles.BLOCK_M, tiles.BLOCK_N)[0])
+        else:
+            sig["mask_desc"] = sig["q_desc"]  # the placeholder the launcher passes
+        values.update(NO_PV=False, MASK_TMA=mask_tma, MASK_B=0, MASK_H=0, CONSUMER_REGS=fused_gluon.CONSUMER_REGS)
     for a in ("smb", "smh", "smm", "smn", "N", "H", "GROUP"):
         if _becomes_constant(fn, a, ints[a]):
             sig[a], constexprs[a] = "constexpr", 1
         else:
             sig[a] = "i32"
-    for a in ("qk_scale", "mask_scale", "inv_n"):
+    for a in floats:
         sig[a] = "fp32"
-    values = dict(D=D, BLOCK_M=tiles.BLOCK_M, BLOCK_N=tiles.BLOCK_N, STAGES=tiles.num_stages, CAUSAL=causal,
-                  MASK_KIND=mask_kind, NO_SOFTMAX=False, NO_PV=False, HEAVY_FIRST=tiles.heavy_first,
-                  MASK_TMA=mask_tma, MASK_B=0, MASK_H=0, CONSUMER_REGS=fused_gluon.CONSUMER_REGS, num_warps=4)
     values.update(flags)
     for a, val in values.items():
         sig[a], constexprs[a] = "constexpr", val
     src = GluonASTSource(fn=fn, signature=sig, constexprs=constexprs, attrs={})
     k = triton.compile(src, target=GPUTarget("cuda", 90, 32),
                        options={"num_warps": 4, "maxnreg": fused_gluon.MAXNREG})
-    return _report(k, "fused", D, causal, mask_kind, tiles)
+    return _report(k, kernel, D, causal, mask_kind, tiles)
 
 
 def read_ptxas(report: str) -> dict:

@@ -1,0 +1,270 @@
+"""The qk_softmax build's Hopper kernel, written in Gluon: the same two passes as attnlab.triton.qk_softmax (row max
+and sum, then P written once), warp specialised so that the P writes and both passes' matmuls overlap
+(PERFORMANCE.md v12). It compiles for D = 64 and 128 exactly, fp16 and bf16, and for N a multiple of 8 (P's rows are
+then 16-byte aligned, which TMA needs); at other N the Triton kernel runs.
+
+Why: P is the build's traffic (N² elements written here, read by the PV kernel), and the Triton kernel's loop does
+matmul, exponentials and stores one after the other in every warp. Here
+  * a loader warp streams the K tiles by TMA into a ring of STAGES slots, once for each pass (full/empty mbarriers,
+    as in attnlab.triton.fused_gluon);
+  * two consumer warpgroups of BLOCK_M rows each issue the next tile's QKᵀ before working on this one's scores
+    (the matmul runs on the tensor cores while the exponentials run), and
+  * write each P tile by TMA from a pair of shared-memory buffers: the store drains while the next tiles are
+    computed. Under a causal mask the zero tiles past the diagonal are stored first, from a zeroed buffer, while
+    pass 1 computes.
+Scores, masks and the online max/sum are attnlab.triton.fused_gluon's functions: the same arithmetic as the fused
+kernel's, flag for flag (masks, causal, ragged N, GQA, the no_softmax ablation writing P = S).
+"""
+from __future__ import annotations
+
+import triton
+from triton.experimental import gluon
+from triton.experimental.gluon import language as gl
+from triton.experimental.gluon.language.nvidia.hopper import (fence_async_shared, mbarrier, tma, warpgroup_mma,
+                                                              warpgroup_mma_wait)
+
+from attnlab.triton.fused_gluon import (HEAD_DIMS, MAXNREG, ROWS_PER_PROGRAM, _scores, _tile, _smem_layout,
+                                        descriptor, tma_ready)
+
+PBUF = gl.constexpr(2)  # P buffers per consumer: one being filled while the other's store drains
+CONSUMER_REGS = 232  # setmaxnreg of the consumer warpgroups (a multiple of 8; the loader gets 24)
+
+
+@gluon.jit
+def _loader(q_desc, k_desc, q_smem, k_smem, bars, b, h, hk, start_m, n_tiles, BLOCK_M: gl.constexpr,
+            BLOCK_N: gl.constexpr, STAGES: gl.constexpr, NO_SOFTMAX: gl.constexpr):
+    """One warp: both consumers' Q, then the K tiles once per pass into the ring; a slot is refilled once both
+    consumers have arrived on its `empty` barrier (count 2)."""
+    q_bars, k_full, k_empty = bars
+    for w in gl.static_range(ROWS_PER_PROGRAM):
+        mbarrier.expect(q_bars.index(w), q_desc.block_type.nbytes)
+        tma.async_copy_global_to_shared(q_desc, [b, h, start_m + w * BLOCK_M, 0], q_bars.index(w), q_smem.index(w))
+    passes = 1 if NO_SOFTMAX else 2
+    for t in range(passes * n_tiles):
+        st = t % STAGES
+        mbarrier.wait(k_empty.index(st), ((t // STAGES) & 1) ^ 1)  # a fresh barrier passes the phase before 0
+        mbarrier.expect(k_full.index(st), k_desc.block_type.nbytes)
+        tma.async_copy_global_to_shared(k_desc, [b, hk, (t % n_tiles) * BLOCK_N, 0], k_full.index(st),
+                                        k_smem.index(st))
+
+
+@gluon.jit
+def _next_scores(q, k_smem, k_full, t, zero_s, BLOCK_N: gl.constexpr, D: gl.constexpr, STAGES: gl.constexpr):
+    """Issue QKᵀ of ring tile t asynchronously (once the loader's bytes are there)."""
+    st = t % STAGES
+    mbarrier.wait(k_full.index(st), (t // STAGES) & 1)
+    return warpgroup_mma(q, k_smem.index(st).reshape([BLOCK_N, D]).permute((1, 0)), zero_s, use_acc=False,
+                         is_async=True)
+
+
+@gluon.jit
+def _scores_done(s_next, k_empty, t, STAGES: gl.constexpr):
+    """Wait for ring tile t's QKᵀ and hand its K slot back to the loader."""
+    s = warpgroup_mma_wait(num_outstanding=0, deps=[s_next])
+    mbarrier.arrive(k_empty.index(t % STAGES), count=1)
+    return s
+
+
+@gluon.jit
+def _probabilities(s, m_safe, inv_l, qk_scale, SCALED: gl.constexpr, NO_SOFTMAX: gl.constexpr):
+    """P from a score tile and the row's final max and sum: raw q·kᵀ unless _scores SCALED it (its masked form);
+    under no_softmax, S itself with masked entries 0."""
+    if NO_SOFTMAX:
+        p = gl.where(s == float("-inf"), 0.0, s)
+    elif SCALED:
+        p = gl.exp2(s - m_safe[:, None]) * inv_l[:, None]
+    else:
+        p = gl.exp2(s * qk_scale - m_safe[:, None]) * inv_l[:, None]
+    return p
+
+
+@gluon.jit
+def _write_tile(s, j, m_safe, inv_l, p_desc, p_smem, slot0, b, h, rows, hi, mask_rows, offs_m, cols, N, smn, qk_scale,
+                mask_scale, BLOCK_N: gl.constexpr, CAUSAL: gl.constexpr, MASK_KIND: gl.constexpr,
+                NO_SOFTMAX: gl.constexpr):
+    """P of key tile j (normalised with the row's final max and sum, or S itself under no_softmax) into buffer
+    slot0 + j % PBUF, then a TMA store of it; the store that last read that buffer must have finished first."""
+    offs_n = j * BLOCK_N + cols
+    if ((j + 1) * BLOCK_N > hi) or (CAUSAL and (j + 1) * BLOCK_N > rows):
+        s = _scores(s, mask_rows, mask_rows, offs_m, offs_n, N, smn, qk_scale, mask_scale, True, CAUSAL, MASK_KIND,
+                    NO_SOFTMAX, False)
+        p = _probabilities(s, m_safe, inv_l, qk_scale, True, NO_SOFTMAX)
+    else:
+        s = _scores(s, mask_rows, mask_rows, offs_m, offs_n, N, smn, qk_scale, mask_scale, False, CAUSAL,
+                    MASK_KIND, NO_SOFTMAX, False)
+        p = _probabilities(s, m_safe, inv_l, qk_scale, MASK_KIND != 0 or NO_SOFTMAX, NO_SOFTMAX)
+    buf = p_smem.index(slot0 + j % PBUF)
+    tma.store_wait(pendings=PBUF - 1)
+    buf.reshape([buf.type.shape[2], buf.type.shape[3]]).store(p.to(p_desc.dtype))
+    fence_async_shared()
+    tma.async_copy_shared_to_global(p_desc, [b, h, rows, j * BLOCK_N], buf)
+
+
+@gluon.jit
+def _consumer(q_smem, k_smem, p_smem, p_desc, bars, mask, b, h, start_m, n_tiles, N, qk_scale, mask_scale,
+              WG: gl.constexpr, D: gl.constexpr, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr,
+              STAGES: gl.constexpr, CAUSAL: gl.constexpr, MASK_KIND: gl.constexpr, NO_SOFTMAX: gl.constexpr):
+    """One warpgroup, rows start_m + WG·BLOCK_M onwards: zero tiles (causal), pass 1 (max and sum), pass 2 (P)."""
+    q_bars, k_full, k_empty = bars
+    m_head, smm, smn = mask
+    s_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1],
+                                                       instr_shape=[16, BLOCK_N, 16])
+    row_s: gl.constexpr = gl.SliceLayout(1, s_layout)
+    rows = start_m + WG * BLOCK_M
+    offs_m = rows + gl.arange(0, BLOCK_M, row_s)
+    cols = gl.arange(0, BLOCK_N, gl.SliceLayout(0, s_layout))
+    mask_rows = m_head + offs_m.to(gl.int64) * smm  # int64: row · N overflows past N = 46340
+    zero_s = gl.zeros([BLOCK_M, BLOCK_N], gl.float32, s_layout)
+    slot0: gl.constexpr = WG * PBUF  # this warpgroup's P buffers in p_smem
+    hi = N
+    if CAUSAL:
+        hi = gl.minimum(N, rows + BLOCK_M)
+        # The tiles past the program's diagonal hold zeros (written as the materialised build's softmax writes
+        # them): stored now from a zeroed buffer, so the copy engine drains them while pass 1 computes.
+        zbuf = p_smem.index(slot0)
+        zbuf.reshape([BLOCK_M, BLOCK_N]).store(zero_s.to(p_desc.dtype))
+        fence_async_shared()
+        for j in range(n_tiles, gl.cdiv(N, BLOCK_N)):
+            tma.async_copy_shared_to_global(p_desc, [b, h, rows, j * BLOCK_N], zbuf)
+
+    mbarrier.wait(q_bars.index(WG), 0)
+    q = q_smem.index(WG).reshape([BLOCK_M, D])
+    s_next = _next_scores(q, k_smem, k_full, 0, zero_s, BLOCK_N, D, STAGES)
+    m_i = gl.full([BLOCK_M], -float("inf"), gl.float32, row_s)
+    l_i = gl.zeros([BLOCK_M], gl.float32, row_s)
+    if NO_SOFTMAX:
+        base = 0
+    else:
+        for j in range(n_tiles):  # pass 1: the row max and sum; tile t + 1 (pass 2's first after the last) in flight
+            s = _scores_done(s_next, k_empty, j, STAGES)
+            s_next = _next_scores(q, k_smem, k_full, j + 1, zero_s, BLOCK_N, D, STAGES)
+            p, m_i, l_i, alpha, offs_n = _tile(s, m_i, l_i, j, rows, hi, mask_rows, mask_rows, offs_m, cols, N,
+                                               smn, qk_scale, mask_scale, BLOCK_N, CAUSAL, MASK_KIND, False, False)
+        base = n_tiles
+    m_safe = gl.where(m_i == -float("inf"), 0.0, m_i)
+    inv_l = 1.0 / gl.where(l_i == 0.0, 1.0, l_i)  # a fully masked row gives P = 0
+
+    if CAUSAL:
+        tma.store_wait(pendings=0)  # the zero buffer is P buffer 0, written again below
+    for j in range(n_tiles - 1):  # pass 2
+        s = _scores_done(s_next, k_empty, base + j, STAGES)
+        s_next = _next_scores(q, k_smem, k_full, base + j + 1, zero_s, BLOCK_N, D, STAGES)
+        _write_tile(s, j, m_safe, inv_l, p_desc, p_smem, slot0, b, h, rows, hi, mask_rows, offs_m, cols, N, smn, qk_scale,
+                    mask_scale, BLOCK_N, CAUSAL, MASK_KIND, NO_SOFTMAX)
+    s = _scores_done(s_next, k_empty, base + n_tiles - 1, STAGES)
+    _write_tile(s, n_tiles - 1, m_safe, inv_l, p_desc, p_smem, slot0, b, h, rows, hi, mask_rows, offs_m, cols, N, smn,
+                qk_scale, mask_scale, BLOCK_N, CAUSAL, MASK_KIND, NO_SOFTMAX)
+    tma.store_wait(pendings=0)
+
+
+# Partition entry points. gl.warp_specialize calls every worker with the same argument tuple, so all three take it.
+@gluon.jit
+def _consumer0(q_desc, k_desc, p_desc, q_smem, k_smem, p_smem, bars, mask, b, h, hk, start_m, n_tiles, N, qk_scale,
+               mask_scale, D: gl.constexpr, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, STAGES: gl.constexpr,
+               CAUSAL: gl.constexpr, MASK_KIND: gl.constexpr, NO_SOFTMAX: gl.constexpr):
+    _consumer(q_smem, k_smem, p_smem, p_desc, bars, mask, b, h, start_m, n_tiles, N, qk_scale, mask_scale, 0, D,
+              BLOCK_M, BLOCK_N, STAGES, CAUSAL, MASK_KIND, NO_SOFTMAX)
+
+
+@gluon.jit
+def _consumer1(q_desc, k_desc, p_desc, q_smem, k_smem, p_smem, bars, mask, b, h, hk, start_m, n_tiles, N, qk_scale,
+               mask_scale, D: gl.constexpr, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, STAGES: gl.constexpr,
+               CAUSAL: gl.constexpr, MASK_KIND: gl.constexpr, NO_SOFTMAX: gl.constexpr):
+    _consumer(q_smem, k_smem, p_smem, p_desc, bars, mask, b, h, start_m, n_tiles, N, qk_scale, mask_scale, 1, D,
+              BLOCK_M, BLOCK_N, STAGES, CAUSAL, MASK_KIND, NO_SOFTMAX)
+
+
+@gluon.jit
+def _load(q_desc, k_desc, p_desc, q_smem, k_smem, p_smem, bars, mask, b, h, hk, start_m, n_tiles, N, qk_scale,
+          mask_scale, D: gl.constexpr, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, STAGES: gl.constexpr,
+          CAUSAL: gl.constexpr, MASK_KIND: gl.constexpr, NO_SOFTMAX: gl.constexpr):
+    _loader(q_desc, k_desc, q_smem, k_smem, bars, b, h, hk, start_m, n_tiles, BLOCK_M, BLOCK_N, STAGES, NO_SOFTMAX)
+
+
+# N is never made a constant (attnlab.triton.fused_gluon: N = 1 with a mask fails to compile in Triton 3.6 if it is).
+@gluon.jit(do_not_specialize=["N"])
+def qk_softmax_gluon_kernel(q_desc, k_desc, p_desc, M, smb, smh, smm, smn, N, H, GROUP, qk_scale, mask_scale,
+                            D: gl.constexpr, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, STAGES: gl.constexpr,
+                            CAUSAL: gl.constexpr, MASK_KIND: gl.constexpr, NO_SOFTMAX: gl.constexpr,
+                            HEAVY_FIRST: gl.constexpr, CONSUMER_REGS: gl.constexpr, num_warps: gl.constexpr):
+    """grid (cdiv(N, 2·BLOCK_M), B·H), num_warps = 4. q/k descriptors over (B, H or Hkv, N, D) with (1, 1, BLOCK_M or
+    BLOCK_N, D) boxes; p_desc over the contiguous (B, H, N, N) P with a (1, 1, BLOCK_M, BLOCK_N) box; M the
+    (B, H, N, N)-strided mask or any pointer when MASK_KIND = 0; qk_scale = scale·log2 e (natural scale under
+    NO_SOFTMAX)."""
+    dtype: gl.constexpr = q_desc.dtype
+    pid = gl.program_id(0)
+    if HEAVY_FIRST:  # causal: the longest rows first, so the grid does not end on one long program
+        pid = gl.num_programs(0) - 1 - pid
+    bh = gl.program_id(1)
+    b = bh // H
+    h = bh % H
+    hk = h // GROUP
+    start_m = pid * ROWS_PER_PROGRAM * BLOCK_M
+    hi = N
+    if CAUSAL:
+        hi = gl.minimum(N, start_m + ROWS_PER_PROGRAM * BLOCK_M)
+    n_tiles = gl.cdiv(hi, BLOCK_N)
+    m_head = M + b.to(gl.int64) * smb + h.to(gl.int64) * smh
+
+    q_smem = gl.allocate_shared_memory(dtype, [ROWS_PER_PROGRAM, 1, 1, BLOCK_M, D], q_desc.layout)
+    k_smem = gl.allocate_shared_memory(dtype, [STAGES, 1, 1, BLOCK_N, D], k_desc.layout)
+    p_smem = gl.allocate_shared_memory(dtype, [ROWS_PER_PROGRAM * PBUF, 1, 1, BLOCK_M, BLOCK_N],
+                                     p_desc.layout)
+    q_bars = gl.allocate_shared_memory(gl.int64, [ROWS_PER_PROGRAM, 1], mbarrier.MBarrierLayout())
+    k_full = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
+    k_empty = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
+    for i in gl.static_range(ROWS_PER_PROGRAM):
+        mbarrier.init(q_bars.index(i), count=1)
+    for i in gl.static_range(STAGES):
+        mbarrier.init(k_full.index(i), count=1)
+        mbarrier.init(k_empty.index(i), count=ROWS_PER_PROGRAM)
+    fence_async_shared()
+    bars = (q_bars, k_full, k_empty)
+    mask = (m_head, smm, smn)
+    # The argument tuple is written out three times: a tuple assigned to a name turns its constexprs into tensors.
+    gl.warp_specialize([
+        (_consumer0, (q_desc, k_desc, p_desc, q_smem, k_smem, p_smem, bars, mask, b, h, hk, start_m, n_tiles, N,
+                      qk_scale, mask_scale, D, BLOCK_M, BLOCK_N, STAGES, CAUSAL, MASK_KIND, NO_SOFTMAX)),
+        (_consumer1, (q_desc, k_desc, p_desc, q_smem, k_smem, p_smem, bars, mask, b, h, hk, start_m, n_tiles, N,
+                      qk_scale, mask_scale, D, BLOCK_M, BLOCK_N, STAGES, CAUSAL, MASK_KIND, NO_SOFTMAX)),
+        (_load, (q_desc, k_desc, p_desc, q_smem, k_smem, p_smem, bars, mask, b, h, hk, start_m, n_tiles, N,
+                 qk_scale, mask_scale, D, BLOCK_M, BLOCK_N, STAGES, CAUSAL, MASK_KIND, NO_SOFTMAX)),
+    ], [4, 1], [CONSUMER_REGS, 24])
+
+
+def p_descriptor(p, block_m: int, block_n: int):
+    """A TMA descriptor over the contiguous (B, H, N, N) P with a (1, 1, block_m, block_n) box: stores past N (rows
+    or columns) are dropped by the copy engine."""
+    from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
+
+    block = [1, 1, block_m, block_n]
+    return TensorDescriptor(p, list(p.shape), list(p.stride()), block, _smem_layout(tuple(block), p.dtype))
+
+
+def check_case(tiles, dtype, D: int) -> None:
+    """ValueError unless the kernel compiles for this dtype and head dim (a table entry for it is keyed "=64" or
+    "=128"; forced tiles can ask for anything)."""
+    import torch
+
+    if dtype not in (torch.float16, torch.bfloat16) or D not in HEAD_DIMS:
+        raise ValueError(f"tiles {tiles}: the Gluon qk_softmax kernel needs fp16 or bf16 and D in {HEAD_DIMS} (its "
+                         f"TMA boxes are exactly D wide), got {dtype} and D = {D}")
+
+
+def stores_rows_of(N: int) -> bool:
+    """Whether TMA can store P's rows at this N: each row 16-byte aligned, N % 8 == 0 for 16-bit P."""
+    return N % 8 == 0
+
+
+def launch(q, k, p, mask, mask_strides, mask_kind, *, N, H, group, qk_scale, mask_scale, causal, tiles,
+           no_softmax=False) -> None:
+    """Write P for checked (B, H, N, D) q and k into the contiguous (B, H, N, N) p (attnlab.triton.launch.qk_softmax
+    calls it for Tiles.gluon when `stores_rows_of(N)`)."""
+    BM, BN = tiles.BLOCK_M, tiles.BLOCK_N
+    q, k = tma_ready(q), tma_ready(k)
+    grid = (triton.cdiv(N, ROWS_PER_PROGRAM.value * BM), q.shape[0] * H)
+    qk_softmax_gluon_kernel[grid](descriptor(q, BM), descriptor(k, BN), p_descriptor(p, BM, BN), mask,
+                                  *mask_strides, N, H, group, qk_scale, mask_scale, D=q.shape[-1], BLOCK_M=BM,
+                                  BLOCK_N=BN, STAGES=tiles.num_stages, CAUSAL=causal, MASK_KIND=mask_kind,
+                                  NO_SOFTMAX=no_softmax, HEAVY_FIRST=tiles.heavy_first,
+                                  CONSUMER_REGS=CONSUMER_REGS, num_warps=4, maxnreg=MAXNREG)

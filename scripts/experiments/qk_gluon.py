@@ -1,0 +1,167 @@
+"""PERFORMANCE.md v12: the qk_softmax build's Gluon kernel (attnlab.triton.qk_softmax_gluon) checked, then timed
+against the Triton kernel in the same process. GPU (sm90) only:
+
+    python scripts/experiments/qk_gluon.py [--check-only] [--ns 1024,4096,16384] [--tiles 64x128w4s2g,...]
+
+Accuracy first, twice:
+  * P itself, written by the kernel into a NaN-poisoned (B, H, N, N) buffer (an element it never writes shows),
+    against softmax(scale·QKᵀ + mask) computed in fp32 (the scores themselves under no_softmax);
+  * O through the build's entry point (attnlab.triton.launch.qk_softmax, so the dispatch is exercised) against the
+    fp64 oracle (attnlab.accuracy.judge), into a NaN-poisoned output.
+Shapes: ragged N (8, 24, 136, 1000, 3000), N = 100 (not a multiple of 8: the Triton kernel must take it), GQA, a
+(B, N, H, D) view, boolean masks hiding whole rows, additive masks, the no_softmax ablation, causal.
+Then medians of CUDA-graph replays at FlashAttention's shapes (B·N = 16384, H·D = 2048), bf16: the whole build (P
+kernel + PV kernel) with the table's Triton tiles and with each Gluon candidate, the PV kernel alone, and the build
+over the issue's floor (attnlab.bench.qk_softmax_floor_ms at this run's measured ceilings).
+"""
+import argparse
+import itertools
+import math
+import time
+
+import torch
+import triton
+import triton.testing
+
+from attnlab import accuracy, model
+from attnlab.bench import qk_softmax_floor_ms
+from attnlab.triton import config, launch, qk_softmax_gluon
+from attnlab.triton.resources import parse_tiles
+
+
+def reference_p(q, k, causal, mask, scale, no_softmax):
+    B, H, N, D = q.shape
+    kk = k.repeat_interleave(H // k.shape[1], dim=1).float()
+    s = q.float() @ kk.transpose(-1, -2) * scale
+    if mask is not None:
+        s = s.masked_fill(~mask, float("-inf")) if mask.dtype == torch.bool else s + mask.float()
+    if causal:
+        s = s.masked_fill(torch.ones(N, N, dtype=torch.bool, device=q.device).triu(1), float("-inf"))
+    if no_softmax:
+        return s.masked_fill(s == float("-inf"), 0.0)
+    p = torch.softmax(s, dim=-1)
+    return torch.nan_to_num(p, nan=0.0)  # rows the mask hides entirely: P = 0
+
+
+def check(tiles):
+    bad = 0
+    shapes = [(1, 2, 2, 8, 64), (2, 3, 3, 24, 64), (1, 4, 2, 136, 128), (1, 2, 2, 100, 128), (1, 8, 2, 1000, 64),
+              (1, 4, 4, 3000, 128), (2, 16, 16, 1024, 128), (2, 4, 2, 256, 128), (1, 2, 2, 4096, 64)]
+    variants = [dict(), dict(ablation="no_softmax"), dict(mask="bool"), dict(mask="add"), dict(layout="bnhd")]
+    for (B, H, Hkv, N, D), causal, dtype, var, t in itertools.product(
+            shapes, (False, True), (torch.bfloat16, torch.float16), variants, tiles):
+        if var and (N not in (24, 100, 136, 1000) or dtype != torch.bfloat16):
+            continue  # each variant is its own compile
+        g = torch.Generator(device="cuda").manual_seed(N * 7 + D)
+        if var.get("layout") == "bnhd":
+            q, k, v = (torch.randn(B, N, h, D, device="cuda", dtype=dtype, generator=g).transpose(1, 2)
+                       for h in (H, Hkv, Hkv))
+        else:
+            q = torch.randn(B, H, N, D, device="cuda", dtype=dtype, generator=g)
+            k, v = (torch.randn(B, Hkv, N, D, device="cuda", dtype=dtype, generator=g) for _ in range(2))
+        mask = None
+        if var.get("mask") == "bool":
+            mask = torch.rand(N, N, device="cuda", generator=g) > 0.3
+            mask[: N // 3] = False  # whole rows hidden: P and O must be 0 there
+        elif var.get("mask") == "add":
+            mask = torch.randn(B, 1, N, N, device="cuda", dtype=dtype, generator=g)
+        ablation = var.get("ablation")
+        no_softmax = ablation == "no_softmax"
+        scale = 1 / math.sqrt(D)
+        line = ""
+        try:
+            ok = True
+            if qk_softmax_gluon.stores_rows_of(N):  # P itself, straight from the kernel
+                c = launch._prepare(q, k, v, causal, mask, None, ablation)
+                p = torch.full((B, H, N, N), float("nan"), device="cuda", dtype=dtype)
+                log_scale = 1.0 if no_softmax else config.LOG2E
+                qk_softmax_gluon.launch(c.q, c.k, p, c.mask, c.mask_strides, c.mask_kind, N=N, H=H, group=H // Hkv,
+                                        qk_scale=scale * log_scale, mask_scale=log_scale, causal=causal, tiles=t,
+                                        no_softmax=no_softmax)
+                torch.cuda.synchronize()
+                ref = reference_p(q, k, causal, mask, scale, no_softmax)
+                # 1 % of each element plus a floor: bf16 rounds to 0.4 %, and P's entries are ~1/N
+                excess = (p.float() - ref).abs() - (1e-2 * ref.abs() + (1e-2 if no_softmax else 1e-5))
+                worst = excess.nan_to_num(nan=float("inf")).max().item()
+                nan_p = p.isnan().sum().item()
+                ok = nan_p == 0 and worst <= 0
+                line += f"P worst_excess={worst:.3g} nan={nan_p} "
+            o = torch.full((B, H, N, D), float("nan"), device="cuda", dtype=dtype)
+            with config.forced("qk_softmax", t):
+                launch.qk_softmax(q, k, v, causal=causal, attn_mask=mask, ablation=ablation, out=o)
+                spec = launch.check(q, k, v, causal=causal, attn_mask=mask)
+                ran = "gluon" if launch._qk_softmax_tiles(spec).gluon else "triton"
+            torch.cuda.synchronize()
+            verdict = accuracy.judge(o, q, k, v, causal=causal, attn_mask=mask, ablation=ablation)
+            ok = ok and verdict.ok and not o.isnan().any().item()
+            line += f"O err={verdict.err:.3g} limit={verdict.limit:.3g} nan={o.isnan().sum().item()} ran={ran}"
+        except Exception as e:  # noqa: BLE001
+            ok, line = False, f"{type(e).__name__}: {str(e)[:300]}"
+        bad += not ok
+        if not ok or N in (100, 1000, 3000):
+            print(f"check {'ok ' if ok else 'BAD'} B={B} H={H} Hkv={Hkv} N={N} D={D} causal={causal} {dtype} {var} "
+                  f"{t} {line}", flush=True)
+    print(f"check: {bad} bad", flush=True)
+    return bad
+
+
+def timed(fn):
+    """Median ms of CUDA-graph replays (host launch cost out of the picture; L2 not flushed), after a spin-up."""
+    for _ in range(10):
+        fn()
+    return triton.testing.do_bench_cudagraph(fn, rep=150, return_mode="median")
+
+
+def bench(ns, ds, causals, labels):
+    ceil = model.measure_ceilings(torch.device("cuda"), torch.bfloat16)
+    print(f"ceilings {ceil}", flush=True)
+    print("D causal N what ms over_floor vs_triton", flush=True)
+    for D, causal, N in itertools.product(ds, causals, ns):
+        B, H = 16384 // N, 2048 // D
+        g = torch.Generator(device="cuda").manual_seed(0)
+        q, k, v = (torch.randn(B, H, N, D, device="cuda", dtype=torch.bfloat16, generator=g) for _ in range(3))
+        floor = qk_softmax_floor_ms(B, H, N, D, torch.bfloat16, causal, ceil)
+        c = launch._prepare(q, k, v, causal, None, None, None)
+        P = torch.zeros(B, H, N, N, device="cuda", dtype=torch.bfloat16)
+        res = {"pv": timed(lambda: launch._pv(c, P, None, None))}
+        del P
+        table = config.tiles("qk_softmax", q.device, D, causal, q.dtype, gluon=False)
+        for label in ["table"] + labels:
+            t = table if label == "table" else parse_tiles(label if causal else label.replace("h", ""))
+            with config.forced("qk_softmax", t):
+                try:
+                    o = launch.qk_softmax(q, k, v, causal=causal)
+                    b_ = max(1, B // 16)  # the oracle on a slice keeps the check quick
+                    verdict = accuracy.judge(o[:b_], q[:b_], k[:b_], v[:b_], causal=causal)
+                    name = f"{label}{'' if verdict.ok else ' FAILS'}"
+                    res[name] = timed(lambda: launch.qk_softmax(q, k, v, causal=causal))
+                except Exception as e:  # noqa: BLE001
+                    print(f"{D} {causal} {N} {label}: {type(e).__name__}: {str(e)[:200]}", flush=True)
+        pv = "pv"
+        for what, ms in res.items():
+            print(f"{D} {int(causal)} {N} {what} {ms:.4f} {ms / floor:.3f} {res.get('table', ms) / ms:.3f}"
+                  f"{'' if what == 'pv' else f' p_kernel={ms - res[pv]:.4f}'}", flush=True)
+        torch.cuda.empty_cache()
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--ns", default="1024,4096,16384")
+    ap.add_argument("--ds", default="128,64")
+    ap.add_argument("--causal", default="0,1")
+    ap.add_argument("--tiles", default="64x128w4s2hg,64x128w4s3hg")
+    ap.add_argument("--check-tiles", default="64x128w4s2hg")
+    ap.add_argument("--check-only", action="store_true")
+    args = ap.parse_args()
+    t0 = time.time()
+    bad = check([parse_tiles(x) for x in args.check_tiles.split(",")])
+    print(f"check wall {time.time() - t0:.0f} s", flush=True)
+    if bad or args.check_only:
+        return
+    bench([int(n) for n in args.ns.split(",")], [int(d) for d in args.ds.split(",")],
+          [bool(int(c)) for c in args.causal.split(",")], args.tiles.split(","))
+    print(f"wall {time.time() - t0:.0f} s", flush=True)
+
+
+if __name__ == "__main__":
+    main()
