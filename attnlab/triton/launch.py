@@ -72,12 +72,13 @@ def _grid_m(spec: Spec, block_m: int):
 
 
 def _tiles(kernel: str, spec: Spec) -> dict:
-    """The launch arguments of a Triton kernel other than fused (the fields only fused or Gluon kernels read are
-    dropped)."""
-    return _triton_args(tiles(kernel, spec.device, spec.D, spec.causal, spec.dtype))
+    """A kernel's tiles as launch arguments (for kernels other than fused, without the fields only fused reads)."""
+    t = tiles(kernel, spec.device, spec.D, spec.causal, spec.dtype)
+    return t.as_dict() if kernel == "fused" else _triton_args(t)
 
 
 def _triton_args(t) -> dict:
+    """Tiles as a Triton kernel's launch arguments, less the fields only the fused and Gluon kernels read."""
     t = t.as_dict()
     for fused_only in ("tma", "heavy_first", "paired", "gluon", "mask_tma"):
         t.pop(fused_only)

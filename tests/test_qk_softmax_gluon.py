@@ -1,0 +1,110 @@
+"""The qk_softmax build's Gluon kernel (attnlab.triton.qk_softmax_gluon) without a GPU: which calls take it, that the
+build and its ablations take the same kernel, what the rows record, and that every variant compiles for sm_90a.
+
+Its arithmetic is checked on the GPU (scripts/experiments/qk_gluon.py: P itself in a NaN-poisoned buffer against an
+fp32 softmax, O against the fp64 oracle; `attnlab check`); here the compile runs offline in a child process.
+"""
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+import torch
+
+from attnlab.triton import config, launch, qk_softmax_gluon
+from attnlab.validate import check
+
+GLUON_TILES = config.Tiles(64, 128, 4, 2, gluon=True)
+
+
+@pytest.fixture
+def hopper_dispatch(monkeypatch):
+    """Pretend the CPU tensors sit on an sm90 GPU; record which P kernel the launcher starts (the PV kernel, which
+    both share, is not run)."""
+    calls = []
+
+    def gluon_launch(q, k, p, mask, mask_strides, mask_kind, **kw):
+        calls.append(("gluon", mask_kind, kw["no_softmax"], kw["tiles"]))
+
+    class Kernel:
+        def __init__(self, name):
+            self.name = name
+
+        def __getitem__(self, grid):
+            if self.name == "pv":
+                return lambda *a, **kw: None
+            return lambda *a, **kw: calls.append(("triton", kw["MASK_KIND"], kw["NO_SOFTMAX"], None))
+
+    monkeypatch.setattr(config, "family", lambda device: "sm90")
+    monkeypatch.setattr(qk_softmax_gluon, "launch", gluon_launch)
+    monkeypatch.setattr(launch._qks, "qk_softmax_kernel", Kernel("qk"))
+    monkeypatch.setattr(launch._pv_mod, "pv_kernel", Kernel("pv"))
+    return calls
+
+
+def _inputs(N, D=128, dtype=torch.bfloat16):
+    return [torch.randn(1, 2, N, D, dtype=dtype) for _ in range(3)]
+
+
+@pytest.mark.parametrize("N,kernel", [(64, "gluon"), (3000, "gluon"), (100, "triton"), (1, "triton")])
+def test_the_build_and_all_its_ablations_run_one_p_kernel(hopper_dispatch, N, kernel):
+    """Lab guard: no_softmax, no_pv and zero_mask savings are differences against `qk_softmax`, so a mask or an
+    ablation flag never moves a call to the other P kernel. N decides it (TMA stores P rows only when N % 8 == 0),
+    for every variant alike."""
+    if not config.interpreting():
+        pytest.skip("CPU tensors reach the launcher only under the interpreter")
+    q, k, v = _inputs(N)
+    zero = torch.zeros(N, N, dtype=torch.bfloat16)
+    with config.forced("qk_softmax", GLUON_TILES):
+        for ablation, mask in ((None, None), ("no_softmax", None), ("no_pv", None), (None, zero),
+                               (None, torch.ones(N, N, dtype=torch.bool))):
+            launch.qk_softmax(q, k, v, causal=True, attn_mask=mask, ablation=ablation)
+        recorded = launch.tile_config("qk_softmax", check(q, k, v, causal=True))["qk_softmax"]
+    assert {c[0] for c in hopper_dispatch} == {kernel}
+    assert [c[1:3] for c in hopper_dispatch] == [(0, False), (0, True), (0, False), (2, False), (1, False)]
+    assert recorded["gluon"] is (kernel == "gluon")  # the row says which kernel wrote P
+    if kernel == "gluon":
+        assert all(c[3] == GLUON_TILES for c in hopper_dispatch)
+
+
+def test_gluon_tiles_refuse_what_the_kernel_cannot_do(hopper_dispatch):
+    """Tiles forced onto an fp32 or D = 96 call: one clear error naming the constraint, not a bad launch."""
+    if not config.interpreting():
+        pytest.skip("CPU tensors reach the launcher only under the interpreter")
+    for D, dtype in ((96, torch.bfloat16), (128, torch.float32)):
+        q, k, v = _inputs(64, D, dtype)
+        with config.forced("qk_softmax", GLUON_TILES):
+            with pytest.raises(ValueError, match=r"Gluon qk_softmax kernel needs fp16 or bf16 and D in \(64, 128\)"):
+                launch.qk_softmax(q, k, v)
+    assert hopper_dispatch == []
+
+
+def test_p_rows_tma_can_store():
+    assert [n for n in (1, 7, 8, 100, 1000, 3000, 4096) if qk_softmax_gluon.stores_rows_of(n)] == [8, 1000, 3000,
+                                                                                                    4096]
+
+
+def _compile(args):
+    out = subprocess.run([sys.executable, "-m", "attnlab.triton.resources", "--kernels", "qk_softmax", "--json",
+                          *args], capture_output=True, text=True, timeout=600,
+                         env={**os.environ, "TRITON_INTERPRET": "1"})
+    assert out.returncode == 0, out.stderr[-2000:]
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+@pytest.mark.parametrize("flags", [None, "NO_SOFTMAX=1"])
+def test_every_variant_of_the_gluon_kernel_compiles_for_sm90_within_limits(flags):
+    """D 64 and 128, causal and not, no mask / boolean / additive: fits shared memory, matmuls asynchronous, no
+    spills without a mask (the benchmark's path), at most a few bytes with one."""
+    rows = _compile(["--head-dims", "64,128", "--causal", "0,1", "--masks", "0,1,2", "--tiles", "64x128w4s2hg"]
+                    + (["--flags", flags] if flags else []))
+    assert len(rows) == 12
+    for r in rows:
+        assert r["fits"] and not r["wgmma_serialised"], r
+        assert r["spill_stores"] <= (64 if r["mask_kind"] else 0), r
+
+
+def test_n_stays_an_argument():
+    """As in the fused Gluon kernel: N = 1 made a constant breaks Triton 3.6's lowering with a mask."""
+    assert [p.name for p in qk_softmax_gluon.qk_softmax_gluon_kernel.params if p.do_not_specialize] == ["N"]
