@@ -80,5 +80,5 @@ def test_the_tables_fused_entries_fit_and_keep_their_matmuls_asynchronous():
     assert len(rows) == 8  # no mask, and the additive mask the zero_mask ablation passes
     for r in rows:
         assert r["fits"] and not r["wgmma_serialised"], r
-        assert r["spill_stores"] <= (256 if r["tiles"].endswith("g") and r["mask_kind"] else 0), r
-    assert [r["tiles"] for r in rows[::2]] == ["128x64w8s3", "128x64w8s3h", "64x128w4s2g", "64x128w4s2hg"]
+        assert r["spill_stores"] <= (256 if "g" in r["tiles"] and r["mask_kind"] else 0), r
+    assert [r["tiles"] for r in rows[::2]] == ["128x64w8s3", "128x64w8s3h", "64x128w4s2gm", "64x128w4s2hgm"]
