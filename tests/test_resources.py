@@ -66,6 +66,10 @@ ptxas info    : 136 bytes spill stores, 188 bytes spill loads"""
     assert resources.read_ptxas(report) == dict(registers=255, stack_bytes=88, spill_stores=136, spill_loads=188,
                                                 wgmma_serialised=True)
     assert resources.read_ptxas("ptxas info    : Used 126 registers")["wgmma_serialised"] is False
+    # the other wording (a register of an in-flight matmul read: the first qk_softmax Gluon kernel, PERFORMANCE.md v12)
+    c7514 = """ptxas info    : (C7514) Potential Performance Loss: wgmma.mma_async instructions are serialized due to non
+wgmma instructions reading accumulator registers of  a wgmma between start and end of the pipeline stage"""
+    assert resources.read_ptxas(c7514)["wgmma_serialised"] is True
 
 
 def test_the_tables_fused_entries_fit_and_keep_their_matmuls_asynchronous():

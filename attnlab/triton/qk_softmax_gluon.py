@@ -101,6 +101,56 @@ def _write_tile(s, j, m_safe, inv_l, p_desc, p_smem, slot0, b, h, rows, hi, mask
 
 
 @gluon.jit
+def _step(s, j, m_i, l_i, m_safe, inv_l, p_desc, p_smem, slot0, b, h, rows, hi, mask_rows, offs_m, cols, N, smn,
+          qk_scale, mask_scale, WRITE: gl.constexpr, BLOCK_N: gl.constexpr, CAUSAL: gl.constexpr,
+          MASK_KIND: gl.constexpr, NO_SOFTMAX: gl.constexpr):
+    """Key tile j of a pass: pass 1 folds it into the running max and sum, pass 2 (WRITE) writes its P."""
+    if WRITE:
+        _write_tile(s, j, m_safe, inv_l, p_desc, p_smem, slot0, b, h, rows, hi, mask_rows, offs_m, cols, N, smn,
+                    qk_scale, mask_scale, BLOCK_N, CAUSAL, MASK_KIND, NO_SOFTMAX)
+    else:
+        p, m_i, l_i, alpha, offs_n = _tile(s, m_i, l_i, j, rows, hi, mask_rows, mask_rows, offs_m, cols, N, smn,
+                                           qk_scale, mask_scale, BLOCK_N, CAUSAL, MASK_KIND, False, False)
+    return m_i, l_i
+
+
+@gluon.jit
+def _pass(q, k_smem, k_full, k_empty, base, n_tiles, zero_s, m_i, l_i, m_safe, inv_l, p_desc, p_smem, slot0, b, h,
+          rows, hi, mask_rows, offs_m, cols, N, smn, qk_scale, mask_scale, WRITE: gl.constexpr, D: gl.constexpr,
+          BLOCK_N: gl.constexpr, STAGES: gl.constexpr, CAUSAL: gl.constexpr, MASK_KIND: gl.constexpr,
+          NO_SOFTMAX: gl.constexpr):
+    """One pass over the key tiles (ring tiles base … base + n_tiles − 1), two at a time: the next tile's QKᵀ is on
+    the tensor cores while this one's scores are worked on. Two at a time because the in-flight result must not be
+    the value the loop carries while the previous one is still read: a one-tile loop makes the compiler copy an
+    in-flight accumulator on the back edge, and ptxas then serialises every matmul (C7514; PERFORMANCE.md v12).
+    Every matmul a pass starts, it waits for."""
+    s_flight = _next_scores(q, k_smem, k_full, base, zero_s, BLOCK_N, D, STAGES)
+    for i in range((n_tiles - 1) // 2):
+        j = 2 * i
+        s_a = _scores_done(s_flight, k_empty, base + j, STAGES)
+        s_b_flight = _next_scores(q, k_smem, k_full, base + j + 1, zero_s, BLOCK_N, D, STAGES)
+        m_i, l_i = _step(s_a, j, m_i, l_i, m_safe, inv_l, p_desc, p_smem, slot0, b, h, rows, hi, mask_rows, offs_m,
+                         cols, N, smn, qk_scale, mask_scale, WRITE, BLOCK_N, CAUSAL, MASK_KIND, NO_SOFTMAX)
+        s_b = _scores_done(s_b_flight, k_empty, base + j + 1, STAGES)
+        s_flight = _next_scores(q, k_smem, k_full, base + j + 2, zero_s, BLOCK_N, D, STAGES)
+        m_i, l_i = _step(s_b, j + 1, m_i, l_i, m_safe, inv_l, p_desc, p_smem, slot0, b, h, rows, hi, mask_rows,
+                         offs_m, cols, N, smn, qk_scale, mask_scale, WRITE, BLOCK_N, CAUSAL, MASK_KIND, NO_SOFTMAX)
+    j = 2 * ((n_tiles - 1) // 2)  # one tile left (n_tiles odd) or two
+    s_a = _scores_done(s_flight, k_empty, base + j, STAGES)
+    if j + 1 < n_tiles:
+        s_b_flight = _next_scores(q, k_smem, k_full, base + j + 1, zero_s, BLOCK_N, D, STAGES)
+        m_i, l_i = _step(s_a, j, m_i, l_i, m_safe, inv_l, p_desc, p_smem, slot0, b, h, rows, hi, mask_rows, offs_m,
+                         cols, N, smn, qk_scale, mask_scale, WRITE, BLOCK_N, CAUSAL, MASK_KIND, NO_SOFTMAX)
+        s_b = _scores_done(s_b_flight, k_empty, base + j + 1, STAGES)
+        m_i, l_i = _step(s_b, j + 1, m_i, l_i, m_safe, inv_l, p_desc, p_smem, slot0, b, h, rows, hi, mask_rows,
+                         offs_m, cols, N, smn, qk_scale, mask_scale, WRITE, BLOCK_N, CAUSAL, MASK_KIND, NO_SOFTMAX)
+    else:
+        m_i, l_i = _step(s_a, j, m_i, l_i, m_safe, inv_l, p_desc, p_smem, slot0, b, h, rows, hi, mask_rows, offs_m,
+                         cols, N, smn, qk_scale, mask_scale, WRITE, BLOCK_N, CAUSAL, MASK_KIND, NO_SOFTMAX)
+    return m_i, l_i
+
+
+@gluon.jit
 def _consumer(q_smem, k_smem, p_smem, p_desc, bars, mask, b, h, start_m, n_tiles, N, qk_scale, mask_scale,
               WG: gl.constexpr, D: gl.constexpr, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr,
               STAGES: gl.constexpr, CAUSAL: gl.constexpr, MASK_KIND: gl.constexpr, NO_SOFTMAX: gl.constexpr):
@@ -129,31 +179,22 @@ def _consumer(q_smem, k_smem, p_smem, p_desc, bars, mask, b, h, start_m, n_tiles
 
     mbarrier.wait(q_bars.index(WG), 0)
     q = q_smem.index(WG).reshape([BLOCK_M, D])
-    s_next = _next_scores(q, k_smem, k_full, 0, zero_s, BLOCK_N, D, STAGES)
     m_i = gl.full([BLOCK_M], -float("inf"), gl.float32, row_s)
     l_i = gl.zeros([BLOCK_M], gl.float32, row_s)
     if NO_SOFTMAX:
         base = 0
-    else:
-        for j in range(n_tiles):  # pass 1: the row max and sum; tile t + 1 (pass 2's first after the last) in flight
-            s = _scores_done(s_next, k_empty, j, STAGES)
-            s_next = _next_scores(q, k_smem, k_full, j + 1, zero_s, BLOCK_N, D, STAGES)
-            p, m_i, l_i, alpha, offs_n = _tile(s, m_i, l_i, j, rows, hi, mask_rows, mask_rows, offs_m, cols, N,
-                                               smn, qk_scale, mask_scale, BLOCK_N, CAUSAL, MASK_KIND, False, False)
+    else:  # pass 1: the row max and sum
+        m_i, l_i = _pass(q, k_smem, k_full, k_empty, 0, n_tiles, zero_s, m_i, l_i, m_i, l_i, p_desc, p_smem, slot0,
+                         b, h, rows, hi, mask_rows, offs_m, cols, N, smn, qk_scale, mask_scale, False, D, BLOCK_N,
+                         STAGES, CAUSAL, MASK_KIND, NO_SOFTMAX)
         base = n_tiles
     m_safe = gl.where(m_i == -float("inf"), 0.0, m_i)
     inv_l = 1.0 / gl.where(l_i == 0.0, 1.0, l_i)  # a fully masked row gives P = 0
-
     if CAUSAL:
         tma.store_wait(pendings=0)  # the zero buffer is P buffer 0, written again below
-    for j in range(n_tiles - 1):  # pass 2
-        s = _scores_done(s_next, k_empty, base + j, STAGES)
-        s_next = _next_scores(q, k_smem, k_full, base + j + 1, zero_s, BLOCK_N, D, STAGES)
-        _write_tile(s, j, m_safe, inv_l, p_desc, p_smem, slot0, b, h, rows, hi, mask_rows, offs_m, cols, N, smn, qk_scale,
-                    mask_scale, BLOCK_N, CAUSAL, MASK_KIND, NO_SOFTMAX)
-    s = _scores_done(s_next, k_empty, base + n_tiles - 1, STAGES)
-    _write_tile(s, n_tiles - 1, m_safe, inv_l, p_desc, p_smem, slot0, b, h, rows, hi, mask_rows, offs_m, cols, N, smn,
-                qk_scale, mask_scale, BLOCK_N, CAUSAL, MASK_KIND, NO_SOFTMAX)
+    _pass(q, k_smem, k_full, k_empty, base, n_tiles, zero_s, m_i, l_i, m_safe, inv_l, p_desc, p_smem, slot0, b, h,
+          rows, hi, mask_rows, offs_m, cols, N, smn, qk_scale, mask_scale, True, D, BLOCK_N, STAGES, CAUSAL,
+          MASK_KIND, NO_SOFTMAX)
     tma.store_wait(pendings=0)
 
 

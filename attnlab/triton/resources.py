@@ -159,15 +159,16 @@ def _gluon_info(kernel: str, D: int, causal: bool, tiles: config.Tiles, mask_kin
 
 def read_ptxas(report: str) -> dict:
     """Registers, stack and spills from `ptxas -v`, and whether ptxas serialised the wgmma instructions (its C7515
-    advisory: every matmul then waits for the one before, which cost the causal paired kernel 7–14 % on the H200,
-    PERFORMANCE.md v8)."""
+    or C7514 advisory: every matmul then waits for itself before anything else runs. C7515 cost the causal paired
+    kernel 7–14 % on the H200, PERFORMANCE.md v8; C7514 — a register of an in-flight matmul read, e.g. copied on a
+    loop's back edge — held the first qk_softmax Gluon kernel to the Triton kernel's speed, v12)."""
     def grab(pattern):
         m = re.search(pattern, report)
         return int(m.group(1)) if m else 0
 
     return dict(registers=grab(r"Used (\d+) registers"), stack_bytes=grab(r"(\d+) bytes (?:cumulative )?stack"),
                 spill_stores=grab(r"(\d+) bytes spill stores"), spill_loads=grab(r"(\d+) bytes spill loads"),
-                wgmma_serialised="C7515" in report)
+                wgmma_serialised=bool(re.search(r"\(C751[45]\)", report)))
 
 
 def _int_args(D: int, mask_kind: int, N: int = 4096, width: int = 2048) -> dict:

@@ -131,8 +131,8 @@ def bench(ns, ds, causals, labels):
             with config.forced("qk_softmax", t):
                 try:
                     o = launch.qk_softmax(q, k, v, causal=causal)
-                    b_ = max(1, B // 16)  # the oracle on a slice keeps the check quick
-                    verdict = accuracy.judge(o[:b_], q[:b_], k[:b_], v[:b_], causal=causal)
+                    # the fp64 oracle on one batch and four heads: (1, 4, N, N) doubles, 8 GiB at N = 16384
+                    verdict = accuracy.judge(o[:1, :4], q[:1, :4], k[:1, :4], v[:1, :4], causal=causal)
                     name = f"{label}{'' if verdict.ok else ' FAILS'}"
                     res[name] = timed(lambda: launch.qk_softmax(q, k, v, causal=causal))
                 except Exception as e:  # noqa: BLE001
@@ -149,7 +149,7 @@ def main():
     ap.add_argument("--ns", default="1024,4096,16384")
     ap.add_argument("--ds", default="128,64")
     ap.add_argument("--causal", default="0,1")
-    ap.add_argument("--tiles", default="64x128w4s2hg,64x128w4s3hg")
+    ap.add_argument("--tiles", default="64x128w4s3hg,64x128w4s2hg")
     ap.add_argument("--check-tiles", default="64x128w4s2hg")
     ap.add_argument("--check-only", action="store_true")
     args = ap.parse_args()
