@@ -96,13 +96,13 @@ def _compile(args):
 @pytest.mark.parametrize("flags", [None, "NO_SOFTMAX=1"])
 def test_every_variant_of_the_gluon_kernel_compiles_for_sm90_within_limits(flags):
     """D 64 and 128, causal and not, no mask / boolean / additive: fits shared memory, matmuls asynchronous, no
-    spills without a mask (the benchmark's path), at most a few bytes with one."""
+    spills without a mask (the benchmark's path), at most 128 bytes with one (the zero_mask ablation's path)."""
     rows = _compile(["--head-dims", "64,128", "--causal", "0,1", "--masks", "0,1,2", "--tiles", "64x128w4s2hg"]
                     + (["--flags", flags] if flags else []))
     assert len(rows) == 12
     for r in rows:
         assert r["fits"] and not r["wgmma_serialised"], r
-        assert r["spill_stores"] <= (64 if r["mask_kind"] else 0), r
+        assert r["spill_stores"] <= (128 if r["mask_kind"] else 0), r
 
 
 def test_n_stays_an_argument():

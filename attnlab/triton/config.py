@@ -22,14 +22,15 @@ class Tiles:
     num_warps: int = 4
     num_stages: int = 2
     tma: bool = False  # fused kernel only: K and V through Hopper's tensor-memory accelerator (sm90+, GPU only)
-    # fused kernel only: launch the query blocks last-first. Under a causal mask the last block does the most work;
+    # fused and the Gluon qk_softmax kernel: launch the query blocks last-first. Under a causal mask the last block does the most work;
     # started last (the default order), it runs alone at the end of the grid (PERFORMANCE.md v6: up to 8 % at N = 16384).
     heavy_first: bool = False
     # fused kernel only: each program owns two blocks of BLOCK_M rows that share every K/V tile, so one block's
     # softmax overlaps the other's PV matmul (PERFORMANCE.md v8). The grid then has cdiv(N, 2·BLOCK_M) programs.
     paired: bool = False
-    # fused kernel only: the warp-specialised Gluon kernel (attnlab.triton.fused_gluon; sm90, 16-bit; it compiles for
-    # D = 64 or 128 exactly, the table uses it at 128). BLOCK_M is then the rows of each of its two consumer warpgroups, a program covers 2·BLOCK_M, and
+    # fused and qk_softmax: the warp-specialised Gluon kernel (attnlab.triton.fused_gluon, .qk_softmax_gluon; sm90,
+    # 16-bit; they compile for D = 64 or 128 exactly; the table uses fused's at 128, qk_softmax's at both). BLOCK_M is
+    # then the rows of each of its two consumer warpgroups, a program covers 2·BLOCK_M, and
     # num_warps is 4 (one warpgroup a partition). PERFORMANCE.md v10.
     gluon: bool = False
     # Gluon kernel only: the loader warp brings each mask tile by TMA with K, instead of each consumer loading it in
@@ -94,6 +95,13 @@ TABLE: dict[tuple, Tiles] = {
     ("fused", "sm90", 128, False, 2): Tiles(128, 64, 8, 3, paired=True),
     ("fused", "sm90", 128, True, 2): Tiles(128, 64, 8, 3, heavy_first=True),
     ("fused", "sm90", 256, "any", 2): Tiles(64, 32, 4, 2),
+    # qk_softmax at D = 64 and 128 exactly, N % 8 == 0: the warp-specialised Gluon kernel with P stored by TMA (v12:
+    # 1.05–1.41× the Triton kernel's build time at N = 1024…16384, except D = 64 causal N = 1024, 0.985×; 3 stages
+    # 4–13 % faster than 2). Other D and N keep the Triton entries below.
+    ("qk_softmax", "sm90", "=64", False, 2): Tiles(64, 128, 4, 3, gluon=True),
+    ("qk_softmax", "sm90", "=64", True, 2): Tiles(64, 128, 4, 3, heavy_first=True, gluon=True),
+    ("qk_softmax", "sm90", "=128", False, 2): Tiles(64, 128, 4, 3, gluon=True),
+    ("qk_softmax", "sm90", "=128", True, 2): Tiles(64, 128, 4, 3, heavy_first=True, gluon=True),
     ("qk_softmax", "sm90", 64, False, 2): Tiles(128, 64, 8, 3),
     ("qk_softmax", "sm90", 128, False, 2): Tiles(128, 64, 4, 3),
     ("qk_softmax", "sm90", "any", True, 2): Tiles(64, 64, 4, 3),
