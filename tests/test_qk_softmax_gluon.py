@@ -80,6 +80,18 @@ def test_gluon_tiles_refuse_what_the_kernel_cannot_do(hopper_dispatch):
     assert hopper_dispatch == []
 
 
+@pytest.mark.parametrize("D,dtype,gluon", [(64, torch.bfloat16, True), (128, torch.float16, True),
+                                            (96, torch.bfloat16, False), (48, torch.bfloat16, False),
+                                            (128, torch.float32, False)])
+def test_which_calls_take_the_gluon_kernel_on_hopper(D, dtype, gluon):
+    """D = 64 and 128 exactly in 16-bit (TMA boxes are exactly D wide); everything else, and every other GPU family,
+    the Triton kernel."""
+    for causal in (False, True):
+        assert config.lookup("qk_softmax", "sm90", D, causal, dtype.itemsize).gluon is gluon
+        assert not config.lookup("qk_softmax", "sm80", D, causal, dtype.itemsize).gluon
+        assert not config.lookup("qk_softmax", "interpreter", D, causal, dtype.itemsize).gluon
+
+
 def test_p_rows_tma_can_store():
     assert [n for n in (1, 7, 8, 100, 1000, 3000, 4096) if qk_softmax_gluon.stores_rows_of(n)] == [8, 1000, 3000,
                                                                                                     4096]
@@ -95,9 +107,12 @@ def _compile(args):
 
 @pytest.mark.parametrize("flags", [None, "NO_SOFTMAX=1"])
 def test_every_variant_of_the_gluon_kernel_compiles_for_sm90_within_limits(flags):
-    """D 64 and 128, causal and not, no mask / boolean / additive: fits shared memory, matmuls asynchronous, no
-    spills without a mask (the benchmark's path), at most 128 bytes with one (the zero_mask ablation's path)."""
-    rows = _compile(["--head-dims", "64,128", "--causal", "0,1", "--masks", "0,1,2", "--tiles", "64x128w4s2hg"]
+    """The table's tiles (3 stages), D 64 and 128, causal and not, no mask / boolean / additive: fits shared memory,
+    matmuls asynchronous (no C7514/C7515: the first version of this kernel had every wgmma serialised), no spills
+    without a mask (the benchmark's path), at most 128 bytes with one (the zero_mask ablation's path)."""
+    assert all(config.lookup("qk_softmax", "sm90", d, c, 2) == config.Tiles(64, 128, 4, 3, heavy_first=c, gluon=True)
+               for d in (64, 128) for c in (False, True))
+    rows = _compile(["--head-dims", "64,128", "--causal", "0,1", "--masks", "0,1,2", "--tiles", "64x128w4s3hg"]
                     + (["--flags", flags] if flags else []))
     assert len(rows) == 12
     for r in rows:
