@@ -281,3 +281,21 @@ def test_batch_times_heads_past_the_grid_limit_is_refused_clearly(name):
     q, k, v = rand_qkv(B=65536, H=1, N=1, D=16)
     with pytest.raises(builds.Unsupported, match=r"B·H = 65536 exceeds 65535"):
         builds.get(name).attend(q, k, v)
+
+
+def test_which_row_lengths_the_launcher_vouches_for():
+    """rows_16b: only where Triton cannot see it itself (N % 16 ≠ 0) and it is true (N × element size % 16 == 0)."""
+    assert [n for n in (8, 16, 24, 40, 100, 3000, 4096, 3001) if launch.rows_16b(n, torch.bfloat16)] == [8, 24, 40, 3000]
+    assert [n for n in (4, 8, 100, 3000, 4096, 3001) if launch.rows_16b(n, torch.float32)] == [4, 8, 100, 3000]
+
+
+@pytest.mark.parametrize("N,dtype", [(40, torch.bfloat16), (24, torch.float16), (100, torch.float32)], ids=str)
+@pytest.mark.parametrize("name", ("materialised", "qk_softmax", "materialised-no_softmax"))
+def test_rows_only_the_launcher_knows_are_aligned_give_the_same_result(name, N, dtype):
+    """There the S/P kernels get N in a form the compiler sees is 16-byte aligned (attnlab.triton.tiles.row_length):
+    the same value, so the same result, poisoned output fully written."""
+    assert launch.rows_16b(N, dtype)
+    q, k, v = rand_qkv(N=N, D=64, dtype=dtype)
+    for causal in (False, True):
+        o = run_ours(name, q, k, v, causal=causal)
+        assert_accurate(name, o, q, k, v, causal=causal)

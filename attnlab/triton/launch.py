@@ -85,6 +85,14 @@ def _triton_args(t) -> dict:
     return t
 
 
+def rows_16b(N: int, dtype: torch.dtype) -> bool:
+    """Whether to tell the kernels that read or write S or P row by row (scores, softmax, PV) that each row starts
+    16-byte aligned, which Triton cannot see when N % 16 ≠ 0 (attnlab.triton.tiles.row_length). Only then: at
+    N % 16 == 0 the compile stays the one Triton makes by itself."""
+    size = torch.empty((), dtype=dtype).element_size()
+    return N % 16 != 0 and (N * size) % 16 == 0
+
+
 def _out(spec: Spec, out) -> torch.Tensor:
     """O, freshly allocated or the caller's (tests pass a NaN-poisoned `out` to prove every element is written)."""
     shape = (spec.B, spec.H, spec.N, spec.D)
@@ -103,7 +111,7 @@ def _pv(c: _Call, p: torch.Tensor, ablation, out) -> torch.Tensor:
     t = _tiles("pv", s)
     _pv_mod.pv_kernel[_grid_m(s, t["BLOCK_M"])](
         p, c.v, o, *c.v.stride()[:3], *o.stride()[:3], s.N, s.H, s.group, 1.0 / s.N,
-        NO_PV=ablation == "no_pv", STAGES=t["num_stages"], **c.flags, **t)
+        NO_PV=ablation == "no_pv", STAGES=t["num_stages"], ROWS_16B=rows_16b(s.N, p.dtype), **c.flags, **t)
     return o
 
 
@@ -115,14 +123,16 @@ def materialised(q, k, v, *, causal=False, attn_mask=None, scale=None, ablation=
     t = _tiles("scores", s)
     grid = (triton.cdiv(s.N, t["BLOCK_M"]), triton.cdiv(s.N, t["BLOCK_N"]), s.B * s.H)
     _mat.scores_kernel[grid](c.q, c.k, S, c.mask, *c.q.stride()[:3], *c.k.stride()[:3], *c.mask_strides,
-                             s.N, s.H, s.group, s.scale, MASK_KIND=c.mask_kind, **c.flags, **t)
+                             s.N, s.H, s.group, s.scale, MASK_KIND=c.mask_kind, ROWS_16B=rows_16b(s.N, s.dtype),
+                             **c.flags, **t)
     P = torch.empty_like(S)
     block = triton.next_power_of_2(min(s.N, SOFTMAX_ROW_MAX))
     rows = max(1, 4096 // block) if not interpreting() else max(1, 16384 // block)
     n_rows = s.B * s.H * s.N
     _mat.softmax_kernel[(triton.cdiv(n_rows, rows),)](
         S, P, n_rows, s.N, ROWS=rows, BLOCK=block, ONE_PASS=s.N <= block,
-        NO_SOFTMAX=ablation == "no_softmax", num_warps=min(16, max(4, block // 1024)))
+        NO_SOFTMAX=ablation == "no_softmax", ROWS_16B=rows_16b(s.N, s.dtype),
+        num_warps=min(16, max(4, block // 1024)))
     del S  # S is dead once P exists; freeing it here keeps the peak at S + P, as a user's code would
     return _pv(c, P, ablation, out)
 
@@ -152,15 +162,16 @@ def qk_softmax(q, k, v, *, causal=False, attn_mask=None, scale=None, ablation=No
 
 def _qk_softmax_tiles(s: Spec):
     """The qk_softmax kernel's tiles for this case. A Gluon entry takes fp16/bf16 at D = 64 or 128 (forced tiles
-    that ask for anything else are an error, as for fused); at an N whose P rows TMA cannot store (N % 8 ≠ 0) the
-    key's Triton entry runs instead, for the build and its ablations alike, and the row records it."""
+    that ask for anything else are an error, as for fused); at an N it does not take (P rows TMA cannot store,
+    N % 8 ≠ 0, or N < 1024 where the Triton kernel is faster: qk_softmax_gluon.takes) the key's Triton entry runs
+    instead, for the build and its ablations alike, and the row records it."""
     chosen = tiles("qk_softmax", s.device, s.D, s.causal, s.dtype)
     if not chosen.gluon:
         return chosen
     from attnlab.triton import qk_softmax_gluon
 
     qk_softmax_gluon.check_case(chosen, s.dtype, s.D)
-    if qk_softmax_gluon.stores_rows_of(s.N):
+    if qk_softmax_gluon.takes(s.N):
         return chosen
     return tiles("qk_softmax", s.device, s.D, s.causal, s.dtype, gluon=False)
 

@@ -7,7 +7,7 @@
 import triton
 import triton.language as tl
 
-from attnlab.triton.tiles import load_rows, masked_to_zero, score_tile
+from attnlab.triton.tiles import load_rows, masked_to_zero, row_length, score_tile
 
 LOG2E = tl.constexpr(1.4426950408889634)  # a global a @triton.jit function reads must be a constexpr
 
@@ -17,9 +17,11 @@ def scores_kernel(Q, K, S, M,
                   sqb, sqh, sqn, skb, skh, skn, smb, smh, smm, smn,
                   N, H, GROUP, qk_scale,
                   D: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
-                  CAUSAL: tl.constexpr, MASK_KIND: tl.constexpr, IEEE: tl.constexpr, UPCAST: tl.constexpr):
+                  CAUSAL: tl.constexpr, MASK_KIND: tl.constexpr, IEEE: tl.constexpr, UPCAST: tl.constexpr,
+                  ROWS_16B: tl.constexpr = False):
     # grid: (cdiv(N, BLOCK_M), cdiv(N, BLOCK_N), B·H); S is contiguous (B, H, N, N) in the input dtype,
     # in natural units (not log2), so the S a reader inspects is the S of the formula.
+    N = row_length(N, S.dtype.element_ty.primitive_bitwidth, ROWS_16B)
     start_m = tl.program_id(0)
     start_n = tl.program_id(1)
     bh = tl.program_id(2).to(tl.int64)
@@ -47,10 +49,12 @@ def scores_kernel(Q, K, S, M,
 
 @triton.jit
 def softmax_kernel(S, P, n_rows, N,
-                   ROWS: tl.constexpr, BLOCK: tl.constexpr, ONE_PASS: tl.constexpr, NO_SOFTMAX: tl.constexpr):
+                   ROWS: tl.constexpr, BLOCK: tl.constexpr, ONE_PASS: tl.constexpr, NO_SOFTMAX: tl.constexpr,
+                   ROWS_16B: tl.constexpr = False):
     # grid: (cdiv(B·H·N, ROWS),). Each program owns ROWS whole rows of S (contiguous, length N).
     # ONE_PASS (the row fits one block): S is read exactly once. Otherwise the row is streamed twice: once for its
     # max and sum (online, as in the fused kernel), once to write P.
+    N = row_length(N, S.dtype.element_ty.primitive_bitwidth, ROWS_16B)
     rows = tl.program_id(0) * ROWS + tl.arange(0, ROWS)
     row_ok = rows < n_rows
     base = rows.to(tl.int64)[:, None] * N

@@ -2,7 +2,7 @@
 import triton
 import triton.language as tl
 
-from attnlab.triton.tiles import dot, load_rows, no_pv_output, no_pv_step, pv_accumulator
+from attnlab.triton.tiles import dot, load_rows, no_pv_output, no_pv_step, pv_accumulator, row_length
 
 
 @triton.jit
@@ -11,8 +11,9 @@ def pv_kernel(P, V, O,
               N, H, GROUP, inv_n,
               D: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
               CAUSAL: tl.constexpr, NO_PV: tl.constexpr, IEEE: tl.constexpr, UPCAST: tl.constexpr,
-              STAGES: tl.constexpr):
+              STAGES: tl.constexpr, ROWS_16B: tl.constexpr = False):
     # grid: (cdiv(N, BLOCK_M), B·H). P is contiguous (B, H, N, N); V is (B, Hkv, N, D) with unit last stride.
+    N = row_length(N, P.dtype.element_ty.primitive_bitwidth, ROWS_16B)
     start_m = tl.program_id(0)
     bh = tl.program_id(1).to(tl.int64)  # int64: bh · N² overflows int32 from N = 11586 at B·H = 16
     b = bh // H

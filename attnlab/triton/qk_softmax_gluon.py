@@ -1,7 +1,7 @@
 """The qk_softmax build's Hopper kernel, written in Gluon: the same two passes as attnlab.triton.qk_softmax (row max
 and sum, then P written once), warp specialised so that the P writes and both passes' matmuls overlap
-(PERFORMANCE.md v12). It compiles for D = 64 and 128 exactly, fp16 and bf16, and for N a multiple of 8 (P's rows are
-then 16-byte aligned, which TMA needs); at other N the Triton kernel runs.
+(PERFORMANCE.md v12). It compiles for D = 64 and 128 exactly, fp16 and bf16, and takes N a multiple of 8 (P's rows are
+then 16-byte aligned, which TMA needs) from N = 1024 on; at other N the Triton kernel runs.
 
 Why: P is the build's traffic (N² elements written here, read by the PV kernel), and the Triton kernel's loop does
 matmul, exponentials and stores one after the other in every warp. Here
@@ -292,15 +292,20 @@ def check_case(tiles, dtype, D: int) -> None:
                          f"TMA boxes are exactly D wide), got {dtype} and D = {D}")
 
 
-def stores_rows_of(N: int) -> bool:
-    """Whether TMA can store P's rows at this N: each row 16-byte aligned, N % 8 == 0 for 16-bit P."""
-    return N % 8 == 0
+MIN_N = 1024  # below it the Triton kernel was faster: at N = 512 the Gluon kernel's build ran 0.80–1.06× as fast
+# (bench, session 5 call 4: D = 64 causal 0.80, non-causal 0.94; D = 128 0.95–1.06), at N = 1024 0.98–1.15×.
+
+
+def takes(N: int) -> bool:
+    """Whether this kernel writes P at sequence length N: TMA stores P's rows only when they are 16-byte aligned
+    (N % 8 == 0 for 16-bit P), and below MIN_N the Triton kernel is faster."""
+    return N % 8 == 0 and N >= MIN_N
 
 
 def launch(q, k, p, mask, mask_strides, mask_kind, *, N, H, group, qk_scale, mask_scale, causal, tiles,
            no_softmax=False) -> None:
     """Write P for checked (B, H, N, D) q and k into the contiguous (B, H, N, N) p (attnlab.triton.launch.qk_softmax
-    calls it for Tiles.gluon when `stores_rows_of(N)`)."""
+    calls it for Tiles.gluon when `takes(N)`)."""
     BM, BN = tiles.BLOCK_M, tiles.BLOCK_N
     q, k = tma_ready(q), tma_ready(k)
     grid = (triton.cdiv(N, ROWS_PER_PROGRAM.value * BM), q.shape[0] * H)

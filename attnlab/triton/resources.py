@@ -30,9 +30,10 @@ POINTERS = re.compile(r"^(Q|K|V|O|M|P|S|DK|DV)$")
 
 
 def _kernel(name: str):
-    from attnlab.triton import fused, pv, qk_softmax
+    from attnlab.triton import fused, materialised, pv, qk_softmax
 
-    return {"fused": fused.fused_kernel, "qk_softmax": qk_softmax.qk_softmax_kernel, "pv": pv.pv_kernel}[name]
+    return {"fused": fused.fused_kernel, "qk_softmax": qk_softmax.qk_softmax_kernel, "pv": pv.pv_kernel,
+            "scores": materialised.scores_kernel}[name]
 
 
 def compile_info(kernel: str, D: int, causal: bool, tiles: config.Tiles, mask_kind: int = 0,
@@ -41,6 +42,10 @@ def compile_info(kernel: str, D: int, causal: bool, tiles: config.Tiles, mask_ki
     set other constexprs (e.g. NO_PV=True for the ablation)."""
     if kernel in ("fused", "qk_softmax") and tiles.gluon:
         return _gluon_info(kernel, D, causal, tiles, mask_kind, dtype, n, **flags)
+    import torch
+
+    from attnlab.triton.launch import rows_16b  # the launcher's rule, so the compile is the one a call makes
+
     fn = _kernel(kernel)
     if not isinstance(fn, triton.runtime.jit.JITFunction):
         raise RuntimeError("our kernels were loaded for Triton's interpreter: compile them in a process started with "
@@ -49,7 +54,8 @@ def compile_info(kernel: str, D: int, causal: bool, tiles: config.Tiles, mask_ki
     values = dict(D=D, BLOCK_D=config.head_dim_bucket(D), BLOCK_M=tiles.BLOCK_M, BLOCK_N=tiles.BLOCK_N,
                   CAUSAL=causal, MASK_KIND=mask_kind, NO_SOFTMAX=False, NO_PV=False, IEEE=dtype == "fp32",
                   UPCAST=False, TMA=tiles.tma, HEAVY_FIRST=tiles.heavy_first, PAIRED=tiles.paired,
-                  STAGES=tiles.num_stages)
+                  STAGES=tiles.num_stages,
+                  ROWS_16B=rows_16b(n, {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}[dtype]))
     values.update(flags)
     constexprs = {n: values[n] for n in constexpr_names}
     ints = _int_args(D, mask_kind, N=n)

@@ -71,6 +71,19 @@ def score_tile(q, k, mask_ptrs, offs_m, offs_n, N, qk_scale, mask_scale,
 
 
 @triton.jit
+def row_length(N, ELEM_BITS: tl.constexpr, ROWS_16B: tl.constexpr):
+    """N, the length of a row of a contiguous (…, N, N) S or P. Under ROWS_16B (the launcher's promise that
+    N × element size is a multiple of 16 bytes, see attnlab.triton.launch.rows_16b) it is written (N // v) · v, v the
+    elements in 16 bytes: the same value, in a form the compiler can see is a multiple of v. Triton's own
+    specialisation only notices N % 16 == 0, so at N = 3000 it read and wrote these rows two bytes at a time: the PV
+    kernel's P loads were `ld.global.b16` instead of pipelined 16-byte copies (PERFORMANCE.md v13)."""
+    if ROWS_16B:
+        VEC: tl.constexpr = 128 // ELEM_BITS
+        N = (N // VEC) * VEC
+    return N
+
+
+@triton.jit
 def masked_to_zero(s):
     """The no_softmax ablation's P: the scores themselves, with masked (-inf) entries 0 instead."""
     return tl.where(s == float("-inf"), 0.0, s)
