@@ -189,7 +189,9 @@ def autotune(args):
     wide += [config.Tiles(64, 64, 4, 3, gluon=True)]
     narrow = [config.Tiles(128, 64, 4, 3), config.Tiles(128, 64, 8, 3), config.Tiles(64, 64, 4, 3),
               config.Tiles(128, 128, 8, 3), config.Tiles(64, 32, 4, 2), config.Tiles(128, 32, 4, 3)]
-    plan = {"fused": ("fused", wide), "qk_softmax": ("qk_softmax", narrow), "pv": ("qk_softmax-no_softmax", narrow)}
+    # qk_softmax's Gluon kernel (v12), 2 or 3 stages of the K ring
+    qk = narrow + [config.Tiles(64, 128, 4, s, heavy_first=h, gluon=True) for s in (2, 3) for h in (False, True)]
+    plan = {"fused": ("fused", wide), "qk_softmax": ("qk_softmax", qk), "pv": ("qk_softmax-no_softmax", narrow)}
     best, entries = {}, []
     for kernel in args.kernels.split(","):
         build, cands = plan[kernel]
