@@ -286,6 +286,27 @@ def _load(q_desc, k_desc, v_desc, o_desc, q_smem, k_smem, v_smem, bars, mask, b,
             BLOCK_N, STAGES, NO_PV, MASK_TMA)
 
 
+@gluon.jit
+def _program(M, smb, smh, N, H, GROUP, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, CAUSAL: gl.constexpr,
+             HEAVY_FIRST: gl.constexpr):
+    """Where this program works (both Gluon kernels): batch b, query head h, its k/v head hk, first row start_m of
+    its 2·BLOCK_M rows, the key tiles it visits, and its (batch, head) of the mask M."""
+    pid = gl.program_id(0)
+    if HEAVY_FIRST:  # causal: the longest rows first, so the grid does not end on one long program
+        pid = gl.num_programs(0) - 1 - pid
+    bh = gl.program_id(1)
+    b = bh // H
+    h = bh % H
+    hk = h // GROUP  # grouped-query attention: GROUP query heads read one k/v head
+    start_m = pid * ROWS_PER_PROGRAM * BLOCK_M
+    hi = N
+    if CAUSAL:
+        hi = gl.minimum(N, start_m + ROWS_PER_PROGRAM * BLOCK_M)
+    n_tiles = gl.cdiv(hi, BLOCK_N)
+    m_head = M + b.to(gl.int64) * smb + h.to(gl.int64) * smh
+    return b, h, hk, start_m, n_tiles, m_head
+
+
 # N is never made a constant: Triton specialises an int argument equal to 1, and at N = 1 with a mask that compile
 # fails in Triton 3.6's lowering (PassManager::run failed; seen on the H200, reproduced offline).
 @gluon.jit(do_not_specialize=["N"])
@@ -301,19 +322,7 @@ def fused_gluon_kernel(q_desc, k_desc, v_desc, o_desc, M, smb, smh, smm, smn, ma
     come through `mask_desc`, a descriptor over the mask's (B or 1, H or 1, N, N) with a (1, 1, 2·BLOCK_M, BLOCK_N)
     box (MASK_B, MASK_H: 1 where the mask varies over batch, heads); else `mask_desc` is an unused placeholder."""
     dtype: gl.constexpr = q_desc.dtype
-    pid = gl.program_id(0)
-    if HEAVY_FIRST:  # causal: the longest rows first, so the grid does not end on one long program
-        pid = gl.num_programs(0) - 1 - pid
-    bh = gl.program_id(1)
-    b = bh // H
-    h = bh % H
-    hk = h // GROUP  # grouped-query attention: GROUP query heads read one k/v head
-    start_m = pid * ROWS_PER_PROGRAM * BLOCK_M
-    hi = N
-    if CAUSAL:
-        hi = gl.minimum(N, start_m + ROWS_PER_PROGRAM * BLOCK_M)
-    n_tiles = gl.cdiv(hi, BLOCK_N)
-    m_head = M + b.to(gl.int64) * smb + h.to(gl.int64) * smh
+    b, h, hk, start_m, n_tiles, m_head = _program(M, smb, smh, N, H, GROUP, BLOCK_M, BLOCK_N, CAUSAL, HEAVY_FIRST)
 
     q_smem = gl.allocate_shared_memory(dtype, [ROWS_PER_PROGRAM, 1, 1, BLOCK_M, D], q_desc.layout)
     k_smem = gl.allocate_shared_memory(dtype, [STAGES, 1, 1, BLOCK_N, D], k_desc.layout)

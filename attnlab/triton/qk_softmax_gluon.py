@@ -23,8 +23,8 @@ from triton.experimental.gluon import language as gl
 from triton.experimental.gluon.language.nvidia.hopper import (fence_async_shared, mbarrier, tma, warpgroup_mma,
                                                               warpgroup_mma_wait)
 
-from attnlab.triton.fused_gluon import (HEAD_DIMS, MAXNREG, ROWS_PER_PROGRAM, _scores, _tile, _smem_layout,
-                                        descriptor, tma_ready)
+from attnlab.triton.fused_gluon import (HEAD_DIMS, MAXNREG, ROWS_PER_PROGRAM, _program, _scores, _smem_layout,
+                                        _tile, descriptor, tma_ready)
 
 PBUF = gl.constexpr(2)  # P buffers per consumer: one being filled while the other's store drains
 CONSUMER_REGS = 232  # setmaxnreg of the consumer warpgroups (a multiple of 8; the loader gets 24)
@@ -233,19 +233,7 @@ def qk_softmax_gluon_kernel(q_desc, k_desc, p_desc, M, smb, smh, smm, smn, N, H,
     (B, H, N, N)-strided mask or any pointer when MASK_KIND = 0; qk_scale = scale·log2 e (natural scale under
     NO_SOFTMAX)."""
     dtype: gl.constexpr = q_desc.dtype
-    pid = gl.program_id(0)
-    if HEAVY_FIRST:  # causal: the longest rows first, so the grid does not end on one long program
-        pid = gl.num_programs(0) - 1 - pid
-    bh = gl.program_id(1)
-    b = bh // H
-    h = bh % H
-    hk = h // GROUP
-    start_m = pid * ROWS_PER_PROGRAM * BLOCK_M
-    hi = N
-    if CAUSAL:
-        hi = gl.minimum(N, start_m + ROWS_PER_PROGRAM * BLOCK_M)
-    n_tiles = gl.cdiv(hi, BLOCK_N)
-    m_head = M + b.to(gl.int64) * smb + h.to(gl.int64) * smh
+    b, h, hk, start_m, n_tiles, m_head = _program(M, smb, smh, N, H, GROUP, BLOCK_M, BLOCK_N, CAUSAL, HEAVY_FIRST)
 
     q_smem = gl.allocate_shared_memory(dtype, [ROWS_PER_PROGRAM, 1, 1, BLOCK_M, D], q_desc.layout)
     k_smem = gl.allocate_shared_memory(dtype, [STAGES, 1, 1, BLOCK_N, D], k_desc.layout)
