@@ -113,3 +113,19 @@ def test_an_added_qk_pass_larger_than_the_bytes_is_explained_not_a_silent_nan():
                ceiling_tbps=1e3, ceiling_tflops=0.001), row("fused", 1.4, ceiling_tbps=1e3, ceiling_tflops=0.001))
     s = report.attribution(df).iloc[0]
     assert math.isnan(s["measured_over_with_qk"]) and "outweighs the bytes it removes" in s["note"]
+
+
+def test_builds_whose_kernels_are_written_differently_are_said_to_be():
+    """Lab guard: on Hopper qk_softmax's P kernel is Gluon (warp-specialised, TMA stores) while materialised's are
+    Triton, so the S step's Δ holds an implementation difference as well as the S round trip: the note says so."""
+    tri = '{"pv": {"gluon": false}, "scores": {"gluon": false}}'
+    qk_g = '{"pv": {"gluon": false}, "qk_softmax": {"gluon": true}}'
+    fu_g = '{"fused": {"gluon": true}}'
+    df = frame(row("materialised", 5.0, tiles=tri), row("qk_softmax", 3.0, tiles=qk_g), row("fused", 1.4, tiles=fu_g))
+    s, p = report.attribution(df).to_dict("records")
+    assert s["note"] == ("kernels written differently at B=1 H=8 N=1000 D=64 (materialised triton, qk_softmax gluon): "
+                         "Δ includes the implementation, not the boundary alone")
+    assert p["note"] == ""  # both Gluon
+    same = frame(row("materialised", 5.0, tiles=tri), row("qk_softmax", 3.0, tiles=tri.replace("scores", "qk_softmax")),
+                 row("fused", 1.4))  # no tiles recorded (an old run): not compared
+    assert [r["note"] for r in report.attribution(same).to_dict("records")] == ["", ""]

@@ -7,7 +7,9 @@ are what it would cost if moving bytes were all it did (the formulas: attnlab.re
 `qk_removed_ms` beside it: the S step also adds a QKᵀ pass (qk_softmax recomputes the scores), which shrinks its Δ,
 and the P step removes that pass again, which grows its Δ; `measured_over_with_qk` sets Δ against both together. Beyond that, a ratio above 1 says the round trip costs
 more than its bytes at full bandwidth (extra launches, traffic below peak); below 1, some of it overlapped with
-compute or was served from cache.
+compute or was served from cache. Where the two builds ran kernels written differently (on Hopper the qk_softmax and
+fused builds take warp-specialised Gluon kernels at some head dims, materialised never does), the note says so: Δ then
+also holds the better-pipelined implementation.
 """
 from __future__ import annotations
 
@@ -68,6 +70,7 @@ def attribution(results: pd.DataFrame) -> pd.DataFrame:
                 "measured_over_with_qk": delta / (predicted + qk) if predicted + qk > 0 else math.nan,
                 "noise_ms": noise,
                 "note": groups.notes(why_from, why_to, why_bw, why_mm, within, outweighs,
-                                     groups.same_code(found, (src, dst), shape)),
+                                     groups.same_code(found, (src, dst), shape),
+                                     groups.same_implementation(found, (src, dst), shape)),
             })
     return pd.DataFrame(rows, columns=[*groups.LEADING, *COLUMNS])
