@@ -24,6 +24,26 @@ from attnlab.triton import config, launch
 from attnlab.triton.resources import parse_tiles
 
 
+def case_inputs(B, H, Hkv, N, D, dtype, var):
+    """Fresh q, k, v (GQA when Hkv < H) and the variant's mask: var "layout": "bnhd" views (B, N, H, D) tensors as
+    (B, H, N, D) (TMA reads them strided); "mask": "bool" hides a third of the rows entirely (O and P must be 0
+    there), "add" is an additive (B, 1, N, N) mask."""
+    g = torch.Generator(device="cuda").manual_seed(N * 7 + D)
+    if var.get("layout") == "bnhd":
+        q, k, v = (torch.randn(B, N, h, D, device="cuda", dtype=dtype, generator=g).transpose(1, 2)
+                   for h in (H, Hkv, Hkv))
+    else:
+        q = torch.randn(B, H, N, D, device="cuda", dtype=dtype, generator=g)
+        k, v = (torch.randn(B, Hkv, N, D, device="cuda", dtype=dtype, generator=g) for _ in range(2))
+    mask = None
+    if var.get("mask") == "bool":
+        mask = torch.rand(N, N, device="cuda", generator=g) > 0.3
+        mask[: N // 3] = False
+    elif var.get("mask") == "add":
+        mask = torch.randn(B, 1, N, N, device="cuda", dtype=dtype, generator=g)
+    return q, k, v, mask
+
+
 def check(tiles):
     bad = 0
     shapes = [(1, 2, 2, 1, 64), (2, 3, 3, 17, 64), (1, 4, 2, 100, 128), (2, 2, 2, 129, 128), (1, 8, 2, 1000, 64),
@@ -35,19 +55,7 @@ def check(tiles):
         # each variant is its own compile; N = 256 is where a boolean mask's rows are 16-byte aligned (mask by TMA)
         if var and (N not in (1, 17, 129, 256, 1000) or dtype != torch.bfloat16):
             continue
-        g = torch.Generator(device="cuda").manual_seed(N * 7 + D)
-        if var.get("layout") == "bnhd":  # a (B, N, H, D) tensor viewed as (B, H, N, D): TMA reads it strided
-            q, k, v = (torch.randn(B, N, h, D, device="cuda", dtype=dtype, generator=g).transpose(1, 2)
-                       for h in (H, Hkv, Hkv))
-        else:
-            q = torch.randn(B, H, N, D, device="cuda", dtype=dtype, generator=g)
-            k, v = (torch.randn(B, Hkv, N, D, device="cuda", dtype=dtype, generator=g) for _ in range(2))
-        mask = None
-        if var.get("mask") == "bool":
-            mask = torch.rand(N, N, device="cuda", generator=g) > 0.3
-            mask[: N // 3] = False  # whole rows hidden: O must be 0 there
-        elif var.get("mask") == "add":
-            mask = torch.randn(B, 1, N, N, device="cuda", dtype=dtype, generator=g)
+        q, k, v, mask = case_inputs(B, H, Hkv, N, D, dtype, var)
         o = torch.full((B, H, N, D), float("nan"), device="cuda", dtype=dtype)
         try:
             with config.forced("fused", t):
@@ -89,7 +97,7 @@ def bench_all(ns, ds, tiles_by_d, causals, ablations):
             with config.forced("fused", t):
                 try:
                     o = launch.fused(q, k, v, causal=causal)
-                    b_, h_ = max(1, B // 8), H  # the oracle on a slice keeps the check quick
+                    b_ = max(1, B // 8)  # the oracle on a slice keeps the check quick
                     verdict = accuracy.judge(o[:b_], q[:b_], k[:b_], v[:b_], causal=causal)
                     res[f"{label}{'' if verdict.ok else ' FAILS'}"] = timed(lambda: launch.fused(q, k, v, causal=causal))
                 except Exception as e:  # noqa: BLE001

@@ -20,13 +20,12 @@ import math
 import time
 
 import torch
-import triton
-import triton.testing
 
 from attnlab import accuracy, model
 from attnlab.bench import qk_softmax_floor_ms
 from attnlab.triton import config, launch, qk_softmax_gluon
 from attnlab.triton.resources import parse_tiles
+from gluon_fa3 import case_inputs, timed  # this script's directory is on sys.path when it runs
 
 
 def reference_p(q, k, causal, mask, scale, no_softmax):
@@ -52,19 +51,7 @@ def check(tiles):
             shapes, (False, True), (torch.bfloat16, torch.float16), variants, tiles):
         if var and (N not in (24, 100, 136, 1000) or dtype != torch.bfloat16):
             continue  # each variant is its own compile
-        g = torch.Generator(device="cuda").manual_seed(N * 7 + D)
-        if var.get("layout") == "bnhd":
-            q, k, v = (torch.randn(B, N, h, D, device="cuda", dtype=dtype, generator=g).transpose(1, 2)
-                       for h in (H, Hkv, Hkv))
-        else:
-            q = torch.randn(B, H, N, D, device="cuda", dtype=dtype, generator=g)
-            k, v = (torch.randn(B, Hkv, N, D, device="cuda", dtype=dtype, generator=g) for _ in range(2))
-        mask = None
-        if var.get("mask") == "bool":
-            mask = torch.rand(N, N, device="cuda", generator=g) > 0.3
-            mask[: N // 3] = False  # whole rows hidden: P and O must be 0 there
-        elif var.get("mask") == "add":
-            mask = torch.randn(B, 1, N, N, device="cuda", dtype=dtype, generator=g)
+        q, k, v, mask = case_inputs(B, H, Hkv, N, D, dtype, var)
         ablation = var.get("ablation")
         no_softmax = ablation == "no_softmax"
         scale = 1 / math.sqrt(D)
@@ -105,13 +92,6 @@ def check(tiles):
     return bad
 
 
-def timed(fn):
-    """Median ms of CUDA-graph replays (host launch cost out of the picture; L2 not flushed), after a spin-up."""
-    for _ in range(10):
-        fn()
-    return triton.testing.do_bench_cudagraph(fn, rep=150, return_mode="median")
-
-
 def bench(ns, ds, causals, labels):
     ceil = model.measure_ceilings(torch.device("cuda"), torch.bfloat16)
     print(f"ceilings {ceil}", flush=True)
@@ -123,7 +103,7 @@ def bench(ns, ds, causals, labels):
         floor = qk_softmax_floor_ms(B, H, N, D, torch.bfloat16, causal, ceil)
         c = launch._prepare(q, k, v, causal, None, None, None)
         P = torch.zeros(B, H, N, N, device="cuda", dtype=torch.bfloat16)
-        res = {"pv": timed(lambda: launch._pv(c, P, None, None))}
+        res = {"pv": timed(lambda p=P: launch._pv(c, p, None, None))}
         del P
         table = config.tiles("qk_softmax", q.device, D, causal, q.dtype, gluon=False)
         for label in ["table"] + labels:
