@@ -10,7 +10,8 @@ Accuracy first, twice:
     fp64 oracle (attnlab.accuracy.judge), into a NaN-poisoned output.
 Shapes: ragged N (8, 24, 136, 1000, 3000), N = 100 (not a multiple of 8: the Triton kernel must take it), GQA, a
 (B, N, H, D) view, boolean masks hiding whole rows, additive masks, the no_softmax ablation, causal.
-Then medians of CUDA-graph replays at FlashAttention's shapes (B·N = 16384, H·D = 2048), bf16: the whole build (P
+Then medians of CUDA-graph replays (gluon_fa3.timed) at FlashAttention's shapes (B·N = 16384, H·D = 2048), bf16:
+the whole build (P
 kernel + PV kernel) with the table's Triton tiles and with each Gluon candidate, the PV kernel alone, and the build
 over the issue's floor (attnlab.bench.qk_softmax_floor_ms at this run's measured ceilings).
 """
@@ -117,10 +118,10 @@ def bench(ns, ds, causals, labels):
                     res[name] = timed(lambda: launch.qk_softmax(q, k, v, causal=causal))
                 except Exception as e:  # noqa: BLE001
                     print(f"{D} {causal} {N} {label}: {type(e).__name__}: {str(e)[:200]}", flush=True)
-        pv = "pv"
         for what, ms in res.items():
-            print(f"{D} {int(causal)} {N} {what} {ms:.4f} {ms / floor:.3f} {res.get('table', ms) / ms:.3f}"
-                  f"{'' if what == 'pv' else f' p_kernel={ms - res[pv]:.4f}'}", flush=True)
+            p_kernel = "" if what == "pv" else f" p_kernel={ms - res['pv']:.4f}"
+            print(f"{D} {int(causal)} {N} {what} {ms:.4f} {ms / floor:.3f} {res.get('table', ms) / ms:.3f}{p_kernel}",
+                  flush=True)
         torch.cuda.empty_cache()
 
 
