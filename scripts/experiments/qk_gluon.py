@@ -8,11 +8,12 @@ Accuracy first, twice:
     against softmax(scale·QKᵀ + mask) computed in fp32 (the scores themselves under no_softmax);
   * O through the build's entry point (attnlab.triton.launch.qk_softmax, so the dispatch is exercised) against the
     fp64 oracle (attnlab.accuracy.judge), into a NaN-poisoned output.
-Shapes: ragged N (8, 24, 136, 1000, 3000), N = 100 (not a multiple of 8: the Triton kernel must take it), GQA, a
-(B, N, H, D) view, boolean masks hiding whole rows, additive masks, the no_softmax ablation, causal.
+Shapes: ragged N (8, 24, 136, 1000, 3000), N = 100 (not a multiple of 8), GQA, a (B, N, H, D) view, boolean masks
+hiding whole rows, additive masks, the no_softmax ablation, causal. P is checked straight from the Gluon kernel
+wherever N % 8 == 0; through the build, N below qk_softmax_gluon.MIN_N or not a multiple of 8 runs the Triton kernel
+(each line says which ran).
 Then medians of CUDA-graph replays (gluon_fa3.timed) at FlashAttention's shapes (B·N = 16384, H·D = 2048), bf16:
-the whole build (P
-kernel + PV kernel) with the table's Triton tiles and with each Gluon candidate, the PV kernel alone, and the build
+the whole build (P kernel + PV kernel) with the table's Triton tiles and with each Gluon candidate, the PV kernel alone, and the build
 over the issue's floor (attnlab.bench.qk_softmax_floor_ms at this run's measured ceilings).
 """
 import argparse
