@@ -13,8 +13,8 @@ hiding whole rows, additive masks, the no_softmax ablation, causal. P is checked
 wherever N % 8 == 0; through the build, N below qk_softmax_gluon.MIN_N or not a multiple of 8 runs the Triton kernel
 (each line says which ran).
 Then medians of CUDA-graph replays (gluon_fa3.timed) at FlashAttention's shapes (B·N = 16384, H·D = 2048), bf16:
-the whole build (P kernel + PV kernel) with the table's Triton tiles and with each Gluon candidate, the PV kernel alone, and the build
-over the issue's floor (attnlab.bench.qk_softmax_floor_ms at this run's measured ceilings).
+the whole build (P kernel + PV kernel) with the table's Triton tiles and with each Gluon candidate, the PV kernel
+alone, and the build over the issue's floor (attnlab.bench.qk_softmax_floor_ms at this run's measured ceilings).
 """
 import argparse
 import itertools
