@@ -22,8 +22,9 @@ class Tiles:
     num_warps: int = 4
     num_stages: int = 2
     tma: bool = False  # fused kernel only: K and V through Hopper's tensor-memory accelerator (sm90+, GPU only)
-    # fused and the Gluon qk_softmax kernel: launch the query blocks last-first. Under a causal mask the last block does the most work;
-    # started last (the default order), it runs alone at the end of the grid (PERFORMANCE.md v6: up to 8 % at N = 16384).
+    # fused and the Gluon qk_softmax kernel: launch the query blocks last-first. Under a causal mask the last block
+    # does the most work; started last (the default order), it runs alone at the end of the grid (PERFORMANCE.md v6:
+    # up to 8 % at N = 16384).
     heavy_first: bool = False
     # fused kernel only: each program owns two blocks of BLOCK_M rows that share every K/V tile, so one block's
     # softmax overlaps the other's PV matmul (PERFORMANCE.md v8). The grid then has cdiv(N, 2·BLOCK_M) programs.

@@ -60,7 +60,7 @@ def check(tiles):
         line = ""
         try:
             ok = True
-            if N % 8 == 0:  # TMA can store P's rows (the kernel itself, below the table's MIN_N too)  # P itself, straight from the kernel
+            if N % 8 == 0:  # P itself, straight from the kernel (TMA stores its rows; below MIN_N too)
                 c = launch._prepare(q, k, v, causal, mask, None, ablation)
                 p = torch.full((B, H, N, N), float("nan"), device="cuda", dtype=dtype)
                 log_scale = 1.0 if no_softmax else config.LOG2E
