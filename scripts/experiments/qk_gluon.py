@@ -1,7 +1,8 @@
 """PERFORMANCE.md v12: the qk_softmax build's Gluon kernel (attnlab.triton.qk_softmax_gluon) checked, then timed
 against the Triton kernel in the same process. GPU (sm90) only:
 
-    python scripts/experiments/qk_gluon.py [--check-only] [--ns 1024,4096,16384] [--tiles 64x128w4s2g,...]
+    python scripts/experiments/qk_gluon.py [--check-only | --skip-check] [--ablations] [--ns 1024,4096,16384]
+                                           [--tiles 64x128w4s3hg,...]
 
 Accuracy first, twice:
   * P itself, written by the kernel into a NaN-poisoned (B, H, N, N) buffer (an element it never writes shows),
@@ -94,7 +95,7 @@ def check(tiles):
     return bad
 
 
-def bench(ns, ds, causals, labels):
+def bench(ns, ds, causals, labels, ablations=False):
     ceil = model.measure_ceilings(torch.device("cuda"), torch.bfloat16)
     print(f"ceilings {ceil}", flush=True)
     print("D causal N what ms over_floor vs_triton", flush=True)
@@ -117,6 +118,9 @@ def bench(ns, ds, causals, labels):
                     verdict = accuracy.judge(o[:1, :4], q[:1, :4], k[:1, :4], v[:1, :4], causal=causal)
                     name = f"{label}{'' if verdict.ok else ' FAILS'}"
                     res[name] = timed(lambda: launch.qk_softmax(q, k, v, causal=causal))
+                    if ablations:  # P = S: pass 2 only, no exponentials (PERFORMANCE.md v12: are they hidden?)
+                        res[f"{label} no_softmax"] = timed(
+                            lambda: launch.qk_softmax(q, k, v, causal=causal, ablation="no_softmax"))
                 except Exception as e:  # noqa: BLE001
                     print(f"{D} {causal} {N} {label}: {type(e).__name__}: {str(e)[:200]}", flush=True)
         for what, ms in res.items():
@@ -134,14 +138,16 @@ def main():
     ap.add_argument("--tiles", default="64x128w4s3hg,64x128w4s2hg")
     ap.add_argument("--check-tiles", default="64x128w4s2hg")
     ap.add_argument("--check-only", action="store_true")
+    ap.add_argument("--skip-check", action="store_true", help="time only (the kernels already checked)")
+    ap.add_argument("--ablations", action="store_true", help="also time each candidate's no_softmax P kernel")
     args = ap.parse_args()
     t0 = time.time()
-    bad = check([parse_tiles(x) for x in args.check_tiles.split(",")])
+    bad = 0 if args.skip_check else check([parse_tiles(x) for x in args.check_tiles.split(",")])
     print(f"check wall {time.time() - t0:.0f} s", flush=True)
     if bad or args.check_only:
         return
     bench([int(n) for n in args.ns.split(",")], [int(d) for d in args.ds.split(",")],
-          [bool(int(c)) for c in args.causal.split(",")], args.tiles.split(","))
+          [bool(int(c)) for c in args.causal.split(",")], args.tiles.split(","), args.ablations)
     print(f"wall {time.time() - t0:.0f} s", flush=True)
 
 
