@@ -140,28 +140,33 @@ def run(args) -> "pandas.DataFrame":  # noqa: F821
     return pd.DataFrame(rows)
 
 
+OURS = ("fused", "qk_softmax", "materialised")
+
+
 def ratios(df):
-    """Our builds over each library row, per shape: time ratio library_ms / ours_ms (> 1: ours is faster)."""
+    """Each of our builds over each library row, per shape: time ratio library_ms / ours_ms (> 1: ours is faster);
+    which kernel (Gluon or Triton) wrote fused's O and qk_softmax's P; qk_softmax over its floor."""
     import pandas as pd
+
+    from attnlab.triton.config import kernel_label
 
     key = ["dtype", "D", "causal", "N", "B", "H"]
     ms = df.pivot_table(index=key, columns="build", values="ms")
     tf = df.pivot_table(index=key, columns="build", values="tflops")
     out = pd.DataFrame(index=ms.index)
-    if "tiles" in df:  # which fused kernel each shape ran: the Gluon one (sm90, D = 128) or the Triton one
-        from attnlab.triton.config import kernel_label
-
-        f = df[df.build == "fused"].set_index(key)
-        out["fused_kernel"] = [kernel_label(f.tiles.get(i)) if i in f.index else "" for i in out.index]
-    for ours in ("fused", "qk_softmax"):
-        if ours in tf:
-            out[f"{ours}_TFs"] = tf[ours]
-    for lib in LIBRARY:
-        if lib in tf:
-            out[f"{lib}_TFs"] = tf[lib]
-    for lib in ("sdpa_flash", "sdpa_cudnn"):
-        if lib in ms and "fused" in ms:
-            out[f"fused_vs_{lib}"] = ms[lib] / ms["fused"]
+    if "tiles" in df:  # the Gluon kernel (sm90, 16-bit, some D and N) or the Triton one, from the row's tiles
+        for ours in ("fused", "qk_softmax"):
+            rows = df[df.build == ours].set_index(key)
+            if len(rows):
+                out[f"{ours}_kernel"] = [kernel_label(rows.tiles.get(i), ours) if i in rows.index else ""
+                                         for i in out.index]
+    for name in OURS + LIBRARY:
+        if name in tf:
+            out[f"{name}_TFs"] = tf[name]
+    for ours in OURS:
+        for lib in LIBRARY:
+            if ours in ms and lib in ms:
+                out[f"{ours}_vs_{lib}"] = ms[lib] / ms[ours]
     qks = df[df.build == "qk_softmax"].set_index(key)
     if "floor_ms" in qks:
         out["qk_softmax_over_floor"] = qks["ms"] / qks["floor_ms"]

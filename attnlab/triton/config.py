@@ -150,16 +150,16 @@ def gluon_verified() -> bool:
     return triton.__version__.startswith(GLUON_TRITON)
 
 
-def kernel_label(tiles_json) -> str:
-    """'gluon' or 'triton': which fused kernel ran, from a result row's recorded tiles (the JSON of
-    attnlab.triton.launch.tile_config); '' when the row records no fused tiles."""
+def kernel_label(tiles_json, kernel: str = "fused") -> str:
+    """'gluon' or 'triton': which kernel of that name ran (fused, or qk_softmax's P kernel), from a result row's
+    recorded tiles (the JSON of attnlab.triton.launch.tile_config); '' when the row records no such tiles."""
     import json
 
     try:
-        fused = json.loads(tiles_json).get("fused")
+        t = json.loads(tiles_json).get(kernel)
     except (TypeError, ValueError, AttributeError):
         return ""
-    return ("gluon" if fused.get("gluon") else "triton") if isinstance(fused, dict) else ""
+    return ("gluon" if t.get("gluon") else "triton") if isinstance(t, dict) else ""
 
 
 @contextmanager
