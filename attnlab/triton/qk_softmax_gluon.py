@@ -1,6 +1,7 @@
 """The qk_softmax build's Hopper kernel, written in Gluon: the same two passes as attnlab.triton.qk_softmax (row max
-and sum, then P written once), warp specialised so that the P writes and both passes' matmuls overlap
-(PERFORMANCE.md v12). It compiles for D = 64 and 128 exactly, fp16 and bf16, and takes N a multiple of 8 (P's rows are
+and sum, then P written once), warp specialised so that the P writes, the matmuls and the exponentials can overlap
+(PERFORMANCE.md v12: 1.05–1.45× the Triton kernel's build from N = 1024; by the arithmetic there, the exponentials are
+still mostly not hidden under the matmuls). It compiles for D = 64 and 128 exactly, fp16 and bf16, and takes N a multiple of 8 (P's rows are
 then 16-byte aligned, which TMA needs) from N = 1024 on; at other N the Triton kernel runs.
 
 Why: P is the build's traffic (N² elements written here, read by the PV kernel), and the Triton kernel's loop does
@@ -8,7 +9,7 @@ matmul, exponentials and stores one after the other in every warp. Here
   * a loader warp streams the K tiles by TMA into a ring of STAGES slots, once for each pass (full/empty mbarriers,
     as in attnlab.triton.fused_gluon);
   * two consumer warpgroups of BLOCK_M rows each issue the next tile's QKᵀ before working on this one's scores
-    (the matmul runs on the tensor cores while the exponentials run), and
+    (so the matmul can run on the tensor cores while the exponentials run), and
   * write each P tile by TMA from a pair of shared-memory buffers: the store drains while the next tiles are
     computed. Under a causal mask the zero tiles past the diagonal are stored first, from a zeroed buffer, while
     pass 1 computes.
