@@ -89,8 +89,7 @@ def rows_16b(N: int, dtype: torch.dtype) -> bool:
     """Whether to tell the kernels that read or write S or P row by row (scores, softmax, PV) that each row starts
     16-byte aligned, which Triton cannot see when N % 16 ≠ 0 (attnlab.triton.tiles.row_length). Only then: at
     N % 16 == 0 the compile stays the one Triton makes by itself."""
-    size = torch.empty((), dtype=dtype).element_size()
-    return N % 16 != 0 and (N * size) % 16 == 0
+    return N % 16 != 0 and (N * dtype.itemsize) % 16 == 0
 
 
 def _out(spec: Spec, out) -> torch.Tensor:
