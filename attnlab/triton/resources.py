@@ -19,6 +19,7 @@ import subprocess
 import sys
 import tempfile
 
+import torch
 import triton
 from triton.backends.compiler import GPUTarget
 
@@ -27,6 +28,7 @@ from attnlab.triton import config
 SMEM_LIMIT = 227 * 1024  # bytes of shared memory one block may use on sm_90 (H100/H200)
 FLOATS = ("qk_scale", "mask_scale", "inv_n")
 POINTERS = re.compile(r"^(Q|K|V|O|M|P|S|DK|DV)$")
+DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}  # compile_info's dtype names
 
 
 def _kernel(name: str):
@@ -42,8 +44,6 @@ def compile_info(kernel: str, D: int, causal: bool, tiles: config.Tiles, mask_ki
     set other constexprs (e.g. NO_PV=True for the ablation)."""
     if kernel in ("fused", "qk_softmax") and tiles.gluon:
         return _gluon_info(kernel, D, causal, tiles, mask_kind, dtype, n, **flags)
-    import torch
-
     from attnlab.triton.launch import rows_16b  # the launcher's rule, so the compile is the one a call makes
 
     fn = _kernel(kernel)
@@ -55,7 +55,7 @@ def compile_info(kernel: str, D: int, causal: bool, tiles: config.Tiles, mask_ki
                   CAUSAL=causal, MASK_KIND=mask_kind, NO_SOFTMAX=False, NO_PV=False, IEEE=dtype == "fp32",
                   UPCAST=False, TMA=tiles.tma, HEAVY_FIRST=tiles.heavy_first, PAIRED=tiles.paired,
                   STAGES=tiles.num_stages,
-                  ROWS_16B=rows_16b(n, {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}[dtype]))
+                  ROWS_16B=rows_16b(n, DTYPES[dtype]))
     values.update(flags)
     constexprs = {n: values[n] for n in constexpr_names}
     ints = _int_args(D, mask_kind, N=n)
@@ -112,11 +112,9 @@ def _gluon_info(kernel: str, D: int, causal: bool, tiles: config.Tiles, mask_kin
     from triton.experimental.gluon._runtime import GluonASTSource
     from triton.runtime.jit import mangle_type
 
-    import torch
-
     from attnlab.triton import fused_gluon, qk_softmax_gluon
 
-    tdtype = {"bf16": torch.bfloat16, "fp16": torch.float16}[dtype]
+    tdtype = DTYPES[dtype]
     ints = _int_args(D, mask_kind, N=n)
     x = torch.empty(1, ints["H"], ints["N"], D, dtype=tdtype)  # strides only: the descriptor type ignores sizes of B
     sig, constexprs = {}, {}
