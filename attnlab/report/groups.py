@@ -7,7 +7,6 @@ never averaged or silently picked.
 """
 from __future__ import annotations
 
-import json
 import math
 
 import numpy as np
@@ -144,23 +143,13 @@ def same_code(found: dict, builds, shape: tuple) -> str:
     return f"measured by different code at {where(shape)}: " + ", ".join(f"{b} {c}" for b, c in codes.items())
 
 
-def implementation(tiles_json) -> str:
-    """'gluon' when any kernel of a row's recorded tiles (attnlab.triton.launch.tile_config, as JSON) is a Gluon
-    kernel, 'triton' when none is, '' when the row records no tiles (library rows, old runs)."""
-    try:
-        kernels = json.loads(tiles_json)
-    except (TypeError, ValueError):
-        return ""
-    if not isinstance(kernels, dict) or not kernels:
-        return ""
-    return "gluon" if any(isinstance(t, dict) and t.get("gluon") for t in kernels.values()) else "triton"
-
-
 def same_implementation(found: dict, builds, shape: tuple) -> str:
     """'' or a note that the rows of `builds` at shape ran kernels written differently (a Gluon kernel on one side,
     Triton on the other): their difference is then the boundary plus a different implementation, not the boundary
     alone (on Hopper, qk_softmax and fused take warp-specialised Gluon kernels at some D while materialised does not)."""
-    kinds = {b: implementation(found[(b, shape)].get("tiles")) for b in builds if (b, shape) in found}
+    from attnlab.triton.config import kernel_label
+
+    kinds = {b: kernel_label(found[(b, shape)].get("tiles"), None) for b in builds if (b, shape) in found}
     kinds = {b: k for b, k in kinds.items() if k}
     if len(set(kinds.values())) <= 1:
         return ""

@@ -150,16 +150,22 @@ def gluon_verified() -> bool:
     return triton.__version__.startswith(GLUON_TRITON)
 
 
-def kernel_label(tiles_json, kernel: str = "fused") -> str:
+def kernel_label(tiles_json, kernel: str | None = "fused") -> str:
     """'gluon' or 'triton': which kernel of that name ran (fused, or qk_softmax's P kernel), from a result row's
-    recorded tiles (the JSON of attnlab.triton.launch.tile_config); '' when the row records no such tiles."""
+    recorded tiles (the JSON of attnlab.triton.launch.tile_config); with kernel=None, 'gluon' when any of the row's
+    kernels is a Gluon one. '' when the row records no such tiles."""
     import json
 
     try:
-        t = json.loads(tiles_json).get(kernel)
-    except (TypeError, ValueError, AttributeError):
+        recorded = json.loads(tiles_json)
+    except (TypeError, ValueError):
         return ""
-    return ("gluon" if t.get("gluon") else "triton") if isinstance(t, dict) else ""
+    if not isinstance(recorded, dict):
+        return ""
+    picked = [t for t in (recorded.values() if kernel is None else [recorded.get(kernel)]) if isinstance(t, dict)]
+    if not picked:
+        return ""
+    return "gluon" if any(t.get("gluon") for t in picked) else "triton"
 
 
 @contextmanager
