@@ -100,6 +100,7 @@ def qk_softmax_floor_ms(B, H, N, D, dtype, causal, ceil):
 def run(args) -> "pandas.DataFrame":  # noqa: F821
     import pandas as pd
 
+    from attnlab.builds import OURS
     from attnlab.triton import launch
     from attnlab.validate import check
 
@@ -122,7 +123,7 @@ def run(args) -> "pandas.DataFrame":  # noqa: F821
             row = dict(build=name, B=B, H=H, N=N, D=D, dtype=str(dtype).removeprefix("torch."), causal=causal,
                        status=status, cold_s=cold, ms=ms, tflops=flops / ms / 1e9 if ms == ms else float("nan"),
                        timer=timer)
-            if name in ("fused", "qk_softmax", "materialised"):
+            if name in OURS:
                 row["tiles"] = json.dumps(launch.tile_config(name, spec))
                 if o is not None:
                     verdict = oracle_check(name, o, q, k, v, causal)
@@ -140,14 +141,12 @@ def run(args) -> "pandas.DataFrame":  # noqa: F821
     return pd.DataFrame(rows)
 
 
-OURS = ("fused", "qk_softmax", "materialised")
-
-
 def ratios(df):
     """Each of our builds over each library row, per shape: time ratio library_ms / ours_ms (> 1: ours is faster);
     which kernel (Gluon or Triton) wrote fused's O and qk_softmax's P; qk_softmax over its floor."""
     import pandas as pd
 
+    from attnlab.builds import OURS
     from attnlab.triton.config import kernel_label
 
     key = ["dtype", "D", "causal", "N", "B", "H"]
@@ -160,10 +159,10 @@ def ratios(df):
             if len(rows):
                 out[f"{ours}_kernel"] = [kernel_label(rows.tiles.get(i), ours) if i in rows.index else ""
                                          for i in out.index]
-    for name in OURS + LIBRARY:
+    for name in BUILDS:  # the bench's order: ours fused first, then the libraries
         if name in tf:
             out[f"{name}_TFs"] = tf[name]
-    for ours in OURS:
+    for ours in (b for b in BUILDS if b in OURS):
         for lib in LIBRARY:
             if ours in ms and lib in ms:
                 out[f"{ours}_vs_{lib}"] = ms[lib] / ms[ours]
