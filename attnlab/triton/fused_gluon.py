@@ -35,6 +35,12 @@ ROWS_PER_PROGRAM = gl.constexpr(2)  # consumer warpgroups, each BLOCK_M rows
 HEAD_DIMS = (64, 128)  # D it compiles for: wgmma tiles and TMA boxes exactly D wide, no padding
 
 
+def compiles_for(dtype: torch.dtype, D: int) -> bool:
+    """Whether the Gluon kernels (this one and attnlab.triton.qk_softmax_gluon) compile for this dtype and head dim:
+    16-bit inputs, D in HEAD_DIMS."""
+    return dtype in (torch.float16, torch.bfloat16) and D in HEAD_DIMS
+
+
 @gluon.jit
 def _scores(s, mask_rows, mask_tile, offs_m, offs_n, N, smn, qk_scale, mask_scale, MASKED: gl.constexpr,
             CAUSAL: gl.constexpr, MASK_KIND: gl.constexpr, NO_SOFTMAX: gl.constexpr, MASK_TMA: gl.constexpr):
@@ -86,12 +92,19 @@ def _softmax(s, m_i, l_i, qk_scale, MASKED: gl.constexpr, MASK_KIND: gl.constexp
 
 
 @gluon.jit
+def _needs_masks(j, rows, hi, BLOCK_N: gl.constexpr, CAUSAL: gl.constexpr):
+    """Whether key tile j needs element masks for the rows from `rows` on: it reaches past `hi` (N, or under a
+    causal mask the rows' last key) or, causal, past the rows' first diagonal element (both Gluon kernels)."""
+    return ((j + 1) * BLOCK_N > hi) or (CAUSAL and (j + 1) * BLOCK_N > rows)
+
+
+@gluon.jit
 def _tile(s, m_i, l_i, j, rows, hi, mask_rows, mask_tile, offs_m, cols, N, smn, qk_scale, mask_scale,
           BLOCK_N: gl.constexpr, CAUSAL: gl.constexpr, MASK_KIND: gl.constexpr, NO_SOFTMAX: gl.constexpr,
           MASK_TMA: gl.constexpr):
     """Scores and softmax of key tile j, element-masked only where the tile crosses the diagonal or N."""
     offs_n = j * BLOCK_N + cols
-    if ((j + 1) * BLOCK_N > hi) or (CAUSAL and (j + 1) * BLOCK_N > rows):
+    if _needs_masks(j, rows, hi, BLOCK_N, CAUSAL):
         s = _scores(s, mask_rows, mask_tile, offs_m, offs_n, N, smn, qk_scale, mask_scale, True, CAUSAL, MASK_KIND,
                     NO_SOFTMAX, MASK_TMA)
         p, m_i, l_i, alpha = _softmax(s, m_i, l_i, qk_scale, True, MASK_KIND, NO_SOFTMAX)
@@ -365,12 +378,13 @@ CONSUMER_REGS = 240  # registers per thread of the consumer warpgroups (setmaxnr
 MAXNREG = 168  # the launch's per-thread limit: 3 warpgroups × 128 threads × 168 ≤ 64 Ki registers per SM
 
 
-def descriptor(x: torch.Tensor, block_rows: int):
-    """A TMA descriptor over a (B, H, N, D) tensor with a (1, 1, block_rows, D) box: a box never crosses into the next
-    head, rows past N read as zeros and are dropped on store."""
+def descriptor(x: torch.Tensor, block_rows: int, block_cols: int | None = None):
+    """A TMA descriptor over a (B, H, rows, cols) tensor — q, k, v, o as (B, H, N, D), or qk_softmax's P as
+    (B, H, N, N) — with a (1, 1, block_rows, block_cols) box (block_cols: the whole last dim by default): a box never
+    crosses into the next head, elements past the edges read as zeros and are dropped on store."""
     from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
 
-    block = [1, 1, block_rows, x.shape[-1]]
+    block = [1, 1, block_rows, x.shape[-1] if block_cols is None else block_cols]
     return TensorDescriptor(x, list(x.shape), list(x.stride()), block, _smem_layout(tuple(block), x.dtype))
 
 

@@ -186,7 +186,7 @@ def fused(q, k, v, *, causal=False, attn_mask=None, scale=None, ablation=None, o
     if chosen.gluon:  # the warp-specialised kernel (sm90, 16-bit), for the build and all its ablations and masks
         from attnlab.triton import fused_gluon
 
-        if s.dtype not in (torch.float16, torch.bfloat16) or s.D not in fused_gluon.HEAD_DIMS:
+        if not fused_gluon.compiles_for(s.dtype, s.D):
             raise ValueError(f"tiles {chosen}: the Gluon kernel needs fp16 or bf16 and D = 64 or 128 (its TMA boxes "
                              f"are exactly D wide), got {s.dtype} and D = {s.D}")
 

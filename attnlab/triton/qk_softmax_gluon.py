@@ -24,8 +24,8 @@ from triton.experimental.gluon import language as gl
 from triton.experimental.gluon.language.nvidia.hopper import (fence_async_shared, mbarrier, tma, warpgroup_mma,
                                                               warpgroup_mma_wait)
 
-from attnlab.triton.fused_gluon import (HEAD_DIMS, MAXNREG, ROWS_PER_PROGRAM, _program, _scores, _smem_layout,
-                                        _tile, descriptor, tma_ready)
+from attnlab.triton.fused_gluon import (HEAD_DIMS, MAXNREG, ROWS_PER_PROGRAM, _needs_masks, _program, _scores,
+                                        _tile, compiles_for, descriptor, tma_ready)
 
 PBUF = gl.constexpr(2)  # P buffers per consumer: one being filled while the other's store drains
 CONSUMER_REGS = 232  # setmaxnreg of the consumer warpgroups (a multiple of 8; the loader gets 24)
@@ -86,7 +86,7 @@ def _write_tile(s, j, m_safe, inv_l, p_desc, p_smem, slot0, b, h, rows, hi, mask
     """P of key tile j (normalised with the row's final max and sum, or S itself under no_softmax) into buffer
     slot0 + j % PBUF, then a TMA store of it; the store that last read that buffer must have finished first."""
     offs_n = j * BLOCK_N + cols
-    if ((j + 1) * BLOCK_N > hi) or (CAUSAL and (j + 1) * BLOCK_N > rows):
+    if _needs_masks(j, rows, hi, BLOCK_N, CAUSAL):
         s = _scores(s, mask_rows, mask_rows, offs_m, offs_n, N, smn, qk_scale, mask_scale, True, CAUSAL, MASK_KIND,
                     NO_SOFTMAX, False)
         p = _probabilities(s, m_safe, inv_l, qk_scale, True, NO_SOFTMAX)
@@ -262,21 +262,10 @@ def qk_softmax_gluon_kernel(q_desc, k_desc, p_desc, M, smb, smh, smm, smn, N, H,
     ], [4, 1], [CONSUMER_REGS, 24])
 
 
-def p_descriptor(p, block_m: int, block_n: int):
-    """A TMA descriptor over the contiguous (B, H, N, N) P with a (1, 1, block_m, block_n) box: stores past N (rows
-    or columns) are dropped by the copy engine."""
-    from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
-
-    block = [1, 1, block_m, block_n]
-    return TensorDescriptor(p, list(p.shape), list(p.stride()), block, _smem_layout(tuple(block), p.dtype))
-
-
 def check_case(tiles, dtype, D: int) -> None:
     """ValueError unless the kernel compiles for this dtype and head dim (a table entry for it is keyed "=64" or
     "=128"; forced tiles can ask for anything)."""
-    import torch
-
-    if dtype not in (torch.float16, torch.bfloat16) or D not in HEAD_DIMS:
+    if not compiles_for(dtype, D):
         raise ValueError(f"tiles {tiles}: the Gluon qk_softmax kernel needs fp16 or bf16 and D in {HEAD_DIMS} (its "
                          f"TMA boxes are exactly D wide), got {dtype} and D = {D}")
 
@@ -298,7 +287,7 @@ def launch(q, k, p, mask, mask_strides, mask_kind, *, N, H, group, qk_scale, mas
     BM, BN = tiles.BLOCK_M, tiles.BLOCK_N
     q, k = tma_ready(q), tma_ready(k)
     grid = (triton.cdiv(N, ROWS_PER_PROGRAM.value * BM), q.shape[0] * H)
-    qk_softmax_gluon_kernel[grid](descriptor(q, BM), descriptor(k, BN), p_descriptor(p, BM, BN), mask,
+    qk_softmax_gluon_kernel[grid](descriptor(q, BM), descriptor(k, BN), descriptor(p, BM, BN), mask,
                                   *mask_strides, N, H, group, qk_scale, mask_scale, D=q.shape[-1], BLOCK_M=BM,
                                   BLOCK_N=BN, STAGES=tiles.num_stages, CAUSAL=causal, MASK_KIND=mask_kind,
                                   NO_SOFTMAX=no_softmax, HEAVY_FIRST=tiles.heavy_first,

@@ -125,7 +125,7 @@ def _gluon_info(kernel: str, D: int, causal: bool, tiles: config.Tiles, mask_kin
         sig["q_desc"] = mangle_type(fused_gluon.descriptor(x, tiles.BLOCK_M))
         sig["k_desc"] = mangle_type(fused_gluon.descriptor(x, tiles.BLOCK_N))
         p = torch.empty(1, ints["H"], ints["N"], ints["N"], dtype=tdtype)
-        sig["p_desc"] = mangle_type(qk_softmax_gluon.p_descriptor(p, tiles.BLOCK_M, tiles.BLOCK_N))
+        sig["p_desc"] = mangle_type(fused_gluon.descriptor(p, tiles.BLOCK_M, tiles.BLOCK_N))
         values["CONSUMER_REGS"] = qk_softmax_gluon.CONSUMER_REGS
         floats = ("qk_scale", "mask_scale")
     else:
