@@ -1,6 +1,9 @@
 """Shared test helpers. Triton kernels run in Triton's interpreter: the Makefile sets TRITON_INTERPRET=1, and
 attnlab.triton sets it when no GPU is present, before any kernel is defined."""
+import json
 import os
+import subprocess
+import sys
 
 os.environ.setdefault("TRITON_INTERPRET", "1")
 
@@ -18,6 +21,16 @@ def rand_qkv(B=1, H=2, Hkv=None, N=64, D=64, dtype=torch.float32, seed=0, device
     k = torch.randn(B, Hkv, N, D, generator=g).to(dtype=dtype, device=device)
     v = torch.randn(B, Hkv, N, D, generator=g).to(dtype=dtype, device=device)
     return q, k, v
+
+
+def offline_compile(*args: str, timeout: int = 600) -> list[dict]:
+    """The rows of `python -m attnlab.triton.resources --json ARGS`: our kernels compiled for sm_90a in a child process
+    (this one has them loaded for the interpreter; the child restarts itself with TRITON_INTERPRET=0), as a user's
+    command runs it."""
+    out = subprocess.run([sys.executable, "-m", "attnlab.triton.resources", "--json", *args], capture_output=True,
+                         text=True, timeout=timeout, env={**os.environ, "TRITON_INTERPRET": "1"})
+    assert out.returncode == 0, out.stderr[-2000:]
+    return json.loads(out.stdout.strip().splitlines()[-1])
 
 
 def poisoned_out(q):

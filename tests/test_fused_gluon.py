@@ -5,15 +5,11 @@ Gluon has no CPU interpreter, so its arithmetic is checked on the GPU (`attnlab 
 scripts/experiments/gluon_fa3.py: ragged N, GQA, strided inputs, masks that hide rows, both ablations); here the
 compile runs offline in a child process, as `python -m attnlab.triton.resources` does.
 """
-import json
-import os
-import subprocess
-import sys
-
 import pytest
 import torch
 
 from attnlab.triton import config, fused_gluon, launch
+from tests.conftest import offline_compile
 
 
 @pytest.mark.parametrize("D,dtype,causal,gluon", [
@@ -95,20 +91,13 @@ def test_tma_takes_strided_views_and_copies_only_what_it_cannot_read():
     assert fixed is not odd and fixed.data_ptr() % 16 == 0 and torch.equal(fixed, odd)
 
 
-def _compile(args):
-    out = subprocess.run([sys.executable, "-m", "attnlab.triton.resources", "--kernels", "fused", "--json", *args],
-                         capture_output=True, text=True, timeout=600, env={**os.environ, "TRITON_INTERPRET": "1"})
-    assert out.returncode == 0, out.stderr[-2000:]
-    return json.loads(out.stdout.strip().splitlines()[-1])
-
-
 @pytest.mark.parametrize("flags", [None, "NO_PV=1", "NO_SOFTMAX=1"])
 def test_every_variant_of_the_gluon_kernel_compiles_for_sm90_within_limits(flags):
     """D 64 and 128, causal and not, no mask / boolean / additive: fits shared memory, matmuls asynchronous. Spills:
     none without a mask (the benchmark's path); at most 244 bytes with one (the mask tile's 64-bit pointers; it costs
     the zero_mask ablation a little: PERFORMANCE.md v10)."""
-    rows = _compile(["--head-dims", "64,128", "--causal", "0,1", "--masks", "0,1,2", "--tiles", "64x128w4s2hg"]
-                    + (["--flags", flags] if flags else []))
+    rows = offline_compile("--kernels", "fused", "--head-dims", "64,128", "--causal", "0,1", "--masks", "0,1,2",
+                           "--tiles", "64x128w4s2hg", *(["--flags", flags] if flags else []))
     assert len(rows) == 12
     for r in rows:
         assert r["fits"] and not r["wgmma_serialised"], r
@@ -119,7 +108,8 @@ def test_every_variant_of_the_gluon_kernel_compiles_for_sm90_within_limits(flags
 def test_one_row_with_a_mask_compiles():
     """N = 1 with a mask failed to compile on the H200 while Triton specialised N = 1 into a constant (Triton 3.6
     lowering error); the kernel now keeps N an argument."""
-    rows = _compile(["--head-dims", "128", "--causal", "0", "--masks", "1,2", "--tiles", "64x128w4s2g", "--n", "1"])
+    rows = offline_compile("--kernels", "fused", "--head-dims", "128", "--causal", "0", "--masks", "1,2", "--tiles",
+                           "64x128w4s2g", "--n", "1")
     assert [r["mask_kind"] for r in rows] == [1, 2] and all(r["fits"] for r in rows)
     # the offline compile specialises as the JIT would: N stays an argument because the kernel says so
     assert [p.name for p in fused_gluon.fused_gluon_kernel.params if p.do_not_specialize] == ["N"]
@@ -165,7 +155,8 @@ def test_which_masks_tma_can_bring():
 def test_the_mask_by_tma_variant_compiles_within_limits():
     """v11 (not yet measured): with the mask tile in the ring beside K, D = 128 and a bf16 mask use 224 KiB of shared
     memory (the limit is 227); fewer spills than the consumers' loads, matmuls asynchronous."""
-    rows = _compile(["--head-dims", "64,128", "--causal", "0,1", "--masks", "1,2", "--tiles", "64x128w4s2hgm"])
+    rows = offline_compile("--kernels", "fused", "--head-dims", "64,128", "--causal", "0,1", "--masks", "1,2",
+                           "--tiles", "64x128w4s2hgm")
     assert len(rows) == 8
     for r in rows:
         assert r["fits"] and not r["wgmma_serialised"] and r["spill_stores"] <= 64, r

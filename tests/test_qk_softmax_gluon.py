@@ -4,16 +4,12 @@ build and its ablations take the same kernel, what the rows record, and that eve
 Its arithmetic is checked on the GPU (scripts/experiments/qk_gluon.py: P itself in a NaN-poisoned buffer against an
 fp32 softmax, O against the fp64 oracle; `attnlab check`); here the compile runs offline in a child process.
 """
-import json
-import os
-import subprocess
-import sys
-
 import pytest
 import torch
 
 from attnlab.triton import config, launch, qk_softmax_gluon
 from attnlab.validate import check
+from tests.conftest import offline_compile
 
 GLUON_TILES = config.Tiles(64, 128, 4, 2, gluon=True)
 
@@ -98,14 +94,6 @@ def test_the_sequence_lengths_the_kernel_takes():
                                                                                                           4096]
 
 
-def _compile(args):
-    out = subprocess.run([sys.executable, "-m", "attnlab.triton.resources", "--kernels", "qk_softmax", "--json",
-                          *args], capture_output=True, text=True, timeout=600,
-                         env={**os.environ, "TRITON_INTERPRET": "1"})
-    assert out.returncode == 0, out.stderr[-2000:]
-    return json.loads(out.stdout.strip().splitlines()[-1])
-
-
 @pytest.mark.parametrize("flags", [None, "NO_SOFTMAX=1"])
 def test_every_variant_of_the_gluon_kernel_compiles_for_sm90_within_limits(flags):
     """The table's tiles (3 stages), D 64 and 128, causal and not, no mask / boolean / additive: fits shared memory,
@@ -113,8 +101,8 @@ def test_every_variant_of_the_gluon_kernel_compiles_for_sm90_within_limits(flags
     without a mask (the benchmark's path), at most 128 bytes with one (the zero_mask ablation's path)."""
     assert all(config.lookup("qk_softmax", "sm90", d, c, 2) == config.Tiles(64, 128, 4, 3, heavy_first=c, gluon=True)
                for d in (64, 128) for c in (False, True))
-    rows = _compile(["--head-dims", "64,128", "--causal", "0,1", "--masks", "0,1,2", "--tiles", "64x128w4s3hg"]
-                    + (["--flags", flags] if flags else []))
+    rows = offline_compile("--kernels", "qk_softmax", "--head-dims", "64,128", "--causal", "0,1", "--masks", "0,1,2",
+                           "--tiles", "64x128w4s3hg", *(["--flags", flags] if flags else []))
     assert len(rows) == 12
     for r in rows:
         assert r["fits"] and not r["wgmma_serialised"], r

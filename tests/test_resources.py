@@ -3,24 +3,17 @@
 The compile runs in a child process started with TRITON_INTERPRET=0 (this test process has our kernels loaded for
 the interpreter), exactly as a user's `python -m attnlab.triton.resources` does.
 """
-import json
-import os
-import subprocess
-import sys
-
 import pytest
 
 from attnlab.triton import config, resources
+from tests.conftest import offline_compile
 
 
 def test_the_candidate_that_failed_on_the_h200_is_seen_not_to_fit():
     """fused 128×128 w8 s3 at D = 128 with a mask tile could not launch on the H200 (out of shared memory);
     the offline compile must say so, and the table's 128×64 must fit."""
-    out = subprocess.run([sys.executable, "-m", "attnlab.triton.resources", "--kernels", "fused", "--head-dims", "128",
-                          "--causal", "0", "--masks", "2", "--tiles", "128x128w8s3,128x64w8s3", "--json"],
-                         capture_output=True, text=True, timeout=300, env={**os.environ, "TRITON_INTERPRET": "1"})
-    assert out.returncode == 0, out.stderr[-2000:]
-    bad, good = json.loads(out.stdout.strip().splitlines()[-1])
+    bad, good = offline_compile("--kernels", "fused", "--head-dims", "128", "--causal", "0", "--masks", "2", "--tiles",
+                                "128x128w8s3,128x64w8s3", timeout=300)
     assert (bad["tiles"], good["tiles"]) == ("128x128w8s3", "128x64w8s3")
     assert bad["smem_kib"] == 288 and not bad["fits"]  # exactly what the H200's launch asked for
     assert good["fits"] and good["smem_kib"] < 227 and good["spill_stores"] == 0
@@ -76,11 +69,7 @@ def test_the_tables_fused_entries_fit_and_keep_their_matmuls_asynchronous():
     """Every sm90 fused entry of the tile table (D 64 and 128, causal and not, with and without the zero_mask
     ablation's additive mask) compiles within shared memory, with no wgmma serialisation and no spills (the Gluon
     kernel at D = 128: a few bytes with a mask, tests/test_fused_gluon.py)."""
-    out = subprocess.run([sys.executable, "-m", "attnlab.triton.resources", "--kernels", "fused", "--head-dims",
-                          "64,128", "--causal", "0,1", "--masks", "0,2", "--json"],
-                         capture_output=True, text=True, timeout=600, env={**os.environ, "TRITON_INTERPRET": "1"})
-    assert out.returncode == 0, out.stderr[-2000:]
-    rows = json.loads(out.stdout.strip().splitlines()[-1])
+    rows = offline_compile("--kernels", "fused", "--head-dims", "64,128", "--causal", "0,1", "--masks", "0,2")
     assert len(rows) == 8  # no mask, and the additive mask the zero_mask ablation passes
     for r in rows:
         assert r["fits"] and not r["wgmma_serialised"], r
