@@ -2,7 +2,7 @@
 against the Triton kernel in the same process. GPU (sm90) only:
 
     python scripts/experiments/qk_gluon.py [--check-only | --skip-check] [--ablations] [--ns 1024,4096,16384]
-                                           [--tiles 64x128w4s3hg,...]
+                                           [--tiles 64x128w4s3hg,...] [--part k/n] [--warm]
 
 Accuracy first, twice:
   * P itself, written by the kernel into a NaN-poisoned (B, H, N, N) buffer (an element it never writes shows),
@@ -45,7 +45,14 @@ def reference_p(q, k, causal, mask, scale, no_softmax):
     return torch.nan_to_num(p, nan=0.0)  # rows the mask hides entirely: P = 0
 
 
-def check(tiles):
+def mine(key, part):
+    """Whether this process takes the case group `key` under --part k/n (groups spread by a stable hash, so that n
+    processes compile disjoint sets of kernels at once)."""
+    k, n = part
+    return sum(map(ord, repr(key))) % n == k
+
+
+def check(tiles, part=(0, 1)):
     bad = 0
     shapes = [(1, 2, 2, 8, 64), (2, 3, 3, 24, 64), (1, 4, 2, 136, 128), (1, 2, 2, 100, 128), (1, 8, 2, 1000, 64),
               (1, 4, 4, 3000, 128), (2, 16, 16, 1024, 128), (2, 4, 2, 256, 128), (1, 2, 2, 4096, 64)]
@@ -54,6 +61,8 @@ def check(tiles):
             shapes, (False, True), (torch.bfloat16, torch.float16), variants, tiles):
         if var and (N not in (24, 100, 136, 1000) or dtype != torch.bfloat16):
             continue  # each variant is its own compile
+        if not mine((D, causal, dtype, tuple(var.items())), part):
+            continue
         q, k, v, mask = case_inputs(B, H, Hkv, N, D, dtype, var)
         ablation = var.get("ablation")
         no_softmax = ablation == "no_softmax"
@@ -63,19 +72,22 @@ def check(tiles):
             ok = True
             if N % 8 == 0:  # P itself, straight from the kernel (TMA stores its rows; below MIN_N too)
                 c = launch._prepare(q, k, v, causal, mask, None, ablation)
-                p = torch.full((B, H, N, N), float("nan"), device="cuda", dtype=dtype)
-                log_scale = 1.0 if no_softmax else config.LOG2E
-                qk_softmax_gluon.launch(c.q, c.k, p, c.mask, c.mask_strides, c.mask_kind, N=N, H=H, group=H // Hkv,
-                                        qk_scale=scale * log_scale, mask_scale=log_scale, causal=causal, tiles=t,
-                                        no_softmax=no_softmax)
-                torch.cuda.synchronize()
                 ref = reference_p(q, k, causal, mask, scale, no_softmax)
-                # 1 % of each element plus a floor: bf16 rounds to 0.4 %, and P's entries are ~1/N
-                excess = (p.float() - ref).abs() - (1e-2 * ref.abs() + (1e-2 if no_softmax else 1e-5))
-                worst = excess.nan_to_num(nan=float("inf")).max().item()
-                nan_p = p.isnan().sum().item()
-                ok = nan_p == 0 and worst <= 0
-                line += f"P worst_excess={worst:.3g} nan={nan_p} "
+                log_scale = 1.0 if no_softmax else config.LOG2E
+                # the paired kernel with its own number of blocks a program, and with 1, 2 and 3 (partial last
+                # programs, one block alone, the pass-2-beside-pass-1 loop)
+                for blocks in ((None, 1, 2, 3) if t.paired else (None,)):
+                    p = torch.full((B, H, N, N), float("nan"), device="cuda", dtype=dtype)
+                    qk_softmax_gluon.launch(c.q, c.k, p, c.mask, c.mask_strides, c.mask_kind, N=N, H=H,
+                                            group=H // Hkv, qk_scale=scale * log_scale, mask_scale=log_scale,
+                                            causal=causal, tiles=t, no_softmax=no_softmax, blocks=blocks)
+                    torch.cuda.synchronize()
+                    # 1 % of each element plus a floor: bf16 rounds to 0.4 %, and P's entries are ~1/N
+                    excess = (p.float() - ref).abs() - (1e-2 * ref.abs() + (1e-2 if no_softmax else 1e-5))
+                    worst = excess.nan_to_num(nan=float("inf")).max().item()
+                    nan_p = p.isnan().sum().item()
+                    ok = ok and nan_p == 0 and worst <= 0
+                    line += f"P[blocks={blocks}] worst_excess={worst:.3g} nan={nan_p} "
             o = torch.full((B, H, N, D), float("nan"), device="cuda", dtype=dtype)
             with config.forced("qk_softmax", t):
                 launch.qk_softmax(q, k, v, causal=causal, attn_mask=mask, ablation=ablation, out=o)
@@ -95,14 +107,30 @@ def check(tiles):
     return bad
 
 
-def bench(ns, ds, causals, labels, ablations=False):
-    ceil = model.measure_ceilings(torch.device("cuda"), torch.bfloat16)
-    print(f"ceilings {ceil}", flush=True)
-    print("D causal N what ms over_floor vs_triton", flush=True)
-    for D, causal, N in itertools.product(ds, causals, ns):
+def bench(ns, ds, causals, labels, ablations=False, part=(0, 1), warm=False):
+    """Under `warm`, each case runs once, untimed: n such processes at once (--part) fill Triton's on-disk cache, so
+    the timing process that follows compiles nothing."""
+    if not warm:
+        ceil = model.measure_ceilings(torch.device("cuda"), torch.bfloat16)
+        print(f"ceilings {ceil}", flush=True)
+        print("D causal N what ms over_floor vs_triton", flush=True)
+    for i, (D, causal, N) in enumerate(itertools.product(ds, causals, ns)):
+        if i % part[1] != part[0]:
+            continue
         B, H = 16384 // N, 2048 // D
         g = torch.Generator(device="cuda").manual_seed(0)
         q, k, v = (torch.randn(B, H, N, D, device="cuda", dtype=torch.bfloat16, generator=g) for _ in range(3))
+        if warm:
+            for label in labels:
+                t = parse_tiles(label if causal else label.replace("h", ""))
+                with config.forced("qk_softmax", t):
+                    for ablation in (None, "no_softmax") if ablations else (None,):
+                        try:
+                            launch.qk_softmax(q, k, v, causal=causal, ablation=ablation)
+                        except Exception as e:  # noqa: BLE001
+                            print(f"warm {D} {causal} {N} {label}: {type(e).__name__}: {str(e)[:200]}", flush=True)
+            torch.cuda.synchronize()
+            continue
         floor = qk_softmax_floor_ms(B, H, N, D, torch.bfloat16, causal, ceil)
         c = launch._prepare(q, k, v, causal, None, None, None)
         P = torch.zeros(B, H, N, N, device="cuda", dtype=torch.bfloat16)
@@ -135,19 +163,22 @@ def main():
     ap.add_argument("--ns", default="1024,4096,16384")
     ap.add_argument("--ds", default="128,64")
     ap.add_argument("--causal", default="0,1")
-    ap.add_argument("--tiles", default="64x128w4s3hg,64x128w4s2hg")
-    ap.add_argument("--check-tiles", default="64x128w4s2hg")
+    ap.add_argument("--tiles", default="64x128w4s3hg,64x128w4s2hpg,64x128w4s3hpg")
+    ap.add_argument("--check-tiles", default="64x128w4s2hpg")
     ap.add_argument("--check-only", action="store_true")
     ap.add_argument("--skip-check", action="store_true", help="time only (the kernels already checked)")
     ap.add_argument("--ablations", action="store_true", help="also time each candidate's no_softmax P kernel")
+    ap.add_argument("--part", default="0/1", help="k/n: this process's share of the cases (run n at once)")
+    ap.add_argument("--warm", action="store_true", help="compile the timed cases only (see bench)")
     args = ap.parse_args()
+    part = tuple(int(x) for x in args.part.split("/"))
     t0 = time.time()
-    bad = 0 if args.skip_check else check([parse_tiles(x) for x in args.check_tiles.split(",")])
+    bad = 0 if args.skip_check else check([parse_tiles(x) for x in args.check_tiles.split(",")], part)
     print(f"check wall {time.time() - t0:.0f} s", flush=True)
     if bad or args.check_only:
         return
     bench([int(n) for n in args.ns.split(",")], [int(d) for d in args.ds.split(",")],
-          [bool(int(c)) for c in args.causal.split(",")], args.tiles.split(","), args.ablations)
+          [bool(int(c)) for c in args.causal.split(",")], args.tiles.split(","), args.ablations, part, args.warm)
     print(f"wall {time.time() - t0:.0f} s", flush=True)
 
 
