@@ -121,9 +121,7 @@ def _gluon_info(kernel: str, D: int, causal: bool, tiles: config.Tiles, mask_kin
     values = dict(D=D, BLOCK_M=tiles.BLOCK_M, BLOCK_N=tiles.BLOCK_N, STAGES=tiles.num_stages, CAUSAL=causal,
                   MASK_KIND=mask_kind, NO_SOFTMAX=False, HEAVY_FIRST=tiles.heavy_first, num_warps=4)
     if kernel == "qk_softmax":
-        fn = qk_softmax_gluon.qk_softmax_paired_kernel if tiles.paired else qk_softmax_gluon.qk_softmax_gluon_kernel
-        if tiles.paired:
-            sig["BLOCKS"] = "i32"
+        fn = qk_softmax_gluon.qk_softmax_gluon_kernel
         sig["q_desc"] = mangle_type(fused_gluon.descriptor(x, tiles.BLOCK_M))
         sig["k_desc"] = mangle_type(fused_gluon.descriptor(x, tiles.BLOCK_N))
         p = torch.empty(1, ints["H"], ints["N"], ints["N"], dtype=tdtype)
@@ -157,7 +155,6 @@ def _gluon_info(kernel: str, D: int, causal: bool, tiles: config.Tiles, mask_kin
     values.update(flags)
     for a, val in values.items():
         sig[a], constexprs[a] = "constexpr", val
-    sig = {a: sig[a] for a in fn.arg_names}  # the kernel's argument order
     src = GluonASTSource(fn=fn, signature=sig, constexprs=constexprs, attrs={})
     k = triton.compile(src, target=GPUTarget("cuda", 90, 32),
                        options={"num_warps": 4, "maxnreg": fused_gluon.MAXNREG})
