@@ -18,7 +18,6 @@ kernel's, flag for flag (masks, causal, ragged N, GQA, the no_softmax ablation w
 """
 from __future__ import annotations
 
-import torch
 import triton
 from triton.experimental import gluon
 from triton.experimental.gluon import language as gl
@@ -28,25 +27,8 @@ from triton.experimental.gluon.language.nvidia.hopper import (fence_async_shared
 from attnlab.triton.fused_gluon import (HEAD_DIMS, MAXNREG, ROWS_PER_PROGRAM, _needs_masks, _program, _scores,
                                         _tile, compiles_for, descriptor, tma_ready)
 
-STAGGER_NS = 0  # experiment (PERFORMANCE.md v15): odd programs of the first wave start this many ns a key tile late
-P_BUFFERS = 2  # P buffers per consumer (the kernel's PBUF): one being filled while the others' stores drain
+PBUF = gl.constexpr(2)  # P buffers per consumer: one being filled while the other's store drains
 CONSUMER_REGS = 232  # setmaxnreg of the consumer warpgroups (a multiple of 8; the loader gets 24)
-
-
-@gluon.jit
-def _stagger(n_tiles, SMS: gl.constexpr, STAGGER_NS: gl.constexpr):
-    """Odd programs among the first SMS launched (the first wave) wait STAGGER_NS ns per key tile of a pass before
-    they start (about one pass if STAGGER_NS is a tile's time), so that half the SMs run half a program behind: then at any moment about half are in pass 1 (matmuls and
-    exponentials, no stores) and half in pass 2 (P stores), instead of all in the same pass."""
-    lin = gl.program_id(0) + gl.program_id(1) * gl.num_programs(0)
-    if lin < SMS:
-        if lin % 2 == 1:
-            t0 = gl.inline_asm_elementwise("mov.u64 $0, %globaltimer;", "=l", [], dtype=gl.int64, is_pure=False,
-                                           pack=1)
-            t = t0
-            while t - t0 < STAGGER_NS * n_tiles:
-                t = gl.inline_asm_elementwise("nanosleep.u32 500; mov.u64 $0, %globaltimer;", "=l", [],
-                                              dtype=gl.int64, is_pure=False, pack=1)
 
 
 @gluon.jit
@@ -111,9 +93,7 @@ def _write_tile(s, j, bias, p_desc, p_smem, slot0, b, h, rows, hi, mask_rows, of
                 mask_scale, BLOCK_N: gl.constexpr, CAUSAL: gl.constexpr, MASK_KIND: gl.constexpr,
                 NO_SOFTMAX: gl.constexpr):
     """P of key tile j (normalised with the row's bias, or S itself under no_softmax) into buffer
-    slot0 + j % PBUF (PBUF: p_smem's buffers per consumer), then a TMA store of it; the store that last read that
-    buffer must have finished first."""
-    PBUF: gl.constexpr = p_smem.type.shape[0] // ROWS_PER_PROGRAM
+    slot0 + j % PBUF, then a TMA store of it; the store that last read that buffer must have finished first."""
     offs_n = j * BLOCK_N + cols
     if _needs_masks(j, rows, hi, BLOCK_N, CAUSAL):
         s = _scores(s, mask_rows, mask_rows, offs_m, offs_n, N, smn, qk_scale, mask_scale, True, CAUSAL, MASK_KIND,
@@ -195,7 +175,7 @@ def _consumer(q_smem, k_smem, p_smem, p_desc, bars, mask, b, h, start_m, n_tiles
     cols = gl.arange(0, BLOCK_N, gl.SliceLayout(0, s_layout))
     mask_rows = m_head + offs_m.to(gl.int64) * smm  # int64: row · N overflows past N = 46340
     zero_s = gl.zeros([BLOCK_M, BLOCK_N], gl.float32, s_layout)
-    slot0: gl.constexpr = WG * (p_smem.type.shape[0] // ROWS_PER_PROGRAM)  # this warpgroup's P buffers in p_smem
+    slot0: gl.constexpr = WG * PBUF  # this warpgroup's P buffers in p_smem
     hi = N
     if CAUSAL:
         hi = gl.minimum(N, rows + BLOCK_M)
@@ -256,16 +236,13 @@ def _load(q_desc, k_desc, p_desc, q_smem, k_smem, p_smem, bars, mask, b, h, hk, 
 def qk_softmax_gluon_kernel(q_desc, k_desc, p_desc, M, smb, smh, smm, smn, N, H, GROUP, qk_scale, mask_scale,
                             D: gl.constexpr, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, STAGES: gl.constexpr,
                             CAUSAL: gl.constexpr, MASK_KIND: gl.constexpr, NO_SOFTMAX: gl.constexpr,
-                            HEAVY_FIRST: gl.constexpr, CONSUMER_REGS: gl.constexpr, num_warps: gl.constexpr,
-                            PBUF: gl.constexpr, SMS: gl.constexpr, STAGGER_NS: gl.constexpr):
+                            HEAVY_FIRST: gl.constexpr, CONSUMER_REGS: gl.constexpr, num_warps: gl.constexpr):
     """grid (cdiv(N, 2·BLOCK_M), B·H), num_warps = 4. q/k descriptors over (B, H or Hkv, N, D) with (1, 1, BLOCK_M or
     BLOCK_N, D) boxes; p_desc over the contiguous (B, H, N, N) P with a (1, 1, BLOCK_M, BLOCK_N) box; M the
     (B, H, N, N)-strided mask or any pointer when MASK_KIND = 0; qk_scale = scale·log2 e (natural scale under
     NO_SOFTMAX)."""
     dtype: gl.constexpr = q_desc.dtype
     b, h, hk, start_m, n_tiles, m_head = _program(M, smb, smh, N, H, GROUP, BLOCK_M, BLOCK_N, CAUSAL, HEAVY_FIRST)
-    if STAGGER_NS > 0:
-        _stagger(n_tiles, SMS, STAGGER_NS)
 
     q_smem = gl.allocate_shared_memory(dtype, [ROWS_PER_PROGRAM, 1, 1, BLOCK_M, D], q_desc.layout)
     k_smem = gl.allocate_shared_memory(dtype, [STAGES, 1, 1, BLOCK_N, D], k_desc.layout)
@@ -322,6 +299,4 @@ def launch(q, k, p, mask, mask_strides, mask_kind, *, N, H, group, qk_scale, mas
                                   *mask_strides, N, H, group, qk_scale, mask_scale, D=q.shape[-1], BLOCK_M=BM,
                                   BLOCK_N=BN, STAGES=tiles.num_stages, CAUSAL=causal, MASK_KIND=mask_kind,
                                   NO_SOFTMAX=no_softmax, HEAVY_FIRST=tiles.heavy_first,
-                                  CONSUMER_REGS=CONSUMER_REGS, PBUF=P_BUFFERS,
-                                  SMS=torch.cuda.get_device_properties(q.device).multi_processor_count if STAGGER_NS
-                                  else 0, STAGGER_NS=STAGGER_NS, num_warps=4, maxnreg=MAXNREG)
+                                  CONSUMER_REGS=CONSUMER_REGS, num_warps=4, maxnreg=MAXNREG)

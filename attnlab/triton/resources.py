@@ -126,8 +126,7 @@ def _gluon_info(kernel: str, D: int, causal: bool, tiles: config.Tiles, mask_kin
         sig["k_desc"] = mangle_type(fused_gluon.descriptor(x, tiles.BLOCK_N))
         p = torch.empty(1, ints["H"], ints["N"], ints["N"], dtype=tdtype)
         sig["p_desc"] = mangle_type(fused_gluon.descriptor(p, tiles.BLOCK_M, tiles.BLOCK_N))
-        values.update(CONSUMER_REGS=qk_softmax_gluon.CONSUMER_REGS, PBUF=qk_softmax_gluon.P_BUFFERS, SMS=0,
-                      STAGGER_NS=0)
+        values["CONSUMER_REGS"] = qk_softmax_gluon.CONSUMER_REGS
         floats = ("qk_scale", "mask_scale")
     else:
         fn = fused_gluon.fused_gluon_kernel

@@ -18,7 +18,6 @@ the whole build (P kernel + PV kernel) with the table's Triton tiles and with ea
 alone, and the build over the issue's floor (attnlab.bench.qk_softmax_floor_ms at this run's measured ceilings).
 """
 import argparse
-import contextlib
 import itertools
 import math
 import time
@@ -53,82 +52,56 @@ def mine(key, part):
     return sum(map(ord, repr(key))) % n == k
 
 
-def check(labels, part=(0, 1)):
+def check(tiles, part=(0, 1)):
     bad = 0
     shapes = [(1, 2, 2, 8, 64), (2, 3, 3, 24, 64), (1, 4, 2, 136, 128), (1, 2, 2, 100, 128), (1, 8, 2, 1000, 64),
               (1, 4, 4, 3000, 128), (2, 16, 16, 1024, 128), (2, 4, 2, 256, 128), (1, 2, 2, 4096, 64)]
     variants = [dict(), dict(ablation="no_softmax"), dict(mask="bool"), dict(mask="add"), dict(layout="bnhd")]
-    for (B, H, Hkv, N, D), causal, dtype, var, label in itertools.product(
-            shapes, (False, True), (torch.bfloat16, torch.float16), variants, labels):
+    for (B, H, Hkv, N, D), causal, dtype, var, t in itertools.product(
+            shapes, (False, True), (torch.bfloat16, torch.float16), variants, tiles):
         if var and (N not in (24, 100, 136, 1000) or dtype != torch.bfloat16):
             continue  # each variant is its own compile
         if not mine((D, causal, dtype, tuple(var.items())), part):
             continue
         q, k, v, mask = case_inputs(B, H, Hkv, N, D, dtype, var)
         ablation = var.get("ablation")
-        t = parse_tiles(label.split("/")[0])
+        no_softmax = ablation == "no_softmax"
+        scale = 1 / math.sqrt(D)
+        line = ""
         try:
-            with candidate(label, True):  # the label's knobs for both launches below
-                ok, line = check_one(q, k, v, mask, causal, ablation, t)
+            ok = True
+            if N % 8 == 0:  # P itself, straight from the kernel (TMA stores its rows; below MIN_N too)
+                c = launch._prepare(q, k, v, causal, mask, None, ablation)
+                p = torch.full((B, H, N, N), float("nan"), device="cuda", dtype=dtype)
+                log_scale = 1.0 if no_softmax else config.LOG2E
+                qk_softmax_gluon.launch(c.q, c.k, p, c.mask, c.mask_strides, c.mask_kind, N=N, H=H, group=H // Hkv,
+                                        qk_scale=scale * log_scale, mask_scale=log_scale, causal=causal, tiles=t,
+                                        no_softmax=no_softmax)
+                torch.cuda.synchronize()
+                ref = reference_p(q, k, causal, mask, scale, no_softmax)
+                # 1 % of each element plus a floor: bf16 rounds to 0.4 %, and P's entries are ~1/N
+                excess = (p.float() - ref).abs() - (1e-2 * ref.abs() + (1e-2 if no_softmax else 1e-5))
+                worst = excess.nan_to_num(nan=float("inf")).max().item()
+                nan_p = p.isnan().sum().item()
+                ok = nan_p == 0 and worst <= 0
+                line += f"P worst_excess={worst:.3g} nan={nan_p} "
+            o = torch.full((B, H, N, D), float("nan"), device="cuda", dtype=dtype)
+            with config.forced("qk_softmax", t):
+                launch.qk_softmax(q, k, v, causal=causal, attn_mask=mask, ablation=ablation, out=o)
+                spec = launch.check(q, k, v, causal=causal, attn_mask=mask)
+                ran = "gluon" if launch._qk_softmax_tiles(spec).gluon else "triton"
+            torch.cuda.synchronize()
+            verdict = accuracy.judge(o, q, k, v, causal=causal, attn_mask=mask, ablation=ablation)
+            ok = ok and verdict.ok and not o.isnan().any().item()
+            line += f"O err={verdict.err:.3g} limit={verdict.limit:.3g} nan={o.isnan().sum().item()} ran={ran}"
         except Exception as e:  # noqa: BLE001
             ok, line = False, f"{type(e).__name__}: {str(e)[:300]}"
         bad += not ok
         if not ok or N in (100, 1000, 3000):
             print(f"check {'ok ' if ok else 'BAD'} B={B} H={H} Hkv={Hkv} N={N} D={D} causal={causal} {dtype} {var} "
-                  f"{label} {line}", flush=True)
+                  f"{t} {line}", flush=True)
     print(f"check: {bad} bad", flush=True)
     return bad
-
-
-def check_one(q, k, v, mask, causal, ablation, t):
-    """(ok, what was found) for P straight from the Gluon kernel and O through the build's entry point."""
-    B, H, N, D = q.shape
-    Hkv = k.shape[1]
-    dtype = q.dtype
-    no_softmax = ablation == "no_softmax"
-    scale = 1 / math.sqrt(D)
-    line = ""
-    ok = True
-    if N % 8 == 0:  # P itself, straight from the kernel (TMA stores its rows; below MIN_N too)
-        c = launch._prepare(q, k, v, causal, mask, None, ablation)
-        p = torch.full((B, H, N, N), float("nan"), device="cuda", dtype=dtype)
-        log_scale = 1.0 if no_softmax else config.LOG2E
-        qk_softmax_gluon.launch(c.q, c.k, p, c.mask, c.mask_strides, c.mask_kind, N=N, H=H, group=H // Hkv,
-                                qk_scale=scale * log_scale, mask_scale=log_scale, causal=causal, tiles=t,
-                                no_softmax=no_softmax)
-        torch.cuda.synchronize()
-        ref = reference_p(q, k, causal, mask, scale, no_softmax)
-        # 1 % of each element plus a floor: bf16 rounds to 0.4 %, and P's entries are ~1/N
-        excess = (p.float() - ref).abs() - (1e-2 * ref.abs() + (1e-2 if no_softmax else 1e-5))
-        worst = excess.nan_to_num(nan=float("inf")).max().item()
-        nan_p = p.isnan().sum().item()
-        ok = nan_p == 0 and worst <= 0
-        line += f"P worst_excess={worst:.3g} nan={nan_p} "
-    o = torch.full((B, H, N, D), float("nan"), device="cuda", dtype=dtype)
-    launch.qk_softmax(q, k, v, causal=causal, attn_mask=mask, ablation=ablation, out=o)
-    spec = launch.check(q, k, v, causal=causal, attn_mask=mask)
-    ran = "gluon" if launch._qk_softmax_tiles(spec).gluon else "triton"
-    torch.cuda.synchronize()
-    verdict = accuracy.judge(o, q, k, v, causal=causal, attn_mask=mask, ablation=ablation)
-    ok = ok and verdict.ok and not o.isnan().any().item()
-    line += f"O err={verdict.err:.3g} limit={verdict.limit:.3g} nan={o.isnan().sum().item()} ran={ran}"
-    return ok, line
-
-
-@contextlib.contextmanager
-def candidate(label, causal):
-    """The tiles of a label such as 64x128w4s3hg/b3/z1000 forced for qk_softmax, with the Gluon kernel's experiment
-    knobs (PERFORMANCE.md v15) set meanwhile: /bN P buffers a consumer, /zT first-wave stagger in ns a key tile."""
-    tiles, *opts = label.split("/")
-    knobs = {"b": ("P_BUFFERS", 2), "z": ("STAGGER_NS", 0)}
-    try:
-        for o in opts:
-            setattr(qk_softmax_gluon, knobs[o[0]][0], int(o[1:]))
-        with config.forced("qk_softmax", parse_tiles(tiles if causal else tiles.replace("h", ""))):
-            yield
-    finally:
-        for name, default in knobs.values():
-            setattr(qk_softmax_gluon, name, default)
 
 
 def bench(ns, ds, causals, labels, ablations=False, part=(0, 1), warm=False):
@@ -146,7 +119,8 @@ def bench(ns, ds, causals, labels, ablations=False, part=(0, 1), warm=False):
         q, k, v = (torch.randn(B, H, N, D, device="cuda", dtype=torch.bfloat16, generator=g) for _ in range(3))
         if warm:
             for label in labels:
-                with candidate(label, causal):
+                t = parse_tiles(label if causal else label.replace("h", ""))
+                with config.forced("qk_softmax", t):
                     for ablation in (None, "no_softmax") if ablations else (None,):
                         try:
                             launch.qk_softmax(q, k, v, causal=causal, ablation=ablation)
@@ -161,7 +135,8 @@ def bench(ns, ds, causals, labels, ablations=False, part=(0, 1), warm=False):
         del P
         table = config.tiles("qk_softmax", q.device, D, causal, q.dtype, gluon=False)
         for label in ["table"] + labels:
-            with config.forced("qk_softmax", table) if label == "table" else candidate(label, causal):
+            t = table if label == "table" else parse_tiles(label if causal else label.replace("h", ""))
+            with config.forced("qk_softmax", t):
                 try:
                     o = launch.qk_softmax(q, k, v, causal=causal)
                     # the fp64 oracle on one batch and four heads: (1, 4, N, N) doubles, 8 GiB at N = 16384
@@ -195,7 +170,7 @@ def main():
     args = ap.parse_args()
     part = tuple(int(x) for x in args.part.split("/"))
     t0 = time.time()
-    bad = 0 if args.skip_check else check(args.check_tiles.split(","), part)
+    bad = 0 if args.skip_check else check([parse_tiles(x) for x in args.check_tiles.split(",")], part)
     print(f"check wall {time.time() - t0:.0f} s", flush=True)
     if bad or args.check_only:
         return
