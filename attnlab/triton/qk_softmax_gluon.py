@@ -1,8 +1,9 @@
 """The qk_softmax build's Hopper kernel, written in Gluon: the same two passes as attnlab.triton.qk_softmax (row max
 and sum, then P written once), warp specialised so that the P writes, the matmuls and the exponentials can overlap
-(PERFORMANCE.md v12: 1.05–1.45× the Triton kernel's build from N = 1024; by the arithmetic there, the exponentials are
-still mostly not hidden under the matmuls). It compiles for D = 64 and 128 exactly, fp16 and bf16, and takes N a multiple of 8 (P's rows are
-then 16-byte aligned, which TMA needs) from N = 1024 on; at other N the Triton kernel runs.
+(PERFORMANCE.md v12: 1.05–1.45× the Triton kernel's build from N = 1024; v16: with its exponentials replaced by FMAs
+it is within 5 % of itself, so they are hidden, and its time is the two passes' matmuls and pass 2's stores). It
+compiles for D = 64 and 128 exactly, fp16 and bf16, and takes N a multiple of 8 (P's rows are then 16-byte aligned,
+which TMA needs) from N = 1024 on; at other N the Triton kernel runs.
 
 Why: P is the build's traffic (N² elements written here, read by the PV kernel), and the Triton kernel's loop does
 matmul, exponentials and stores one after the other in every warp. Here
