@@ -2,6 +2,8 @@
 
     attnlab check                     GPU: N 512–4096, D 64/128, causal and not, bf16 and fp16, GQA; CPU: a small grid
     attnlab check --out gate.csv      also write one row per (build, case)
+    attnlab check --jobs 4            the shapes shared among 4 processes at once (most of the gate's time on a GPU is
+                                      Triton compiling each kernel variant, which runs on one CPU core a process)
 
 Our builds write into a NaN-poisoned output, so an element a kernel never writes fails the gate. Accuracy is judged
 by FlashAttention's rule (attnlab.accuracy). Exit status 1 when any case fails; unsupported cases are listed, not
@@ -48,6 +50,9 @@ def default_builds(device: torch.device) -> list[str]:
     return names
 
 
+SEED0 = 1000  # shape i of the grid draws its inputs with seed SEED0 + i (and its rows say shape = i)
+
+
 def check_case(case, names: list[str], device, seed: int) -> list[dict]:
     """Run every named build on one fresh input set (the harness's: random normal, never zeros); one row each."""
     from attnlab import accuracy, builds, reference
@@ -59,8 +64,8 @@ def check_case(case, names: list[str], device, seed: int) -> list[dict]:
     for name in names:
         b = builds.get(name)
         oracle = None if b.ablation == "zero_mask" else b.ablation
-        row = dict(build=name, B=case.B, H=case.H, Hkv=case.Hkv, N=case.N, D=case.D, dtype=case.dtype,
-                   causal=case.causal)
+        row = dict(build=name, shape=seed - SEED0, B=case.B, H=case.H, Hkv=case.Hkv, N=case.N, D=case.D,
+                   dtype=case.dtype, causal=case.causal)
         try:
             kw = {"out": torch.full_like(q, float("nan"))} if b.family != "library" else {}
             o = b.attend(q, k, v, causal=case.causal, **kw)
@@ -81,9 +86,58 @@ def check_case(case, names: list[str], device, seed: int) -> list[dict]:
     return rows
 
 
+def _part(text: str) -> tuple[int, int]:
+    """'K/J' → (K, J) with 0 <= K < J; ValueError naming the form otherwise."""
+    try:
+        k, j = (int(x) for x in text.split("/"))
+    except ValueError:
+        raise ValueError(f"--part: expected K/J (this process's share of the shapes, 0 <= K < J), got {text!r}") \
+            from None
+    if not 0 <= k < j:
+        raise ValueError(f"--part: expected 0 <= K < J, got {text!r}")
+    return k, j
+
+
+def _in_parallel(argv: list[str], jobs: int, n_shapes: int) -> list[dict]:
+    """The gate's rows from `jobs` child processes, child k taking the shapes i with i % jobs == k (each with the seed
+    a single process would give it, so the rows are the ones one process writes). A child that dies loses only the
+    shapes it had not finished (its CSV is rewritten per shape): each of those gets one FAIL row saying so, with the
+    end of the child's output."""
+    import os
+    import subprocess
+    import tempfile
+
+    import pandas as pd
+
+    rows = []
+    with tempfile.TemporaryDirectory() as d:
+        children = []
+        for k in range(jobs):
+            log = open(os.path.join(d, f"part{k}.log"), "w")
+            cmd = [sys.executable, "-m", "attnlab.gate", *argv, "--part", f"{k}/{jobs}", "--out",
+                   os.path.join(d, f"part{k}.csv")]
+            children.append((subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT), log))
+        for k, (child, log) in enumerate(children):
+            code = child.wait()
+            log.close()
+            csv = os.path.join(d, f"part{k}.csv")
+            part_rows = pd.read_csv(csv).to_dict("records") if os.path.exists(csv) and os.path.getsize(csv) else []
+            done = {r["shape"] for r in part_rows}
+            lost = [i for i in range(k, n_shapes, jobs) if i not in done]
+            if lost:
+                with open(os.path.join(d, f"part{k}.log")) as f:
+                    tail = " | ".join(f.read().strip().splitlines()[-3:])
+                part_rows += [dict(build="(all)", shape=i, status=f"FAIL: part {k}/{jobs} exited with {code} before "
+                                                                   f"this shape's rows: {tail}"[:600]) for i in lost]
+            rows += part_rows
+    return sorted(rows, key=lambda r: r["shape"])
+
+
 def summarise(rows: list[dict]) -> str:
     import pandas as pd
 
+    if not rows:
+        return "(no shapes in this part)"
     df = pd.DataFrame(rows)
     df["state"] = df.status.str.split(":").str[0]
     ratio = (df.err / df.limit).where(df.state == "ok")
@@ -105,7 +159,16 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--ns", default=None, help="comma-separated sequence lengths (default: the grid's)")
     ap.add_argument("--dtypes", default=None, help="comma-separated dtypes to keep (e.g. float32; default: all)")
     ap.add_argument("--out", default=None, help="write one CSV row per (build, case) here")
+    ap.add_argument("--jobs", type=int, default=1, help="processes sharing the shapes (default 1)")
+    ap.add_argument("--part", default=None, help="K/J: only shapes i with i %% J == K (what each of --jobs J runs)")
     args = ap.parse_args(argv)
+    try:
+        part = _part(args.part) if args.part else (0, 1)
+        if args.jobs < 1 or (args.jobs > 1 and args.part):
+            raise ValueError(f"--jobs: expected a whole number >= 1 and no --part with it, got {args.jobs}")
+    except ValueError as e:
+        print(f"attnlab check: error: {e}", file=sys.stderr)
+        return 2
     device = torch.device("cuda" if args.device == "auto" and torch.cuda.is_available() else
                           ("cpu" if args.device == "auto" else args.device))
     if device.type == "cpu":
@@ -132,23 +195,53 @@ def main(argv: list[str] | None = None) -> int:
             return 2
         cases = [c for c in cases if c.dtype in keep]
     print(f"correctness gate on {device} ({torch.cuda.get_device_name(device) if device.type == 'cuda' else 'CPU'}):"
-          f" {len(cases)} shapes x {len(names)} builds", flush=True)
-    rows, t0 = [], time.time()
-    for i, case in enumerate(cases):
-        rows += check_case(case, names, device, seed=1000 + i)
+          f" {len(cases)} shapes x {len(names)} builds" + (f", {args.jobs} processes" if args.jobs > 1 else "") +
+          (f", part {part[0]}/{part[1]}" if args.part else ""), flush=True)
+    t0 = time.time()
+    if args.jobs > 1:
+        child_argv = _without(list(argv if argv is not None else sys.argv[1:]), ("--jobs", "--out"))
+        rows = _in_parallel(child_argv, args.jobs, len(cases))
+        for r in rows:
+            if str(r["status"]).startswith("FAIL"):
+                print(f"  FAIL {r['build']} shape {r['shape']}: {r['status']} err={r.get('err')} "
+                      f"limit={r.get('limit')}", flush=True)
         if args.out:
             import pandas as pd
 
-            pd.DataFrame(rows).to_csv(args.out, index=False)  # rewritten per shape: a crash loses no finished row
-        fails = [r for r in rows[-len(names):] if r["status"].startswith("FAIL")]
-        for r in fails:
-            print(f"  FAIL {r['build']} {case}: {r['status']} err={r.get('err')} limit={r.get('limit')}", flush=True)
+            pd.DataFrame(rows).to_csv(args.out, index=False)
+    else:
+        rows = []
+        for i, case in enumerate(cases):
+            if i % part[1] != part[0]:
+                continue
+            rows += check_case(case, names, device, seed=SEED0 + i)
+            if args.out:
+                import pandas as pd
+
+                pd.DataFrame(rows).to_csv(args.out, index=False)  # rewritten per shape: a crash loses no finished row
+            fails = [r for r in rows[-len(names):] if r["status"].startswith("FAIL")]
+            for r in fails:
+                print(f"  FAIL {r['build']} {case}: {r['status']} err={r.get('err')} limit={r.get('limit')}",
+                      flush=True)
     print(summarise(rows))
-    n_fail = sum(r["status"].startswith("FAIL") for r in rows)
-    n_skip = sum(r["status"].startswith(("unsupported", "oom")) for r in rows)
+    n_fail = sum(str(r["status"]).startswith("FAIL") for r in rows)
+    n_skip = sum(str(r["status"]).startswith(("unsupported", "oom")) for r in rows)
     print(f"gate: {len(rows) - n_fail - n_skip} passed, {n_fail} failed, {n_skip} skipped "
           f"(unsupported or oom; {time.time() - t0:.0f} s)")
     return 1 if n_fail else 0
+
+
+def _without(argv: list[str], options: tuple[str, ...]) -> list[str]:
+    """argv less the named options and their values (as `--opt value` or `--opt=value`)."""
+    out, skip = [], False
+    for a in argv:
+        if skip:
+            skip = False
+        elif a in options:
+            skip = True
+        elif not a.startswith(tuple(o + "=" for o in options)):
+            out.append(a)
+    return out
 
 
 if __name__ == "__main__":

@@ -33,8 +33,34 @@ def test_gate_fails_a_wrong_build(monkeypatch, tmp_path, capsys):
     assert "FAIL torch_eager" in capsys.readouterr().out
 
 
+def test_jobs_share_the_shapes_and_write_the_rows_one_process_writes(tmp_path, capsys):
+    """`--jobs 2`: two processes, each its share of the shapes with the seed one process gives it, so the merged rows
+    (errors included) are the single process's, in its order."""
+    argv = ["--device", "cpu", "--quick", "--builds", "torch_eager,fused", "--dtypes", "float32"]
+    assert gate.main([*argv, "--out", str(tmp_path / "one.csv")]) == 0
+    assert gate.main([*argv, "--jobs", "2", "--out", str(tmp_path / "two.csv")]) == 0
+    one, two = pd.read_csv(tmp_path / "one.csv"), pd.read_csv(tmp_path / "two.csv")
+    assert list(two["shape"]) == sorted(two["shape"]) and len(two) == len(one) == 8
+    assert two[["build", "shape", "N", "D", "causal", "status", "err"]].equals(
+        one[["build", "shape", "N", "D", "causal", "status", "err"]])
+    assert "2 processes" in capsys.readouterr().out
+
+
+def test_a_process_that_dies_fails_the_shapes_it_had_left():
+    """A child that exits before writing its rows (here: a dtype its grid lacks, exit 2) leaves one FAIL row per
+    shape it owned, naming the part and its exit status; nothing is silently missing."""
+    rows = gate._in_parallel(["--device", "cpu", "--quick", "--dtypes", "float64"], jobs=2, n_shapes=3)
+    assert [r["shape"] for r in rows] == [0, 1, 2]
+    assert all(r["status"].startswith("FAIL: part") and "exited with 2" in r["status"] for r in rows)
+    assert [r["status"].split()[2] for r in rows] == ["0/2", "1/2", "0/2"]
+
+
 @pytest.mark.parametrize("argv, says", [(["--builds", "nope"], "--builds"),
-                                        (["--dtypes", "float64"], "--dtypes: 'float64' is not in")])
+                                        (["--dtypes", "float64"], "--dtypes: 'float64' is not in"),
+                                        (["--part", "2/2"], "--part: expected 0 <= K < J"),
+                                        (["--part", "half"], "--part: expected K/J"),
+                                        (["--jobs", "0"], "--jobs: expected a whole number >= 1"),
+                                        (["--jobs", "2", "--part", "0/2"], "no --part with it")])
 def test_bad_arguments_are_one_line_and_exit_2(argv, says, capsys):
     assert gate.main(["--device", "cpu", "--quick", *argv]) == 2
     err = capsys.readouterr().err.strip()
