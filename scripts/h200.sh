@@ -12,10 +12,15 @@
 #   gate32    the same gate's fp32 shapes (the IEEE dot path)
 #   bench16   attnlab bench --quick in fp16 for our fused and qk_softmax against sdpa_flash and sdpa_cudnn
 #   bench     attnlab bench in bf16 and fp16 with the two untuned shapes (issue 5's benchmark, ~3 minutes)
+#   benchrest the same for materialised and compiled FlexAttention beside the two SDPA rows (issue 5 names all six
+#             builds; with flex's compiles they do not fit one call together; not yet run)
 #   stages    profiler stage times of materialised and qk_softmax (attnlab.kernels), and fused's refusal
 #   gluoncheck  the Gluon kernel's own accuracy check (scripts/experiments/gluon_fa3.py --check-only: masks that hide
 #             rows, N = 1 with a mask, both ablations, strided inputs, GQA, ragged N), beyond the gate's shapes
 #   maskab    v11: the check with the mask by TMA (Tiles.mask_tma), then the mask's cost with and without it
+#   qkcheck   the qk_softmax Gluon kernel's own check (scripts/experiments/qk_gluon.py --check-only) in eight processes
+#             at once (QK_TILES: tile labels, default the table's 64x128w4s3hg)
+#   qkbench   its timing against the Triton kernel at N = 1024 and 4096 (QK_TILES), compiled first in four processes
 set -u
 out=${OUT:-h200-out}
 mkdir -p "$out"
@@ -67,6 +72,11 @@ bench() {
     --out "$out/bench" > "$out/bench.log" 2>&1
   echo "bench rc=$?"; grep -v Warning "$out/bench.log" | tail -70
 }
+benchrest() {
+  timeout 540 python3 -m attnlab.cli bench --dtypes bfloat16,float16 --builds materialised,flex,sdpa_flash,sdpa_cudnn \
+    --out "$out/benchrest" > "$out/benchrest.log" 2>&1
+  echo "benchrest rc=$?"; grep -v Warning "$out/benchrest.log" | tail -40
+}
 gluoncheck() {
   timeout 200 python3 scripts/experiments/gluon_fa3.py --check-only > "$out/gluoncheck.log" 2>&1
   echo "gluoncheck rc=$?"; grep -a "^check" "$out/gluoncheck.log" | grep -a "BAD\|bad\|wall" | cut -c1-300
@@ -74,6 +84,28 @@ gluoncheck() {
 maskab() {
   timeout 420 python3 scripts/experiments/gluon_fa3.py --check-tiles 64x128w4s2hgm --mask-ab > "$out/maskab.log" 2>&1
   echo "maskab rc=$?"; grep -a -v "^check ok" "$out/maskab.log" | grep -av Warning | tail -20
+}
+qkcheck() {
+  local start=$(date +%s) k
+  for k in 0 1 2 3 4 5 6 7; do
+    timeout 280 python3 scripts/experiments/qk_gluon.py --check-only --check-tiles "${QK_TILES:-64x128w4s3hg}" \
+      --part $k/8 > "$out/qkcheck$k.log" 2>&1 &
+  done
+  wait
+  cat "$out"/qkcheck?.log > "$out/qkcheck.log" && rm "$out"/qkcheck?.log  # few files: a call brings back only so many
+  echo "qkcheck wall=$(( $(date +%s) - start )) s"
+  grep -a "^check" "$out/qkcheck.log" | grep -av "^check ok" | cut -c1-300
+}
+qkbench() {
+  local k tiles=${QK_TILES:-64x128w4s3hg}
+  for k in 0 1 2 3; do
+    timeout 280 python3 scripts/experiments/qk_gluon.py --skip-check --warm --ns 1024,4096 --tiles "$tiles" \
+      --part $k/4 > /dev/null 2>&1 &
+  done
+  wait
+  timeout 200 python3 scripts/experiments/qk_gluon.py --skip-check --ns 1024,4096 --tiles "$tiles" \
+    > "$out/qkbench.log" 2>&1
+  echo "qkbench rc=$?"; grep -av Warning "$out/qkbench.log" | tail -40
 }
 stages() {
   timeout 120 python3 - > "$out/stages.log" 2>&1 <<'PY'
