@@ -109,6 +109,18 @@ def test_every_variant_of_the_gluon_kernel_compiles_for_sm90_within_limits(flags
         assert r["spill_stores"] <= (128 if r["mask_kind"] else 0), r
 
 
+def test_q_in_registers_compiles_without_spills_and_no_table_entry_sets_it():
+    """Tiles.q_registers (PERFORMANCE.md, Next 1): Q as QKᵀ's register operand, D 64 and 128, causal and not, without
+    a mask (the benchmark's path): fits, no serialised wgmma, no spills. Not yet measured, so the table leaves it off."""
+    rows = offline_compile("--kernels", "qk_softmax", "--head-dims", "64,128", "--causal", "0,1", "--masks", "0",
+                           "--tiles", "64x128w4s3hgr")
+    assert len(rows) == 4
+    for r in rows:
+        assert r["tiles"] == "64x128w4s3hgr" and r["fits"] and not r["wgmma_serialised"], r
+        assert r["spill_stores"] == 0, r
+    assert not any(t.q_registers for t in config.TABLE.values())
+
+
 def test_n_stays_an_argument():
     """As in the fused Gluon kernel: N = 1 made a constant breaks Triton 3.6's lowering with a mask."""
     assert [p.name for p in qk_softmax_gluon.qk_softmax_gluon_kernel.params if p.do_not_specialize] == ["N"]

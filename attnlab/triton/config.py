@@ -37,6 +37,10 @@ class Tiles:
     # Gluon kernel only: the loader warp brings each mask tile by TMA with K, instead of each consumer loading it in
     # its loop (PERFORMANCE.md v11; masks TMA cannot read keep the loads).
     mask_tma: bool = False
+    # Gluon qk_softmax kernel only: Q as the register operand of QKᵀ, loaded from shared memory once a pass, so each
+    # matmul reads only its K tile there (PERFORMANCE.md, Next 1: compiled and tested offline; not yet measured, so
+    # no table entry sets it; label suffix `r`).
+    q_registers: bool = False
 
     def as_dict(self) -> dict:
         return asdict(self)

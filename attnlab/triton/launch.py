@@ -80,7 +80,7 @@ def _tiles(kernel: str, spec: Spec) -> dict:
 def _triton_args(t) -> dict:
     """Tiles as a Triton kernel's launch arguments, less the fields only the fused and Gluon kernels read."""
     t = t.as_dict()
-    for fused_only in ("tma", "heavy_first", "paired", "gluon", "mask_tma"):
+    for fused_only in ("tma", "heavy_first", "paired", "gluon", "mask_tma", "q_registers"):
         t.pop(fused_only)
     return t
 
@@ -198,7 +198,7 @@ def fused(q, k, v, *, causal=False, attn_mask=None, scale=None, ablation=None, o
     if t["BLOCK_M"] % t["BLOCK_N"]:  # the causal split is in whole key tiles
         raise ValueError(f"fused tiles need BLOCK_M % BLOCK_N == 0, got {t['BLOCK_M']}x{t['BLOCK_N']}")
     heavy_first, paired = t.pop("heavy_first"), t.pop("paired")
-    t.pop("gluon"), t.pop("mask_tma")
+    t.pop("gluon"), t.pop("mask_tma"), t.pop("q_registers")
     dk, dv = _kv_descriptors(c, t) if t.pop("tma") else (c.k, c.v)
     _fused.fused_kernel[_grid_m(s, t["BLOCK_M"] * (2 if paired else 1))](
         c.q, c.k, c.v, o, c.mask, dk, dv, *c.q.stride()[:3], *c.k.stride()[:3], *c.v.stride()[:3], *o.stride()[:3],

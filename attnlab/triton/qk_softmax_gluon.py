@@ -164,7 +164,8 @@ def _pass(q, k_smem, k_full, k_empty, base, n_tiles, zero_s, m_i, l_i, bias, p_d
 @gluon.jit
 def _consumer(q_smem, k_smem, p_smem, p_desc, bars, mask, b, h, start_m, n_tiles, N, qk_scale, mask_scale,
               WG: gl.constexpr, D: gl.constexpr, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr,
-              STAGES: gl.constexpr, CAUSAL: gl.constexpr, MASK_KIND: gl.constexpr, NO_SOFTMAX: gl.constexpr):
+              STAGES: gl.constexpr, CAUSAL: gl.constexpr, MASK_KIND: gl.constexpr, NO_SOFTMAX: gl.constexpr,
+              Q_REGISTERS: gl.constexpr):
     """One warpgroup, rows start_m + WG·BLOCK_M onwards: zero tiles (causal), pass 1 (max and sum), pass 2 (P)."""
     q_bars, k_full, k_empty = bars
     m_head, smm, smn = mask
@@ -190,6 +191,8 @@ def _consumer(q_smem, k_smem, p_smem, p_desc, bars, mask, b, h, start_m, n_tiles
 
     mbarrier.wait(q_bars.index(WG), 0)
     q = q_smem.index(WG).reshape([BLOCK_M, D])
+    if Q_REGISTERS:  # Q as QKᵀ's register operand: each matmul then reads only its K tile from shared memory
+        q = q.load(gl.DotOperandLayout(operand_index=0, parent=s_layout, k_width=2))
     m_i = gl.full([BLOCK_M], -float("inf"), gl.float32, row_s)
     l_i = gl.zeros([BLOCK_M], gl.float32, row_s)
     if NO_SOFTMAX:
@@ -212,23 +215,23 @@ def _consumer(q_smem, k_smem, p_smem, p_desc, bars, mask, b, h, start_m, n_tiles
 @gluon.jit
 def _consumer0(q_desc, k_desc, p_desc, q_smem, k_smem, p_smem, bars, mask, b, h, hk, start_m, n_tiles, N, qk_scale,
                mask_scale, D: gl.constexpr, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, STAGES: gl.constexpr,
-               CAUSAL: gl.constexpr, MASK_KIND: gl.constexpr, NO_SOFTMAX: gl.constexpr):
+               CAUSAL: gl.constexpr, MASK_KIND: gl.constexpr, NO_SOFTMAX: gl.constexpr, Q_REGISTERS: gl.constexpr):
     _consumer(q_smem, k_smem, p_smem, p_desc, bars, mask, b, h, start_m, n_tiles, N, qk_scale, mask_scale, 0, D,
-              BLOCK_M, BLOCK_N, STAGES, CAUSAL, MASK_KIND, NO_SOFTMAX)
+              BLOCK_M, BLOCK_N, STAGES, CAUSAL, MASK_KIND, NO_SOFTMAX, Q_REGISTERS)
 
 
 @gluon.jit
 def _consumer1(q_desc, k_desc, p_desc, q_smem, k_smem, p_smem, bars, mask, b, h, hk, start_m, n_tiles, N, qk_scale,
                mask_scale, D: gl.constexpr, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, STAGES: gl.constexpr,
-               CAUSAL: gl.constexpr, MASK_KIND: gl.constexpr, NO_SOFTMAX: gl.constexpr):
+               CAUSAL: gl.constexpr, MASK_KIND: gl.constexpr, NO_SOFTMAX: gl.constexpr, Q_REGISTERS: gl.constexpr):
     _consumer(q_smem, k_smem, p_smem, p_desc, bars, mask, b, h, start_m, n_tiles, N, qk_scale, mask_scale, 1, D,
-              BLOCK_M, BLOCK_N, STAGES, CAUSAL, MASK_KIND, NO_SOFTMAX)
+              BLOCK_M, BLOCK_N, STAGES, CAUSAL, MASK_KIND, NO_SOFTMAX, Q_REGISTERS)
 
 
 @gluon.jit
 def _load(q_desc, k_desc, p_desc, q_smem, k_smem, p_smem, bars, mask, b, h, hk, start_m, n_tiles, N, qk_scale,
           mask_scale, D: gl.constexpr, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, STAGES: gl.constexpr,
-          CAUSAL: gl.constexpr, MASK_KIND: gl.constexpr, NO_SOFTMAX: gl.constexpr):
+          CAUSAL: gl.constexpr, MASK_KIND: gl.constexpr, NO_SOFTMAX: gl.constexpr, Q_REGISTERS: gl.constexpr):
     _loader(q_desc, k_desc, q_smem, k_smem, bars, b, h, hk, start_m, n_tiles, BLOCK_M, BLOCK_N, STAGES, NO_SOFTMAX)
 
 
@@ -237,11 +240,12 @@ def _load(q_desc, k_desc, p_desc, q_smem, k_smem, p_smem, bars, mask, b, h, hk, 
 def qk_softmax_gluon_kernel(q_desc, k_desc, p_desc, M, smb, smh, smm, smn, N, H, GROUP, qk_scale, mask_scale,
                             D: gl.constexpr, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, STAGES: gl.constexpr,
                             CAUSAL: gl.constexpr, MASK_KIND: gl.constexpr, NO_SOFTMAX: gl.constexpr,
-                            HEAVY_FIRST: gl.constexpr, CONSUMER_REGS: gl.constexpr, num_warps: gl.constexpr):
+                            HEAVY_FIRST: gl.constexpr, CONSUMER_REGS: gl.constexpr, num_warps: gl.constexpr,
+                            Q_REGISTERS: gl.constexpr = False):
     """grid (cdiv(N, 2·BLOCK_M), B·H), num_warps = 4. q/k descriptors over (B, H or Hkv, N, D) with (1, 1, BLOCK_M or
     BLOCK_N, D) boxes; p_desc over the contiguous (B, H, N, N) P with a (1, 1, BLOCK_M, BLOCK_N) box; M the
     (B, H, N, N)-strided mask or any pointer when MASK_KIND = 0; qk_scale = scale·log2 e (natural scale under
-    NO_SOFTMAX)."""
+    NO_SOFTMAX); Q_REGISTERS: Tiles.q_registers."""
     dtype: gl.constexpr = q_desc.dtype
     b, h, hk, start_m, n_tiles, m_head = _program(M, smb, smh, N, H, GROUP, BLOCK_M, BLOCK_N, CAUSAL, HEAVY_FIRST)
 
@@ -263,11 +267,13 @@ def qk_softmax_gluon_kernel(q_desc, k_desc, p_desc, M, smb, smh, smm, smn, N, H,
     # The argument tuple is written out three times: a tuple assigned to a name turns its constexprs into tensors.
     gl.warp_specialize([
         (_consumer0, (q_desc, k_desc, p_desc, q_smem, k_smem, p_smem, bars, mask, b, h, hk, start_m, n_tiles, N,
-                      qk_scale, mask_scale, D, BLOCK_M, BLOCK_N, STAGES, CAUSAL, MASK_KIND, NO_SOFTMAX)),
+                      qk_scale, mask_scale, D, BLOCK_M, BLOCK_N, STAGES, CAUSAL, MASK_KIND, NO_SOFTMAX,
+                      Q_REGISTERS)),
         (_consumer1, (q_desc, k_desc, p_desc, q_smem, k_smem, p_smem, bars, mask, b, h, hk, start_m, n_tiles, N,
-                      qk_scale, mask_scale, D, BLOCK_M, BLOCK_N, STAGES, CAUSAL, MASK_KIND, NO_SOFTMAX)),
+                      qk_scale, mask_scale, D, BLOCK_M, BLOCK_N, STAGES, CAUSAL, MASK_KIND, NO_SOFTMAX,
+                      Q_REGISTERS)),
         (_load, (q_desc, k_desc, p_desc, q_smem, k_smem, p_smem, bars, mask, b, h, hk, start_m, n_tiles, N,
-                 qk_scale, mask_scale, D, BLOCK_M, BLOCK_N, STAGES, CAUSAL, MASK_KIND, NO_SOFTMAX)),
+                 qk_scale, mask_scale, D, BLOCK_M, BLOCK_N, STAGES, CAUSAL, MASK_KIND, NO_SOFTMAX, Q_REGISTERS)),
     ], [4, 1], [CONSUMER_REGS, 24])
 
 
@@ -300,4 +306,5 @@ def launch(q, k, p, mask, mask_strides, mask_kind, *, N, H, group, qk_scale, mas
                                   *mask_strides, N, H, group, qk_scale, mask_scale, D=q.shape[-1], BLOCK_M=BM,
                                   BLOCK_N=BN, STAGES=tiles.num_stages, CAUSAL=causal, MASK_KIND=mask_kind,
                                   NO_SOFTMAX=no_softmax, HEAVY_FIRST=tiles.heavy_first,
-                                  CONSUMER_REGS=CONSUMER_REGS, num_warps=4, maxnreg=MAXNREG)
+                                  CONSUMER_REGS=CONSUMER_REGS, Q_REGISTERS=tiles.q_registers, num_warps=4,
+                                  maxnreg=MAXNREG)

@@ -126,7 +126,7 @@ def _gluon_info(kernel: str, D: int, causal: bool, tiles: config.Tiles, mask_kin
         sig["k_desc"] = mangle_type(fused_gluon.descriptor(x, tiles.BLOCK_N))
         p = torch.empty(1, ints["H"], ints["N"], ints["N"], dtype=tdtype)
         sig["p_desc"] = mangle_type(fused_gluon.descriptor(p, tiles.BLOCK_M, tiles.BLOCK_N))
-        values["CONSUMER_REGS"] = qk_softmax_gluon.CONSUMER_REGS
+        values.update(CONSUMER_REGS=qk_softmax_gluon.CONSUMER_REGS, Q_REGISTERS=tiles.q_registers)
         floats = ("qk_scale", "mask_scale")
     else:
         fn = fused_gluon.fused_gluon_kernel
@@ -189,19 +189,22 @@ def _int_args(D: int, mask_kind: int, N: int = 4096, width: int = 2048) -> dict:
 
 def _label(t: config.Tiles) -> str:
     return f"{t.BLOCK_M}x{t.BLOCK_N}w{t.num_warps}s{t.num_stages}" + ("h" if t.heavy_first else "") + (
-        "p" if t.paired else "") + ("t" if t.tma else "") + ("g" if t.gluon else "") + ("m" if t.mask_tma else "")
+        "p" if t.paired else "") + ("t" if t.tma else "") + ("g" if t.gluon else "") + ("m" if t.mask_tma else "") + (
+        "r" if t.q_registers else "")
 
 
 def parse_tiles(text: str) -> config.Tiles:
     """'128x64w8s3' (append 'h' for heavy-first, 'p' for paired rows, 't' for TMA loads, 'g' for the Gluon kernel,
-    'm' for its mask tiles by TMA, in that order) → Tiles; ValueError naming the expected form otherwise."""
-    m = re.fullmatch(r"(\d+)x(\d+)w(\d+)s(\d+)(h?)(p?)(t?)(g?)(m?)", text.strip())
+    'm' for its mask tiles by TMA, 'r' for Q in registers, in that order) → Tiles; ValueError naming the expected
+    form otherwise."""
+    m = re.fullmatch(r"(\d+)x(\d+)w(\d+)s(\d+)(h?)(p?)(t?)(g?)(m?)(r?)", text.strip())
     if not m:
         raise ValueError(f"--tiles entries look like 128x64w8s3 (BLOCK_M x BLOCK_N, warps, stages; then h for "
-                         f"heavy-first, p for paired rows, t for TMA, g for the Gluon kernel, m for its mask by TMA), "
+                         f"heavy-first, p for paired rows, t for TMA, g for the Gluon kernel, m for its mask by TMA, "
+                         f"r for Q in registers), "
                          f"got {text!r}")
     return config.Tiles(int(m[1]), int(m[2]), int(m[3]), int(m[4]), heavy_first=bool(m[5]), paired=bool(m[6]),
-                        tma=bool(m[7]), gluon=bool(m[8]), mask_tma=bool(m[9]))
+                        tma=bool(m[7]), gluon=bool(m[8]), mask_tma=bool(m[9]), q_registers=bool(m[10]))
 
 
 def main(argv=None) -> int:
