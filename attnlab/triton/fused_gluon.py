@@ -271,34 +271,6 @@ def _consumer(q_desc, o_desc, q_smem, k_smem, v_smem, bars, mask, b, h, start_m,
     tma.store_wait(pendings=0)
 
 
-# Partition entry points. gl.warp_specialize calls every worker with the same argument tuple, so all three take it.
-@gluon.jit
-def _consumer0(q_desc, k_desc, v_desc, o_desc, q_smem, k_smem, v_smem, bars, mask, b, h, hk, start_m,
-               n_tiles, N, qk_scale, mask_scale, inv_n, D: gl.constexpr, BLOCK_M: gl.constexpr,
-               BLOCK_N: gl.constexpr, STAGES: gl.constexpr, CAUSAL: gl.constexpr, MASK_KIND: gl.constexpr,
-               NO_SOFTMAX: gl.constexpr, NO_PV: gl.constexpr, MASK_TMA: gl.constexpr):
-    _consumer(q_desc, o_desc, q_smem, k_smem, v_smem, bars, mask, b, h, start_m, n_tiles, N, qk_scale,
-              mask_scale, inv_n, 0, D, BLOCK_M, BLOCK_N, STAGES, CAUSAL, MASK_KIND, NO_SOFTMAX, NO_PV, MASK_TMA)
-
-
-@gluon.jit
-def _consumer1(q_desc, k_desc, v_desc, o_desc, q_smem, k_smem, v_smem, bars, mask, b, h, hk, start_m,
-               n_tiles, N, qk_scale, mask_scale, inv_n, D: gl.constexpr, BLOCK_M: gl.constexpr,
-               BLOCK_N: gl.constexpr, STAGES: gl.constexpr, CAUSAL: gl.constexpr, MASK_KIND: gl.constexpr,
-               NO_SOFTMAX: gl.constexpr, NO_PV: gl.constexpr, MASK_TMA: gl.constexpr):
-    _consumer(q_desc, o_desc, q_smem, k_smem, v_smem, bars, mask, b, h, start_m, n_tiles, N, qk_scale,
-              mask_scale, inv_n, 1, D, BLOCK_M, BLOCK_N, STAGES, CAUSAL, MASK_KIND, NO_SOFTMAX, NO_PV, MASK_TMA)
-
-
-@gluon.jit
-def _load(q_desc, k_desc, v_desc, o_desc, q_smem, k_smem, v_smem, bars, mask, b, h, hk, start_m,
-          n_tiles, N, qk_scale, mask_scale, inv_n, D: gl.constexpr, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr,
-          STAGES: gl.constexpr, CAUSAL: gl.constexpr, MASK_KIND: gl.constexpr, NO_SOFTMAX: gl.constexpr,
-          NO_PV: gl.constexpr, MASK_TMA: gl.constexpr):
-    _loader(q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, bars, mask, b, h, hk, start_m, n_tiles, BLOCK_M,
-            BLOCK_N, STAGES, NO_PV, MASK_TMA)
-
-
 @gluon.jit
 def _program(M, smb, smh, N, H, GROUP, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, CAUSAL: gl.constexpr,
              HEAVY_FIRST: gl.constexpr):
@@ -360,17 +332,17 @@ def fused_gluon_kernel(q_desc, k_desc, v_desc, o_desc, M, smb, smh, smm, smn, ma
     fence_async_shared()
     bars = (q_bars, k_full, v_full, k_empty, v_empty)
     mask = (m_head, smm, smn, mask_desc, mask_smem, b * MASK_B, h * MASK_H)
-    # The argument tuple is written out three times: a tuple assigned to a name turns its constexprs into tensors.
+    # Each partition's arguments are written out where it is named: a tuple assigned to a name turns its constexprs
+    # into tensors.
     gl.warp_specialize([
-        (_consumer0, (q_desc, k_desc, v_desc, o_desc, q_smem, k_smem, v_smem, bars, mask, b, h, hk, start_m,
-                      n_tiles, N, qk_scale, mask_scale, inv_n, D, BLOCK_M, BLOCK_N, STAGES, CAUSAL, MASK_KIND,
-                      NO_SOFTMAX, NO_PV, MASK_TMA)),
-        (_consumer1, (q_desc, k_desc, v_desc, o_desc, q_smem, k_smem, v_smem, bars, mask, b, h, hk, start_m,
-                      n_tiles, N, qk_scale, mask_scale, inv_n, D, BLOCK_M, BLOCK_N, STAGES, CAUSAL, MASK_KIND,
-                      NO_SOFTMAX, NO_PV, MASK_TMA)),
-        (_load, (q_desc, k_desc, v_desc, o_desc, q_smem, k_smem, v_smem, bars, mask, b, h, hk, start_m,
-                 n_tiles, N, qk_scale, mask_scale, inv_n, D, BLOCK_M, BLOCK_N, STAGES, CAUSAL, MASK_KIND,
-                 NO_SOFTMAX, NO_PV, MASK_TMA)),
+        (_consumer, (q_desc, o_desc, q_smem, k_smem, v_smem, bars, mask, b, h, start_m, n_tiles, N, qk_scale,
+                     mask_scale, inv_n, 0, D, BLOCK_M, BLOCK_N, STAGES, CAUSAL, MASK_KIND, NO_SOFTMAX, NO_PV,
+                     MASK_TMA)),
+        (_consumer, (q_desc, o_desc, q_smem, k_smem, v_smem, bars, mask, b, h, start_m, n_tiles, N, qk_scale,
+                     mask_scale, inv_n, 1, D, BLOCK_M, BLOCK_N, STAGES, CAUSAL, MASK_KIND, NO_SOFTMAX, NO_PV,
+                     MASK_TMA)),
+        (_loader, (q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, bars, mask, b, h, hk, start_m, n_tiles, BLOCK_M,
+                   BLOCK_N, STAGES, NO_PV, MASK_TMA)),
     ], [4, 1], [CONSUMER_REGS, 24])
 
 

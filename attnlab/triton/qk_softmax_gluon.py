@@ -211,30 +211,6 @@ def _consumer(q_smem, k_smem, p_smem, p_desc, bars, mask, b, h, start_m, n_tiles
     tma.store_wait(pendings=0)
 
 
-# Partition entry points. gl.warp_specialize calls every worker with the same argument tuple, so all three take it.
-@gluon.jit
-def _consumer0(q_desc, k_desc, p_desc, q_smem, k_smem, p_smem, bars, mask, b, h, hk, start_m, n_tiles, N, qk_scale,
-               mask_scale, D: gl.constexpr, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, STAGES: gl.constexpr,
-               CAUSAL: gl.constexpr, MASK_KIND: gl.constexpr, NO_SOFTMAX: gl.constexpr, Q_REGISTERS: gl.constexpr):
-    _consumer(q_smem, k_smem, p_smem, p_desc, bars, mask, b, h, start_m, n_tiles, N, qk_scale, mask_scale, 0, D,
-              BLOCK_M, BLOCK_N, STAGES, CAUSAL, MASK_KIND, NO_SOFTMAX, Q_REGISTERS)
-
-
-@gluon.jit
-def _consumer1(q_desc, k_desc, p_desc, q_smem, k_smem, p_smem, bars, mask, b, h, hk, start_m, n_tiles, N, qk_scale,
-               mask_scale, D: gl.constexpr, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, STAGES: gl.constexpr,
-               CAUSAL: gl.constexpr, MASK_KIND: gl.constexpr, NO_SOFTMAX: gl.constexpr, Q_REGISTERS: gl.constexpr):
-    _consumer(q_smem, k_smem, p_smem, p_desc, bars, mask, b, h, start_m, n_tiles, N, qk_scale, mask_scale, 1, D,
-              BLOCK_M, BLOCK_N, STAGES, CAUSAL, MASK_KIND, NO_SOFTMAX, Q_REGISTERS)
-
-
-@gluon.jit
-def _load(q_desc, k_desc, p_desc, q_smem, k_smem, p_smem, bars, mask, b, h, hk, start_m, n_tiles, N, qk_scale,
-          mask_scale, D: gl.constexpr, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, STAGES: gl.constexpr,
-          CAUSAL: gl.constexpr, MASK_KIND: gl.constexpr, NO_SOFTMAX: gl.constexpr, Q_REGISTERS: gl.constexpr):
-    _loader(q_desc, k_desc, q_smem, k_smem, bars, b, h, hk, start_m, n_tiles, BLOCK_M, BLOCK_N, STAGES, NO_SOFTMAX)
-
-
 # N is never made a constant (attnlab.triton.fused_gluon: N = 1 with a mask fails to compile in Triton 3.6 if it is).
 @gluon.jit(do_not_specialize=["N"])
 def qk_softmax_gluon_kernel(q_desc, k_desc, p_desc, M, smb, smh, smm, smn, N, H, GROUP, qk_scale, mask_scale,
@@ -264,16 +240,15 @@ def qk_softmax_gluon_kernel(q_desc, k_desc, p_desc, M, smb, smh, smm, smn, N, H,
     fence_async_shared()
     bars = (q_bars, k_full, k_empty)
     mask = (m_head, smm, smn)
-    # The argument tuple is written out three times: a tuple assigned to a name turns its constexprs into tensors.
+    # Each partition's arguments are written out where it is named: a tuple assigned to a name turns its constexprs
+    # into tensors.
     gl.warp_specialize([
-        (_consumer0, (q_desc, k_desc, p_desc, q_smem, k_smem, p_smem, bars, mask, b, h, hk, start_m, n_tiles, N,
-                      qk_scale, mask_scale, D, BLOCK_M, BLOCK_N, STAGES, CAUSAL, MASK_KIND, NO_SOFTMAX,
-                      Q_REGISTERS)),
-        (_consumer1, (q_desc, k_desc, p_desc, q_smem, k_smem, p_smem, bars, mask, b, h, hk, start_m, n_tiles, N,
-                      qk_scale, mask_scale, D, BLOCK_M, BLOCK_N, STAGES, CAUSAL, MASK_KIND, NO_SOFTMAX,
-                      Q_REGISTERS)),
-        (_load, (q_desc, k_desc, p_desc, q_smem, k_smem, p_smem, bars, mask, b, h, hk, start_m, n_tiles, N,
-                 qk_scale, mask_scale, D, BLOCK_M, BLOCK_N, STAGES, CAUSAL, MASK_KIND, NO_SOFTMAX, Q_REGISTERS)),
+        (_consumer, (q_smem, k_smem, p_smem, p_desc, bars, mask, b, h, start_m, n_tiles, N, qk_scale, mask_scale, 0,
+                     D, BLOCK_M, BLOCK_N, STAGES, CAUSAL, MASK_KIND, NO_SOFTMAX, Q_REGISTERS)),
+        (_consumer, (q_smem, k_smem, p_smem, p_desc, bars, mask, b, h, start_m, n_tiles, N, qk_scale, mask_scale, 1,
+                     D, BLOCK_M, BLOCK_N, STAGES, CAUSAL, MASK_KIND, NO_SOFTMAX, Q_REGISTERS)),
+        (_loader, (q_desc, k_desc, q_smem, k_smem, bars, b, h, hk, start_m, n_tiles, BLOCK_M, BLOCK_N, STAGES,
+                   NO_SOFTMAX)),
     ], [4, 1], [CONSUMER_REGS, 24])
 
 
