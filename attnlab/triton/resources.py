@@ -187,24 +187,27 @@ def _int_args(D: int, mask_kind: int, N: int = 4096, width: int = 2048) -> dict:
     return out
 
 
+# A tile label's suffix letters, in the order they are written: "128x64w8s3hp" is heavy-first and paired.
+LABEL_FLAGS = (("h", "heavy_first", "heavy-first"), ("p", "paired", "paired rows"), ("t", "tma", "TMA"),
+               ("g", "gluon", "the Gluon kernel"), ("m", "mask_tma", "its mask by TMA"),
+               ("r", "q_registers", "Q in registers"))
+
+
 def _label(t: config.Tiles) -> str:
-    return f"{t.BLOCK_M}x{t.BLOCK_N}w{t.num_warps}s{t.num_stages}" + ("h" if t.heavy_first else "") + (
-        "p" if t.paired else "") + ("t" if t.tma else "") + ("g" if t.gluon else "") + ("m" if t.mask_tma else "") + (
-        "r" if t.q_registers else "")
+    return f"{t.BLOCK_M}x{t.BLOCK_N}w{t.num_warps}s{t.num_stages}" + "".join(
+        letter for letter, field, _ in LABEL_FLAGS if getattr(t, field))
 
 
 def parse_tiles(text: str) -> config.Tiles:
-    """'128x64w8s3' (append 'h' for heavy-first, 'p' for paired rows, 't' for TMA loads, 'g' for the Gluon kernel,
-    'm' for its mask tiles by TMA, 'r' for Q in registers, in that order) → Tiles; ValueError naming the expected
-    form otherwise."""
-    m = re.fullmatch(r"(\d+)x(\d+)w(\d+)s(\d+)(h?)(p?)(t?)(g?)(m?)(r?)", text.strip())
+    """'128x64w8s3' with LABEL_FLAGS' letters appended in their order (e.g. 'h' for heavy-first, 'g' for the Gluon
+    kernel) → Tiles; ValueError naming the expected form otherwise."""
+    m = re.fullmatch(r"(\d+)x(\d+)w(\d+)s(\d+)" + "".join(f"({letter}?)" for letter, _, _ in LABEL_FLAGS),
+                     text.strip())
     if not m:
-        raise ValueError(f"--tiles entries look like 128x64w8s3 (BLOCK_M x BLOCK_N, warps, stages; then h for "
-                         f"heavy-first, p for paired rows, t for TMA, g for the Gluon kernel, m for its mask by TMA, "
-                         f"r for Q in registers), "
-                         f"got {text!r}")
-    return config.Tiles(int(m[1]), int(m[2]), int(m[3]), int(m[4]), heavy_first=bool(m[5]), paired=bool(m[6]),
-                        tma=bool(m[7]), gluon=bool(m[8]), mask_tma=bool(m[9]), q_registers=bool(m[10]))
+        raise ValueError("--tiles entries look like 128x64w8s3 (BLOCK_M x BLOCK_N, warps, stages; then "
+                         + ", ".join(f"{letter} for {what}" for letter, _, what in LABEL_FLAGS) + f"), got {text!r}")
+    return config.Tiles(int(m[1]), int(m[2]), int(m[3]), int(m[4]),
+                        **{field: bool(m[5 + i]) for i, (_, field, _) in enumerate(LABEL_FLAGS)})
 
 
 def main(argv=None) -> int:
