@@ -46,6 +46,9 @@ class Tiles:
         return asdict(self)
 
 
+GLUON_ONLY = ("gluon", "mask_tma", "q_registers")  # the Tiles fields only the Gluon kernels read
+
+
 def interpreting() -> bool:
     """True when Triton runs kernels in its CPU interpreter (TRITON_INTERPRET=1)."""
     return os.environ.get("TRITON_INTERPRET", "0") not in ("", "0")

@@ -15,7 +15,7 @@ from attnlab.triton import fused as _fused
 from attnlab.triton import materialised as _mat
 from attnlab.triton import pv as _pv_mod
 from attnlab.triton import qk_softmax as _qks
-from attnlab.triton.config import LOG2E, head_dim_bucket, interpreting, tiles, unsupported_reason
+from attnlab.triton.config import GLUON_ONLY, LOG2E, head_dim_bucket, interpreting, tiles, unsupported_reason
 from attnlab.validate import Spec, check, mask_4d
 
 KERNEL_ABLATIONS = (None, "no_softmax", "no_pv")
@@ -80,7 +80,7 @@ def _tiles(kernel: str, spec: Spec) -> dict:
 def _triton_args(t) -> dict:
     """Tiles as a Triton kernel's launch arguments, less the fields only the fused and Gluon kernels read."""
     t = t.as_dict()
-    for fused_only in ("tma", "heavy_first", "paired", "gluon", "mask_tma", "q_registers"):
+    for fused_only in ("tma", "heavy_first", "paired", *GLUON_ONLY):
         t.pop(fused_only)
     return t
 
@@ -198,7 +198,8 @@ def fused(q, k, v, *, causal=False, attn_mask=None, scale=None, ablation=None, o
     if t["BLOCK_M"] % t["BLOCK_N"]:  # the causal split is in whole key tiles
         raise ValueError(f"fused tiles need BLOCK_M % BLOCK_N == 0, got {t['BLOCK_M']}x{t['BLOCK_N']}")
     heavy_first, paired = t.pop("heavy_first"), t.pop("paired")
-    t.pop("gluon"), t.pop("mask_tma"), t.pop("q_registers")
+    for gluon_only in GLUON_ONLY:
+        t.pop(gluon_only)
     dk, dv = _kv_descriptors(c, t) if t.pop("tma") else (c.k, c.v)
     _fused.fused_kernel[_grid_m(s, t["BLOCK_M"] * (2 if paired else 1))](
         c.q, c.k, c.v, o, c.mask, dk, dv, *c.q.stride()[:3], *c.k.stride()[:3], *c.v.stride()[:3], *o.stride()[:3],
