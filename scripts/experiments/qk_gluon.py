@@ -28,7 +28,7 @@ from attnlab import accuracy, model
 from attnlab.bench import qk_softmax_floor_ms
 from attnlab.triton import config, launch, qk_softmax_gluon
 from attnlab.triton.resources import parse_tiles
-from gluon_fa3 import case_inputs, timed  # this script's directory is on sys.path when it runs
+from gluon_fa3 import candidate, case_inputs, timed  # this script's directory is on sys.path when it runs
 
 
 def reference_p(q, k, causal, mask, scale, no_softmax):
@@ -119,7 +119,7 @@ def bench(ns, ds, causals, labels, ablations=False, part=(0, 1), warm=False):
         q, k, v = (torch.randn(B, H, N, D, device="cuda", dtype=torch.bfloat16, generator=g) for _ in range(3))
         if warm:
             for label in labels:
-                t = parse_tiles(label if causal else label.replace("h", ""))
+                t = candidate(label, causal)
                 with config.forced("qk_softmax", t):
                     for ablation in (None, "no_softmax") if ablations else (None,):
                         try:
@@ -135,7 +135,7 @@ def bench(ns, ds, causals, labels, ablations=False, part=(0, 1), warm=False):
         del P
         table = config.tiles("qk_softmax", q.device, D, causal, q.dtype, gluon=False)
         for label in ["table"] + labels:
-            t = table if label == "table" else parse_tiles(label if causal else label.replace("h", ""))
+            t = table if label == "table" else candidate(label, causal)
             with config.forced("qk_softmax", t):
                 try:
                     o = launch.qk_softmax(q, k, v, causal=causal)
