@@ -17,6 +17,8 @@
 #   stages    profiler stage times of materialised and qk_softmax (attnlab.kernels), and fused's refusal
 #   gluoncheck  the Gluon kernel's own accuracy check (scripts/experiments/gluon_fa3.py --check-only: masks that hide
 #             rows, N = 1 with a mask, both ablations, strided inputs, GQA, ragged N), beyond the gate's shapes
+#             (FUSED_TILES: tile labels, default the table's 64x128w4s2hg)
+#   fa3bench  fused's Gluon kernel against the table, cuDNN and FA2 (gluon_fa3.py --skip-check $FA3_ARGS)
 #   maskab    v11: the check with the mask by TMA (Tiles.mask_tma), then the mask's cost with and without it
 #   qkcheck   the qk_softmax Gluon kernel's own check (scripts/experiments/qk_gluon.py --check-only) in eight processes
 #             at once (QK_TILES: tile labels, default the table's 64x128w4s3hg)
@@ -78,8 +80,13 @@ benchrest() {
   echo "benchrest rc=$?"; grep -v Warning "$out/benchrest.log" | tail -40
 }
 gluoncheck() {
-  timeout 200 python3 scripts/experiments/gluon_fa3.py --check-only > "$out/gluoncheck.log" 2>&1
+  timeout 250 python3 scripts/experiments/gluon_fa3.py --check-only --check-tiles "${FUSED_TILES:-64x128w4s2hg}" \
+    > "$out/gluoncheck.log" 2>&1
   echo "gluoncheck rc=$?"; grep -a "^check" "$out/gluoncheck.log" | grep -a "BAD\|bad\|wall" | cut -c1-300
+}
+fa3bench() {
+  timeout 300 python3 scripts/experiments/gluon_fa3.py --skip-check ${FA3_ARGS:-} > "$out/fa3bench.log" 2>&1
+  echo "fa3bench rc=$?"; grep -av Warning "$out/fa3bench.log" | tail -60
 }
 maskab() {
   timeout 420 python3 scripts/experiments/gluon_fa3.py --check-tiles 64x128w4s2hgm --mask-ab > "$out/maskab.log" 2>&1
