@@ -93,12 +93,13 @@ def test_tma_takes_strided_views_and_copies_only_what_it_cannot_read():
 
 @pytest.mark.parametrize("flags", [None, "NO_PV=1", "NO_SOFTMAX=1"])
 def test_every_variant_of_the_gluon_kernel_compiles_for_sm90_within_limits(flags):
-    """D 64 and 128, causal and not, no mask / boolean / additive: fits shared memory, matmuls asynchronous. Spills:
+    """D 64 and 128, causal and not, no mask / boolean / additive, one program a work item or persistent: fits shared
+    memory, matmuls asynchronous. Spills:
     none without a mask (the benchmark's path); at most 244 bytes with one (the mask tile's 64-bit pointers; it costs
     the zero_mask ablation a little: PERFORMANCE.md v10)."""
     rows = offline_compile("--kernels", "fused", "--head-dims", "64,128", "--causal", "0,1", "--masks", "0,1,2",
-                           "--tiles", "64x128w4s2hg", *(["--flags", flags] if flags else []))
-    assert len(rows) == 12
+                           "--tiles", "64x128w4s2hg,64x128w4s2hgc", *(["--flags", flags] if flags else []))
+    assert len(rows) == 24 and {r["tiles"] for r in rows} == {"64x128w4s2hg", "64x128w4s2hgc"}  # c: persistent
     for r in rows:
         assert r["fits"] and not r["wgmma_serialised"], r
         allowed = 256 if r["mask_kind"] else 0
@@ -161,3 +162,26 @@ def test_the_mask_by_tma_variant_compiles_within_limits():
     for r in rows:
         assert r["fits"] and not r["wgmma_serialised"] and r["spill_stores"] <= 64, r
     assert 224 <= max(r["smem_kib"] for r in rows) < 227
+
+
+
+def test_a_persistent_launch_has_one_program_an_sm_and_counts_every_item(monkeypatch):
+    """Tiles.persistent: the grid is the SM count (or the items, when fewer), and the kernel is told how many work
+    items there are, so that each program can take pid, pid + grid, … up to the last; otherwise one program an item."""
+    names = fused_gluon.fused_gluon_kernel.arg_names
+    launched = []
+
+    class Kernel:
+        def __getitem__(self, grid):
+            return lambda *a, **kw: launched.append((grid, a[names.index("total")], kw["PERSISTENT"]))
+
+    monkeypatch.setattr(fused_gluon, "fused_gluon_kernel", Kernel())
+    monkeypatch.setattr(fused_gluon, "sm_count", lambda device: 132)
+    B, H, D = 2, 16, 128
+    for N, persistent in ((512, False), (512, True), (1000, True), (64, True)):
+        q = torch.zeros(B, H, N, D, dtype=torch.bfloat16)
+        t = config.Tiles(64, 128, 4, 2, gluon=True, persistent=persistent)
+        fused_gluon.launch(q, q, q, torch.empty_like(q), q, (0, 0, 0, 0), 0, N=N, H=H, group=1, qk_scale=1.0,
+                           mask_scale=1.0, inv_n=1.0, causal=False, tiles=t)
+    # items: cdiv(N, 2·64) row blocks of each of B·H = 32 heads
+    assert launched == [((128,), 128, False), ((128,), 128, True), ((132,), 8 * 32, True), ((32,), 32, True)]

@@ -41,12 +41,15 @@ class Tiles:
     # matmul reads only its K tile there (PERFORMANCE.md, Next 1: compiled and tested offline; not yet measured, so
     # no table entry sets it; label suffix `r`).
     q_registers: bool = False
+    # Gluon fused kernel only: one program an SM, each taking the work items (2·BLOCK_M rows of a head) in turn, so
+    # that the next item's Q, K and V load while this one finishes (PERFORMANCE.md v18; label suffix `c`).
+    persistent: bool = False
 
     def as_dict(self) -> dict:
         return asdict(self)
 
 
-GLUON_ONLY = ("gluon", "mask_tma", "q_registers")  # the Tiles fields only the Gluon kernels read
+GLUON_ONLY = ("gluon", "mask_tma", "q_registers", "persistent")  # the Tiles fields only the Gluon kernels read
 
 
 def interpreting() -> bool:

@@ -136,35 +136,85 @@ def _mask_tile(mask_smem, stage, WG: gl.constexpr, MASK_TMA: gl.constexpr):
 
 
 @gluon.jit
-def _loader(q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, bars, mask, b, h, hk, start_m, n_tiles,
-            BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, STAGES: gl.constexpr, NO_PV: gl.constexpr,
-            MASK_TMA: gl.constexpr):
-    """One warp: both consumers' Q, then K and V tile by tile into the ring; a slot is refilled once both consumers
-    have arrived on its `empty` barrier (count 2). Under no_pv V is never read. Under MASK_TMA the mask tile of
-    both consumers' rows arrives with K, on K's barrier."""
-    q_bars, k_full, v_full, k_empty, v_empty = bars
-    m_head, smm, smn, mask_desc, mask_smem, mb, mh = mask
+def _load_k(j, r, k_desc, k_smem, bars, mask, b, h, hk, start_m, BLOCK_N: gl.constexpr, STAGES: gl.constexpr,
+            MASK_TMA: gl.constexpr, MASK_B: gl.constexpr, MASK_H: gl.constexpr):
+    """Key tile j (ring position r) into its slot once both consumers have released it; under MASK_TMA the mask tile
+    of both consumers' rows arrives with it, on K's barrier."""
+    q_bars, q_empty, k_full, v_full, k_empty, v_empty = bars
+    M, smb, smh, smm, smn, mask_desc, mask_smem = mask
+    st = r % STAGES
+    mbarrier.wait(k_empty.index(st), ((r // STAGES) & 1) ^ 1)  # a fresh barrier passes the phase before 0
+    if MASK_TMA:
+        # the consumers read the slot's last mask tile with ordinary shared loads (the generic proxy): order
+        # those reads before this TMA write (the async proxy) into the same slot
+        fence_async_shared()
+        mbarrier.expect(k_full.index(st), k_desc.block_type.nbytes + mask_desc.block_type.nbytes)
+        tma.async_copy_global_to_shared(mask_desc, [b * MASK_B, h * MASK_H, start_m, j * BLOCK_N], k_full.index(st),
+                                        mask_smem.index(st))
+    else:
+        mbarrier.expect(k_full.index(st), k_desc.block_type.nbytes)
+    tma.async_copy_global_to_shared(k_desc, [b, hk, j * BLOCK_N, 0], k_full.index(st), k_smem.index(st))
+
+
+@gluon.jit
+def _load_v(j, r, v_desc, v_smem, bars, b, hk, BLOCK_N: gl.constexpr, STAGES: gl.constexpr,
+            NO_PV: gl.constexpr):
+    """Value tile j (ring position r) into its slot; never under no_pv."""
+    q_bars, q_empty, k_full, v_full, k_empty, v_empty = bars
+    if not NO_PV:
+        st = r % STAGES
+        mbarrier.wait(v_empty.index(st), ((r // STAGES) & 1) ^ 1)
+        mbarrier.expect(v_full.index(st), v_desc.block_type.nbytes)
+        tma.async_copy_global_to_shared(v_desc, [b, hk, j * BLOCK_N, 0], v_full.index(st), v_smem.index(st))
+
+
+@gluon.jit
+def _load_item(where, t0, it, q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, bars, mask, N, H, GROUP,
+               BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, STAGES: gl.constexpr, CAUSAL: gl.constexpr,
+               HEAVY_FIRST: gl.constexpr, NO_PV: gl.constexpr, MASK_TMA: gl.constexpr, MASK_B: gl.constexpr,
+               MASK_H: gl.constexpr, PERSISTENT: gl.constexpr):
+    """The loader's share of a work item (`where`: _program's answer; this program's it-th item), whose key tiles
+    take ring positions t0 on:
+    K of tile 0, both consumers' Q (persistent: once each consumer has released its Q buffer, after its last QKᵀ
+    of the previous item), then V of tile 0 and K and V tile by tile. Returns the next item's first ring position."""
+    q_bars, q_empty, k_full, v_full, k_empty, v_empty = bars
+    b, h, hk, start_m, n_tiles, m_head = where
+    if PERSISTENT:  # K's first tile can load before the previous item's last QKᵀ has released Q
+        _load_k(0, t0, k_desc, k_smem, bars, mask, b, h, hk, start_m, BLOCK_N, STAGES, MASK_TMA, MASK_B, MASK_H)
     for w in gl.static_range(ROWS_PER_PROGRAM):
+        if PERSISTENT:
+            mbarrier.wait(q_empty.index(w), (it & 1) ^ 1)
         mbarrier.expect(q_bars.index(w), q_desc.block_type.nbytes)
         tma.async_copy_global_to_shared(q_desc, [b, h, start_m + w * BLOCK_M, 0], q_bars.index(w), q_smem.index(w))
-    for j in range(n_tiles):
-        st = j % STAGES
-        ph = (j // STAGES) & 1
-        mbarrier.wait(k_empty.index(st), ph ^ 1)  # a fresh barrier counts as having completed the phase before 0
-        if MASK_TMA:
-            # the consumers read the slot's last mask tile with ordinary shared loads (the generic proxy): order
-            # those reads before this TMA write (the async proxy) into the same slot
-            fence_async_shared()
-            mbarrier.expect(k_full.index(st), k_desc.block_type.nbytes + mask_desc.block_type.nbytes)
-            tma.async_copy_global_to_shared(mask_desc, [mb, mh, start_m, j * BLOCK_N], k_full.index(st),
-                                            mask_smem.index(st))
-        else:
-            mbarrier.expect(k_full.index(st), k_desc.block_type.nbytes)
-        tma.async_copy_global_to_shared(k_desc, [b, hk, j * BLOCK_N, 0], k_full.index(st), k_smem.index(st))
-        if not NO_PV:
-            mbarrier.wait(v_empty.index(st), ph ^ 1)
-            mbarrier.expect(v_full.index(st), v_desc.block_type.nbytes)
-            tma.async_copy_global_to_shared(v_desc, [b, hk, j * BLOCK_N, 0], v_full.index(st), v_smem.index(st))
+    if not PERSISTENT:
+        _load_k(0, t0, k_desc, k_smem, bars, mask, b, h, hk, start_m, BLOCK_N, STAGES, MASK_TMA, MASK_B, MASK_H)
+    _load_v(0, t0, v_desc, v_smem, bars, b, hk, BLOCK_N, STAGES, NO_PV)
+    for j in range(1, n_tiles):
+        _load_k(j, t0 + j, k_desc, k_smem, bars, mask, b, h, hk, start_m, BLOCK_N, STAGES, MASK_TMA, MASK_B,
+                MASK_H)
+        _load_v(j, t0 + j, v_desc, v_smem, bars, b, hk, BLOCK_N, STAGES, NO_PV)
+    return t0 + n_tiles
+
+
+@gluon.jit
+def _loader(q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, bars, mask, work, where, N, H, GROUP, BLOCK_M: gl.constexpr,
+            BLOCK_N: gl.constexpr, STAGES: gl.constexpr, CAUSAL: gl.constexpr, HEAVY_FIRST: gl.constexpr,
+            NO_PV: gl.constexpr, MASK_TMA: gl.constexpr, MASK_B: gl.constexpr, MASK_H: gl.constexpr,
+            PERSISTENT: gl.constexpr):
+    """One warp: Q, K and V of this program's work items by TMA into the ring, a slot refilled once both consumers
+    have arrived on its `empty` barrier (count 2). Under no_pv V is never read."""
+    pid, nprog, total = work
+    M, smb, smh, smm, smn, mask_desc, mask_smem = mask
+    if PERSISTENT:
+        t0 = 0
+        it = 0
+        for item in range(pid, total, nprog):
+            t0 = _load_item(_program(item, M, smb, smh, N, H, GROUP, BLOCK_M, BLOCK_N, CAUSAL, HEAVY_FIRST), t0, it, q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, bars, mask, N, H, GROUP,
+                            BLOCK_M, BLOCK_N, STAGES, CAUSAL, HEAVY_FIRST, NO_PV, MASK_TMA, MASK_B, MASK_H, True)
+            it += 1
+    else:
+        _load_item(where, 0, 0, q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, bars, mask, N, H, GROUP, BLOCK_M,
+                   BLOCK_N, STAGES, CAUSAL, HEAVY_FIRST, NO_PV, MASK_TMA, MASK_B, MASK_H, False)
 
 
 @gluon.jit
@@ -182,14 +232,20 @@ def _pv_issue(p, acc, v_smem, v_full, stage, j, offs_n, inv_n, dtype: gl.constex
 
 
 @gluon.jit
-def _consumer(q_desc, o_desc, q_smem, k_smem, v_smem, bars, mask, b, h, start_m, n_tiles, N,
-              qk_scale, mask_scale, inv_n, WG: gl.constexpr, D: gl.constexpr, BLOCK_M: gl.constexpr,
-              BLOCK_N: gl.constexpr, STAGES: gl.constexpr, CAUSAL: gl.constexpr, MASK_KIND: gl.constexpr,
-              NO_SOFTMAX: gl.constexpr, NO_PV: gl.constexpr, MASK_TMA: gl.constexpr):
-    """One warpgroup, rows start_m + WG·BLOCK_M onwards: FA3's loop over the loader's ring, then O out by TMA. Under
-    MASK_TMA a K slot is released only once this warpgroup has also read its rows of the slot's mask tile."""
-    q_bars, k_full, v_full, k_empty, v_empty = bars
-    m_head, smm, smn, mask_desc, mask_smem, mb, mh = mask
+def _attend_item(where, t0, it, q_desc, o_desc, o_ptr, o_strides, q_smem, k_smem, v_smem, bars, mask, N, H, GROUP,
+                 qk_scale, mask_scale, inv_n, WG: gl.constexpr, D: gl.constexpr, BLOCK_M: gl.constexpr,
+                 BLOCK_N: gl.constexpr, STAGES: gl.constexpr, CAUSAL: gl.constexpr, MASK_KIND: gl.constexpr,
+                 NO_SOFTMAX: gl.constexpr, NO_PV: gl.constexpr, MASK_TMA: gl.constexpr, HEAVY_FIRST: gl.constexpr,
+                 PERSISTENT: gl.constexpr):
+    """One warpgroup's rows of a work item (`where`: _program's answer; this program's it-th item; its key tiles at
+    ring positions t0 on):
+    FA3's loop over the loader's ring, then O out. Under MASK_TMA a K slot is released only once this warpgroup has
+    also read its rows of the slot's mask tile. Persistent: the Q buffer is released after the last QKᵀ, so the
+    next item's Q loads under this one's last softmax, PV and store, and O goes out from registers (the Q buffer,
+    which carries O by TMA otherwise, is by then the next item's). Returns the next item's first ring position."""
+    q_bars, q_empty, k_full, v_full, k_empty, v_empty = bars
+    M, smb, smh, smm, smn, mask_desc, mask_smem = mask
+    b, h, hk, start_m, n_tiles, m_head = where
     dtype: gl.constexpr = q_desc.dtype
     s_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1],
                                                        instr_shape=[16, BLOCK_N, 16])
@@ -213,28 +269,30 @@ def _consumer(q_desc, o_desc, q_smem, k_smem, v_smem, bars, mask, b, h, start_m,
     if CAUSAL:
         hi = gl.minimum(N, rows + BLOCK_M)
 
-    mbarrier.wait(q_bars.index(WG), 0)
+    mbarrier.wait(q_bars.index(WG), it & 1)
     q = q_smem.index(WG).reshape([BLOCK_M, D])
-    mbarrier.wait(k_full.index(0), 0)
-    s = warpgroup_mma(q, k_smem.index(0).reshape([BLOCK_N, D]).permute((1, 0)), zero_s, use_acc=False,
+    stage = t0 % STAGES
+    mbarrier.wait(k_full.index(stage), (t0 // STAGES) & 1)
+    s = warpgroup_mma(q, k_smem.index(stage).reshape([BLOCK_N, D]).permute((1, 0)), zero_s, use_acc=False,
                       is_async=True)
     s = warpgroup_mma_wait(num_outstanding=0, deps=[s])
     if not MASK_TMA:
-        mbarrier.arrive(k_empty.index(0), count=1)
-    p, m_i, l_i, alpha, offs_n = _tile(s, m_i, l_i, 0, rows, hi, mask_rows, _mask_tile(mask_smem, 0, WG, MASK_TMA),
-                                       offs_m, cols, N, smn, qk_scale, mask_scale, BLOCK_N, CAUSAL, MASK_KIND,
-                                       NO_SOFTMAX, MASK_TMA)
+        mbarrier.arrive(k_empty.index(stage), count=1)
+    p, m_i, l_i, alpha, offs_n = _tile(s, m_i, l_i, 0, rows, hi, mask_rows,
+                                       _mask_tile(mask_smem, stage, WG, MASK_TMA), offs_m, cols, N, smn, qk_scale,
+                                       mask_scale, BLOCK_N, CAUSAL, MASK_KIND, NO_SOFTMAX, MASK_TMA)
     if MASK_TMA:
-        mbarrier.arrive(k_empty.index(0), count=1)
+        mbarrier.arrive(k_empty.index(stage), count=1)
     if NO_PV:
         acc = _no_pv_step(acc, p, offs_n, inv_n, alpha, NO_SOFTMAX)
     for j in range(1, n_tiles):
-        stage = j % STAGES
-        prev = (j - 1) % STAGES
-        mbarrier.wait(k_full.index(stage), (j // STAGES) & 1)
+        r = t0 + j
+        stage = r % STAGES
+        prev = (r - 1) % STAGES
+        mbarrier.wait(k_full.index(stage), (r // STAGES) & 1)
         s = warpgroup_mma(q, k_smem.index(stage).reshape([BLOCK_N, D]).permute((1, 0)), zero_s, use_acc=False,
                           is_async=True)
-        acc, p_op = _pv_issue(p, acc, v_smem, v_full, prev, j - 1, offs_n, inv_n, dtype, p_layout, BLOCK_N, D,
+        acc, p_op = _pv_issue(p, acc, v_smem, v_full, prev, r - 1, offs_n, inv_n, dtype, p_layout, BLOCK_N, D,
                               STAGES, NO_PV)
         # QKᵀ(j) done; PV(j-1), committed after it, may still run (under no_pv there is nothing after it)
         s = warpgroup_mma_wait(num_outstanding=0 if NO_PV else 1, deps=[s])
@@ -252,10 +310,13 @@ def _consumer(q_desc, o_desc, q_smem, k_smem, v_smem, bars, mask, b, h, start_m,
             mbarrier.arrive(v_empty.index(prev), count=1)
             if not NO_SOFTMAX:
                 acc = acc * gl.convert_layout(alpha, row_o)[:, None]
+    if PERSISTENT:
+        mbarrier.arrive(q_empty.index(WG), count=1)  # every QKᵀ of the item has finished reading Q
 
-    last = (n_tiles - 1) % STAGES
-    acc, p_op = _pv_issue(p, acc, v_smem, v_full, last, n_tiles - 1, offs_n, inv_n, dtype, p_layout, BLOCK_N, D,
-                          STAGES, NO_PV)
+    r_last = t0 + n_tiles - 1
+    last = r_last % STAGES
+    acc, p_op = _pv_issue(p, acc, v_smem, v_full, last, r_last, offs_n, inv_n, dtype, p_layout, BLOCK_N, D, STAGES,
+                          NO_PV)
     if NO_PV:
         o = gl.convert_layout(gl.sum(acc, axis=1), row_o)[:, None] + gl.zeros([BLOCK_M, D], gl.float32, o_layout)
     else:
@@ -264,26 +325,59 @@ def _consumer(q_desc, o_desc, q_smem, k_smem, v_smem, bars, mask, b, h, start_m,
     if not NO_SOFTMAX:
         l_o = gl.convert_layout(l_i, row_o)
         o = o / gl.where(l_o == 0.0, 1.0, l_o)[:, None]  # a fully masked row gives O = 0
-    o_buf = q_smem.index(WG)  # this warpgroup's Q buffer, free after its last QKᵀ
-    o_buf.reshape([BLOCK_M, D]).store(o.to(dtype))
-    fence_async_shared()
-    tma.async_copy_shared_to_global(o_desc, [b, h, rows, 0], o_buf)
-    tma.store_wait(pendings=0)
+    if PERSISTENT:
+        sob, soh, son = o_strides
+        offs_mo = rows + gl.arange(0, BLOCK_M, row_o)
+        offs_d = gl.arange(0, D, gl.SliceLayout(0, o_layout))
+        o_rows = o_ptr + b.to(gl.int64) * sob + h.to(gl.int64) * soh + offs_mo.to(gl.int64) * son
+        gl.store(o_rows[:, None] + offs_d[None, :], o.to(dtype), mask=(offs_mo < N)[:, None])
+    else:
+        o_buf = q_smem.index(WG)  # this warpgroup's Q buffer, free after its last QKᵀ
+        o_buf.reshape([BLOCK_M, D]).store(o.to(dtype))
+        fence_async_shared()
+        tma.async_copy_shared_to_global(o_desc, [b, h, rows, 0], o_buf)
+        tma.store_wait(pendings=0)
+    return t0 + n_tiles
 
 
 @gluon.jit
-def _program(M, smb, smh, N, H, GROUP, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, CAUSAL: gl.constexpr,
+def _consumer(q_desc, o_desc, o_ptr, o_strides, q_smem, k_smem, v_smem, bars, mask, work, where, N, H, GROUP, qk_scale,
+              mask_scale, inv_n, WG: gl.constexpr, D: gl.constexpr, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr,
+              STAGES: gl.constexpr, CAUSAL: gl.constexpr, MASK_KIND: gl.constexpr, NO_SOFTMAX: gl.constexpr,
+              NO_PV: gl.constexpr, MASK_TMA: gl.constexpr, HEAVY_FIRST: gl.constexpr, PERSISTENT: gl.constexpr):
+    """One warpgroup: its rows of each of this program's work items (one item unless persistent)."""
+    pid, nprog, total = work
+    M, smb, smh, smm, smn, mask_desc, mask_smem = mask
+    if PERSISTENT:
+        t0 = 0
+        it = 0
+        for item in range(pid, total, nprog):
+            t0 = _attend_item(_program(item, M, smb, smh, N, H, GROUP, BLOCK_M, BLOCK_N, CAUSAL, HEAVY_FIRST), t0, it, q_desc, o_desc, o_ptr, o_strides, q_smem, k_smem, v_smem, bars, mask,
+                              N, H, GROUP, qk_scale, mask_scale, inv_n, WG, D, BLOCK_M, BLOCK_N, STAGES, CAUSAL,
+                              MASK_KIND, NO_SOFTMAX, NO_PV, MASK_TMA, HEAVY_FIRST, True)
+            it += 1
+    else:
+        _attend_item(where, 0, 0, q_desc, o_desc, o_ptr, o_strides, q_smem, k_smem, v_smem, bars, mask, N, H, GROUP,
+                     qk_scale, mask_scale, inv_n, WG, D, BLOCK_M, BLOCK_N, STAGES, CAUSAL, MASK_KIND, NO_SOFTMAX,
+                     NO_PV, MASK_TMA, HEAVY_FIRST, False)
+
+
+@gluon.jit
+def _program(item, M, smb, smh, N, H, GROUP, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, CAUSAL: gl.constexpr,
              HEAVY_FIRST: gl.constexpr):
-    """Where this program works (both Gluon kernels): batch b, query head h, its k/v head hk, first row start_m of
-    its 2·BLOCK_M rows, the key tiles it visits, and its (batch, head) of the mask M."""
-    pid = gl.program_id(0)
+    """Where work item `item` lies (both Gluon kernels): batch b, query head h, its k/v head hk, first row start_m
+    of its 2·BLOCK_M rows, the key tiles it visits, and its (batch, head) of the mask M. Items run through a head's
+    row blocks before the next head (the order a (row block, batch·head) grid launches in), so the programs at work
+    at once share a few heads' K and V in L2."""
+    n_blocks = gl.cdiv(N, ROWS_PER_PROGRAM * BLOCK_M)
+    bh = item // n_blocks
+    blk = item % n_blocks
     if HEAVY_FIRST:  # causal: the longest rows first, so the grid does not end on one long program
-        pid = gl.num_programs(0) - 1 - pid
-    bh = gl.program_id(1)
+        blk = n_blocks - 1 - blk
     b = bh // H
     h = bh % H
     hk = h // GROUP  # grouped-query attention: GROUP query heads read one k/v head
-    start_m = pid * ROWS_PER_PROGRAM * BLOCK_M
+    start_m = blk * ROWS_PER_PROGRAM * BLOCK_M
     hi = N
     if CAUSAL:
         hi = gl.minimum(N, start_m + ROWS_PER_PROGRAM * BLOCK_M)
@@ -295,20 +389,20 @@ def _program(M, smb, smh, N, H, GROUP, BLOCK_M: gl.constexpr, BLOCK_N: gl.conste
 # N is never made a constant: Triton specialises an int argument equal to 1, and at N = 1 with a mask that compile
 # fails in Triton 3.6's lowering (PassManager::run failed; seen on the H200, reproduced offline).
 @gluon.jit(do_not_specialize=["N"])
-def fused_gluon_kernel(q_desc, k_desc, v_desc, o_desc, M, smb, smh, smm, smn, mask_desc, N, H, GROUP, qk_scale,
-                       mask_scale, inv_n, D: gl.constexpr, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr,
-                       STAGES: gl.constexpr, CAUSAL: gl.constexpr, MASK_KIND: gl.constexpr,
+def fused_gluon_kernel(q_desc, k_desc, v_desc, o_desc, o_ptr, sob, soh, son, M, smb, smh, smm, smn, mask_desc, N, H,
+                       GROUP, total, qk_scale, mask_scale, inv_n, D: gl.constexpr, BLOCK_M: gl.constexpr,
+                       BLOCK_N: gl.constexpr, STAGES: gl.constexpr, CAUSAL: gl.constexpr, MASK_KIND: gl.constexpr,
                        NO_SOFTMAX: gl.constexpr, NO_PV: gl.constexpr, HEAVY_FIRST: gl.constexpr,
                        MASK_TMA: gl.constexpr, MASK_B: gl.constexpr, MASK_H: gl.constexpr,
-                       CONSUMER_REGS: gl.constexpr, num_warps: gl.constexpr):
-    """grid (cdiv(N, 2·BLOCK_M), B·H), num_warps = 4 (the default partition is consumer 0). q/k/v/o descriptors
-    over (B, H or Hkv, N, D) with (1, 1, BLOCK_M or BLOCK_N, D) boxes; M the (B, H, N, N)-strided mask or any
+                       CONSUMER_REGS: gl.constexpr, num_warps: gl.constexpr, PERSISTENT: gl.constexpr = False):
+    """grid (total,) with total = cdiv(N, 2·BLOCK_M)·B·H work items, one a program; PERSISTENT: any smaller grid
+    (one program an SM), each program taking items pid, pid + grid, … . num_warps = 4 (the default partition is
+    consumer 0). q/k/v/o descriptors over (B, H or Hkv, N, D) with (1, 1, BLOCK_M or BLOCK_N, D) boxes; o_ptr and
+    its (batch, head, row) strides for the persistent kernel's O stores; M the (B, H, N, N)-strided mask or any
     pointer when MASK_KIND = 0; qk_scale = scale·log2 e (natural scale under NO_SOFTMAX). MASK_TMA: the mask tiles
     come through `mask_desc`, a descriptor over the mask's (B or 1, H or 1, N, N) with a (1, 1, 2·BLOCK_M, BLOCK_N)
     box (MASK_B, MASK_H: 1 where the mask varies over batch, heads); else `mask_desc` is an unused placeholder."""
     dtype: gl.constexpr = q_desc.dtype
-    b, h, hk, start_m, n_tiles, m_head = _program(M, smb, smh, N, H, GROUP, BLOCK_M, BLOCK_N, CAUSAL, HEAVY_FIRST)
-
     q_smem = gl.allocate_shared_memory(dtype, [ROWS_PER_PROGRAM, 1, 1, BLOCK_M, D], q_desc.layout)
     k_smem = gl.allocate_shared_memory(dtype, [STAGES, 1, 1, BLOCK_N, D], k_desc.layout)
     v_smem = gl.allocate_shared_memory(dtype, [STAGES, 1, 1, BLOCK_N, D], v_desc.layout)
@@ -318,31 +412,43 @@ def fused_gluon_kernel(q_desc, k_desc, v_desc, o_desc, M, smb, smh, smm, smn, ma
     else:
         mask_smem = q_smem  # never read
     q_bars = gl.allocate_shared_memory(gl.int64, [ROWS_PER_PROGRAM, 1], mbarrier.MBarrierLayout())
+    q_empty = gl.allocate_shared_memory(gl.int64, [ROWS_PER_PROGRAM, 1], mbarrier.MBarrierLayout())
     k_full = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
     v_full = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
     k_empty = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
     v_empty = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
     for i in gl.static_range(ROWS_PER_PROGRAM):
         mbarrier.init(q_bars.index(i), count=1)
+        mbarrier.init(q_empty.index(i), count=1)
     for i in gl.static_range(STAGES):
         mbarrier.init(k_full.index(i), count=1)
         mbarrier.init(v_full.index(i), count=1)
         mbarrier.init(k_empty.index(i), count=ROWS_PER_PROGRAM)
         mbarrier.init(v_empty.index(i), count=ROWS_PER_PROGRAM)
     fence_async_shared()
-    bars = (q_bars, k_full, v_full, k_empty, v_empty)
-    mask = (m_head, smm, smn, mask_desc, mask_smem, b * MASK_B, h * MASK_H)
+    pid = gl.program_id(0)
+    nprog = gl.num_programs(0)
+    b, h, hk, start_m, n_tiles, m_head = _program(pid, M, smb, smh, N, H, GROUP, BLOCK_M, BLOCK_N, CAUSAL,
+                                                  HEAVY_FIRST)  # one item a program; persistent: each finds its own
     # Each partition's arguments are written out where it is named: a tuple assigned to a name turns its constexprs
     # into tensors.
     gl.warp_specialize([
-        (_consumer, (q_desc, o_desc, q_smem, k_smem, v_smem, bars, mask, b, h, start_m, n_tiles, N, qk_scale,
+        (_consumer, (q_desc, o_desc, o_ptr, (sob, soh, son), q_smem, k_smem, v_smem,
+                     (q_bars, q_empty, k_full, v_full, k_empty, v_empty),
+                     (M, smb, smh, smm, smn, mask_desc, mask_smem), (pid, nprog, total),
+                     (b, h, hk, start_m, n_tiles, m_head), N, H, GROUP, qk_scale,
                      mask_scale, inv_n, 0, D, BLOCK_M, BLOCK_N, STAGES, CAUSAL, MASK_KIND, NO_SOFTMAX, NO_PV,
-                     MASK_TMA)),
-        (_consumer, (q_desc, o_desc, q_smem, k_smem, v_smem, bars, mask, b, h, start_m, n_tiles, N, qk_scale,
+                     MASK_TMA, HEAVY_FIRST, PERSISTENT)),
+        (_consumer, (q_desc, o_desc, o_ptr, (sob, soh, son), q_smem, k_smem, v_smem,
+                     (q_bars, q_empty, k_full, v_full, k_empty, v_empty),
+                     (M, smb, smh, smm, smn, mask_desc, mask_smem), (pid, nprog, total),
+                     (b, h, hk, start_m, n_tiles, m_head), N, H, GROUP, qk_scale,
                      mask_scale, inv_n, 1, D, BLOCK_M, BLOCK_N, STAGES, CAUSAL, MASK_KIND, NO_SOFTMAX, NO_PV,
-                     MASK_TMA)),
-        (_loader, (q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, bars, mask, b, h, hk, start_m, n_tiles, BLOCK_M,
-                   BLOCK_N, STAGES, NO_PV, MASK_TMA)),
+                     MASK_TMA, HEAVY_FIRST, PERSISTENT)),
+        (_loader, (q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, (q_bars, q_empty, k_full, v_full, k_empty, v_empty),
+                   (M, smb, smh, smm, smn, mask_desc, mask_smem), (pid, nprog, total),
+                   (b, h, hk, start_m, n_tiles, m_head), N, H, GROUP, BLOCK_M, BLOCK_N,
+                   STAGES, CAUSAL, HEAVY_FIRST, NO_PV, MASK_TMA, MASK_B, MASK_H, PERSISTENT)),
     ], [4, 1], [CONSUMER_REGS, 24])
 
 
@@ -401,19 +507,27 @@ def launch(q, k, v, o, mask, mask_strides, mask_kind, *, N, H, group, qk_scale, 
            no_softmax=False, no_pv=False) -> None:
     """Run the kernel on checked (B, H, N, D) tensors (attnlab.triton.launch.fused calls it for Tiles.gluon). With
     Tiles.mask_tma a mask TMA can read comes through the loader warp (PERFORMANCE.md v11), else by the consumers'
-    loads."""
+    loads. Tiles.persistent: one program an SM, each taking work items in turn (PERFORMANCE.md v18)."""
     BM, BN = tiles.BLOCK_M, tiles.BLOCK_N
     q, k, v = (tma_ready(x) for x in (q, k, v))
     o_t = tma_ready(o)
     q_desc = descriptor(q, BM)
     md = mask_descriptor(mask, ROWS_PER_PROGRAM.value * BM, BN) if (mask_kind and tiles.mask_tma) else None
     mask_desc, vary_b, vary_h = md if md else (q_desc, 0, 0)
-    grid = (triton.cdiv(N, ROWS_PER_PROGRAM.value * BM), q.shape[0] * H)
-    fused_gluon_kernel[grid](q_desc, descriptor(k, BN), descriptor(v, BN), descriptor(o_t, BM), mask,
-                             *mask_strides, mask_desc, N, H, group, qk_scale, mask_scale, inv_n, D=q.shape[-1],
-                             BLOCK_M=BM, BLOCK_N=BN, STAGES=tiles.num_stages, CAUSAL=causal, MASK_KIND=mask_kind,
-                             NO_SOFTMAX=no_softmax, NO_PV=no_pv, HEAVY_FIRST=tiles.heavy_first,
-                             MASK_TMA=md is not None, MASK_B=vary_b, MASK_H=vary_h, CONSUMER_REGS=CONSUMER_REGS,
-                             num_warps=4, maxnreg=MAXNREG)
+    total = triton.cdiv(N, ROWS_PER_PROGRAM.value * BM) * q.shape[0] * H
+    grid = (min(total, sm_count(q.device)) if tiles.persistent else total,)
+    fused_gluon_kernel[grid](q_desc, descriptor(k, BN), descriptor(v, BN), descriptor(o_t, BM), o_t,
+                             *o_t.stride()[:3], mask, *mask_strides, mask_desc, N, H, group, total, qk_scale,
+                             mask_scale, inv_n, D=q.shape[-1], BLOCK_M=BM, BLOCK_N=BN, STAGES=tiles.num_stages,
+                             CAUSAL=causal, MASK_KIND=mask_kind, NO_SOFTMAX=no_softmax, NO_PV=no_pv,
+                             HEAVY_FIRST=tiles.heavy_first, MASK_TMA=md is not None, MASK_B=vary_b, MASK_H=vary_h,
+                             CONSUMER_REGS=CONSUMER_REGS, num_warps=4, maxnreg=MAXNREG,
+                             PERSISTENT=tiles.persistent)
     if o_t is not o:
         o.copy_(o_t)
+
+
+@functools.lru_cache(maxsize=None)
+def sm_count(device: torch.device) -> int:
+    """Streaming multiprocessors of a GPU: a persistent kernel's grid."""
+    return torch.cuda.get_device_properties(device).multi_processor_count

@@ -218,12 +218,13 @@ def qk_softmax_gluon_kernel(q_desc, k_desc, p_desc, M, smb, smh, smm, smn, N, H,
                             CAUSAL: gl.constexpr, MASK_KIND: gl.constexpr, NO_SOFTMAX: gl.constexpr,
                             HEAVY_FIRST: gl.constexpr, CONSUMER_REGS: gl.constexpr, num_warps: gl.constexpr,
                             Q_REGISTERS: gl.constexpr = False):
-    """grid (cdiv(N, 2·BLOCK_M), B·H), num_warps = 4. q/k descriptors over (B, H or Hkv, N, D) with (1, 1, BLOCK_M or
+    """grid (cdiv(N, 2·BLOCK_M)·B·H,): a program a work item (attnlab.triton.fused_gluon._program), num_warps = 4. q/k descriptors over (B, H or Hkv, N, D) with (1, 1, BLOCK_M or
     BLOCK_N, D) boxes; p_desc over the contiguous (B, H, N, N) P with a (1, 1, BLOCK_M, BLOCK_N) box; M the
     (B, H, N, N)-strided mask or any pointer when MASK_KIND = 0; qk_scale = scale·log2 e (natural scale under
     NO_SOFTMAX); Q_REGISTERS: Tiles.q_registers."""
     dtype: gl.constexpr = q_desc.dtype
-    b, h, hk, start_m, n_tiles, m_head = _program(M, smb, smh, N, H, GROUP, BLOCK_M, BLOCK_N, CAUSAL, HEAVY_FIRST)
+    b, h, hk, start_m, n_tiles, m_head = _program(gl.program_id(0), M, smb, smh, N, H, GROUP, BLOCK_M, BLOCK_N,
+                                                  CAUSAL, HEAVY_FIRST)
 
     q_smem = gl.allocate_shared_memory(dtype, [ROWS_PER_PROGRAM, 1, 1, BLOCK_M, D], q_desc.layout)
     k_smem = gl.allocate_shared_memory(dtype, [STAGES, 1, 1, BLOCK_N, D], k_desc.layout)
@@ -276,7 +277,7 @@ def launch(q, k, p, mask, mask_strides, mask_kind, *, N, H, group, qk_scale, mas
     calls it for Tiles.gluon when `takes(N)`)."""
     BM, BN = tiles.BLOCK_M, tiles.BLOCK_N
     q, k = tma_ready(q), tma_ready(k)
-    grid = (triton.cdiv(N, ROWS_PER_PROGRAM.value * BM), q.shape[0] * H)
+    grid = (triton.cdiv(N, ROWS_PER_PROGRAM.value * BM) * q.shape[0] * H,)
     qk_softmax_gluon_kernel[grid](descriptor(q, BM), descriptor(k, BN), descriptor(p, BM, BN), mask,
                                   *mask_strides, N, H, group, qk_scale, mask_scale, D=q.shape[-1], BLOCK_M=BM,
                                   BLOCK_N=BN, STAGES=tiles.num_stages, CAUSAL=causal, MASK_KIND=mask_kind,

@@ -133,6 +133,7 @@ def _gluon_info(kernel: str, D: int, causal: bool, tiles: config.Tiles, mask_kin
         for a, rows in (("q_desc", tiles.BLOCK_M), ("k_desc", tiles.BLOCK_N), ("v_desc", tiles.BLOCK_N),
                         ("o_desc", tiles.BLOCK_M)):
             sig[a] = mangle_type(fused_gluon.descriptor(x, rows))
+        sig["o_ptr"] = f"*{dtype}"
         floats = ("qk_scale", "mask_scale", "inv_n")
     sig["M"] = "*u8" if mask_kind == 1 else f"*{dtype}"
     if kernel == "fused":
@@ -144,8 +145,10 @@ def _gluon_info(kernel: str, D: int, causal: bool, tiles: config.Tiles, mask_kin
                 m4, fused_gluon.ROWS_PER_PROGRAM.value * tiles.BLOCK_M, tiles.BLOCK_N)[0])
         else:
             sig["mask_desc"] = sig["q_desc"]  # the placeholder the launcher passes
-        values.update(NO_PV=False, MASK_TMA=mask_tma, MASK_B=0, MASK_H=0, CONSUMER_REGS=fused_gluon.CONSUMER_REGS)
-    for a in ("smb", "smh", "smm", "smn", "N", "H", "GROUP"):
+        values.update(NO_PV=False, MASK_TMA=mask_tma, MASK_B=0, MASK_H=0, CONSUMER_REGS=fused_gluon.CONSUMER_REGS,
+                      PERSISTENT=tiles.persistent)
+        sig["total"] = "i32"
+    for a in ("smb", "smh", "smm", "smn", "N", "H", "GROUP") + (("sob", "soh", "son") if kernel == "fused" else ()):
         if _becomes_constant(fn, a, ints[a]):
             sig[a], constexprs[a] = "constexpr", 1
         else:
@@ -190,7 +193,7 @@ def _int_args(D: int, mask_kind: int, N: int = 4096, width: int = 2048) -> dict:
 # A tile label's suffix letters, in the order they are written: "128x64w8s3hp" is heavy-first and paired.
 LABEL_FLAGS = (("h", "heavy_first", "heavy-first"), ("p", "paired", "paired rows"), ("t", "tma", "TMA"),
                ("g", "gluon", "the Gluon kernel"), ("m", "mask_tma", "its mask by TMA"),
-               ("r", "q_registers", "Q in registers"))
+               ("r", "q_registers", "Q in registers"), ("c", "persistent", "one program an SM"))
 
 
 def _label(t: config.Tiles) -> str:
