@@ -11,9 +11,8 @@
 #   gate      attnlab check at N = 512 (+ GQA, D = 80 and 256) for our builds and their ablations, bf16 and fp16
 #   gate32    the same gate's fp32 shapes (the IEEE dot path)
 #   bench16   attnlab bench --quick in fp16 for our fused and qk_softmax against sdpa_flash and sdpa_cudnn
-#   bench     attnlab bench in bf16 and fp16 with the two untuned shapes (issue 5's benchmark, ~3 minutes)
-#   benchrest the same for materialised and compiled FlexAttention beside the two SDPA rows (issue 5 names all six
-#             builds; with flex's compiles they do not fit one call together; not yet run)
+#   bench     attnlab bench in bf16 and fp16 with the two untuned shapes: issue 5's benchmark, all six builds
+#             (fused, qk_softmax, materialised, sdpa_flash, sdpa_cudnn, flex; BENCH_TIMEOUT, default 500 s)
 #   stages    profiler stage times of materialised and qk_softmax (attnlab.kernels), and fused's refusal
 #   gluoncheck  the Gluon kernel's own accuracy check (scripts/experiments/gluon_fa3.py --check-only: masks that hide
 #             rows, N = 1 with a mask, both ablations, strided inputs, GQA, ragged N), beyond the gate's shapes
@@ -52,9 +51,8 @@ selfcheck() {
   echo "selfcheck rc=$?"; tail -10 "$out/selfcheck.log"
 }
 gate() {
-  # 300 s: with the qk_softmax Gluon kernel's compiles the whole gate took 135–179 s in one process (session 6, calls
-  # 1 and 3); --jobs 4 shares its shapes among four processes so that four compile at once (added after the session's
-  # device time was spent: not yet run on the GPU)
+  # --jobs 4 shares its shapes among four processes so that four compile at once: 47 s (session 7, call 1), against
+  # 135–179 s in one process (session 6, calls 1 and 3)
   timeout 300 python3 -m attnlab.cli check --ns 512 --dtypes bfloat16,float16 --builds $OURS --jobs 4 \
     --out "$out/gate.csv" > "$out/gate.log" 2>&1
   echo "gate rc=$?"; tail -12 "$out/gate.log"
@@ -70,14 +68,11 @@ bench16() {
   echo "bench16 rc=$?"; tail -30 "$out/bench16.log"
 }
 bench() {
-  timeout 270 python3 -m attnlab.cli bench --dtypes bfloat16,float16 --builds fused,qk_softmax,sdpa_flash,sdpa_cudnn \
-    --out "$out/bench" > "$out/bench.log" 2>&1
-  echo "bench rc=$?"; grep -v Warning "$out/bench.log" | tail -70
-}
-benchrest() {
-  timeout 540 python3 -m attnlab.cli bench --dtypes bfloat16,float16 --builds materialised,flex,sdpa_flash,sdpa_cudnn \
-    --out "$out/benchrest" > "$out/benchrest.log" 2>&1
-  echo "benchrest rc=$?"; grep -v Warning "$out/benchrest.log" | tail -40
+  # all six builds of issue 5 (attnlab bench's default --builds); bench.csv is rewritten after every shape, so a
+  # timeout keeps the rows measured
+  timeout ${BENCH_TIMEOUT:-500} python3 -m attnlab.cli bench --dtypes bfloat16,float16 --out "$out/bench" \
+    > "$out/bench.log" 2>&1
+  echo "bench rc=$?"; grep -v Warning "$out/bench.log" | grep -v "^  " | tail -75
 }
 gluoncheck() {
   timeout 250 python3 scripts/experiments/gluon_fa3.py --check-only --check-tiles "${FUSED_TILES:-64x128w4s2hg}" \

@@ -15,7 +15,9 @@ from tests.conftest import offline_compile
 @pytest.mark.parametrize("D,dtype,causal,gluon", [
     (128, torch.bfloat16, False, True), (128, torch.float16, True, True),
     (96, torch.bfloat16, False, False),  # same bucket, not D = 128: the Triton kernel (no padding in TMA boxes)
-    (80, torch.bfloat16, True, False), (64, torch.bfloat16, False, False),  # D = 64: Triton measured faster (v10)
+    (80, torch.bfloat16, True, False),
+    (64, torch.bfloat16, True, False),  # D = 64 causal: the Triton kernel measured faster (v10, v18)
+    (64, torch.bfloat16, False, True),  # D = 64 non-causal: the persistent Gluon kernel (v18)
     (128, torch.float32, False, False),  # fp32: the IEEE dot path, Triton only
 ])
 def test_which_calls_take_the_gluon_kernel_on_hopper(D, dtype, causal, gluon):
@@ -23,6 +25,7 @@ def test_which_calls_take_the_gluon_kernel_on_hopper(D, dtype, causal, gluon):
     assert t.gluon is gluon
     if gluon:
         assert t.heavy_first is causal and (t.BLOCK_M, t.BLOCK_N, t.num_warps) == (64, 128, 4)
+        assert t.persistent is not causal  # v18: persistent lost under a causal mask
     assert not config.lookup("fused", "sm80", D, causal, dtype.itemsize).gluon  # TMA/wgmma: Hopper only
     assert not config.lookup("fused", "interpreter", D, causal, dtype.itemsize).gluon
 
@@ -43,7 +46,7 @@ def test_the_recorded_tiles_say_which_kernel_ran():
     """Result rows carry tile_config(): a Gluon row must be told apart from a Triton one."""
     t = config.lookup("fused", "sm90", 128, False, 2)
     assert t.as_dict()["gluon"] is True
-    assert config.lookup("fused", "sm90", 64, False, 2).as_dict()["gluon"] is False
+    assert config.lookup("fused", "sm90", 64, True, 2).as_dict()["gluon"] is False
 
 
 @pytest.fixture
@@ -94,15 +97,23 @@ def test_tma_takes_strided_views_and_copies_only_what_it_cannot_read():
 @pytest.mark.parametrize("flags", [None, "NO_PV=1", "NO_SOFTMAX=1"])
 def test_every_variant_of_the_gluon_kernel_compiles_for_sm90_within_limits(flags):
     """D 64 and 128, causal and not, no mask / boolean / additive, one program a work item or persistent: fits shared
-    memory, matmuls asynchronous. Spills:
-    none without a mask (the benchmark's path); at most 244 bytes with one (the mask tile's 64-bit pointers; it costs
-    the zero_mask ablation a little: PERFORMANCE.md v10)."""
+    memory, matmuls asynchronous. Spills (ptxas, offline): none without a mask (the benchmark's path) except the
+    persistent kernel's no_softmax ablation; with a mask a few hundred bytes (the mask tile's 64-bit pointers; it
+    costs the zero_mask ablation a little: PERFORMANCE.md v10, v18)."""
     rows = offline_compile("--kernels", "fused", "--head-dims", "64,128", "--causal", "0,1", "--masks", "0,1,2",
                            "--tiles", "64x128w4s2hg,64x128w4s2hgc", *(["--flags", flags] if flags else []))
     assert len(rows) == 24 and {r["tiles"] for r in rows} == {"64x128w4s2hg", "64x128w4s2hgc"}  # c: persistent
     for r in rows:
         assert r["fits"] and not r["wgmma_serialised"], r
-        allowed = 256 if r["mask_kind"] else 0
+        persistent = r["tiles"].endswith("c")
+        if not r["mask_kind"] and (flags != "NO_SOFTMAX=1" or not persistent):
+            allowed = 0
+        elif not r["mask_kind"]:  # persistent no_softmax: 12–256 bytes (offline, v18), on that ablation's path only
+            allowed = 256
+        elif persistent:  # with a mask: 536–700 bytes (offline, v18), the zero_mask ablation's and a user mask's path
+            allowed = 704
+        else:  # 244 bytes at most before v18's work-item restructure; 260 since (causal, additive, no_softmax)
+            allowed = 264
         assert r["spill_stores"] <= allowed, r
 
 

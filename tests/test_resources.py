@@ -69,11 +69,13 @@ wgmma instructions reading accumulator registers of  a wgmma between start and e
 
 def test_the_tables_fused_entries_fit_and_keep_their_matmuls_asynchronous():
     """Every sm90 fused entry of the tile table (D 64 and 128, causal and not, with and without the zero_mask
-    ablation's additive mask) compiles within shared memory, with no wgmma serialisation and no spills (the Gluon
-    kernel at D = 128: a few bytes with a mask, tests/test_fused_gluon.py)."""
+    ablation's additive mask) compiles within shared memory, with no wgmma serialisation and no spills without the
+    mask (with it the Gluon kernel spills some: tests/test_fused_gluon.py)."""
     rows = offline_compile("--kernels", "fused", "--head-dims", "64,128", "--causal", "0,1", "--masks", "0,2")
     assert len(rows) == 8  # no mask, and the additive mask the zero_mask ablation passes
     for r in rows:
         assert r["fits"] and not r["wgmma_serialised"], r
-        assert r["spill_stores"] <= (256 if "g" in r["tiles"] and r["mask_kind"] else 0), r
-    assert [r["tiles"] for r in rows[::2]] == ["128x64w8s3", "128x64w8s3h", "64x128w4s2gm", "64x128w4s2hgm"]
+        # with the mask: the one-item Gluon kernel a few bytes, the persistent one 536–700 (v18)
+        allowed = (704 if r["tiles"].endswith("c") else 256) if r["mask_kind"] else 0
+        assert r["spill_stores"] <= allowed, r
+    assert [r["tiles"] for r in rows[::2]] == ["64x128w4s2gmc", "128x64w8s3h", "64x128w4s2gmc", "64x128w4s2hgm"]

@@ -99,8 +99,12 @@ TABLE: dict[tuple, Tiles] = {
     # D = 128 exactly ("=128"; D = 65…127 take the bucket's entries below): the warp-specialised Gluon kernel
     # (v10: 1.13–1.18× the Triton kernel, 0.88–1.01× cuDNN). At D = 64 it measured 0.86–0.97× the Triton kernel.
     # Masks the loader can bring by TMA come with K (v11: the zero_mask ablation's cost at N = 4096 1.21 → 0.25 ms).
-    ("fused", "sm90", "=128", False, 2): Tiles(64, 128, 4, 2, gluon=True, mask_tma=True),
+    # Non-causal, D = 64 and 128: the persistent Gluon kernel (v18: one program an SM; D = 128 0.87 → 0.90× cuDNN at
+    # N = 512, within 1 % from N = 2048; D = 64 1.03× the Triton kernel from N = 512 to 4096). Causal stays one
+    # program an item: the persistent kernel's static round robin loses to the grid's heavy-first order (0.74–0.95×).
+    ("fused", "sm90", "=128", False, 2): Tiles(64, 128, 4, 2, gluon=True, mask_tma=True, persistent=True),
     ("fused", "sm90", "=128", True, 2): Tiles(64, 128, 4, 2, heavy_first=True, gluon=True, mask_tma=True),
+    ("fused", "sm90", "=64", False, 2): Tiles(64, 128, 4, 2, gluon=True, mask_tma=True, persistent=True),
     ("fused", "sm90", 64, False, 2): Tiles(128, 64, 8, 3),
     ("fused", "sm90", 64, True, 2): Tiles(128, 64, 8, 3, heavy_first=True),
     ("fused", "sm90", 128, False, 2): Tiles(128, 64, 8, 3, paired=True),
