@@ -197,9 +197,9 @@ def _load_item(where, t0, it, q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, ba
 
 
 @gluon.jit
-def _loader(q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, bars, mask, work, where, N, H, GROUP, BLOCK_M: gl.constexpr,
-            BLOCK_N: gl.constexpr, STAGES: gl.constexpr, CAUSAL: gl.constexpr, HEAVY_FIRST: gl.constexpr,
-            NO_PV: gl.constexpr, MASK_TMA: gl.constexpr, MASK_B: gl.constexpr, MASK_H: gl.constexpr,
+def _loader(q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, bars, mask, work, where, N, H, GROUP,
+            BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, STAGES: gl.constexpr, CAUSAL: gl.constexpr,
+            HEAVY_FIRST: gl.constexpr, NO_PV: gl.constexpr, MASK_TMA: gl.constexpr, MASK_B: gl.constexpr, MASK_H: gl.constexpr,
             PERSISTENT: gl.constexpr):
     """One warp: Q, K and V of this program's work items by TMA into the ring, a slot refilled once both consumers
     have arrived on its `empty` barrier (count 2). Under no_pv V is never read."""
@@ -209,7 +209,8 @@ def _loader(q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, bars, mask, work, wh
         t0 = 0
         it = 0
         for item in range(pid, total, nprog):
-            t0 = _load_item(_program(item, M, smb, smh, N, H, GROUP, BLOCK_M, BLOCK_N, CAUSAL, HEAVY_FIRST), t0, it, q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, bars, mask, N, H, GROUP,
+            where = _program(item, M, smb, smh, N, H, GROUP, BLOCK_M, BLOCK_N, CAUSAL, HEAVY_FIRST)
+            t0 = _load_item(where, t0, it, q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, bars, mask, N, H, GROUP,
                             BLOCK_M, BLOCK_N, STAGES, CAUSAL, HEAVY_FIRST, NO_PV, MASK_TMA, MASK_B, MASK_H, True)
             it += 1
     else:
@@ -341,9 +342,9 @@ def _attend_item(where, t0, it, q_desc, o_desc, o_ptr, o_strides, q_smem, k_smem
 
 
 @gluon.jit
-def _consumer(q_desc, o_desc, o_ptr, o_strides, q_smem, k_smem, v_smem, bars, mask, work, where, N, H, GROUP, qk_scale,
-              mask_scale, inv_n, WG: gl.constexpr, D: gl.constexpr, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr,
-              STAGES: gl.constexpr, CAUSAL: gl.constexpr, MASK_KIND: gl.constexpr, NO_SOFTMAX: gl.constexpr,
+def _consumer(q_desc, o_desc, o_ptr, o_strides, q_smem, k_smem, v_smem, bars, mask, work, where, N, H, GROUP,
+              qk_scale, mask_scale, inv_n, WG: gl.constexpr, D: gl.constexpr, BLOCK_M: gl.constexpr,
+              BLOCK_N: gl.constexpr, STAGES: gl.constexpr, CAUSAL: gl.constexpr, MASK_KIND: gl.constexpr, NO_SOFTMAX: gl.constexpr,
               NO_PV: gl.constexpr, MASK_TMA: gl.constexpr, HEAVY_FIRST: gl.constexpr, PERSISTENT: gl.constexpr):
     """One warpgroup: its rows of each of this program's work items (one item unless persistent)."""
     pid, nprog, total = work
@@ -352,7 +353,8 @@ def _consumer(q_desc, o_desc, o_ptr, o_strides, q_smem, k_smem, v_smem, bars, ma
         t0 = 0
         it = 0
         for item in range(pid, total, nprog):
-            t0 = _attend_item(_program(item, M, smb, smh, N, H, GROUP, BLOCK_M, BLOCK_N, CAUSAL, HEAVY_FIRST), t0, it, q_desc, o_desc, o_ptr, o_strides, q_smem, k_smem, v_smem, bars, mask,
+            where = _program(item, M, smb, smh, N, H, GROUP, BLOCK_M, BLOCK_N, CAUSAL, HEAVY_FIRST)
+            t0 = _attend_item(where, t0, it, q_desc, o_desc, o_ptr, o_strides, q_smem, k_smem, v_smem, bars, mask,
                               N, H, GROUP, qk_scale, mask_scale, inv_n, WG, D, BLOCK_M, BLOCK_N, STAGES, CAUSAL,
                               MASK_KIND, NO_SOFTMAX, NO_PV, MASK_TMA, HEAVY_FIRST, True)
             it += 1
@@ -445,8 +447,9 @@ def fused_gluon_kernel(q_desc, k_desc, v_desc, o_desc, o_ptr, sob, soh, son, M, 
                      (b, h, hk, start_m, n_tiles, m_head), N, H, GROUP, qk_scale,
                      mask_scale, inv_n, 1, D, BLOCK_M, BLOCK_N, STAGES, CAUSAL, MASK_KIND, NO_SOFTMAX, NO_PV,
                      MASK_TMA, HEAVY_FIRST, PERSISTENT)),
-        (_loader, (q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, (q_bars, q_empty, k_full, v_full, k_empty, v_empty),
-                   (M, smb, smh, smm, smn, mask_desc, mask_smem), (pid, nprog, total),
+        (_loader, (q_desc, k_desc, v_desc, q_smem, k_smem, v_smem,
+                   (q_bars, q_empty, k_full, v_full, k_empty, v_empty), (M, smb, smh, smm, smn, mask_desc, mask_smem),
+                   (pid, nprog, total),
                    (b, h, hk, start_m, n_tiles, m_head), N, H, GROUP, BLOCK_M, BLOCK_N,
                    STAGES, CAUSAL, HEAVY_FIRST, NO_PV, MASK_TMA, MASK_B, MASK_H, PERSISTENT)),
     ], [4, 1], [CONSUMER_REGS, 24])

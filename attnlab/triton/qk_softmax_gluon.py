@@ -218,10 +218,10 @@ def qk_softmax_gluon_kernel(q_desc, k_desc, p_desc, M, smb, smh, smm, smn, N, H,
                             CAUSAL: gl.constexpr, MASK_KIND: gl.constexpr, NO_SOFTMAX: gl.constexpr,
                             HEAVY_FIRST: gl.constexpr, CONSUMER_REGS: gl.constexpr, num_warps: gl.constexpr,
                             Q_REGISTERS: gl.constexpr = False):
-    """grid (cdiv(N, 2·BLOCK_M)·B·H,): a program a work item (attnlab.triton.fused_gluon._program), num_warps = 4. q/k descriptors over (B, H or Hkv, N, D) with (1, 1, BLOCK_M or
-    BLOCK_N, D) boxes; p_desc over the contiguous (B, H, N, N) P with a (1, 1, BLOCK_M, BLOCK_N) box; M the
-    (B, H, N, N)-strided mask or any pointer when MASK_KIND = 0; qk_scale = scale·log2 e (natural scale under
-    NO_SOFTMAX); Q_REGISTERS: Tiles.q_registers."""
+    """grid (cdiv(N, 2·BLOCK_M)·B·H,): a program a work item (attnlab.triton.fused_gluon._program), num_warps = 4.
+    q/k descriptors over (B, H or Hkv, N, D) with (1, 1, BLOCK_M or BLOCK_N, D) boxes; p_desc over the contiguous
+    (B, H, N, N) P with a (1, 1, BLOCK_M, BLOCK_N) box; M the (B, H, N, N)-strided mask or any pointer when
+    MASK_KIND = 0; qk_scale = scale·log2 e (natural scale under NO_SOFTMAX); Q_REGISTERS: Tiles.q_registers."""
     dtype: gl.constexpr = q_desc.dtype
     b, h, hk, start_m, n_tiles, m_head = _program(gl.program_id(0), M, smb, smh, N, H, GROUP, BLOCK_M, BLOCK_N,
                                                   CAUSAL, HEAVY_FIRST)
