@@ -13,6 +13,8 @@
 #   bench16   attnlab bench --quick in fp16 for our fused and qk_softmax against sdpa_flash and sdpa_cudnn
 #   bench     attnlab bench in bf16 and fp16 with the two untuned shapes: issue 5's benchmark, all six builds
 #             (fused, qk_softmax, materialised, sdpa_flash, sdpa_cudnn, flex; BENCH_TIMEOUT, default 500 s)
+#   ncu_profile  Nsight Compute's sections for scripts/experiments/ncu_cases.py's cases (qk_softmax's two kernels,
+#             fused and cuDNN at small and large N) into ncu.csv
 #   stages    profiler stage times of materialised and qk_softmax (attnlab.kernels), and fused's refusal
 #   gluoncheck  the Gluon kernel's own accuracy check (scripts/experiments/gluon_fa3.py --check-only: masks that hide
 #             rows, N = 1 with a mask, both ablations, strided inputs, GQA, ragged N), beyond the gate's shapes
@@ -108,6 +110,15 @@ qkbench() {
   timeout 200 python3 scripts/experiments/qk_gluon.py --skip-check --ns 1024,4096 --tiles "$tiles" \
     > "$out/qkbench.log" 2>&1
   echo "qkbench rc=$?"; grep -av Warning "$out/qkbench.log" | tail -40
+}
+ncu_profile() {
+  # Nsight Compute on one call of each case in scripts/experiments/ncu_cases.py (clocks left alone: METHOD.md)
+  local ncu=$(command -v ncu || ls /opt/nvidia/nsight-compute/*/ncu 2>/dev/null | head -1)
+  timeout 400 "${ncu:-ncu}" --profile-from-start off --clock-control none --section SpeedOfLight \
+    --section MemoryWorkloadAnalysis --section ComputeWorkloadAnalysis --section WarpStateStats \
+    --section SchedulerStats --section Occupancy --section LaunchStats --csv --page details \
+    python3 scripts/experiments/ncu_cases.py > "$out/ncu.csv" 2> "$out/ncu.err"
+  echo "ncu rc=$?"; grep -a "^case\|==ERR\|==WARN" "$out/ncu.csv" "$out/ncu.err" | head -20; wc -l "$out/ncu.csv"
 }
 stages() {
   timeout 120 python3 - > "$out/stages.log" 2>&1 <<'PY'

@@ -1,0 +1,38 @@
+"""Cases for Nsight Compute (PERFORMANCE.md v19): each runs once to compile, then once between
+cudaProfilerStart/Stop, so that `ncu --profile-from-start off` profiles exactly one call of each build.
+
+    ncu --profile-from-start off --clock-control none --section SpeedOfLight ... python3 scripts/experiments/ncu_cases.py
+
+Cases (bf16, FlashAttention's shapes B·N = 16384, H·D = 2048):
+  qk_softmax D = 128 and 64, N = 4096, non-causal — its P kernel (Gluon) and PV kernel (Triton): where the 1.3–1.5×
+      over the floor goes;
+  fused and sdpa_cudnn, D = 128, N = 512 causal and N = 4096 non-causal — the small-N gap against the steady state.
+"""
+import sys
+
+import torch
+
+from attnlab import builds
+from attnlab.measure import Case, make_inputs
+
+CASES = [("qk_softmax", 128, 4096, False), ("qk_softmax", 64, 4096, False),
+         ("fused", 128, 512, True), ("sdpa_cudnn", 128, 512, True),
+         ("fused", 128, 4096, False), ("sdpa_cudnn", 128, 4096, False)]
+
+
+def main() -> int:
+    for name, D, N, causal in CASES:
+        q, k, v = make_inputs(Case(name, 16384 // N, 2048 // D, 2048 // D, N, D, "bfloat16", causal, "cuda"))
+        b = builds.get(name)
+        b.attend(q, k, v, causal=causal)  # compile
+        torch.cuda.synchronize()
+        torch.cuda.profiler.start()
+        b.attend(q, k, v, causal=causal)
+        torch.cuda.synchronize()
+        torch.cuda.profiler.stop()
+        print(f"case {name} D={D} N={N} causal={causal}", flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
