@@ -31,6 +31,8 @@ from triton.experimental.gluon import language as gl
 from triton.experimental.gluon.language.nvidia.hopper import (fence_async_shared, mbarrier, tma, warpgroup_mma,
                                                               warpgroup_mma_wait)
 
+from attnlab.triton import schedule
+
 ROWS_PER_PROGRAM = gl.constexpr(2)  # consumer warpgroups, each BLOCK_M rows
 HEAD_DIMS = (64, 128)  # D it compiles for: wgmma tiles and TMA boxes exactly D wide, no padding
 
@@ -203,13 +205,13 @@ def _loader(q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, bars, mask, work, wh
             PERSISTENT: gl.constexpr):
     """One warp: Q, K and V of this program's work items by TMA into the ring, a slot refilled once both consumers
     have arrived on its `empty` barrier (count 2). Under no_pv V is never read."""
-    pid, nprog, total = work
+    pid, order, starts = work
     M, smb, smh, smm, smn, mask_desc, mask_smem = mask
-    if PERSISTENT:
+    if PERSISTENT:  # this program's items: order[starts[pid]:starts[pid + 1]] (attnlab.triton.schedule)
         t0 = 0
         it = 0
-        for item in range(pid, total, nprog):
-            where = _program(item, M, smb, smh, N, H, GROUP, BLOCK_M, BLOCK_N, CAUSAL, HEAVY_FIRST)
+        for k in range(gl.load(starts + pid), gl.load(starts + pid + 1)):
+            where = _program(gl.load(order + k), M, smb, smh, N, H, GROUP, BLOCK_M, BLOCK_N, CAUSAL, HEAVY_FIRST)
             t0 = _load_item(where, t0, it, q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, bars, mask, N, H, GROUP,
                             BLOCK_M, BLOCK_N, STAGES, CAUSAL, HEAVY_FIRST, NO_PV, MASK_TMA, MASK_B, MASK_H, True)
             it += 1
@@ -347,13 +349,13 @@ def _consumer(q_desc, o_desc, o_ptr, o_strides, q_smem, k_smem, v_smem, bars, ma
               BLOCK_N: gl.constexpr, STAGES: gl.constexpr, CAUSAL: gl.constexpr, MASK_KIND: gl.constexpr, NO_SOFTMAX: gl.constexpr,
               NO_PV: gl.constexpr, MASK_TMA: gl.constexpr, HEAVY_FIRST: gl.constexpr, PERSISTENT: gl.constexpr):
     """One warpgroup: its rows of each of this program's work items (one item unless persistent)."""
-    pid, nprog, total = work
+    pid, order, starts = work
     M, smb, smh, smm, smn, mask_desc, mask_smem = mask
-    if PERSISTENT:
+    if PERSISTENT:  # this program's items: order[starts[pid]:starts[pid + 1]] (attnlab.triton.schedule)
         t0 = 0
         it = 0
-        for item in range(pid, total, nprog):
-            where = _program(item, M, smb, smh, N, H, GROUP, BLOCK_M, BLOCK_N, CAUSAL, HEAVY_FIRST)
+        for k in range(gl.load(starts + pid), gl.load(starts + pid + 1)):
+            where = _program(gl.load(order + k), M, smb, smh, N, H, GROUP, BLOCK_M, BLOCK_N, CAUSAL, HEAVY_FIRST)
             t0 = _attend_item(where, t0, it, q_desc, o_desc, o_ptr, o_strides, q_smem, k_smem, v_smem, bars, mask,
                               N, H, GROUP, qk_scale, mask_scale, inv_n, WG, D, BLOCK_M, BLOCK_N, STAGES, CAUSAL,
                               MASK_KIND, NO_SOFTMAX, NO_PV, MASK_TMA, HEAVY_FIRST, True)
@@ -392,13 +394,13 @@ def _program(item, M, smb, smh, N, H, GROUP, BLOCK_M: gl.constexpr, BLOCK_N: gl.
 # fails in Triton 3.6's lowering (PassManager::run failed; seen on the H200, reproduced offline).
 @gluon.jit(do_not_specialize=["N"])
 def fused_gluon_kernel(q_desc, k_desc, v_desc, o_desc, o_ptr, sob, soh, son, M, smb, smh, smm, smn, mask_desc, N, H,
-                       GROUP, total, qk_scale, mask_scale, inv_n, D: gl.constexpr, BLOCK_M: gl.constexpr,
+                       GROUP, order, starts, qk_scale, mask_scale, inv_n, D: gl.constexpr, BLOCK_M: gl.constexpr,
                        BLOCK_N: gl.constexpr, STAGES: gl.constexpr, CAUSAL: gl.constexpr, MASK_KIND: gl.constexpr,
                        NO_SOFTMAX: gl.constexpr, NO_PV: gl.constexpr, HEAVY_FIRST: gl.constexpr,
                        MASK_TMA: gl.constexpr, MASK_B: gl.constexpr, MASK_H: gl.constexpr,
                        CONSUMER_REGS: gl.constexpr, num_warps: gl.constexpr, PERSISTENT: gl.constexpr = False):
-    """grid (total,) with total = cdiv(N, 2·BLOCK_M)·B·H work items, one a program; PERSISTENT: any smaller grid
-    (one program an SM), each program taking items pid, pid + grid, … . num_warps = 4 (the default partition is
+    """grid (cdiv(N, 2·BLOCK_M)·B·H,): a program a work item; PERSISTENT: any smaller grid (one program an SM), each
+    program taking the items order[starts[pid]:starts[pid + 1]] (int32; attnlab.triton.schedule). num_warps = 4 (the default partition is
     consumer 0). q/k/v/o descriptors over (B, H or Hkv, N, D) with (1, 1, BLOCK_M or BLOCK_N, D) boxes; o_ptr and
     its (batch, head, row) strides for the persistent kernel's O stores; M the (B, H, N, N)-strided mask or any
     pointer when MASK_KIND = 0; qk_scale = scale·log2 e (natural scale under NO_SOFTMAX). MASK_TMA: the mask tiles
@@ -429,7 +431,6 @@ def fused_gluon_kernel(q_desc, k_desc, v_desc, o_desc, o_ptr, sob, soh, son, M, 
         mbarrier.init(v_empty.index(i), count=ROWS_PER_PROGRAM)
     fence_async_shared()
     pid = gl.program_id(0)
-    nprog = gl.num_programs(0)
     b, h, hk, start_m, n_tiles, m_head = _program(pid, M, smb, smh, N, H, GROUP, BLOCK_M, BLOCK_N, CAUSAL,
                                                   HEAVY_FIRST)  # one item a program; persistent: each finds its own
     # Each partition's arguments are written out where it is named: a tuple assigned to a name turns its constexprs
@@ -437,19 +438,19 @@ def fused_gluon_kernel(q_desc, k_desc, v_desc, o_desc, o_ptr, sob, soh, son, M, 
     gl.warp_specialize([
         (_consumer, (q_desc, o_desc, o_ptr, (sob, soh, son), q_smem, k_smem, v_smem,
                      (q_bars, q_empty, k_full, v_full, k_empty, v_empty),
-                     (M, smb, smh, smm, smn, mask_desc, mask_smem), (pid, nprog, total),
+                     (M, smb, smh, smm, smn, mask_desc, mask_smem), (pid, order, starts),
                      (b, h, hk, start_m, n_tiles, m_head), N, H, GROUP, qk_scale,
                      mask_scale, inv_n, 0, D, BLOCK_M, BLOCK_N, STAGES, CAUSAL, MASK_KIND, NO_SOFTMAX, NO_PV,
                      MASK_TMA, HEAVY_FIRST, PERSISTENT)),
         (_consumer, (q_desc, o_desc, o_ptr, (sob, soh, son), q_smem, k_smem, v_smem,
                      (q_bars, q_empty, k_full, v_full, k_empty, v_empty),
-                     (M, smb, smh, smm, smn, mask_desc, mask_smem), (pid, nprog, total),
+                     (M, smb, smh, smm, smn, mask_desc, mask_smem), (pid, order, starts),
                      (b, h, hk, start_m, n_tiles, m_head), N, H, GROUP, qk_scale,
                      mask_scale, inv_n, 1, D, BLOCK_M, BLOCK_N, STAGES, CAUSAL, MASK_KIND, NO_SOFTMAX, NO_PV,
                      MASK_TMA, HEAVY_FIRST, PERSISTENT)),
         (_loader, (q_desc, k_desc, v_desc, q_smem, k_smem, v_smem,
                    (q_bars, q_empty, k_full, v_full, k_empty, v_empty), (M, smb, smh, smm, smn, mask_desc, mask_smem),
-                   (pid, nprog, total),
+                   (pid, order, starts),
                    (b, h, hk, start_m, n_tiles, m_head), N, H, GROUP, BLOCK_M, BLOCK_N,
                    STAGES, CAUSAL, HEAVY_FIRST, NO_PV, MASK_TMA, MASK_B, MASK_H, PERSISTENT)),
     ], [4, 1], [CONSUMER_REGS, 24])
@@ -517,10 +518,16 @@ def launch(q, k, v, o, mask, mask_strides, mask_kind, *, N, H, group, qk_scale, 
     q_desc = descriptor(q, BM)
     md = mask_descriptor(mask, ROWS_PER_PROGRAM.value * BM, BN) if (mask_kind and tiles.mask_tma) else None
     mask_desc, vary_b, vary_h = md if md else (q_desc, 0, 0)
-    total = triton.cdiv(N, ROWS_PER_PROGRAM.value * BM) * q.shape[0] * H
+    n_blocks = triton.cdiv(N, ROWS_PER_PROGRAM.value * BM)
+    total = n_blocks * q.shape[0] * H
     grid = (min(total, sm_count(q.device)) if tiles.persistent else total,)
+    if tiles.persistent:
+        order, starts = schedule.device_work_list(n_blocks, q.shape[0] * H, ROWS_PER_PROGRAM.value * BM, BN, N, causal,
+                                                  tiles.heavy_first, grid[0], q.device)
+    else:
+        order = starts = o_t  # unused
     fused_gluon_kernel[grid](q_desc, descriptor(k, BN), descriptor(v, BN), descriptor(o_t, BM), o_t,
-                             *o_t.stride()[:3], mask, *mask_strides, mask_desc, N, H, group, total, qk_scale,
+                             *o_t.stride()[:3], mask, *mask_strides, mask_desc, N, H, group, order, starts, qk_scale,
                              mask_scale, inv_n, D=q.shape[-1], BLOCK_M=BM, BLOCK_N=BN, STAGES=tiles.num_stages,
                              CAUSAL=causal, MASK_KIND=mask_kind, NO_SOFTMAX=no_softmax, NO_PV=no_pv,
                              HEAVY_FIRST=tiles.heavy_first, MASK_TMA=md is not None, MASK_B=vary_b, MASK_H=vary_h,
