@@ -201,8 +201,8 @@ def _load_item(where, t0, it, q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, ba
 @gluon.jit
 def _loader(q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, bars, mask, work, where, N, H, GROUP,
             BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, STAGES: gl.constexpr, CAUSAL: gl.constexpr,
-            HEAVY_FIRST: gl.constexpr, NO_PV: gl.constexpr, MASK_TMA: gl.constexpr, MASK_B: gl.constexpr, MASK_H: gl.constexpr,
-            PERSISTENT: gl.constexpr):
+            HEAVY_FIRST: gl.constexpr, NO_PV: gl.constexpr, MASK_TMA: gl.constexpr, MASK_B: gl.constexpr,
+            MASK_H: gl.constexpr, PERSISTENT: gl.constexpr):
     """One warp: Q, K and V of this program's work items by TMA into the ring, a slot refilled once both consumers
     have arrived on its `empty` barrier (count 2). Under no_pv V is never read."""
     pid, order, starts = work
@@ -346,8 +346,8 @@ def _attend_item(where, t0, it, q_desc, o_desc, o_ptr, o_strides, q_smem, k_smem
 @gluon.jit
 def _consumer(q_desc, o_desc, o_ptr, o_strides, q_smem, k_smem, v_smem, bars, mask, work, where, N, H, GROUP,
               qk_scale, mask_scale, inv_n, WG: gl.constexpr, D: gl.constexpr, BLOCK_M: gl.constexpr,
-              BLOCK_N: gl.constexpr, STAGES: gl.constexpr, CAUSAL: gl.constexpr, MASK_KIND: gl.constexpr, NO_SOFTMAX: gl.constexpr,
-              NO_PV: gl.constexpr, MASK_TMA: gl.constexpr, HEAVY_FIRST: gl.constexpr, PERSISTENT: gl.constexpr):
+              BLOCK_N: gl.constexpr, STAGES: gl.constexpr, CAUSAL: gl.constexpr, MASK_KIND: gl.constexpr,
+              NO_SOFTMAX: gl.constexpr, NO_PV: gl.constexpr, MASK_TMA: gl.constexpr, HEAVY_FIRST: gl.constexpr, PERSISTENT: gl.constexpr):
     """One warpgroup: its rows of each of this program's work items (one item unless persistent)."""
     pid, order, starts = work
     M, smb, smh, smm, smn, mask_desc, mask_smem = mask
@@ -400,12 +400,13 @@ def fused_gluon_kernel(q_desc, k_desc, v_desc, o_desc, o_ptr, sob, soh, son, M, 
                        MASK_TMA: gl.constexpr, MASK_B: gl.constexpr, MASK_H: gl.constexpr,
                        CONSUMER_REGS: gl.constexpr, num_warps: gl.constexpr, PERSISTENT: gl.constexpr = False):
     """grid (cdiv(N, 2·BLOCK_M)·B·H,): a program a work item; PERSISTENT: any smaller grid (one program an SM), each
-    program taking the items order[starts[pid]:starts[pid + 1]] (int32; attnlab.triton.schedule). num_warps = 4 (the default partition is
-    consumer 0). q/k/v/o descriptors over (B, H or Hkv, N, D) with (1, 1, BLOCK_M or BLOCK_N, D) boxes; o_ptr and
-    its (batch, head, row) strides for the persistent kernel's O stores; M the (B, H, N, N)-strided mask or any
-    pointer when MASK_KIND = 0; qk_scale = scale·log2 e (natural scale under NO_SOFTMAX). MASK_TMA: the mask tiles
-    come through `mask_desc`, a descriptor over the mask's (B or 1, H or 1, N, N) with a (1, 1, 2·BLOCK_M, BLOCK_N)
-    box (MASK_B, MASK_H: 1 where the mask varies over batch, heads); else `mask_desc` is an unused placeholder."""
+    program taking the items order[starts[pid]:starts[pid + 1]] (int32; attnlab.triton.schedule). num_warps = 4 (the
+    default partition is consumer 0). q/k/v/o descriptors over (B, H or Hkv, N, D) with (1, 1, BLOCK_M or BLOCK_N,
+    D) boxes; o_ptr and its (batch, head, row) strides for the persistent kernel's O stores; M the
+    (B, H, N, N)-strided mask or any pointer when MASK_KIND = 0; qk_scale = scale·log2 e (natural scale under NO_SOFTMAX).
+    MASK_TMA: the mask tiles come through `mask_desc`, a descriptor over the mask's (B or 1, H or 1, N, N) with a
+    (1, 1, 2·BLOCK_M, BLOCK_N) box (MASK_B, MASK_H: 1 where the mask varies over batch, heads); else `mask_desc` is
+    an unused placeholder."""
     dtype: gl.constexpr = q_desc.dtype
     q_smem = gl.allocate_shared_memory(dtype, [ROWS_PER_PROGRAM, 1, 1, BLOCK_M, D], q_desc.layout)
     k_smem = gl.allocate_shared_memory(dtype, [STAGES, 1, 1, BLOCK_N, D], k_desc.layout)

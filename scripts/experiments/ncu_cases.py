@@ -1,7 +1,8 @@
 """Cases for Nsight Compute (PERFORMANCE.md v19): each runs once to compile, then once between
 cudaProfilerStart/Stop, so that `ncu --profile-from-start off` profiles exactly one call of each build.
 
-    ncu --profile-from-start off --clock-control none --section SpeedOfLight ... python3 scripts/experiments/ncu_cases.py
+    ncu --profile-from-start off --clock-control none --section SpeedOfLight ... \
+        python3 scripts/experiments/ncu_cases.py      (scripts/h200.sh's ncu_profile step)
 
 Cases (bf16, FlashAttention's shapes B·N = 16384, H·D = 2048):
   qk_softmax D = 128 and 64, N = 4096, non-causal — its P kernel (Gluon) and PV kernel (Triton): where the 1.3–1.5×
