@@ -176,27 +176,23 @@ def test_the_mask_by_tma_variant_compiles_within_limits():
 
 
 
-def test_a_persistent_launch_has_one_program_an_sm_and_gives_each_its_work_list(monkeypatch):
-    """Tiles.persistent: the grid is the SM count (or the items, when fewer) and the kernel gets the work list
-    (attnlab.triton.schedule) that shares every item among those programs; otherwise one program an item."""
+def test_a_persistent_launch_has_one_program_an_sm_and_counts_every_item(monkeypatch):
+    """Tiles.persistent: the grid is the SM count (or the items, when fewer), and the kernel is told how many work
+    items there are, so that each program can take pid, pid + grid, … up to the last; otherwise one program an item."""
     names = fused_gluon.fused_gluon_kernel.arg_names
     launched = []
 
     class Kernel:
         def __getitem__(self, grid):
-            return lambda *a, **kw: launched.append((grid, a[names.index("order")], a[names.index("starts")],
-                                                     kw["PERSISTENT"]))
+            return lambda *a, **kw: launched.append((grid, a[names.index("total")], kw["PERSISTENT"]))
 
     monkeypatch.setattr(fused_gluon, "fused_gluon_kernel", Kernel())
     monkeypatch.setattr(fused_gluon, "sm_count", lambda device: 132)
     B, H, D = 2, 16, 128
     for N, persistent in ((512, False), (512, True), (1000, True), (64, True)):
         q = torch.zeros(B, H, N, D, dtype=torch.bfloat16)
-        t = config.Tiles(64, 128, 4, 2, heavy_first=True, gluon=True, persistent=persistent)
+        t = config.Tiles(64, 128, 4, 2, gluon=True, persistent=persistent)
         fused_gluon.launch(q, q, q, torch.empty_like(q), q, (0, 0, 0, 0), 0, N=N, H=H, group=1, qk_scale=1.0,
-                           mask_scale=1.0, inv_n=1.0, causal=True, tiles=t)
-    assert [(g, p) for g, _, _, p in launched] == [((128,), False), ((128,), True), ((132,), True), ((32,), True)]
-    # items: cdiv(N, 2·64) row blocks of each of B·H = 32 heads, each done by exactly one program
-    for (grid, order, starts, _), items in zip(launched[1:], (4 * 32, 8 * 32, 32)):
-        assert order.dtype == starts.dtype == torch.int32 and len(starts) == grid[0] + 1
-        assert sorted(order.tolist()) == list(range(items)) and starts[-1].item() == items
+                           mask_scale=1.0, inv_n=1.0, causal=False, tiles=t)
+    # items: cdiv(N, 2·64) row blocks of each of B·H = 32 heads
+    assert launched == [((128,), 128, False), ((128,), 128, True), ((132,), 8 * 32, True), ((32,), 32, True)]

@@ -31,8 +31,6 @@ from triton.experimental.gluon import language as gl
 from triton.experimental.gluon.language.nvidia.hopper import (fence_async_shared, mbarrier, tma, warpgroup_mma,
                                                               warpgroup_mma_wait)
 
-from attnlab.triton import schedule
-
 ROWS_PER_PROGRAM = gl.constexpr(2)  # consumer warpgroups, each BLOCK_M rows
 HEAD_DIMS = (64, 128)  # D it compiles for: wgmma tiles and TMA boxes exactly D wide, no padding
 
@@ -171,14 +169,13 @@ def _load_v(j, r, v_desc, v_smem, bars, b, hk, BLOCK_N: gl.constexpr, STAGES: gl
 
 
 @gluon.jit
-def _load_item(where, t0, it, q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, bars, mask, N, H, GROUP,
-               BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, STAGES: gl.constexpr, CAUSAL: gl.constexpr,
-               HEAVY_FIRST: gl.constexpr, NO_PV: gl.constexpr, MASK_TMA: gl.constexpr, MASK_B: gl.constexpr,
-               MASK_H: gl.constexpr, PERSISTENT: gl.constexpr):
+def _load_item(where, t0, it, q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, bars, mask, BLOCK_M: gl.constexpr,
+               BLOCK_N: gl.constexpr, STAGES: gl.constexpr, NO_PV: gl.constexpr, MASK_TMA: gl.constexpr,
+               MASK_B: gl.constexpr, MASK_H: gl.constexpr, PERSISTENT: gl.constexpr):
     """The loader's share of a work item (`where`: _program's answer; this program's it-th item), whose key tiles
-    take ring positions t0 on:
-    K of tile 0, both consumers' Q (persistent: once each consumer has released its Q buffer, after its last QKᵀ
-    of the previous item), then V of tile 0 and K and V tile by tile. Returns the next item's first ring position."""
+    take ring positions t0 on: K of tile 0, both consumers' Q (persistent: once each consumer has released its Q
+    buffer, after its last QKᵀ of the previous item), then V of tile 0 and K and V tile by tile. Returns the next
+    item's first ring position."""
     q_bars, q_empty, k_full, v_full, k_empty, v_empty = bars
     b, h, hk, start_m, n_tiles, m_head = where
     if PERSISTENT:  # K's first tile can load before the previous item's last QKᵀ has released Q
@@ -205,19 +202,19 @@ def _loader(q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, bars, mask, work, wh
             MASK_H: gl.constexpr, PERSISTENT: gl.constexpr):
     """One warp: Q, K and V of this program's work items by TMA into the ring, a slot refilled once both consumers
     have arrived on its `empty` barrier (count 2). Under no_pv V is never read."""
-    pid, order, starts = work
+    pid, nprog, total = work
     M, smb, smh, smm, smn, mask_desc, mask_smem = mask
-    if PERSISTENT:  # this program's items: order[starts[pid]:starts[pid + 1]] (attnlab.triton.schedule)
+    if PERSISTENT:
         t0 = 0
         it = 0
-        for k in range(gl.load(starts + pid), gl.load(starts + pid + 1)):
-            where = _program(gl.load(order + k), M, smb, smh, N, H, GROUP, BLOCK_M, BLOCK_N, CAUSAL, HEAVY_FIRST)
-            t0 = _load_item(where, t0, it, q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, bars, mask, N, H, GROUP,
-                            BLOCK_M, BLOCK_N, STAGES, CAUSAL, HEAVY_FIRST, NO_PV, MASK_TMA, MASK_B, MASK_H, True)
+        for item in range(pid, total, nprog):
+            where = _program(item, M, smb, smh, N, H, GROUP, BLOCK_M, BLOCK_N, CAUSAL, HEAVY_FIRST)
+            t0 = _load_item(where, t0, it, q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, bars, mask, BLOCK_M,
+                            BLOCK_N, STAGES, NO_PV, MASK_TMA, MASK_B, MASK_H, True)
             it += 1
     else:
-        _load_item(where, 0, 0, q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, bars, mask, N, H, GROUP, BLOCK_M,
-                   BLOCK_N, STAGES, CAUSAL, HEAVY_FIRST, NO_PV, MASK_TMA, MASK_B, MASK_H, False)
+        _load_item(where, 0, 0, q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, bars, mask, BLOCK_M, BLOCK_N, STAGES,
+                   NO_PV, MASK_TMA, MASK_B, MASK_H, False)
 
 
 @gluon.jit
@@ -235,17 +232,16 @@ def _pv_issue(p, acc, v_smem, v_full, stage, j, offs_n, inv_n, dtype: gl.constex
 
 
 @gluon.jit
-def _attend_item(where, t0, it, q_desc, o_desc, o_ptr, o_strides, q_smem, k_smem, v_smem, bars, mask, N, H, GROUP,
-                 qk_scale, mask_scale, inv_n, WG: gl.constexpr, D: gl.constexpr, BLOCK_M: gl.constexpr,
-                 BLOCK_N: gl.constexpr, STAGES: gl.constexpr, CAUSAL: gl.constexpr, MASK_KIND: gl.constexpr,
-                 NO_SOFTMAX: gl.constexpr, NO_PV: gl.constexpr, MASK_TMA: gl.constexpr, HEAVY_FIRST: gl.constexpr,
-                 PERSISTENT: gl.constexpr):
+def _attend_item(where, t0, it, q_desc, o_desc, o_ptr, o_strides, q_smem, k_smem, v_smem, bars, mask, N, qk_scale,
+                 mask_scale, inv_n, WG: gl.constexpr, D: gl.constexpr, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr,
+                 STAGES: gl.constexpr, CAUSAL: gl.constexpr, MASK_KIND: gl.constexpr, NO_SOFTMAX: gl.constexpr,
+                 NO_PV: gl.constexpr, MASK_TMA: gl.constexpr, PERSISTENT: gl.constexpr):
     """One warpgroup's rows of a work item (`where`: _program's answer; this program's it-th item; its key tiles at
-    ring positions t0 on):
-    FA3's loop over the loader's ring, then O out. Under MASK_TMA a K slot is released only once this warpgroup has
-    also read its rows of the slot's mask tile. Persistent: the Q buffer is released after the last QKᵀ, so the
-    next item's Q loads under this one's last softmax, PV and store, and O goes out from registers (the Q buffer,
-    which carries O by TMA otherwise, is by then the next item's). Returns the next item's first ring position."""
+    ring positions t0 on): FA3's loop over the loader's ring, then O out. Under MASK_TMA a K slot is released only
+    once this warpgroup has also read its rows of the slot's mask tile. Persistent: the Q buffer is released after
+    the last QKᵀ, so the next item's Q loads under this one's last softmax, PV and store, and O goes out from
+    registers (the Q buffer, which carries O by TMA otherwise, is by then the next item's). Returns the next item's
+    first ring position."""
     q_bars, q_empty, k_full, v_full, k_empty, v_empty = bars
     M, smb, smh, smm, smn, mask_desc, mask_smem = mask
     b, h, hk, start_m, n_tiles, m_head = where
@@ -347,23 +343,24 @@ def _attend_item(where, t0, it, q_desc, o_desc, o_ptr, o_strides, q_smem, k_smem
 def _consumer(q_desc, o_desc, o_ptr, o_strides, q_smem, k_smem, v_smem, bars, mask, work, where, N, H, GROUP,
               qk_scale, mask_scale, inv_n, WG: gl.constexpr, D: gl.constexpr, BLOCK_M: gl.constexpr,
               BLOCK_N: gl.constexpr, STAGES: gl.constexpr, CAUSAL: gl.constexpr, MASK_KIND: gl.constexpr,
-              NO_SOFTMAX: gl.constexpr, NO_PV: gl.constexpr, MASK_TMA: gl.constexpr, HEAVY_FIRST: gl.constexpr, PERSISTENT: gl.constexpr):
+              NO_SOFTMAX: gl.constexpr, NO_PV: gl.constexpr, MASK_TMA: gl.constexpr, HEAVY_FIRST: gl.constexpr,
+              PERSISTENT: gl.constexpr):
     """One warpgroup: its rows of each of this program's work items (one item unless persistent)."""
-    pid, order, starts = work
+    pid, nprog, total = work
     M, smb, smh, smm, smn, mask_desc, mask_smem = mask
-    if PERSISTENT:  # this program's items: order[starts[pid]:starts[pid + 1]] (attnlab.triton.schedule)
+    if PERSISTENT:
         t0 = 0
         it = 0
-        for k in range(gl.load(starts + pid), gl.load(starts + pid + 1)):
-            where = _program(gl.load(order + k), M, smb, smh, N, H, GROUP, BLOCK_M, BLOCK_N, CAUSAL, HEAVY_FIRST)
+        for item in range(pid, total, nprog):
+            where = _program(item, M, smb, smh, N, H, GROUP, BLOCK_M, BLOCK_N, CAUSAL, HEAVY_FIRST)
             t0 = _attend_item(where, t0, it, q_desc, o_desc, o_ptr, o_strides, q_smem, k_smem, v_smem, bars, mask,
-                              N, H, GROUP, qk_scale, mask_scale, inv_n, WG, D, BLOCK_M, BLOCK_N, STAGES, CAUSAL,
-                              MASK_KIND, NO_SOFTMAX, NO_PV, MASK_TMA, HEAVY_FIRST, True)
+                              N, qk_scale, mask_scale, inv_n, WG, D, BLOCK_M, BLOCK_N, STAGES, CAUSAL, MASK_KIND,
+                              NO_SOFTMAX, NO_PV, MASK_TMA, True)
             it += 1
     else:
-        _attend_item(where, 0, 0, q_desc, o_desc, o_ptr, o_strides, q_smem, k_smem, v_smem, bars, mask, N, H, GROUP,
-                     qk_scale, mask_scale, inv_n, WG, D, BLOCK_M, BLOCK_N, STAGES, CAUSAL, MASK_KIND, NO_SOFTMAX,
-                     NO_PV, MASK_TMA, HEAVY_FIRST, False)
+        _attend_item(where, 0, 0, q_desc, o_desc, o_ptr, o_strides, q_smem, k_smem, v_smem, bars, mask, N, qk_scale,
+                     mask_scale, inv_n, WG, D, BLOCK_M, BLOCK_N, STAGES, CAUSAL, MASK_KIND, NO_SOFTMAX, NO_PV,
+                     MASK_TMA, False)
 
 
 @gluon.jit
@@ -394,19 +391,18 @@ def _program(item, M, smb, smh, N, H, GROUP, BLOCK_M: gl.constexpr, BLOCK_N: gl.
 # fails in Triton 3.6's lowering (PassManager::run failed; seen on the H200, reproduced offline).
 @gluon.jit(do_not_specialize=["N"])
 def fused_gluon_kernel(q_desc, k_desc, v_desc, o_desc, o_ptr, sob, soh, son, M, smb, smh, smm, smn, mask_desc, N, H,
-                       GROUP, order, starts, qk_scale, mask_scale, inv_n, D: gl.constexpr, BLOCK_M: gl.constexpr,
+                       GROUP, total, qk_scale, mask_scale, inv_n, D: gl.constexpr, BLOCK_M: gl.constexpr,
                        BLOCK_N: gl.constexpr, STAGES: gl.constexpr, CAUSAL: gl.constexpr, MASK_KIND: gl.constexpr,
                        NO_SOFTMAX: gl.constexpr, NO_PV: gl.constexpr, HEAVY_FIRST: gl.constexpr,
                        MASK_TMA: gl.constexpr, MASK_B: gl.constexpr, MASK_H: gl.constexpr,
                        CONSUMER_REGS: gl.constexpr, num_warps: gl.constexpr, PERSISTENT: gl.constexpr = False):
-    """grid (cdiv(N, 2·BLOCK_M)·B·H,): a program a work item; PERSISTENT: any smaller grid (one program an SM), each
-    program taking the items order[starts[pid]:starts[pid + 1]] (int32; attnlab.triton.schedule). num_warps = 4 (the
-    default partition is consumer 0). q/k/v/o descriptors over (B, H or Hkv, N, D) with (1, 1, BLOCK_M or BLOCK_N,
-    D) boxes; o_ptr and its (batch, head, row) strides for the persistent kernel's O stores; M the
-    (B, H, N, N)-strided mask or any pointer when MASK_KIND = 0; qk_scale = scale·log2 e (natural scale under NO_SOFTMAX).
-    MASK_TMA: the mask tiles come through `mask_desc`, a descriptor over the mask's (B or 1, H or 1, N, N) with a
-    (1, 1, 2·BLOCK_M, BLOCK_N) box (MASK_B, MASK_H: 1 where the mask varies over batch, heads); else `mask_desc` is
-    an unused placeholder."""
+    """grid (total,) with total = cdiv(N, 2·BLOCK_M)·B·H work items, one a program; PERSISTENT: any smaller grid
+    (one program an SM), each program taking items pid, pid + grid, … . num_warps = 4 (the default partition is
+    consumer 0). q/k/v/o descriptors over (B, H or Hkv, N, D) with (1, 1, BLOCK_M or BLOCK_N, D) boxes; o_ptr and
+    its (batch, head, row) strides for the persistent kernel's O stores; M the (B, H, N, N)-strided mask or any
+    pointer when MASK_KIND = 0; qk_scale = scale·log2 e (natural scale under NO_SOFTMAX). MASK_TMA: the mask tiles
+    come through `mask_desc`, a descriptor over the mask's (B or 1, H or 1, N, N) with a (1, 1, 2·BLOCK_M, BLOCK_N)
+    box (MASK_B, MASK_H: 1 where the mask varies over batch, heads); else `mask_desc` is an unused placeholder."""
     dtype: gl.constexpr = q_desc.dtype
     q_smem = gl.allocate_shared_memory(dtype, [ROWS_PER_PROGRAM, 1, 1, BLOCK_M, D], q_desc.layout)
     k_smem = gl.allocate_shared_memory(dtype, [STAGES, 1, 1, BLOCK_N, D], k_desc.layout)
@@ -432,6 +428,7 @@ def fused_gluon_kernel(q_desc, k_desc, v_desc, o_desc, o_ptr, sob, soh, son, M, 
         mbarrier.init(v_empty.index(i), count=ROWS_PER_PROGRAM)
     fence_async_shared()
     pid = gl.program_id(0)
+    nprog = gl.num_programs(0)
     b, h, hk, start_m, n_tiles, m_head = _program(pid, M, smb, smh, N, H, GROUP, BLOCK_M, BLOCK_N, CAUSAL,
                                                   HEAVY_FIRST)  # one item a program; persistent: each finds its own
     # Each partition's arguments are written out where it is named: a tuple assigned to a name turns its constexprs
@@ -439,19 +436,19 @@ def fused_gluon_kernel(q_desc, k_desc, v_desc, o_desc, o_ptr, sob, soh, son, M, 
     gl.warp_specialize([
         (_consumer, (q_desc, o_desc, o_ptr, (sob, soh, son), q_smem, k_smem, v_smem,
                      (q_bars, q_empty, k_full, v_full, k_empty, v_empty),
-                     (M, smb, smh, smm, smn, mask_desc, mask_smem), (pid, order, starts),
+                     (M, smb, smh, smm, smn, mask_desc, mask_smem), (pid, nprog, total),
                      (b, h, hk, start_m, n_tiles, m_head), N, H, GROUP, qk_scale,
                      mask_scale, inv_n, 0, D, BLOCK_M, BLOCK_N, STAGES, CAUSAL, MASK_KIND, NO_SOFTMAX, NO_PV,
                      MASK_TMA, HEAVY_FIRST, PERSISTENT)),
         (_consumer, (q_desc, o_desc, o_ptr, (sob, soh, son), q_smem, k_smem, v_smem,
                      (q_bars, q_empty, k_full, v_full, k_empty, v_empty),
-                     (M, smb, smh, smm, smn, mask_desc, mask_smem), (pid, order, starts),
+                     (M, smb, smh, smm, smn, mask_desc, mask_smem), (pid, nprog, total),
                      (b, h, hk, start_m, n_tiles, m_head), N, H, GROUP, qk_scale,
                      mask_scale, inv_n, 1, D, BLOCK_M, BLOCK_N, STAGES, CAUSAL, MASK_KIND, NO_SOFTMAX, NO_PV,
                      MASK_TMA, HEAVY_FIRST, PERSISTENT)),
         (_loader, (q_desc, k_desc, v_desc, q_smem, k_smem, v_smem,
                    (q_bars, q_empty, k_full, v_full, k_empty, v_empty), (M, smb, smh, smm, smn, mask_desc, mask_smem),
-                   (pid, order, starts),
+                   (pid, nprog, total),
                    (b, h, hk, start_m, n_tiles, m_head), N, H, GROUP, BLOCK_M, BLOCK_N,
                    STAGES, CAUSAL, HEAVY_FIRST, NO_PV, MASK_TMA, MASK_B, MASK_H, PERSISTENT)),
     ], [4, 1], [CONSUMER_REGS, 24])
@@ -519,16 +516,10 @@ def launch(q, k, v, o, mask, mask_strides, mask_kind, *, N, H, group, qk_scale, 
     q_desc = descriptor(q, BM)
     md = mask_descriptor(mask, ROWS_PER_PROGRAM.value * BM, BN) if (mask_kind and tiles.mask_tma) else None
     mask_desc, vary_b, vary_h = md if md else (q_desc, 0, 0)
-    n_blocks = triton.cdiv(N, ROWS_PER_PROGRAM.value * BM)
-    total = n_blocks * q.shape[0] * H
+    total = triton.cdiv(N, ROWS_PER_PROGRAM.value * BM) * q.shape[0] * H
     grid = (min(total, sm_count(q.device)) if tiles.persistent else total,)
-    if tiles.persistent:
-        order, starts = schedule.device_work_list(n_blocks, q.shape[0] * H, ROWS_PER_PROGRAM.value * BM, BN, N, causal,
-                                                  tiles.heavy_first, grid[0], q.device)
-    else:
-        order = starts = o_t  # unused
     fused_gluon_kernel[grid](q_desc, descriptor(k, BN), descriptor(v, BN), descriptor(o_t, BM), o_t,
-                             *o_t.stride()[:3], mask, *mask_strides, mask_desc, N, H, group, order, starts, qk_scale,
+                             *o_t.stride()[:3], mask, *mask_strides, mask_desc, N, H, group, total, qk_scale,
                              mask_scale, inv_n, D=q.shape[-1], BLOCK_M=BM, BLOCK_N=BN, STAGES=tiles.num_stages,
                              CAUSAL=causal, MASK_KIND=mask_kind, NO_SOFTMAX=no_softmax, NO_PV=no_pv,
                              HEAVY_FIRST=tiles.heavy_first, MASK_TMA=md is not None, MASK_B=vary_b, MASK_H=vary_h,

@@ -147,7 +147,7 @@ def _gluon_info(kernel: str, D: int, causal: bool, tiles: config.Tiles, mask_kin
             sig["mask_desc"] = sig["q_desc"]  # the placeholder the launcher passes
         values.update(NO_PV=False, MASK_TMA=mask_tma, MASK_B=0, MASK_H=0, CONSUMER_REGS=fused_gluon.CONSUMER_REGS,
                       PERSISTENT=tiles.persistent)
-        sig["order"] = sig["starts"] = "*i32" if tiles.persistent else f"*{dtype}"  # the launcher's placeholder
+        sig["total"] = "i32"
     for a in ("smb", "smh", "smm", "smn", "N", "H", "GROUP") + (("sob", "soh", "son") if kernel == "fused" else ()):
         if _becomes_constant(fn, a, ints[a]):
             sig[a], constexprs[a] = "constexpr", 1
