@@ -103,8 +103,9 @@ def bench_all(ns, ds, tiles_by_d, causals, ablations):
             with config.forced("fused", t):
                 try:
                     o = launch.fused(q, k, v, causal=causal)
-                    b_ = max(1, B // 8)  # the oracle on a slice keeps the check quick
-                    verdict = accuracy.judge(o[:b_], q[:b_], k[:b_], v[:b_], causal=causal)
+                    # the fp64 oracle on one batch and four heads: all 32 heads at N = 16384 asked for 64 GiB and
+                    # ran out of memory before the candidates were timed (session 7, calls 2 and 5)
+                    verdict = accuracy.judge(o[:1, :4], q[:1, :4], k[:1, :4], v[:1, :4], causal=causal)
                     res[f"{label}{'' if verdict.ok else ' FAILS'}"] = timed(lambda: launch.fused(q, k, v, causal=causal))
                 except Exception as e:  # noqa: BLE001
                     print(f"{D} {causal} {N} {label}: {type(e).__name__}: {str(e)[:200]}", flush=True)
