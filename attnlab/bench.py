@@ -5,10 +5,12 @@
 
 Each case: the first call timed alone (compile), then triton.testing.do_bench's median (device events, L2 flushed
 between repetitions) over replays of a CUDA graph of the call (the sweep's timer; the row's `timer` says when a call
-could not be captured and was timed eagerly). TF/s count 4·B·H·N²·D FLOPs, halved for causal. Our builds are checked against the fp64 oracle
-at every benchmarked shape (FlashAttention's accuracy rule, on a slice of B·H when the oracle would be too large).
-`qk_softmax` is also set against its floor: P written once and read once at the run's measured copy bandwidth,
-plus QKᵀ at the run's measured matmul rate.
+could not be captured and was timed eagerly). TF/s count 4·B·H·N²·D FLOPs, halved for causal. Our builds are checked
+against the fp64 oracle at every benchmarked shape (FlashAttention's accuracy rule, on a slice of B·H when the
+oracle would be too large). Each row also carries its build's peak allocation (a pass of its own after timing, as
+the sweep measures it) and, for compiled FlexAttention, whether anything compiled while it was timed. `qk_softmax`
+is also set against its floor: P written once and read once at the run's measured copy bandwidth, plus QKᵀ at the
+run's measured matmul rate.
 """
 from __future__ import annotations
 
@@ -21,7 +23,8 @@ import sys
 import torch
 
 from attnlab import model
-from attnlab.measure import cold_call, graphed, make_inputs, one_line, spin_up
+from attnlab.measure import (COMPILED, _dynamo_reset, _graphs, cold_call, graphed, make_inputs, one_line, peak_pass,
+                             spin_up)
 
 TOKENS, WIDTH = 16384, 2048
 BUILDS = ("fused", "qk_softmax", "materialised", "sdpa_flash", "sdpa_cudnn", "flex")
@@ -54,34 +57,57 @@ def oracle_check(name, o, q, k, v, causal):
     return measure.judge_slice(case, b, h, o, q, k, v)
 
 
-def time_case(name, q, k, v, causal):
-    """(cold seconds, warm median ms, status, output, timer). The warm time is triton.testing.do_bench's median over
-    replays of one CUDA graph of the call (attnlab.measure.graphed, as the sweep times): at N = 512 launching a call
-    from Python can take longer than its kernels (the Gluon kernel's host side did, 2026-11-29 run 14), and the
-    library rows launch from C++. A call that cannot be captured is timed eagerly and says so in `timer`."""
+def time_case(name, q, k, v, causal) -> dict:
+    """cold_s, ms (warm median), status, o (the output), timer, peak_bytes and, for a torch.compile'd build,
+    compile_note. The warm time is triton.testing.do_bench's median over replays of one CUDA graph of the call
+    (attnlab.measure.graphed, as the sweep times): at N = 512 launching a call from Python can take longer than its
+    kernels (the Gluon kernel's host side did, 2026-11-29 run 14), and the library rows launch from C++. A call that
+    cannot be captured is timed eagerly and says so in `timer`. As in the sweep, a compiled build (flex) starts each
+    shape from a reset torch._dynamo (a bench of many shapes never reaches its recompile limit) and its row says so,
+    and says if anything compiled while it was timed; peak_bytes comes from a pass of its own after the timing."""
     import triton.testing
 
     from attnlab import builds
 
     b = builds.get(name)
     dev = torch.device("cuda")
+    compiled = b.base in COMPILED
 
     def fn():
         return b.attend(q, k, v, causal=causal)
 
+    nan = float("nan")
     graphs: list = []
     try:
+        if compiled:
+            _dynamo_reset()
+            g0 = _graphs()
         cold, o = cold_call(fn, dev)
+        if compiled:
+            g1 = _graphs()
         run_, why = graphed(fn, dev, graphs)
         ms = triton.testing.do_bench(run_, warmup=100, rep=100, return_mode="median")
-        return cold, ms, "ok", o, "do_bench+graph" if graphs else f"do_bench ({why})"
+        graphs.clear()  # the graph's pool would count in the peak below
+        out = dict(cold_s=cold, ms=ms, status="ok", o=o, timer="do_bench+graph" if run_ is not fn else
+                   f"do_bench ({why})")
+        if compiled:
+            g2 = _graphs()
+            out["compile_note"] = (f"torch._dynamo reset before the first call; {g1 - g0} graph(s) compiled there, "
+                                   f"{g2 - g1} while timing" + (": RECOMPILED during timing, the warm numbers include "
+                                                                  "compilation" if g2 > g1 else ""))
+        try:  # a peak pass that runs out of memory loses the peak, not the time measured above
+            out["peak_bytes"] = peak_pass(fn, dev)[0]
+        except torch.OutOfMemoryError:
+            torch.cuda.empty_cache()
+            out["peak_bytes"] = nan
+        return out
     except builds.Unsupported as e:
-        return float("nan"), float("nan"), f"unsupported: {e}", None, ""
+        return dict(cold_s=nan, ms=nan, status=f"unsupported: {e}", o=None, timer="")
     except torch.OutOfMemoryError:
         torch.cuda.empty_cache()
-        return float("nan"), float("nan"), "oom", None, ""
+        return dict(cold_s=nan, ms=nan, status="oom", o=None, timer="")
     except Exception as e:  # noqa: BLE001 - a failing row is recorded, the benchmark goes on
-        return float("nan"), float("nan"), one_line(f"error: {type(e).__name__}: {e}", 600), None, ""
+        return dict(cold_s=nan, ms=nan, status=one_line(f"error: {type(e).__name__}: {e}", 600), o=None, timer="")
     finally:
         graphs.clear()  # frees the graph and its memory pool
 
@@ -119,10 +145,10 @@ def run(args) -> "pandas.DataFrame":  # noqa: F821
         spec = check(q, k, v, causal=causal)
         flops = model.flops(shape)
         for name in names:
-            cold, ms, status, o, timer = time_case(name, q, k, v, causal)
+            timed = time_case(name, q, k, v, causal)
+            o, ms = timed.pop("o"), timed["ms"]
             row = dict(build=name, B=B, H=H, N=N, D=D, dtype=str(dtype).removeprefix("torch."), causal=causal,
-                       status=status, cold_s=cold, ms=ms, tflops=flops / ms / 1e9 if ms == ms else float("nan"),
-                       timer=timer)
+                       **timed, tflops=flops / ms / 1e9 if ms == ms else float("nan"))
             if name in OURS:
                 row["tiles"] = json.dumps(launch.tile_config(name, spec))
                 if o is not None:

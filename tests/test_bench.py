@@ -58,8 +58,9 @@ def test_run_writes_one_checked_row_per_build_and_shape(monkeypatch, tmp_path):
     monkeypatch.setattr(model, "measure_ceilings", lambda dev, dt: dict(tbps=1.0, tflops=1.0))
     monkeypatch.setattr(bench, "shapes", lambda dtypes, ns, quick: [(1, 2, 40, 16, torch.float32, True)])
 
-    def fake_time(name, q, k, v, causal):  # the real attention, a made-up time
-        return 0.1, 2.0, "ok", builds.get(name).attend(q, k, v, causal=causal), "do_bench+graph"
+    def fake_time(name, q, k, v, causal):  # the real attention, a made-up time and peak
+        return dict(cold_s=0.1, ms=2.0, status="ok", o=builds.get(name).attend(q, k, v, causal=causal),
+                    timer="do_bench+graph", peak_bytes=1234.0)
 
     monkeypatch.setattr(bench, "time_case", fake_time)
     args = argparse.Namespace(dtypes="float32", ns="40", builds="fused,qk_softmax,sdpa_math", quick=True,
@@ -70,4 +71,55 @@ def test_run_writes_one_checked_row_per_build_and_shape(monkeypatch, tmp_path):
     assert df.loc[df.build == "qk_softmax", "floor_ms"].item() > 0
     assert df.tflops.tolist() == pytest.approx([4 * 2 * 40 * 40 * 16 / 2 / 2.0 / 1e9] * 3)
     assert (df.timer == "do_bench+graph").all()  # each row says how it was timed
+    assert (df.peak_bytes == 1234.0).all()  # each row carries its build's peak allocation
     assert (tmp_path / "bench.csv").exists()
+
+
+class _FakeBuild:
+    def __init__(self, base):
+        self.base = base
+
+    def attend(self, q, k, v, causal=False):
+        return torch.zeros_like(q)
+
+
+def _cpu_timing(monkeypatch, base, graph_counts, peak=lambda fn, dev: (99.0, "", None)):
+    """time_case's GPU pieces stood in for: the build, torch._dynamo's graph counter, the timer, the peak pass."""
+    import triton.testing
+
+    from attnlab import builds
+
+    counts = iter(graph_counts)
+    resets = []
+    monkeypatch.setattr(builds, "get", lambda name: _FakeBuild(base))
+    monkeypatch.setattr(bench, "_dynamo_reset", lambda: resets.append(1))
+    monkeypatch.setattr(bench, "_graphs", lambda: next(counts))
+    monkeypatch.setattr(bench, "cold_call", lambda fn, dev: (0.5, fn()))
+    monkeypatch.setattr(bench, "graphed", lambda fn, dev, graphs: (fn, "no graph here"))
+    monkeypatch.setattr(triton.testing, "do_bench", lambda fn, **kw: (fn(), 1.5)[1])
+    monkeypatch.setattr(bench, "peak_pass", peak)
+    q = torch.zeros(1, 1, 8, 4)
+    return bench.time_case("flex" if base == "flex" else "fused", q, q, q, False), resets
+
+
+def test_a_compiled_build_starts_each_shape_from_a_reset_dynamo_and_says_if_it_recompiled(monkeypatch):
+    """Lab guard (GUIDE.md): a benchmark of many shapes must not reach torch._dynamo's recompile limit (the sweep
+    resets it per shape; so does the bench), and a warm time that includes a compile must say so."""
+    out, resets = _cpu_timing(monkeypatch, "flex", [10, 11, 11])
+    assert resets == [1] and out["status"] == "ok" and out["ms"] == 1.5 and out["peak_bytes"] == 99.0
+    assert "1 graph(s) compiled there, 0 while timing" in out["compile_note"]
+    assert "RECOMPILED" not in out["compile_note"] and out["timer"] == "do_bench (no graph here)"
+    out, _ = _cpu_timing(monkeypatch, "flex", [10, 11, 13])
+    assert "2 while timing: RECOMPILED during timing" in out["compile_note"]
+    out, resets = _cpu_timing(monkeypatch, "fused", [])  # not compiled: no reset, no note
+    assert resets == [] and "compile_note" not in out
+
+
+def test_a_peak_pass_out_of_memory_keeps_the_measured_time(monkeypatch):
+    monkeypatch.setattr(bench.torch.cuda, "empty_cache", lambda: None)
+
+    def oom(fn, dev):
+        raise torch.OutOfMemoryError("no room")
+
+    out, _ = _cpu_timing(monkeypatch, "fused", [], peak=oom)
+    assert out["status"] == "ok" and out["ms"] == 1.5 and out["peak_bytes"] != out["peak_bytes"]  # NaN
