@@ -23,8 +23,7 @@ import sys
 import torch
 
 from attnlab import model
-from attnlab.measure import (COMPILED, _dynamo_reset, _graphs, cold_call, graphed, make_inputs, one_line, peak_pass,
-                             spin_up)
+from attnlab.measure import CompileWatch, cold_call, graphed, make_inputs, one_line, peak_pass, spin_up
 
 TOKENS, WIDTH = 16384, 2048
 BUILDS = ("fused", "qk_softmax", "materialised", "sdpa_flash", "sdpa_cudnn", "flex")
@@ -71,7 +70,6 @@ def time_case(name, q, k, v, causal) -> dict:
 
     b = builds.get(name)
     dev = torch.device("cuda")
-    compiled = b.base in COMPILED
 
     def fn():
         return b.attend(q, k, v, causal=causal)
@@ -79,22 +77,14 @@ def time_case(name, q, k, v, causal) -> dict:
     nan = float("nan")
     graphs: list = []
     try:
-        if compiled:
-            _dynamo_reset()
-            g0 = _graphs()
+        watch = CompileWatch(b.base)
         cold, o = cold_call(fn, dev)
-        if compiled:
-            g1 = _graphs()
+        watch.cold_done()
         run_, why = graphed(fn, dev, graphs)
         ms = triton.testing.do_bench(run_, warmup=100, rep=100, return_mode="median")
         graphs.clear()  # the graph's pool would count in the peak below
         out = dict(cold_s=cold, ms=ms, status="ok", o=o, timer="do_bench+graph" if run_ is not fn else
-                   f"do_bench ({why})")
-        if compiled:
-            g2 = _graphs()
-            out["compile_note"] = (f"torch._dynamo reset before the first call; {g1 - g0} graph(s) compiled there, "
-                                   f"{g2 - g1} while timing" + (": RECOMPILED during timing, the warm numbers include "
-                                                                  "compilation" if g2 > g1 else ""))
+                   f"do_bench ({why})", **watch.note())
         try:  # a peak pass that runs out of memory loses the peak, not the time measured above
             out["peak_bytes"] = peak_pass(fn, dev)[0]
         except torch.OutOfMemoryError:

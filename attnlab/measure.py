@@ -372,6 +372,36 @@ def _graphs() -> int:
     return int(torch._dynamo.utils.counters["stats"]["unique_graphs"])
 
 
+class CompileWatch:
+    """For a build that goes through torch.compile (COMPILED): torch._dynamo reset before its cold call, then the
+    graphs compiled at that call and while the warm calls were timed, for the row's compile_note (the sweep's rows and
+    attnlab bench's alike). Does nothing for the other builds.
+
+        watch = CompileWatch(build.base)   # before the cold call
+        watch.cold_done()                  # after it
+        row.update(watch.note())           # after the timing: {} or {"compile_note": ...}"""
+
+    def __init__(self, base: str):
+        self.on = base in COMPILED
+        if self.on:
+            _dynamo_reset()
+            self.g0 = _graphs()
+
+    def cold_done(self) -> None:
+        if self.on:
+            self.g1 = _graphs()
+
+    def note(self) -> dict:
+        if not self.on:
+            return {}
+        g2 = _graphs()
+        note = (f"torch._dynamo reset before the first call; {self.g1 - self.g0} graph(s) compiled there, "
+                f"{g2 - self.g1} while timing")
+        if g2 > self.g1:
+            note += ": RECOMPILED during timing, the warm numbers include compilation"
+        return {"compile_note": note}
+
+
 # -- the row ------------------------------------------------------------------------------------------------------
 
 def blank_row() -> dict:
@@ -425,7 +455,6 @@ def measure(case: Case, *, ceilings: dict, reps_ms: float = 100.0, warmup_ms: fl
     build = builds.get(case.build)
     row = base_row(case, ceilings=ceilings, run_id=run_id)
     dev = torch.device(case.device)
-    compiled = build.base in COMPILED
     q = k = v = o = None
     try:
         q, k, v = make_inputs(case, seed)
@@ -436,12 +465,9 @@ def measure(case: Case, *, ceilings: dict, reps_ms: float = 100.0, warmup_ms: fl
         def call():
             return build.attend(q, k, v, causal=case.causal)
 
-        if compiled:
-            _dynamo_reset()
-            g0 = _graphs()
+        watch = CompileWatch(build.base)
         row["cold_s"] = cold_call(call, dev)[0]
-        if compiled:
-            g1 = _graphs()
+        watch.cold_done()
 
         acc = torch.zeros((), dtype=torch.float32, device=dev)
         calls = [0]
@@ -463,12 +489,7 @@ def measure(case: Case, *, ceilings: dict, reps_ms: float = 100.0, warmup_ms: fl
         row["host_ms"] = host_ms(step, dev, calls=20 if row["ms"] < 1 else 3)
         row["timing_note"] = "; ".join(
             x for x in (why, "" if graphed_ok else timing_note(row["ms"], row["host_ms"])) if x)
-        if compiled:
-            g2 = _graphs()
-            row["compile_note"] = (f"torch._dynamo reset before the first call; {g1 - g0} graph(s) compiled there, "
-                                   f"{g2 - g1} while timing")
-            if g2 > g1:
-                row["compile_note"] += ": RECOMPILED during timing, the warm numbers include compilation"
+        row.update(watch.note())
 
         peak, row["peak_note"], o = peak_pass(call, dev)
         row.update(peak_bytes=peak, alloc_flag=alloc_flag(peak, row["hold_bytes"], build.holds))

@@ -87,13 +87,13 @@ def _cpu_timing(monkeypatch, base, graph_counts, peak=lambda fn, dev: (99.0, "",
     """time_case's GPU pieces stood in for: the build, torch._dynamo's graph counter, the timer, the peak pass."""
     import triton.testing
 
-    from attnlab import builds
+    from attnlab import builds, measure
 
     counts = iter(graph_counts)
     resets = []
     monkeypatch.setattr(builds, "get", lambda name: _FakeBuild(base))
-    monkeypatch.setattr(bench, "_dynamo_reset", lambda: resets.append(1))
-    monkeypatch.setattr(bench, "_graphs", lambda: next(counts))
+    monkeypatch.setattr(measure, "_dynamo_reset", lambda: resets.append(1))
+    monkeypatch.setattr(measure, "_graphs", lambda: next(counts))
     monkeypatch.setattr(bench, "cold_call", lambda fn, dev: (0.5, fn()))
     monkeypatch.setattr(bench, "graphed", lambda fn, dev, graphs: (fn, "no graph here"))
     monkeypatch.setattr(triton.testing, "do_bench", lambda fn, **kw: (fn(), 1.5)[1])
