@@ -203,8 +203,7 @@ def main(argv: list[str] | None = None) -> int:
         rows = _in_parallel(child_argv, args.jobs, len(cases))
         for r in rows:
             if str(r["status"]).startswith("FAIL"):
-                print(f"  FAIL {r['build']} shape {r['shape']}: {r['status']} err={r.get('err')} "
-                      f"limit={r.get('limit')}", flush=True)
+                _print_fail(r, f"shape {r['shape']}")
         if args.out:
             import pandas as pd
 
@@ -219,16 +218,19 @@ def main(argv: list[str] | None = None) -> int:
                 import pandas as pd
 
                 pd.DataFrame(rows).to_csv(args.out, index=False)  # rewritten per shape: a crash loses no finished row
-            fails = [r for r in rows[-len(names):] if r["status"].startswith("FAIL")]
-            for r in fails:
-                print(f"  FAIL {r['build']} {case}: {r['status']} err={r.get('err')} limit={r.get('limit')}",
-                      flush=True)
+            for r in rows[-len(names):]:
+                if r["status"].startswith("FAIL"):
+                    _print_fail(r, case)
     print(summarise(rows))
     n_fail = sum(str(r["status"]).startswith("FAIL") for r in rows)
     n_skip = sum(str(r["status"]).startswith(("unsupported", "oom")) for r in rows)
     print(f"gate: {len(rows) - n_fail - n_skip} passed, {n_fail} failed, {n_skip} skipped "
           f"(unsupported or oom; {time.time() - t0:.0f} s)")
     return 1 if n_fail else 0
+
+
+def _print_fail(row: dict, where) -> None:
+    print(f"  FAIL {row['build']} {where}: {row['status']} err={row.get('err')} limit={row.get('limit')}", flush=True)
 
 
 def _without(argv: list[str], options: tuple[str, ...]) -> list[str]:
