@@ -1,7 +1,7 @@
 """Kernel benchmark: our builds against FlashAttention-2 (sdpa_flash), cuDNN (sdpa_cudnn) and compiled FlexAttention.
 
     attnlab bench [--quick] [--out DIR]      FlashAttention's convention: B·N = 16384 tokens, H·D = 2048
-    attnlab bench --autotune [--out DIR]     re-run the sweep that chose attnlab.triton.config.TABLE
+    attnlab bench --autotune [--out DIR]     re-run the sweep that chose attnlab.triton.config.TABLE (attnlab.autotune)
 
 Each case: the first call timed alone (compile), then triton.testing.do_bench's median (device events, L2 flushed
 between repetitions) over replays of a CUDA graph of the call (the sweep's timer; the row's `timer` says when a call
@@ -47,13 +47,14 @@ def _case(name, B, H, N, D, dtype, causal, device="cuda"):
 
 
 def oracle_check(name, o, q, k, v, causal):
-    """Accuracy on the batch·head slice whose fp64 scores fit the harness's budget (attnlab.measure.ref_slice)."""
-    from attnlab import measure
+    """Accuracy of build `name` (an ablation against its own stand-in's reference) on the batch·head slice whose
+    fp64 scores fit the harness's budget (attnlab.measure.ref_slice)."""
+    from attnlab import builds, measure
 
     B, H, N, D = q.shape
     case = measure.Case(name, B, H, k.shape[1], N, D, q.dtype, causal, str(q.device))
     b, h, _ = measure.ref_slice(case, measure.REF_BUDGET)
-    return measure.judge_slice(case, b, h, o, q, k, v)
+    return measure.judge_slice(case, b, h, o, q, k, v, builds.get(name).ablation)
 
 
 def time_case(name, q, k, v, causal) -> dict:
@@ -188,69 +189,6 @@ def ratios(df):
     return out
 
 
-def autotune(args):
-    """Time every candidate tile configuration of `fused` and `qk_softmax` (and the PV kernel) at N = 4096."""
-    import triton.testing
-
-    from attnlab import builds
-    from attnlab.triton import config
-
-    dtype = getattr(torch, args.dtypes.split(",")[0])
-    base = [(128, 64, 8, 3), (128, 128, 8, 3), (128, 64, 4, 3), (64, 64, 4, 3), (128, 128, 8, 2), (128, 64, 8, 2)]
-    wide = [config.Tiles(*b, tma=tma) for b in base for tma in (False, True)] + [
-        config.Tiles(128, 32, 4, 3), config.Tiles(64, 32, 4, 2), config.Tiles(128, 128, 4, 3)]
-    wide += [config.Tiles(*b, heavy_first=True) for b in base[:4]]  # launch order: PERFORMANCE.md v6
-    # paired rows (v8): two row blocks per program sharing K/V, one's softmax overlapping the other's PV
-    wide += [config.Tiles(128, 64, 8, 3, paired=True), config.Tiles(128, 64, 8, 3, paired=True, tma=True),
-             config.Tiles(64, 64, 4, 3, paired=True), config.Tiles(128, 64, 8, 3, heavy_first=True, paired=True)]
-    # the warp-specialised Gluon kernel (v10; it compiles for D = 64 and 128, the only D tuned here; 16-bit only:
-    # launch.fused refuses it for fp32 with one error, recorded as a failed candidate)
-    wide += [config.Tiles(64, 128, 4, s, heavy_first=h, gluon=True) for s in (2, 3) for h in (False, True)]
-    wide += [config.Tiles(64, 64, 4, 3, gluon=True)]
-    narrow = [config.Tiles(128, 64, 4, 3), config.Tiles(128, 64, 8, 3), config.Tiles(64, 64, 4, 3),
-              config.Tiles(128, 128, 8, 3), config.Tiles(64, 32, 4, 2), config.Tiles(128, 32, 4, 3)]
-    # qk_softmax's Gluon kernel (v12), 2 or 3 stages of the K ring
-    qk = narrow + [config.Tiles(64, 128, 4, s, heavy_first=h, gluon=True) for s in (2, 3) for h in (False, True)]
-    plan = {"fused": ("fused", wide), "qk_softmax": ("qk_softmax", qk), "pv": ("qk_softmax-no_softmax", narrow)}
-    best, entries = {}, []
-    for kernel in args.kernels.split(","):
-        build, cands = plan[kernel]
-        for D, causal in itertools.product((64, 128), (False, True)):
-            N = 4096
-            q, k, v = make_inputs(_case(build, TOKENS // N, WIDTH // D, N, D, dtype, causal))
-            results = []
-            for t in cands:
-                if t.heavy_first and not causal:  # every block does the same work: the order cannot matter
-                    continue
-                with config.forced(kernel, t):
-                    try:
-                        def fn():
-                            return builds.get(build).attend(q, k, v, causal=causal)
-
-                        fn()  # compile first, then bring the clock back up before timing
-                        spin_up(torch.device("cuda"), 0.2)
-                        ms = triton.testing.do_bench(fn, warmup=100, rep=100, return_mode="median")
-                    except Exception as e:  # noqa: BLE001 - out of shared memory etc.: not a candidate here
-                        ms = float("inf")
-                        print(f"    {kernel} {t}: {type(e).__name__}", flush=True)
-                results.append((ms, t))
-            results.sort(key=lambda r: r[0])
-            best[(kernel, D, causal)] = results[0]
-            # a Gluon entry is keyed on D exactly ("=128"): other head dims of the bucket cannot run it
-            entries.append(dict(kernel=kernel, family=config.family(q.device),
-                                D=f"={D}" if results[0][1].gluon else D, causal=causal,
-                                itemsize=q.element_size(), tiles=results[0][1].as_dict(), ms=results[0][0]))
-            print(f"  {kernel} D={D} causal={causal}: best {results[0][1]} {results[0][0]:.3f} ms; next "
-                  + "; ".join(f"{t.BLOCK_M}x{t.BLOCK_N} w{t.num_warps} s{t.num_stages}{' tma' if t.tma else ''}"
-                              f"{' heavy-first' if t.heavy_first else ''}{' paired' if t.paired else ''}"
-                              f"{' gluon' if t.gluon else ''} {ms:.3f}"
-                              for ms, t in results[1:4]), flush=True)
-    if args.out:
-        with open(os.path.join(args.out, "tiles.json"), "w") as f:
-            json.dump(entries, f, indent=1)
-    return best
-
-
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="attnlab bench", description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -258,8 +196,13 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--ns", default="512,1024,2048,4096,8192,16384")
     ap.add_argument("--builds", default=",".join(BUILDS))
     ap.add_argument("--quick", action="store_true", help="skip the untuned extra shapes")
-    ap.add_argument("--autotune", action="store_true", help="time tile candidates instead of benchmarking")
+    ap.add_argument("--autotune", action="store_true", help="time tile candidates instead of benchmarking "
+                                                            "(attnlab.autotune)")
     ap.add_argument("--kernels", default="fused,qk_softmax,pv", help="with --autotune: which kernels to tune")
+    ap.add_argument("--tune-ns", default=None, help="with --autotune: the N each candidate is timed at (default "
+                                                     "1024,4096,16384)")
+    ap.add_argument("--candidates", default=None, help="with --autotune: only these tile labels (e.g. "
+                                                        "64x128w4s2hgmc,128x64w8s3), instead of each kernel's list")
     ap.add_argument("--tiles", default=None, help="tile overrides: a tiles.json written by --autotune --out")
     ap.add_argument("--out", default=None, help="directory for bench.csv and ratios.csv (tiles.json with --autotune)")
     args = ap.parse_args(argv)
@@ -273,7 +216,18 @@ def main(argv: list[str] | None = None) -> int:
 
         config.load_overrides(args.tiles)
     if args.autotune:
-        autotune(args)
+        from attnlab import autotune
+        from attnlab.triton.resources import parse_tiles
+
+        try:
+            only = [parse_tiles(x) for x in args.candidates.split(",")] if args.candidates else None
+            ns = [int(n) for n in (args.tune_ns or autotune.TUNE_NS).split(",")]
+            for kernel in args.kernels.split(","):
+                autotune.candidates(kernel)
+        except ValueError as e:
+            print(f"attnlab bench: error: --kernels/--candidates/--tune-ns: {e}", file=sys.stderr)
+            return 2
+        autotune.run(args.kernels.split(","), getattr(torch, args.dtypes.split(",")[0]), ns, args.out, only)
         return 0
     df = run(args)
     r = ratios(df)

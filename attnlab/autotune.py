@@ -1,0 +1,128 @@
+"""The opt-in autotune sweep that chooses attnlab.triton.config.TABLE's sm90 entries (`attnlab bench --autotune`).
+
+For each kernel (fused, qk_softmax, pv), head dim D ∈ {64, 128} and causal or not, every candidate tile configuration
+is timed at several N in FlashAttention's convention (B·N = 16384, H·D = 2048) with the benchmark's own timer
+(attnlab.bench.time_case: do_bench's median over CUDA-graph replays). A candidate's score is the geometric mean over
+N of its time over the best candidate's time at that N (1.0: best everywhere); the lowest score wins, so one
+configuration serves small and large N alike (the table is keyed by D, causal and dtype, never by N). A candidate
+that fails at any N (out of shared memory, a compile error, a wrong answer) is out. When the winner is a Gluon
+configuration, which compiles for D = 64 and 128 exactly, the best Triton one also gets an entry for the rest of D's
+bucket (e.g. D = 65…127), as the table has. Results: printed, and with --out written as autotune.csv (every
+candidate at every N) and tiles.json (the winners, loadable with `--tiles` by bench and gate).
+"""
+from __future__ import annotations
+
+import itertools
+import math
+import os
+
+import torch
+
+from attnlab.triton.config import Tiles
+
+TUNE_NS = "1024,4096,16384"
+
+
+def candidates(kernel: str) -> list[Tiles]:
+    """The explicit candidate lists (PERFORMANCE.md says what each family of candidates was added for)."""
+    base = [(128, 64, 8, 3), (128, 128, 8, 3), (128, 64, 4, 3), (64, 64, 4, 3), (128, 128, 8, 2), (128, 64, 8, 2)]
+    narrow = [Tiles(128, 64, 4, 3), Tiles(128, 64, 8, 3), Tiles(64, 64, 4, 3), Tiles(128, 128, 8, 3),
+              Tiles(64, 32, 4, 2), Tiles(128, 32, 4, 3)]
+    if kernel == "pv":
+        return narrow
+    if kernel == "qk_softmax":  # its Gluon kernel (v12), 2 or 3 stages of the K ring
+        return narrow + [Tiles(64, 128, 4, s, heavy_first=h, gluon=True) for s in (2, 3) for h in (False, True)]
+    if kernel != "fused":
+        raise ValueError(f"autotune: kernel must be one of fused, qk_softmax, pv; got {kernel!r}")
+    wide = [Tiles(*b, tma=tma) for b in base for tma in (False, True)]
+    wide += [Tiles(128, 32, 4, 3), Tiles(64, 32, 4, 2), Tiles(128, 128, 4, 3)]
+    wide += [Tiles(*b, heavy_first=True) for b in base[:4]]  # launch order: v6
+    # paired rows (v8): two row blocks per program sharing K/V, one's softmax overlapping the other's PV
+    wide += [Tiles(128, 64, 8, 3, paired=True), Tiles(128, 64, 8, 3, paired=True, tma=True),
+             Tiles(64, 64, 4, 3, paired=True), Tiles(128, 64, 8, 3, heavy_first=True, paired=True)]
+    # the warp-specialised Gluon kernel (v10), its mask by TMA (v11: it changes nothing without a mask, and the
+    # zero_mask ablation should run the kernel the build does), persistent (v18). 16-bit only: launch.fused refuses
+    # it for fp32 with one error, recorded as a failed candidate.
+    gluon = [dict(BLOCK_M=64, BLOCK_N=128, num_stages=s) for s in (2, 3)] + [dict(BLOCK_M=64, BLOCK_N=64,
+                                                                                  num_stages=3)]
+    wide += [Tiles(**g, heavy_first=h, gluon=True, mask_tma=True, persistent=c)
+             for g in gluon for h in (False, True) for c in (False, True)]
+    return wide
+
+
+def pick(results, family: str, itemsize: int) -> list[dict]:
+    """The table entries a results frame (columns kernel, D, causal, N, tiles: a Tiles, ms: inf when it failed)
+    chooses: one per (kernel, D, causal), plus the best Triton one under a Gluon winner (see the module's text).
+    Each entry carries its score and its ms at every N."""
+    entries = []
+    for (kernel, D, causal), r in results.groupby(["kernel", "D", "causal"], sort=True):
+        best_at = r.groupby("N")["ms"].transform("min")
+        scored = r.assign(rel=r["ms"] / best_at)
+        score = scored.groupby("tiles", sort=False)["rel"].apply(lambda x: math.exp(sum(map(math.log, x)) / len(x)))
+        ms_by_n = r.groupby("tiles", sort=False).apply(lambda g: dict(zip(g["N"].astype(int), g["ms"])))
+        finite = score[score < math.inf].sort_values(kind="stable")
+        winners = list(finite.index[:1])
+        if winners and winners[0].gluon:
+            triton_ones = [t for t in finite.index if not t.gluon]
+            winners += triton_ones[:1]
+        for t in winners:
+            entries.append(dict(kernel=kernel, family=family, D=f"={D}" if t.gluon else int(D), causal=bool(causal),
+                                itemsize=itemsize, tiles=t.as_dict(), score=float(finite[t]),
+                                ms={int(n): float(ms) for n, ms in ms_by_n[t].items()}))
+    return entries
+
+
+def label(t: Tiles) -> str:
+    from attnlab.triton.resources import _label
+
+    return _label(t)
+
+
+def run(kernels: list[str], dtype: torch.dtype, ns: list[int], out: str | None = None,
+        only: list[Tiles] | None = None) -> list[dict]:
+    """Time the candidates (or `only` these) of each kernel on the GPU; returns pick()'s entries. A failure is a
+    row with ms = inf and its reason, never the end of the sweep; autotune.csv is rewritten after every case."""
+    import json
+
+    import pandas as pd
+
+    from attnlab.bench import TOKENS, WIDTH, _case, oracle_check, time_case
+    from attnlab.measure import make_inputs, spin_up
+    from attnlab.triton import config
+
+    plan = {"fused": "fused", "qk_softmax": "qk_softmax", "pv": "qk_softmax-no_softmax"}  # the build that runs it
+    rows = []
+    dev = torch.device("cuda")
+    spin_up(dev, 1.0)
+    for kernel in kernels:
+        build = plan[kernel]
+        cands = only if only is not None else candidates(kernel)
+        for D, causal, N in itertools.product((64, 128), (False, True), ns):
+            q, k, v = make_inputs(_case(build, TOKENS // N, WIDTH // D, N, D, dtype, causal))
+            for t in cands:
+                if t.heavy_first and not causal:  # every block does the same work: the order cannot matter
+                    continue
+                with config.forced(kernel, t):
+                    timed = time_case(build, q, k, v, causal)
+                ok = timed["status"] == "ok"
+                if ok and not oracle_check(build, timed["o"], q, k, v, causal).ok:
+                    ok, timed["status"] = False, "inaccurate"
+                del timed["o"]
+                rows.append(dict(kernel=kernel, D=D, causal=causal, N=N, tiles=t, label=label(t),
+                                 ms=timed["ms"] if ok else math.inf, status=timed["status"]))
+            del q, k, v
+            torch.cuda.empty_cache()
+            done = pd.DataFrame(rows[-len(cands):])
+            fastest = done.sort_values("ms").head(3)
+            print(f"  {kernel} D={D} causal={causal} N={N}: " + "; ".join(
+                f"{r.label} {r.ms:.4f}" for r in fastest.itertuples()), flush=True)
+            if out:
+                pd.DataFrame(rows).drop(columns="tiles").to_csv(os.path.join(out, "autotune.csv"), index=False)
+    entries = pick(pd.DataFrame(rows), config.family(dev), dtype.itemsize)
+    for e in entries:
+        print(f"  {e['kernel']} D={e['D']} causal={e['causal']}: {label(Tiles(**e['tiles']))} score "
+              f"{e['score']:.3f} ms " + " ".join(f"N={n}:{ms:.4f}" for n, ms in e["ms"].items()), flush=True)
+    if out:
+        with open(os.path.join(out, "tiles.json"), "w") as f:
+            json.dump([{k: v for k, v in e.items() if k not in ("score", "ms")} for e in entries], f, indent=1)
+    return entries

@@ -1,0 +1,81 @@
+"""The autotune sweep's choice (attnlab.autotune.pick) and its candidate lists; the GPU timing itself runs on the
+device (`attnlab bench --autotune`)."""
+import json
+import math
+
+import pandas as pd
+import pytest
+
+from attnlab import autotune, bench
+from attnlab.triton import config
+from attnlab.triton.resources import parse_tiles
+
+
+def frame(times: dict, kernel="fused", D=128, causal=False):
+    """A results frame from {label: [ms at each N]} at N = 1024, 4096, 16384."""
+    ns = (1024, 4096, 16384)
+    return pd.DataFrame([dict(kernel=kernel, D=D, causal=causal, N=n, tiles=parse_tiles(lab), ms=ms)
+                         for lab, row in times.items() for n, ms in zip(ns, row)])
+
+
+def test_the_winner_is_best_over_all_n_not_at_one():
+    """A candidate best at one N but far behind at the others loses to one a little behind everywhere."""
+    entries = autotune.pick(frame({"128x64w8s3": [1.00, 4.00, 16.0],   # best at N = 1024 only
+                                   "128x64w4s3": [1.02, 3.30, 13.0],   # 2 % behind, then best
+                                   "64x64w4s3": [1.50, 3.40, 13.1]}), "sm90", 2)
+    assert len(entries) == 1
+    e = entries[0]
+    assert config.Tiles(**e["tiles"]) == parse_tiles("128x64w4s3")
+    assert e["D"] == 128 and e["causal"] is False and e["family"] == "sm90" and e["itemsize"] == 2
+    assert e["score"] == pytest.approx((1.02 / 1.00) ** (1 / 3))
+    assert e["ms"] == {1024: 1.02, 4096: 3.30, 16384: 13.0}
+
+
+def test_a_candidate_that_failed_at_any_n_is_out():
+    entries = autotune.pick(frame({"128x128w8s3": [0.9, 3.0, math.inf],  # fastest where it ran, failed at 16384
+                                   "128x64w8s3": [1.0, 3.3, 13.0]}), "sm90", 2)
+    assert [config.Tiles(**e["tiles"]) for e in entries] == [parse_tiles("128x64w8s3")]
+
+
+def test_a_gluon_winner_brings_the_best_triton_entry_for_the_rest_of_the_bucket():
+    """The Gluon kernel compiles for D = 128 exactly ("=128"); D = 65…127 need the best Triton configuration."""
+    entries = autotune.pick(frame({"64x128w4s2gmc": [0.8, 3.0, 12.0], "128x64w8s3p": [1.0, 3.5, 14.0],
+                                   "128x64w8s3": [1.1, 3.6, 14.2]}), "sm90", 2)
+    assert [(e["D"], config.Tiles(**e["tiles"])) for e in entries] == [
+        ("=128", parse_tiles("64x128w4s2gmc")), (128, parse_tiles("128x64w8s3p"))]
+
+
+def test_each_kernel_d_and_causal_gets_its_own_entries_and_they_load_as_overrides(tmp_path):
+    r = pd.concat([frame({"128x64w8s3": [1, 2, 3], "64x64w4s3": [2, 3, 4]}, D=64, causal=c) for c in (False, True)]
+                  + [frame({"128x64w4s3": [1, 2, 3], "64x64w4s3": [0.5, 1, 2]}, kernel="pv", D=128)])
+    entries = autotune.pick(r, "interpreter", 4)
+    assert [(e["kernel"], e["D"], e["causal"]) for e in entries] == [("fused", 64, False), ("fused", 64, True),
+                                                                     ("pv", 128, False)]
+    path = tmp_path / "tiles.json"
+    path.write_text(json.dumps([{k: v for k, v in e.items() if k not in ("score", "ms")} for e in entries]))
+    saved = config.TABLE
+    try:
+        config.load_overrides(str(path))
+        assert config.lookup("pv", "interpreter", 128, False, 4) == parse_tiles("64x64w4s3")
+        assert config.lookup("fused", "interpreter", 64, True, 4) == parse_tiles("128x64w8s3")
+    finally:
+        config.TABLE = saved
+
+
+def test_candidate_lists_hold_the_table_entries_they_chose():
+    """The sweep can only re-choose the table if every sm90 entry of a tuned kernel is among its candidates."""
+    for (kernel, fam, D, causal, size), t in config.TABLE.items():
+        if fam == "sm90" and kernel in ("fused", "qk_softmax", "pv") and D in (64, 128, "=64", "=128"):
+            cands = autotune.candidates(kernel)
+            assert t in cands or (not causal and t.heavy_first), (kernel, D, causal, t)
+
+
+def test_bad_autotune_arguments_get_one_clear_error(capsys, monkeypatch):
+    monkeypatch.setattr("torch.cuda.is_available", lambda: True)
+    assert bench.main(["--autotune", "--candidates", "128by64"]) == 2
+    assert "--candidates" in capsys.readouterr().err
+    assert bench.main(["--autotune", "--tune-ns", "1024,x"]) == 2
+    assert bench.main(["--autotune", "--kernels", "fused,scores"]) == 2
+    assert "kernel must be one of" in capsys.readouterr().err
+    with pytest.raises(ValueError, match="kernel must be one of"):
+        autotune.candidates("scores")
