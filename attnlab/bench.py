@@ -200,7 +200,7 @@ def main(argv: list[str] | None = None) -> int:
                                                             "(attnlab.autotune)")
     ap.add_argument("--kernels", default="fused,qk_softmax,pv", help="with --autotune: which kernels to tune")
     ap.add_argument("--tune-ns", default=None, help="with --autotune: the N each candidate is timed at (default "
-                                                     "1024,4096,16384)")
+                                                     "512,2048,8192)")
     ap.add_argument("--candidates", default=None, help="with --autotune: only these tile labels (e.g. "
                                                         "64x128w4s2hgmc,128x64w8s3), instead of each kernel's list")
     ap.add_argument("--tiles", default=None, help="tile overrides: a tiles.json written by --autotune --out")

@@ -19,6 +19,7 @@
 #   gluoncheck  the Gluon kernel's own accuracy check (scripts/experiments/gluon_fa3.py --check-only: masks that hide
 #             rows, N = 1 with a mask, both ablations, strided inputs, GQA, ragged N), beyond the gate's shapes
 #             (FUSED_TILES: tile labels, default the table's 64x128w4s2hg)
+#   autotune  attnlab bench --autotune $TUNE_ARGS (TUNE_TIMEOUT, default 540 s)
 #   fa3bench  fused's Gluon kernel against the table, cuDNN and FA2 (gluon_fa3.py --skip-check $FA3_ARGS)
 #   maskab    v11: the check with the mask by TMA (Tiles.mask_tma), then the mask's cost with and without it
 #   qkcheck   the qk_softmax Gluon kernel's own check (scripts/experiments/qk_gluon.py --check-only) in eight processes
@@ -68,6 +69,12 @@ bench16() {
   timeout 150 python3 -m attnlab.cli bench --quick --dtypes float16 --builds fused,qk_softmax,sdpa_flash,sdpa_cudnn \
     --out "$out/bench16" > "$out/bench16.log" 2>&1
   echo "bench16 rc=$?"; tail -30 "$out/bench16.log"
+}
+autotune() {
+  # attnlab bench --autotune (attnlab.autotune): TUNE_ARGS e.g. "--kernels fused --candidates 128x64w8s3h,..."
+  timeout ${TUNE_TIMEOUT:-540} python3 -m attnlab.cli bench --autotune --dtypes bfloat16 --out "$out/autotune" \
+    ${TUNE_ARGS:-} > "$out/autotune.log" 2>&1
+  echo "autotune rc=$?"; grep -av Warning "$out/autotune.log" | tail -60
 }
 bench() {
   # all six builds of issue 5 (attnlab bench's default --builds); bench.csv is rewritten after every shape, so a

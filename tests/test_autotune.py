@@ -79,3 +79,36 @@ def test_bad_autotune_arguments_get_one_clear_error(capsys, monkeypatch):
     assert "kernel must be one of" in capsys.readouterr().err
     with pytest.raises(ValueError, match="kernel must be one of"):
         autotune.candidates("scores")
+
+
+def test_the_sweep_loop_records_failures_and_writes_every_candidate(tmp_path, monkeypatch):
+    """run() with the GPU parts stood in for: a candidate that errors, one that is inaccurate and one that is
+    slower at one N each end as rows (inf for the first two), the csv holds every (candidate, N), and the winner
+    is the one that ran and was right everywhere."""
+    import torch
+
+    from attnlab import measure
+    from attnlab.accuracy import Verdict
+
+    good, slow, broken, wrong = (parse_tiles(x) for x in ("128x64w8s3", "64x64w4s3", "128x128w8s3", "64x32w4s2"))
+
+    def time_case(build, q, k, v, causal):
+        t = config.tiles("fused", torch.device("cpu"), q.shape[-1], causal, q.dtype)
+        if t == broken:
+            return dict(status="error: out of shared memory", ms=float("nan"), o=None)
+        return dict(status="ok", ms={good: 1.0, slow: 0.9 if q.shape[2] == 512 else 2.0}.get(t, 0.5), o=t)
+
+    monkeypatch.setattr(bench, "time_case", time_case)
+    monkeypatch.setattr(bench, "oracle_check", lambda name, o, *a: Verdict(0.0, 0.0, 1.0, o != wrong))
+    monkeypatch.setattr(measure, "spin_up", lambda *a: None)
+    monkeypatch.setattr(measure, "make_inputs", lambda case: [torch.zeros(1, 1, case.N, case.D)] * 3)
+    monkeypatch.setattr(torch.cuda, "empty_cache", lambda: None)
+    monkeypatch.setattr(config, "family", lambda dev: "sm90")
+    entries = autotune.run(["fused"], torch.bfloat16, [512, 2048], str(tmp_path), only=[good, slow, broken, wrong])
+    csv = pd.read_csv(tmp_path / "autotune.csv")
+    assert len(csv) == 4 * 2 * 2 * 2  # candidates × N × D × causal
+    assert set(csv[csv.label == "128x128w8s3"].status) == {"error: out of shared memory"}
+    assert set(csv[csv.label == "64x32w4s2"].status) == {"inaccurate"}
+    assert (csv[csv.status != "ok"].ms == math.inf).all()
+    assert [config.Tiles(**e["tiles"]) for e in entries] == [good] * 4
+    assert json.loads((tmp_path / "tiles.json").read_text())[0]["tiles"] == good.as_dict()
