@@ -121,7 +121,7 @@ def run(kernels: list[str], dtype: torch.dtype, ns: list[int], out: str | None =
                 pd.DataFrame(rows).drop(columns="tiles").to_csv(os.path.join(out, "autotune.csv"), index=False)
     entries = pick(pd.DataFrame(rows), config.family(dev), dtype.itemsize)
     for e in entries:
-        print(f"  {e['kernel']} D={e['D']} causal={e['causal']}: {label(Tiles(**e['tiles']))} score "
+        print(f"  {e['kernel']} D {e['D']} causal={e['causal']}: {label(Tiles(**e['tiles']))} score "
               f"{e['score']:.3f} ms " + " ".join(f"N={n}:{ms:.4f}" for n, ms in e["ms"].items()), flush=True)
     if out:
         with open(os.path.join(out, "tiles.json"), "w") as f:

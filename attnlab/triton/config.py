@@ -44,12 +44,16 @@ class Tiles:
     # Gluon fused kernel only: one program an SM, each taking the work items (2·BLOCK_M rows of a head) in turn, so
     # that the next item's Q, K and V load while this one finishes (PERFORMANCE.md v18; label suffix `c`).
     persistent: bool = False
+    # persistent Gluon fused kernel only: two Q buffers a consumer, so the loader brings the next item's Q while this
+    # item's key tiles run (PERFORMANCE.md v20; label suffix `q`). Where shared memory has no room for the second
+    # (D = 128 with a 2-byte mask tile by TMA: 256 KiB) the kernel keeps one, and fused_gluon.q_buffers says so.
+    prefetch_q: bool = False
 
     def as_dict(self) -> dict:
         return asdict(self)
 
 
-GLUON_ONLY = ("gluon", "mask_tma", "q_registers", "persistent")  # the Tiles fields only the Gluon kernels read
+GLUON_ONLY = ("gluon", "mask_tma", "q_registers", "persistent", "prefetch_q")  # the Tiles fields only the Gluon kernels read
 
 
 def interpreting() -> bool:
