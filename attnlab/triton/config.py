@@ -44,16 +44,12 @@ class Tiles:
     # Gluon fused kernel only: one program an SM, each taking the work items (2·BLOCK_M rows of a head) in turn, so
     # that the next item's Q, K and V load while this one finishes (PERFORMANCE.md v18; label suffix `c`).
     persistent: bool = False
-    # persistent Gluon fused kernel only: two Q buffers a consumer, so the loader brings the next item's Q while this
-    # item's key tiles run (PERFORMANCE.md v20; label suffix `q`). Where shared memory has no room for the second
-    # (D = 128 with a 2-byte mask tile by TMA: 256 KiB) the kernel keeps one, and fused_gluon.q_buffers says so.
-    prefetch_q: bool = False
 
     def as_dict(self) -> dict:
         return asdict(self)
 
 
-GLUON_ONLY = ("gluon", "mask_tma", "q_registers", "persistent", "prefetch_q")  # the Tiles fields only the Gluon kernels read
+GLUON_ONLY = ("gluon", "mask_tma", "q_registers", "persistent")  # the Tiles fields only the Gluon kernels read
 
 
 def interpreting() -> bool:
@@ -94,7 +90,9 @@ TABLE: dict[tuple, Tiles] = {
     ("qk_softmax", "interpreter", "any", "any", "any"): Tiles(128, 128),
     ("scores", "interpreter", "any", "any", "any"): Tiles(128, 128),
     ("pv", "interpreter", "any", "any", "any"): Tiles(128, 128),
-    # H200, bf16, N = 4096, B·N = 16384, H·D = 2048, autotune runs of 2026-11-29 (PERFORMANCE.md, v2–v3).
+    # H200, bf16, N = 4096, B·N = 16384, H·D = 2048, autotune runs of 2026-11-29 (PERFORMANCE.md, v2–v3); session 8
+    # re-ran the fused sweep over N = 512, 2048, 8192 (attnlab.autotune): it chose every fused entry below again but the
+    # causal Triton ones.
     # fused D = 128: 128×128 w8 s3 was 2 % faster without a mask but needs 288 KiB of shared memory once a mask tile
     # is pipelined too (the zero_mask ablation failed to compile); one configuration for masked and unmasked calls
     # keeps the mask ablation a comparison of the same kernel. TMA (tma=True) measured within 2 % either way: off.
@@ -106,13 +104,16 @@ TABLE: dict[tuple, Tiles] = {
     # Non-causal, D = 64 and 128: the persistent Gluon kernel (v18: one program an SM; D = 128 0.87 → 0.90× cuDNN at
     # N = 512, within 1 % from N = 2048; D = 64 1.03× the Triton kernel from N = 512 to 4096). Causal stays one
     # program an item: the persistent kernel's static round robin loses to the grid's heavy-first order (0.74–0.95×).
+    # Causal, Triton kernel (D = 64, and D = 65…127): 64×64 w4 s3 heavy-first since session 8's autotune over N = 512,
+    # 2048, 8192 (`outputs/h200/2026-11-29-s8-call2`; geometric-mean time over the best at each N 1.042 against
+    # 128×64 w8 s3's 1.052 at D = 64, 1.134 against 1.215 at D = 128): 10 % faster at N = 512, 9 % slower at 8192.
     ("fused", "sm90", "=128", False, 2): Tiles(64, 128, 4, 2, gluon=True, mask_tma=True, persistent=True),
     ("fused", "sm90", "=128", True, 2): Tiles(64, 128, 4, 2, heavy_first=True, gluon=True, mask_tma=True),
     ("fused", "sm90", "=64", False, 2): Tiles(64, 128, 4, 2, gluon=True, mask_tma=True, persistent=True),
     ("fused", "sm90", 64, False, 2): Tiles(128, 64, 8, 3),
-    ("fused", "sm90", 64, True, 2): Tiles(128, 64, 8, 3, heavy_first=True),
+    ("fused", "sm90", 64, True, 2): Tiles(64, 64, 4, 3, heavy_first=True),
     ("fused", "sm90", 128, False, 2): Tiles(128, 64, 8, 3, paired=True),
-    ("fused", "sm90", 128, True, 2): Tiles(128, 64, 8, 3, heavy_first=True),
+    ("fused", "sm90", 128, True, 2): Tiles(64, 64, 4, 3, heavy_first=True),
     ("fused", "sm90", 256, "any", 2): Tiles(64, 32, 4, 2),
     # qk_softmax at D = 64 and 128 exactly, N % 8 == 0: the warp-specialised Gluon kernel with P stored by TMA (v12:
     # 1.05–1.41× the Triton kernel's build time at N = 1024…16384, except D = 64 causal N = 1024, 0.985×; 3 stages

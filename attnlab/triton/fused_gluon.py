@@ -169,40 +169,23 @@ def _load_v(j, r, v_desc, v_smem, bars, b, hk, BLOCK_N: gl.constexpr, STAGES: gl
 
 
 @gluon.jit
-def _load_q(where, it, q_desc, q_smem, bars, BLOCK_M: gl.constexpr, Q_BUFS: gl.constexpr):
-    """Both consumers' Q of this program's it-th item into Q buffer it % Q_BUFS, each once its consumer has released
-    that buffer (after its last QKᵀ of item it − Q_BUFS; a fresh barrier passes the phase before 0)."""
+def _load_item(where, t0, it, q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, bars, mask, BLOCK_M: gl.constexpr,
+               BLOCK_N: gl.constexpr, STAGES: gl.constexpr, NO_PV: gl.constexpr, MASK_TMA: gl.constexpr,
+               MASK_B: gl.constexpr, MASK_H: gl.constexpr, PERSISTENT: gl.constexpr):
+    """The loader's share of a work item (`where`: _program's answer; this program's it-th item), whose key tiles
+    take ring positions t0 on: K of tile 0, both consumers' Q (persistent: once each consumer has released its Q
+    buffer, after its last QKᵀ of the previous item), then V of tile 0 and K and V tile by tile. Returns the next
+    item's first ring position."""
     q_bars, q_empty, k_full, v_full, k_empty, v_empty = bars
     b, h, hk, start_m, n_tiles, m_head = where
-    for w in gl.static_range(ROWS_PER_PROGRAM):
-        qi = (it % Q_BUFS) * ROWS_PER_PROGRAM + w
-        mbarrier.wait(q_empty.index(qi), ((it // Q_BUFS) & 1) ^ 1)
-        mbarrier.expect(q_bars.index(qi), q_desc.block_type.nbytes)
-        tma.async_copy_global_to_shared(q_desc, [b, h, start_m + w * BLOCK_M, 0], q_bars.index(qi),
-                                        q_smem.index(qi))
-
-
-@gluon.jit
-def _load_item(where, t0, it, q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, bars, mask, next_q,
-               BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, STAGES: gl.constexpr, NO_PV: gl.constexpr,
-               MASK_TMA: gl.constexpr, MASK_B: gl.constexpr, MASK_H: gl.constexpr, PERSISTENT: gl.constexpr,
-               Q_BUFS: gl.constexpr):
-    """The loader's share of a work item (`where`: _program's answer; this program's it-th item), whose key tiles
-    take ring positions t0 on: K of tile 0, Q, then V of tile 0 and K and V tile by tile. Persistent, K's first tile
-    comes first (it can load before the previous item's last QKᵀ has released Q); with two Q buffers the Q loaded
-    there is the next item's (`next_q`: (its _program answer, whether there is one)), this one's having come an item
-    earlier. Returns the next item's first ring position."""
-    b, h, hk, start_m, n_tiles, m_head = where
-    if PERSISTENT:
+    if PERSISTENT:  # K's first tile can load before the previous item's last QKᵀ has released Q
         _load_k(0, t0, k_desc, k_smem, bars, mask, b, h, hk, start_m, BLOCK_N, STAGES, MASK_TMA, MASK_B, MASK_H)
-        if Q_BUFS == 1:
-            _load_q(where, it, q_desc, q_smem, bars, BLOCK_M, Q_BUFS)
-        else:
-            where_next, has_next = next_q
-            if has_next:
-                _load_q(where_next, it + 1, q_desc, q_smem, bars, BLOCK_M, Q_BUFS)
-    else:
-        _load_q(where, it, q_desc, q_smem, bars, BLOCK_M, Q_BUFS)
+    for w in gl.static_range(ROWS_PER_PROGRAM):
+        if PERSISTENT:
+            mbarrier.wait(q_empty.index(w), (it & 1) ^ 1)
+        mbarrier.expect(q_bars.index(w), q_desc.block_type.nbytes)
+        tma.async_copy_global_to_shared(q_desc, [b, h, start_m + w * BLOCK_M, 0], q_bars.index(w), q_smem.index(w))
+    if not PERSISTENT:
         _load_k(0, t0, k_desc, k_smem, bars, mask, b, h, hk, start_m, BLOCK_N, STAGES, MASK_TMA, MASK_B, MASK_H)
     _load_v(0, t0, v_desc, v_smem, bars, b, hk, BLOCK_N, STAGES, NO_PV)
     for j in range(1, n_tiles):
@@ -216,7 +199,7 @@ def _load_item(where, t0, it, q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, ba
 def _loader(q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, bars, mask, work, where, N, H, GROUP,
             BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, STAGES: gl.constexpr, CAUSAL: gl.constexpr,
             HEAVY_FIRST: gl.constexpr, NO_PV: gl.constexpr, MASK_TMA: gl.constexpr, MASK_B: gl.constexpr,
-            MASK_H: gl.constexpr, PERSISTENT: gl.constexpr, Q_BUFS: gl.constexpr):
+            MASK_H: gl.constexpr, PERSISTENT: gl.constexpr):
     """One warp: Q, K and V of this program's work items by TMA into the ring, a slot refilled once both consumers
     have arrived on its `empty` barrier (count 2). Under no_pv V is never read."""
     pid, nprog, total = work
@@ -224,20 +207,14 @@ def _loader(q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, bars, mask, work, wh
     if PERSISTENT:
         t0 = 0
         it = 0
-        if Q_BUFS == 2:  # the first item's Q; each item then brings the next one's
-            _load_q(_persistent_item(pid, pid, nprog, total, M, smb, smh, N, H, GROUP, BLOCK_M, BLOCK_N, CAUSAL,
-                                     HEAVY_FIRST), 0, q_desc, q_smem, bars, BLOCK_M, Q_BUFS)
         for item in range(pid, total, nprog):
-            where = _persistent_item(item, pid, nprog, total, M, smb, smh, N, H, GROUP, BLOCK_M, BLOCK_N, CAUSAL,
-                                     HEAVY_FIRST)
-            next_q = (_persistent_item(item + nprog, pid, nprog, total, M, smb, smh, N, H, GROUP, BLOCK_M, BLOCK_N,
-                                       CAUSAL, HEAVY_FIRST), item + nprog < total)
-            t0 = _load_item(where, t0, it, q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, bars, mask, next_q,
-                            BLOCK_M, BLOCK_N, STAGES, NO_PV, MASK_TMA, MASK_B, MASK_H, True, Q_BUFS)
+            where = _program(item, M, smb, smh, N, H, GROUP, BLOCK_M, BLOCK_N, CAUSAL, HEAVY_FIRST)
+            t0 = _load_item(where, t0, it, q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, bars, mask, BLOCK_M,
+                            BLOCK_N, STAGES, NO_PV, MASK_TMA, MASK_B, MASK_H, True)
             it += 1
     else:
-        _load_item(where, 0, 0, q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, bars, mask, (where, False), BLOCK_M,
-                   BLOCK_N, STAGES, NO_PV, MASK_TMA, MASK_B, MASK_H, False, Q_BUFS)
+        _load_item(where, 0, 0, q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, bars, mask, BLOCK_M, BLOCK_N, STAGES,
+                   NO_PV, MASK_TMA, MASK_B, MASK_H, False)
 
 
 @gluon.jit
@@ -258,7 +235,7 @@ def _pv_issue(p, acc, v_smem, v_full, stage, j, offs_n, inv_n, dtype: gl.constex
 def _attend_item(where, t0, it, q_desc, o_desc, o_ptr, o_strides, q_smem, k_smem, v_smem, bars, mask, N, qk_scale,
                  mask_scale, inv_n, WG: gl.constexpr, D: gl.constexpr, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr,
                  STAGES: gl.constexpr, CAUSAL: gl.constexpr, MASK_KIND: gl.constexpr, NO_SOFTMAX: gl.constexpr,
-                 NO_PV: gl.constexpr, MASK_TMA: gl.constexpr, PERSISTENT: gl.constexpr, Q_BUFS: gl.constexpr):
+                 NO_PV: gl.constexpr, MASK_TMA: gl.constexpr, PERSISTENT: gl.constexpr):
     """One warpgroup's rows of a work item (`where`: _program's answer; this program's it-th item; its key tiles at
     ring positions t0 on): FA3's loop over the loader's ring, then O out. Under MASK_TMA a K slot is released only
     once this warpgroup has also read its rows of the slot's mask tile. Persistent: the Q buffer is released after
@@ -291,9 +268,8 @@ def _attend_item(where, t0, it, q_desc, o_desc, o_ptr, o_strides, q_smem, k_smem
     if CAUSAL:
         hi = gl.minimum(N, rows + BLOCK_M)
 
-    qi = (it % Q_BUFS) * ROWS_PER_PROGRAM + WG  # this item's Q buffer (_load_q)
-    mbarrier.wait(q_bars.index(qi), (it // Q_BUFS) & 1)
-    q = q_smem.index(qi).reshape([BLOCK_M, D])
+    mbarrier.wait(q_bars.index(WG), it & 1)
+    q = q_smem.index(WG).reshape([BLOCK_M, D])
     stage = t0 % STAGES
     mbarrier.wait(k_full.index(stage), (t0 // STAGES) & 1)
     s = warpgroup_mma(q, k_smem.index(stage).reshape([BLOCK_N, D]).permute((1, 0)), zero_s, use_acc=False,
@@ -334,7 +310,7 @@ def _attend_item(where, t0, it, q_desc, o_desc, o_ptr, o_strides, q_smem, k_smem
             if not NO_SOFTMAX:
                 acc = acc * gl.convert_layout(alpha, row_o)[:, None]
     if PERSISTENT:
-        mbarrier.arrive(q_empty.index(qi), count=1)  # every QKᵀ of the item has finished reading Q
+        mbarrier.arrive(q_empty.index(WG), count=1)  # every QKᵀ of the item has finished reading Q
 
     r_last = t0 + n_tiles - 1
     last = r_last % STAGES
@@ -368,7 +344,7 @@ def _consumer(q_desc, o_desc, o_ptr, o_strides, q_smem, k_smem, v_smem, bars, ma
               qk_scale, mask_scale, inv_n, WG: gl.constexpr, D: gl.constexpr, BLOCK_M: gl.constexpr,
               BLOCK_N: gl.constexpr, STAGES: gl.constexpr, CAUSAL: gl.constexpr, MASK_KIND: gl.constexpr,
               NO_SOFTMAX: gl.constexpr, NO_PV: gl.constexpr, MASK_TMA: gl.constexpr, HEAVY_FIRST: gl.constexpr,
-              PERSISTENT: gl.constexpr, Q_BUFS: gl.constexpr):
+              PERSISTENT: gl.constexpr):
     """One warpgroup: its rows of each of this program's work items (one item unless persistent)."""
     pid, nprog, total = work
     M, smb, smh, smm, smn, mask_desc, mask_smem = mask
@@ -376,16 +352,15 @@ def _consumer(q_desc, o_desc, o_ptr, o_strides, q_smem, k_smem, v_smem, bars, ma
         t0 = 0
         it = 0
         for item in range(pid, total, nprog):
-            where = _persistent_item(item, pid, nprog, total, M, smb, smh, N, H, GROUP, BLOCK_M, BLOCK_N, CAUSAL,
-                                     HEAVY_FIRST)
+            where = _program(item, M, smb, smh, N, H, GROUP, BLOCK_M, BLOCK_N, CAUSAL, HEAVY_FIRST)
             t0 = _attend_item(where, t0, it, q_desc, o_desc, o_ptr, o_strides, q_smem, k_smem, v_smem, bars, mask,
                               N, qk_scale, mask_scale, inv_n, WG, D, BLOCK_M, BLOCK_N, STAGES, CAUSAL, MASK_KIND,
-                              NO_SOFTMAX, NO_PV, MASK_TMA, True, Q_BUFS)
+                              NO_SOFTMAX, NO_PV, MASK_TMA, True)
             it += 1
     else:
         _attend_item(where, 0, 0, q_desc, o_desc, o_ptr, o_strides, q_smem, k_smem, v_smem, bars, mask, N, qk_scale,
                      mask_scale, inv_n, WG, D, BLOCK_M, BLOCK_N, STAGES, CAUSAL, MASK_KIND, NO_SOFTMAX, NO_PV,
-                     MASK_TMA, False, Q_BUFS)
+                     MASK_TMA, False)
 
 
 @gluon.jit
@@ -412,29 +387,6 @@ def _program(item, M, smb, smh, N, H, GROUP, BLOCK_M: gl.constexpr, BLOCK_N: gl.
     return b, h, hk, start_m, n_tiles, m_head
 
 
-@gluon.jit
-def _persistent_item(item, pid, nprog, total, M, smb, smh, N, H, GROUP, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr,
-                     CAUSAL: gl.constexpr, HEAVY_FIRST: gl.constexpr):
-    """_program's answer for a persistent program's item `item` (pid, pid + nprog, …). Without a causal mask the
-    items keep the one-item grid's order (a head's row blocks together: the programs at work at once share a few
-    heads' K and V in L2). Causal, items cost as many key tiles as their row block reaches, so the order is by row
-    block over all heads, heaviest first, and every other full round of nprog items is dealt in reverse: each
-    program's load then differs from any other's by at most an item (v18's head-major round robin gave program 0
-    only the heaviest blocks whenever nprog was a multiple of the blocks a head)."""
-    if CAUSAL:
-        n_blocks = gl.cdiv(N, ROWS_PER_PROGRAM * BLOCK_M)
-        heads = total // n_blocks
-        rnd = item // nprog
-        k = item
-        if (rnd % 2 == 1) and ((rnd + 1) * nprog <= total):
-            k = rnd * nprog + (nprog - 1 - pid)
-        rank = k // heads  # 0 is each head's heaviest block: _program reverses it under HEAVY_FIRST
-        if not HEAVY_FIRST:
-            rank = n_blocks - 1 - rank
-        item = (k % heads) * n_blocks + rank
-    return _program(item, M, smb, smh, N, H, GROUP, BLOCK_M, BLOCK_N, CAUSAL, HEAVY_FIRST)
-
-
 # N is never made a constant: Triton specialises an int argument equal to 1, and at N = 1 with a mask that compile
 # fails in Triton 3.6's lowering (PassManager::run failed; seen on the H200, reproduced offline).
 @gluon.jit(do_not_specialize=["N"])
@@ -443,19 +395,16 @@ def fused_gluon_kernel(q_desc, k_desc, v_desc, o_desc, o_ptr, sob, soh, son, M, 
                        BLOCK_N: gl.constexpr, STAGES: gl.constexpr, CAUSAL: gl.constexpr, MASK_KIND: gl.constexpr,
                        NO_SOFTMAX: gl.constexpr, NO_PV: gl.constexpr, HEAVY_FIRST: gl.constexpr,
                        MASK_TMA: gl.constexpr, MASK_B: gl.constexpr, MASK_H: gl.constexpr,
-                       CONSUMER_REGS: gl.constexpr, num_warps: gl.constexpr, PERSISTENT: gl.constexpr = False,
-                       Q_BUFS: gl.constexpr = 1):
+                       CONSUMER_REGS: gl.constexpr, num_warps: gl.constexpr, PERSISTENT: gl.constexpr = False):
     """grid (total,) with total = cdiv(N, 2·BLOCK_M)·B·H work items, one a program; PERSISTENT: any smaller grid
     (one program an SM), each program taking items pid, pid + grid, … . num_warps = 4 (the default partition is
     consumer 0). q/k/v/o descriptors over (B, H or Hkv, N, D) with (1, 1, BLOCK_M or BLOCK_N, D) boxes; o_ptr and
     its (batch, head, row) strides for the persistent kernel's O stores; M the (B, H, N, N)-strided mask or any
     pointer when MASK_KIND = 0; qk_scale = scale·log2 e (natural scale under NO_SOFTMAX). MASK_TMA: the mask tiles
     come through `mask_desc`, a descriptor over the mask's (B or 1, H or 1, N, N) with a (1, 1, 2·BLOCK_M, BLOCK_N)
-    box (MASK_B, MASK_H: 1 where the mask varies over batch, heads); else `mask_desc` is an unused placeholder.
-    Q_BUFS (persistent only, 1 or 2): Q buffers a consumer; with 2 the loader brings the next item's Q while this
-    item's key tiles run (v20)."""
+    box (MASK_B, MASK_H: 1 where the mask varies over batch, heads); else `mask_desc` is an unused placeholder."""
     dtype: gl.constexpr = q_desc.dtype
-    q_smem = gl.allocate_shared_memory(dtype, [Q_BUFS * ROWS_PER_PROGRAM, 1, 1, BLOCK_M, D], q_desc.layout)
+    q_smem = gl.allocate_shared_memory(dtype, [ROWS_PER_PROGRAM, 1, 1, BLOCK_M, D], q_desc.layout)
     k_smem = gl.allocate_shared_memory(dtype, [STAGES, 1, 1, BLOCK_N, D], k_desc.layout)
     v_smem = gl.allocate_shared_memory(dtype, [STAGES, 1, 1, BLOCK_N, D], v_desc.layout)
     if MASK_TMA:
@@ -463,13 +412,13 @@ def fused_gluon_kernel(q_desc, k_desc, v_desc, o_desc, o_ptr, sob, soh, son, M, 
                                               mask_desc.layout)
     else:
         mask_smem = q_smem  # never read
-    q_bars = gl.allocate_shared_memory(gl.int64, [Q_BUFS * ROWS_PER_PROGRAM, 1], mbarrier.MBarrierLayout())
-    q_empty = gl.allocate_shared_memory(gl.int64, [Q_BUFS * ROWS_PER_PROGRAM, 1], mbarrier.MBarrierLayout())
+    q_bars = gl.allocate_shared_memory(gl.int64, [ROWS_PER_PROGRAM, 1], mbarrier.MBarrierLayout())
+    q_empty = gl.allocate_shared_memory(gl.int64, [ROWS_PER_PROGRAM, 1], mbarrier.MBarrierLayout())
     k_full = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
     v_full = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
     k_empty = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
     v_empty = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
-    for i in gl.static_range(Q_BUFS * ROWS_PER_PROGRAM):
+    for i in gl.static_range(ROWS_PER_PROGRAM):
         mbarrier.init(q_bars.index(i), count=1)
         mbarrier.init(q_empty.index(i), count=1)
     for i in gl.static_range(STAGES):
@@ -490,18 +439,18 @@ def fused_gluon_kernel(q_desc, k_desc, v_desc, o_desc, o_ptr, sob, soh, son, M, 
                      (M, smb, smh, smm, smn, mask_desc, mask_smem), (pid, nprog, total),
                      (b, h, hk, start_m, n_tiles, m_head), N, H, GROUP, qk_scale,
                      mask_scale, inv_n, 0, D, BLOCK_M, BLOCK_N, STAGES, CAUSAL, MASK_KIND, NO_SOFTMAX, NO_PV,
-                     MASK_TMA, HEAVY_FIRST, PERSISTENT, Q_BUFS)),
+                     MASK_TMA, HEAVY_FIRST, PERSISTENT)),
         (_consumer, (q_desc, o_desc, o_ptr, (sob, soh, son), q_smem, k_smem, v_smem,
                      (q_bars, q_empty, k_full, v_full, k_empty, v_empty),
                      (M, smb, smh, smm, smn, mask_desc, mask_smem), (pid, nprog, total),
                      (b, h, hk, start_m, n_tiles, m_head), N, H, GROUP, qk_scale,
                      mask_scale, inv_n, 1, D, BLOCK_M, BLOCK_N, STAGES, CAUSAL, MASK_KIND, NO_SOFTMAX, NO_PV,
-                     MASK_TMA, HEAVY_FIRST, PERSISTENT, Q_BUFS)),
+                     MASK_TMA, HEAVY_FIRST, PERSISTENT)),
         (_loader, (q_desc, k_desc, v_desc, q_smem, k_smem, v_smem,
                    (q_bars, q_empty, k_full, v_full, k_empty, v_empty), (M, smb, smh, smm, smn, mask_desc, mask_smem),
                    (pid, nprog, total),
                    (b, h, hk, start_m, n_tiles, m_head), N, H, GROUP, BLOCK_M, BLOCK_N,
-                   STAGES, CAUSAL, HEAVY_FIRST, NO_PV, MASK_TMA, MASK_B, MASK_H, PERSISTENT, Q_BUFS)),
+                   STAGES, CAUSAL, HEAVY_FIRST, NO_PV, MASK_TMA, MASK_B, MASK_H, PERSISTENT)),
     ], [4, 1], [CONSUMER_REGS, 24])
 
 
@@ -569,29 +518,15 @@ def launch(q, k, v, o, mask, mask_strides, mask_kind, *, N, H, group, qk_scale, 
     mask_desc, vary_b, vary_h = md if md else (q_desc, 0, 0)
     total = triton.cdiv(N, ROWS_PER_PROGRAM.value * BM) * q.shape[0] * H
     grid = (min(total, sm_count(q.device)) if tiles.persistent else total,)
-    q_bufs = q_buffers(tiles, q.shape[-1], q.element_size(), mask.element_size() if md else 0)
     fused_gluon_kernel[grid](q_desc, descriptor(k, BN), descriptor(v, BN), descriptor(o_t, BM), o_t,
                              *o_t.stride()[:3], mask, *mask_strides, mask_desc, N, H, group, total, qk_scale,
                              mask_scale, inv_n, D=q.shape[-1], BLOCK_M=BM, BLOCK_N=BN, STAGES=tiles.num_stages,
                              CAUSAL=causal, MASK_KIND=mask_kind, NO_SOFTMAX=no_softmax, NO_PV=no_pv,
                              HEAVY_FIRST=tiles.heavy_first, MASK_TMA=md is not None, MASK_B=vary_b, MASK_H=vary_h,
                              CONSUMER_REGS=CONSUMER_REGS, num_warps=4, maxnreg=MAXNREG,
-                             PERSISTENT=tiles.persistent, Q_BUFS=q_bufs)
+                             PERSISTENT=tiles.persistent)
     if o_t is not o:
         o.copy_(o_t)
-
-
-SMEM_BYTES = 227 * 1024  # an sm90 program's shared memory
-
-
-def q_buffers(tiles, D: int, itemsize: int, mask_itemsize: int) -> int:
-    """Q buffers a consumer: 2 under Tiles.prefetch_q (persistent only) where they fit in shared memory beside the
-    K/V ring and the mask tiles by TMA (mask_itemsize: 0 without), else 1."""
-    if not (tiles.persistent and tiles.prefetch_q):
-        return 1
-    rows = ROWS_PER_PROGRAM.value * tiles.BLOCK_M
-    ring = tiles.num_stages * (2 * tiles.BLOCK_N * D * itemsize + rows * tiles.BLOCK_N * mask_itemsize)
-    return 2 if 2 * rows * D * itemsize + ring + 1024 <= SMEM_BYTES else 1  # 1 KiB: the barriers and spare
 
 
 @functools.lru_cache(maxsize=None)

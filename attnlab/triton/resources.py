@@ -146,9 +146,7 @@ def _gluon_info(kernel: str, D: int, causal: bool, tiles: config.Tiles, mask_kin
         else:
             sig["mask_desc"] = sig["q_desc"]  # the placeholder the launcher passes
         values.update(NO_PV=False, MASK_TMA=mask_tma, MASK_B=0, MASK_H=0, CONSUMER_REGS=fused_gluon.CONSUMER_REGS,
-                      PERSISTENT=tiles.persistent,
-                      Q_BUFS=fused_gluon.q_buffers(tiles, D, tdtype.itemsize,
-                                                   (1 if mask_kind == 1 else tdtype.itemsize) if mask_tma else 0))
+                      PERSISTENT=tiles.persistent)
         sig["total"] = "i32"
     for a in ("smb", "smh", "smm", "smn", "N", "H", "GROUP") + (("sob", "soh", "son") if kernel == "fused" else ()):
         if _becomes_constant(fn, a, ints[a]):
@@ -195,8 +193,7 @@ def _int_args(D: int, mask_kind: int, N: int = 4096, width: int = 2048) -> dict:
 # A tile label's suffix letters, in the order they are written: "128x64w8s3hp" is heavy-first and paired.
 LABEL_FLAGS = (("h", "heavy_first", "heavy-first"), ("p", "paired", "paired rows"), ("t", "tma", "TMA"),
                ("g", "gluon", "the Gluon kernel"), ("m", "mask_tma", "its mask by TMA"),
-               ("r", "q_registers", "Q in registers"), ("c", "persistent", "one program an SM"),
-               ("q", "prefetch_q", "the next item's Q an item ahead"))
+               ("r", "q_registers", "Q in registers"), ("c", "persistent", "one program an SM"))
 
 
 def _label(t: config.Tiles) -> str:
