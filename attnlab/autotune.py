@@ -4,8 +4,8 @@ For each kernel (fused, qk_softmax, pv), head dim D ∈ {64, 128} and causal or 
 is timed at several N in FlashAttention's convention (B·N = 16384, H·D = 2048) with the benchmark's own timer
 (attnlab.bench.time_case: do_bench's median over CUDA-graph replays). A candidate's score is the geometric mean over
 N of its time over the best candidate's time at that N (1.0: best everywhere); the lowest score wins, so one
-configuration serves small and large N alike (the table is keyed by D, causal and dtype, never by N). A candidate
-that fails at any N (out of shared memory, a compile error, a wrong answer) is out. When the winner is a Gluon
+configuration serves small and large N alike (the table is keyed by D, causal and dtype, never by N); the table's
+entry stays unless a candidate beats its score by more than TIE (noise). A candidate that fails at any N (out of shared memory, a compile error, a wrong answer) is out. When the winner is a Gluon
 configuration, which compiles for D = 64 and 128 exactly, the best Triton one also gets an entry for the rest of D's
 bucket (e.g. D = 65…127), as the table has. Results: printed, and with --out written as autotune.csv (every
 candidate at every N) and tiles.json (the winners, loadable with `--tiles` by bench and gate).
@@ -50,10 +50,19 @@ def candidates(kernel: str) -> list[Tiles]:
     return wide
 
 
-def pick(results, family: str, itemsize: int) -> list[dict]:
+TIE = 0.01  # scores closer than this are noise (repeat runs of one candidate differ by about as much)
+
+
+def pick(results, family: str, itemsize: int, incumbent=None) -> list[dict]:
     """The table entries a results frame (columns kernel, D, causal, N, tiles: a Tiles, ms: inf when it failed)
     chooses: one per (kernel, D, causal), plus the best Triton one under a Gluon winner (see the module's text).
-    Each entry carries its score and its ms at every N."""
+    `incumbent(kernel, D, causal, gluon)`: the table's entry now (gluon=False: its Triton one); it stays unless a
+    candidate's score beats its own by more than TIE, so a re-run does not churn the table on noise. Each entry
+    carries its score and its ms at every N."""
+    def best(score, keep):
+        top = score.index[0]
+        return keep if keep in score.index and score[keep] <= score[top] * (1 + TIE) else top
+
     entries = []
     for (kernel, D, causal), r in results.groupby(["kernel", "D", "causal"], sort=True):
         best_at = r.groupby("N")["ms"].transform("min")
@@ -61,10 +70,13 @@ def pick(results, family: str, itemsize: int) -> list[dict]:
         score = scored.groupby("tiles", sort=False)["rel"].apply(lambda x: math.exp(sum(map(math.log, x)) / len(x)))
         ms_by_n = r.groupby("tiles", sort=False).apply(lambda g: dict(zip(g["N"].astype(int), g["ms"])))
         finite = score[score < math.inf].sort_values(kind="stable")
-        winners = list(finite.index[:1])
-        if winners and winners[0].gluon:
-            triton_ones = [t for t in finite.index if not t.gluon]
-            winners += triton_ones[:1]
+        if finite.empty:
+            continue
+        now = (lambda gluon: incumbent(kernel, int(D), bool(causal), gluon)) if incumbent else (lambda gluon: None)
+        winners = [best(finite, now(True))]
+        triton_ones = finite[[not t.gluon for t in finite.index]]
+        if winners[0].gluon and len(triton_ones):
+            winners.append(best(triton_ones, now(False)))
         for t in winners:
             entries.append(dict(kernel=kernel, family=family, D=f"={D}" if t.gluon else int(D), causal=bool(causal),
                                 itemsize=itemsize, tiles=t.as_dict(), score=float(finite[t]),
@@ -119,9 +131,12 @@ def run(kernels: list[str], dtype: torch.dtype, ns: list[int], out: str | None =
                 f"{r.label} {r.ms:.4f}" for r in fastest.itertuples()), flush=True)
             if out:
                 pd.DataFrame(rows).drop(columns="tiles").to_csv(os.path.join(out, "autotune.csv"), index=False)
-    entries = pick(pd.DataFrame(rows), config.family(dev), dtype.itemsize)
+    fam = config.family(dev)
+    entries = pick(pd.DataFrame(rows), fam, dtype.itemsize,
+                   lambda kernel, D, causal, gluon: config.lookup(kernel, fam, D, causal, dtype.itemsize, gluon))
     for e in entries:
-        print(f"  {e['kernel']} D {e['D']} causal={e['causal']}: {label(Tiles(**e['tiles']))} score "
+        which = f"Gluon, D = {e['D'][1:]} exactly" if isinstance(e["D"], str) else f"D's bucket {e['D']}"
+        print(f"  {e['kernel']} ({which}) causal={e['causal']}: {label(Tiles(**e['tiles']))} score "
               f"{e['score']:.3f} ms " + " ".join(f"N={n}:{ms:.4f}" for n, ms in e["ms"].items()), flush=True)
     if out:
         with open(os.path.join(out, "tiles.json"), "w") as f:

@@ -112,3 +112,39 @@ def test_the_sweep_loop_records_failures_and_writes_every_candidate(tmp_path, mo
     assert (csv[csv.status != "ok"].ms == math.inf).all()
     assert [config.Tiles(**e["tiles"]) for e in entries] == [good] * 4
     assert json.loads((tmp_path / "tiles.json").read_text())[0]["tiles"] == good.as_dict()
+
+
+def test_the_table_entry_stays_unless_beaten_by_more_than_noise():
+    """Scores within TIE of the best are noise: the incumbent (the table's entry now) stays; beaten by more, it goes.
+    Under a Gluon winner the Triton entry follows the same rule with the table's Triton incumbent."""
+    times = {"128x64w8s3": [1.000, 4.00, 16.0], "128x64w4s3": [1.005, 4.01, 16.1], "64x64w4s3": [1.2, 4.8, 19.0]}
+    r = frame(times)
+    keep = autotune.pick(r, "sm90", 2, lambda kernel, D, causal, gluon: parse_tiles("128x64w4s3"))
+    assert [config.Tiles(**e["tiles"]) for e in keep] == [parse_tiles("128x64w4s3")]  # 0.4 % behind: stays
+    go = autotune.pick(r, "sm90", 2, lambda kernel, D, causal, gluon: parse_tiles("64x64w4s3"))
+    assert [config.Tiles(**e["tiles"]) for e in go] == [parse_tiles("128x64w8s3")]  # 20 % behind: replaced
+    gone = autotune.pick(r, "sm90", 2, lambda kernel, D, causal, gluon: parse_tiles("32x32w4s2"))  # not a candidate
+    assert [config.Tiles(**e["tiles"]) for e in gone] == [parse_tiles("128x64w8s3")]
+    with_gluon = frame({"64x128w4s2gmc": [0.8, 3.0, 12.0], **times})
+    now = {True: parse_tiles("64x128w4s2gmc"), False: parse_tiles("128x64w4s3")}
+    entries = autotune.pick(with_gluon, "sm90", 2, lambda kernel, D, causal, gluon: now[gluon])
+    assert [(e["D"], config.Tiles(**e["tiles"])) for e in entries] == [("=128", now[True]), (128, now[False])]
+
+
+def test_the_sweep_on_the_h200_keeps_the_table():
+    """Session 8's sweeps (outputs/h200/2026-11-29-s8-call2 and -call4, bf16, N = 512, 2048, 8192) chose the
+    table's sm90 entries for fused, qk_softmax and pv, with the table as the incumbent: the table is what its sweep
+    says, from the recorded times (a change to either shows here)."""
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[1] / "outputs" / "h200"
+    rows = pd.concat([pd.read_csv(root / run / "autotune" / "autotune.csv") for run in ("2026-11-29-s8-call2",
+                                                                                        "2026-11-29-s8-call4")])
+    rows["tiles"] = rows["label"].map(parse_tiles)
+    entries = autotune.pick(rows, "sm90", 2,
+                            lambda kernel, D, causal, gluon: config.lookup(kernel, "sm90", D, causal, 2, gluon))
+    assert len(entries) == (4 + 3) + (4 + 4) + 4  # fused, qk_softmax, pv: with a Triton entry under each Gluon winner
+    for e in entries:
+        D = int(str(e["D"]).lstrip("="))
+        assert config.Tiles(**e["tiles"]) == config.lookup(e["kernel"], "sm90", D, e["causal"], 2,
+                                                           gluon=isinstance(e["D"], str)), e
