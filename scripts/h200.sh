@@ -19,6 +19,7 @@
 #   gluoncheck  the Gluon kernel's own accuracy check (scripts/experiments/gluon_fa3.py --check-only: masks that hide
 #             rows, N = 1 with a mask, both ablations, strided inputs, GQA, ragged N), beyond the gate's shapes
 #             (FUSED_TILES: tile labels, default the table's 64x128w4s2hg)
+#   ncu_source  Nsight Compute's stall samples per SASS instruction for NCU_CASES (default 0,2 of ncu_cases.py)
 #   autotune  attnlab bench --autotune $TUNE_ARGS (TUNE_TIMEOUT, default 540 s)
 #   fa3bench  fused's Gluon kernel against the table, cuDNN and FA2 (gluon_fa3.py --skip-check $FA3_ARGS)
 #   maskab    v11: the check with the mask by TMA (Tiles.mask_tma), then the mask's cost with and without it
@@ -126,6 +127,19 @@ ncu_profile() {
     --section SchedulerStats --section Occupancy --section LaunchStats --csv --page details \
     python3 scripts/experiments/ncu_cases.py > "$out/ncu.csv" 2> "$out/ncu.err"
   echo "ncu rc=$?"; grep -a "^case\|==ERR\|==WARN" "$out/ncu.csv" "$out/ncu.err" | head -20; wc -l "$out/ncu.csv"
+}
+ncu_source() {
+  # where the warps wait: per-kernel stall reasons (raw page) and stall samples per SASS instruction (source page)
+  # for NCU_CASES of ncu_cases.py (default 0,2: the qk_softmax P kernel at D = 128 N = 4096, fused at D = 128
+  # N = 512 causal, then their PV kernel and nothing else)
+  local ncu=$(command -v ncu || ls /opt/nvidia/nsight-compute/*/ncu 2>/dev/null | head -1)
+  timeout 240 "${ncu:-ncu}" --profile-from-start off --clock-control none --section WarpStateStats \
+    --section SourceCounters -f -o "$out/src" python3 scripts/experiments/ncu_cases.py ${NCU_CASES:-0,2} \
+    > "$out/ncu_source.log" 2>&1
+  echo "ncu_source rc=$?"; grep -a "^case\|==ERR" "$out/ncu_source.log" | head
+  "${ncu:-ncu}" -i "$out/src.ncu-rep" --page raw --csv > "$out/ncu_raw.csv" 2>&1; echo "raw rc=$?"
+  "${ncu:-ncu}" -i "$out/src.ncu-rep" --page source --print-source sass --csv > "$out/ncu_sass.csv" 2>&1
+  echo "sass rc=$?"; wc -c "$out"/ncu_*.csv "$out/src.ncu-rep"; gzip -f "$out/ncu_sass.csv"; rm -f "$out/src.ncu-rep"
 }
 stages() {
   timeout 120 python3 - > "$out/stages.log" 2>&1 <<'PY'

@@ -44,12 +44,15 @@ class Tiles:
     # Gluon fused kernel only: one program an SM, each taking the work items (2·BLOCK_M rows of a head) in turn, so
     # that the next item's Q, K and V load while this one finishes (PERFORMANCE.md v18; label suffix `c`).
     persistent: bool = False
+    # Gluon qk_softmax kernel only: three consumer warpgroups a program instead of two (3·BLOCK_M rows), more warps for
+    # each scheduler to choose from in a latency-bound kernel (PERFORMANCE.md v21; label suffix `e`).
+    three_consumers: bool = False
 
     def as_dict(self) -> dict:
         return asdict(self)
 
 
-GLUON_ONLY = ("gluon", "mask_tma", "q_registers", "persistent")  # the Tiles fields only the Gluon kernels read
+GLUON_ONLY = ("gluon", "mask_tma", "q_registers", "persistent", "three_consumers")  # the Tiles fields only the Gluon kernels read
 
 
 def interpreting() -> bool:

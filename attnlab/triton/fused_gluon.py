@@ -365,12 +365,12 @@ def _consumer(q_desc, o_desc, o_ptr, o_strides, q_smem, k_smem, v_smem, bars, ma
 
 @gluon.jit
 def _program(item, M, smb, smh, N, H, GROUP, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, CAUSAL: gl.constexpr,
-             HEAVY_FIRST: gl.constexpr):
+             HEAVY_FIRST: gl.constexpr, ROWS: gl.constexpr = ROWS_PER_PROGRAM):
     """Where work item `item` lies (both Gluon kernels): batch b, query head h, its k/v head hk, first row start_m
-    of its 2·BLOCK_M rows, the key tiles it visits, and its (batch, head) of the mask M. Items run through a head's
+    of its ROWS·BLOCK_M rows (ROWS consumer warpgroups), the key tiles it visits, and its (batch, head) of the mask M. Items run through a head's
     row blocks before the next head (the order a (row block, batch·head) grid launches in), so the programs at work
     at once share a few heads' K and V in L2."""
-    n_blocks = gl.cdiv(N, ROWS_PER_PROGRAM * BLOCK_M)
+    n_blocks = gl.cdiv(N, ROWS * BLOCK_M)
     bh = item // n_blocks
     blk = item % n_blocks
     if HEAVY_FIRST:  # causal: the longest rows first, so the grid does not end on one long program
@@ -378,10 +378,10 @@ def _program(item, M, smb, smh, N, H, GROUP, BLOCK_M: gl.constexpr, BLOCK_N: gl.
     b = bh // H
     h = bh % H
     hk = h // GROUP  # grouped-query attention: GROUP query heads read one k/v head
-    start_m = blk * ROWS_PER_PROGRAM * BLOCK_M
+    start_m = blk * ROWS * BLOCK_M
     hi = N
     if CAUSAL:
-        hi = gl.minimum(N, start_m + ROWS_PER_PROGRAM * BLOCK_M)
+        hi = gl.minimum(N, start_m + ROWS * BLOCK_M)
     n_tiles = gl.cdiv(hi, BLOCK_N)
     m_head = M + b.to(gl.int64) * smb + h.to(gl.int64) * smh
     return b, h, hk, start_m, n_tiles, m_head

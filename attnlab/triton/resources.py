@@ -126,10 +126,14 @@ def _gluon_info(kernel: str, D: int, causal: bool, tiles: config.Tiles, mask_kin
         sig["k_desc"] = mangle_type(fused_gluon.descriptor(x, tiles.BLOCK_N))
         p = torch.empty(1, ints["H"], ints["N"], ints["N"], dtype=tdtype)
         sig["p_desc"] = mangle_type(fused_gluon.descriptor(p, tiles.BLOCK_M, tiles.BLOCK_N))
-        values.update(CONSUMER_REGS=qk_softmax_gluon.CONSUMER_REGS, Q_REGISTERS=tiles.q_registers)
+        three = tiles.three_consumers
+        values.update(CONSUMER_REGS=qk_softmax_gluon.CONSUMER_REGS_3 if three else qk_softmax_gluon.CONSUMER_REGS,
+                      Q_REGISTERS=tiles.q_registers, ROWS=3 if three else 2)
+        maxnreg = qk_softmax_gluon.MAXNREG_3 if three else fused_gluon.MAXNREG
         floats = ("qk_scale", "mask_scale")
     else:
         fn = fused_gluon.fused_gluon_kernel
+        maxnreg = fused_gluon.MAXNREG
         for a, rows in (("q_desc", tiles.BLOCK_M), ("k_desc", tiles.BLOCK_N), ("v_desc", tiles.BLOCK_N),
                         ("o_desc", tiles.BLOCK_M)):
             sig[a] = mangle_type(fused_gluon.descriptor(x, rows))
@@ -160,7 +164,7 @@ def _gluon_info(kernel: str, D: int, causal: bool, tiles: config.Tiles, mask_kin
         sig[a], constexprs[a] = "constexpr", val
     src = GluonASTSource(fn=fn, signature=sig, constexprs=constexprs, attrs={})
     k = triton.compile(src, target=GPUTarget("cuda", 90, 32),
-                       options={"num_warps": 4, "maxnreg": fused_gluon.MAXNREG})
+                       options={"num_warps": 4, "maxnreg": maxnreg})
     return _report(k, kernel, D, causal, mask_kind, tiles)
 
 
@@ -193,7 +197,8 @@ def _int_args(D: int, mask_kind: int, N: int = 4096, width: int = 2048) -> dict:
 # A tile label's suffix letters, in the order they are written: "128x64w8s3hp" is heavy-first and paired.
 LABEL_FLAGS = (("h", "heavy_first", "heavy-first"), ("p", "paired", "paired rows"), ("t", "tma", "TMA"),
                ("g", "gluon", "the Gluon kernel"), ("m", "mask_tma", "its mask by TMA"),
-               ("r", "q_registers", "Q in registers"), ("c", "persistent", "one program an SM"))
+               ("r", "q_registers", "Q in registers"), ("c", "persistent", "one program an SM"),
+               ("e", "three_consumers", "a third consumer warpgroup"))
 
 
 def _label(t: config.Tiles) -> str:

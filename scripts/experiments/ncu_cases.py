@@ -2,7 +2,8 @@
 cudaProfilerStart/Stop, so that `ncu --profile-from-start off` profiles exactly one call of each build.
 
     ncu --profile-from-start off --clock-control none --section SpeedOfLight ... \
-        python3 scripts/experiments/ncu_cases.py      (scripts/h200.sh's ncu_profile step)
+        python3 scripts/experiments/ncu_cases.py [0,2]   (scripts/h200.sh's ncu_profile and ncu_source steps;
+                                                          the optional argument picks cases by index)
 
 Cases (bf16, FlashAttention's shapes B·N = 16384, H·D = 2048):
   qk_softmax D = 128 and 64, N = 4096, non-causal — its P kernel (Gluon) and PV kernel (Triton): where the 1.3–1.5×
@@ -22,7 +23,8 @@ CASES = [("qk_softmax", 128, 4096, False), ("qk_softmax", 64, 4096, False),
 
 
 def main() -> int:
-    for name, D, N, causal in CASES:
+    picked = [CASES[int(i)] for i in sys.argv[1].split(",")] if len(sys.argv) > 1 else CASES
+    for name, D, N, causal in picked:
         q, k, v = make_inputs(Case(name, 16384 // N, 2048 // D, 2048 // D, N, D, "bfloat16", causal, "cuda"))
         b = builds.get(name)
         b.attend(q, k, v, causal=causal)  # compile
