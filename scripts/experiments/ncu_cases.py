@@ -8,32 +8,39 @@ cudaProfilerStart/Stop, so that `ncu --profile-from-start off` profiles exactly 
 Cases (bf16, FlashAttention's shapes B·N = 16384, H·D = 2048):
   qk_softmax D = 128 and 64, N = 4096, non-causal — its P kernel (Gluon) and PV kernel (Triton): where the 1.3–1.5×
       over the floor goes;
-  fused and sdpa_cudnn, D = 128, N = 512 causal and N = 4096 non-causal — the small-N gap against the steady state.
+  fused and sdpa_cudnn, D = 128, N = 512 causal and N = 4096 non-causal — the small-N gap against the steady state;
+  fused at D = 128 N = 512 causal with the persistent kernel's tiles forced (64x128w4s2hgmc: PERFORMANCE.md v18–v20,
+      slower than one item a program under a causal mask for a reason not yet measured) — case 6.
 """
+import contextlib
 import sys
 
 import torch
 
 from attnlab import builds
 from attnlab.measure import Case, make_inputs
+from attnlab.triton import config
+from attnlab.triton.resources import parse_tiles
 
-CASES = [("qk_softmax", 128, 4096, False), ("qk_softmax", 64, 4096, False),
-         ("fused", 128, 512, True), ("sdpa_cudnn", 128, 512, True),
-         ("fused", 128, 4096, False), ("sdpa_cudnn", 128, 4096, False)]
+CASES = [("qk_softmax", 128, 4096, False, None), ("qk_softmax", 64, 4096, False, None),
+         ("fused", 128, 512, True, None), ("sdpa_cudnn", 128, 512, True, None),
+         ("fused", 128, 4096, False, None), ("sdpa_cudnn", 128, 4096, False, None),
+         ("fused", 128, 512, True, "64x128w4s2hgmc")]  # (build, D, N, causal, fused tiles forced or None: the table)
 
 
 def main() -> int:
     picked = [CASES[int(i)] for i in sys.argv[1].split(",")] if len(sys.argv) > 1 else CASES
-    for name, D, N, causal in picked:
+    for name, D, N, causal, label in picked:
         q, k, v = make_inputs(Case(name, 16384 // N, 2048 // D, 2048 // D, N, D, "bfloat16", causal, "cuda"))
         b = builds.get(name)
-        b.attend(q, k, v, causal=causal)  # compile
-        torch.cuda.synchronize()
-        torch.cuda.profiler.start()
-        b.attend(q, k, v, causal=causal)
-        torch.cuda.synchronize()
-        torch.cuda.profiler.stop()
-        print(f"case {name} D={D} N={N} causal={causal}", flush=True)
+        with config.forced("fused", parse_tiles(label)) if label else contextlib.nullcontext():
+            b.attend(q, k, v, causal=causal)  # compile
+            torch.cuda.synchronize()
+            torch.cuda.profiler.start()
+            b.attend(q, k, v, causal=causal)
+            torch.cuda.synchronize()
+            torch.cuda.profiler.stop()
+        print(f"case {name} D={D} N={N} causal={causal} tiles={label or 'table'}", flush=True)
     return 0
 
 
