@@ -5,9 +5,10 @@ is timed at several N in FlashAttention's convention (B·N = 16384, H·D = 2048)
 (attnlab.bench.time_case: do_bench's median over CUDA-graph replays). A candidate's score is the geometric mean over
 N of its time over the best candidate's time at that N (1.0: best everywhere); the lowest score wins, so one
 configuration serves small and large N alike (the table is keyed by D, causal and dtype, never by N); the table's
-entry stays unless a candidate beats its score by more than TIE (noise). A candidate that fails at any N (out of shared memory, a compile error, a wrong answer) is out. When the winner is a Gluon
-configuration, which compiles for D = 64 and 128 exactly, the best Triton one also gets an entry for the rest of D's
-bucket (e.g. D = 65…127), as the table has. Results: printed, and with --out written as autotune.csv (every
+entry stays unless a candidate beats its score by more than TIE (noise). A candidate that fails at any N (out of
+shared memory, a compile error, a wrong answer) is out. When the winner is a Gluon configuration, which compiles
+for D = 64 and 128 exactly, the best Triton one also gets an entry for the rest of D's bucket (e.g. D = 65…127), as
+the table has. Results: printed, and with --out written as autotune.csv (every
 candidate at every N) and tiles.json (the winners, loadable with `--tiles` by bench and gate).
 """
 from __future__ import annotations

@@ -52,7 +52,8 @@ class Tiles:
         return asdict(self)
 
 
-GLUON_ONLY = ("gluon", "mask_tma", "q_registers", "persistent", "three_consumers")  # the Tiles fields only the Gluon kernels read
+# the Tiles fields only the Gluon kernels read
+GLUON_ONLY = ("gluon", "mask_tma", "q_registers", "persistent", "three_consumers")
 
 
 def interpreting() -> bool:
@@ -128,8 +129,8 @@ TABLE: dict[tuple, Tiles] = {
     ("qk_softmax", "sm90", 64, False, 2): Tiles(128, 64, 8, 3),
     ("qk_softmax", "sm90", 128, False, 2): Tiles(128, 64, 4, 3),
     ("qk_softmax", "sm90", "any", True, 2): Tiles(64, 64, 4, 3),
-    # pv at D = 64 causal: 64×64 w4 s3, 1–2 % faster than 128×64 w8 at every N of session 8's sweep (call 4: score 1.002
-    # against 1.014); elsewhere 128×64 w8 s3 within the sweep's noise of the best.
+    # pv at D = 64 causal: 64×64 w4 s3, 1–2 % faster than 128×64 w8 at every N of session 8's sweep (call 4: score
+    # 1.002 against 1.014); elsewhere 128×64 w8 s3 within the sweep's noise of the best.
     ("pv", "sm90", 64, True, 2): Tiles(64, 64, 4, 3),
     ("pv", "sm90", "any", "any", 2): Tiles(128, 64, 8, 3),
     ("scores", "any", "any", "any", 2): Tiles(128, 128, 8, 3),

@@ -367,9 +367,9 @@ def _consumer(q_desc, o_desc, o_ptr, o_strides, q_smem, k_smem, v_smem, bars, ma
 def _program(item, M, smb, smh, N, H, GROUP, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, CAUSAL: gl.constexpr,
              HEAVY_FIRST: gl.constexpr, ROWS: gl.constexpr = ROWS_PER_PROGRAM):
     """Where work item `item` lies (both Gluon kernels): batch b, query head h, its k/v head hk, first row start_m
-    of its ROWS·BLOCK_M rows (ROWS consumer warpgroups), the key tiles it visits, and its (batch, head) of the mask M. Items run through a head's
-    row blocks before the next head (the order a (row block, batch·head) grid launches in), so the programs at work
-    at once share a few heads' K and V in L2."""
+    of its ROWS·BLOCK_M rows (ROWS consumer warpgroups), the key tiles it visits, and its (batch, head) of the mask
+    M. Items run through a head's row blocks before the next head (the order a (row block, batch·head) grid launches
+    in), so the programs at work at once share a few heads' K and V in L2."""
     n_blocks = gl.cdiv(N, ROWS * BLOCK_M)
     bh = item // n_blocks
     blk = item % n_blocks
