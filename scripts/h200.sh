@@ -24,7 +24,7 @@
 #   fa3bench  fused's Gluon kernel against the table, cuDNN and FA2 (gluon_fa3.py --skip-check $FA3_ARGS)
 #   maskab    v11: the check with the mask by TMA (Tiles.mask_tma), then the mask's cost with and without it
 #   qkcheck   the qk_softmax Gluon kernel's own check (scripts/experiments/qk_gluon.py --check-only) in eight processes
-#             at once (QK_TILES: tile labels, default the table's 64x128w4s3hg)
+#             at once (QK_CHECK_TILES, else QK_TILES: tile labels, default the table's 64x128w4s3hg)
 #   qkbench   its timing against the Triton kernel at N = 1024 and 4096 (QK_TILES), compiled first in four processes
 set -u
 out=${OUT:-h200-out}
@@ -100,7 +100,8 @@ maskab() {
 qkcheck() {
   local start=$(date +%s) k
   for k in 0 1 2 3 4 5 6 7; do
-    timeout 280 python3 scripts/experiments/qk_gluon.py --check-only --check-tiles "${QK_TILES:-64x128w4s3hg}" \
+    timeout 280 python3 scripts/experiments/qk_gluon.py --check-only \
+      --check-tiles "${QK_CHECK_TILES:-${QK_TILES:-64x128w4s3hg}}" \
       --part $k/8 > "$out/qkcheck$k.log" 2>&1 &
   done
   wait
