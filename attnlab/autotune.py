@@ -20,6 +20,7 @@ import os
 import torch
 
 from attnlab.triton.config import Tiles
+from attnlab.triton.resources import label
 
 TUNE_NS = "512,2048,8192"  # the benchmark's range, evenly on a log scale
 
@@ -83,12 +84,6 @@ def pick(results, family: str, itemsize: int, incumbent=None) -> list[dict]:
                                 itemsize=itemsize, tiles=t.as_dict(), score=float(finite[t]),
                                 ms={int(n): float(ms) for n, ms in ms_by_n[t].items()}))
     return entries
-
-
-def label(t: Tiles) -> str:
-    from attnlab.triton.resources import _label
-
-    return _label(t)
 
 
 def run(kernels: list[str], dtype: torch.dtype, ns: list[int], out: str | None = None,

@@ -35,6 +35,14 @@ CONSUMER_REGS = 232  # setmaxnreg of the consumer warpgroups (a multiple of 8; t
 CONSUMER_REGS_3, MAXNREG_3 = 160, 128
 
 
+def partitions(tiles) -> tuple[int, int, int]:
+    """(consumer warpgroups, their setmaxnreg, the launch's maxnreg) of a launch with these tiles: what `launch`
+    passes and what attnlab.triton.resources compiles offline."""
+    if tiles.three_consumers:
+        return 3, CONSUMER_REGS_3, MAXNREG_3
+    return ROWS_PER_PROGRAM.value, CONSUMER_REGS, MAXNREG
+
+
 @gluon.jit
 def _loader(q_desc, k_desc, q_smem, k_smem, bars, b, h, hk, start_m, n_tiles, BLOCK_M: gl.constexpr,
             BLOCK_N: gl.constexpr, STAGES: gl.constexpr, NO_SOFTMAX: gl.constexpr, ROWS: gl.constexpr):
@@ -293,8 +301,7 @@ def launch(q, k, p, mask, mask_strides, mask_kind, *, N, H, group, qk_scale, mas
     calls it for Tiles.gluon when `takes(N)`)."""
     BM, BN = tiles.BLOCK_M, tiles.BLOCK_N
     q, k = tma_ready(q), tma_ready(k)
-    rows, consumer_regs, maxnreg = (3, CONSUMER_REGS_3, MAXNREG_3) if tiles.three_consumers else (
-        ROWS_PER_PROGRAM.value, CONSUMER_REGS, MAXNREG)
+    rows, consumer_regs, maxnreg = partitions(tiles)
     grid = (triton.cdiv(N, rows * BM) * q.shape[0] * H,)
     qk_softmax_gluon_kernel[grid](descriptor(q, BM), descriptor(k, BN), descriptor(p, BM, BN), mask,
                                   *mask_strides, N, H, group, qk_scale, mask_scale, D=q.shape[-1], BLOCK_M=BM,

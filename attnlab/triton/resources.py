@@ -101,7 +101,7 @@ def _report(k, kernel, D, causal, mask_kind, tiles) -> dict:
                            capture_output=True, text=True)
     if r.returncode != 0:
         raise RuntimeError(f"ptxas failed: {r.stderr.strip()[:300]}")
-    return dict(kernel=kernel, D=D, causal=causal, mask_kind=mask_kind, tiles=_label(tiles),
+    return dict(kernel=kernel, D=D, causal=causal, mask_kind=mask_kind, tiles=label(tiles),
                 smem_kib=k.metadata.shared / 1024, fits=k.metadata.shared <= SMEM_LIMIT, **read_ptxas(r.stderr))
 
 
@@ -126,10 +126,8 @@ def _gluon_info(kernel: str, D: int, causal: bool, tiles: config.Tiles, mask_kin
         sig["k_desc"] = mangle_type(fused_gluon.descriptor(x, tiles.BLOCK_N))
         p = torch.empty(1, ints["H"], ints["N"], ints["N"], dtype=tdtype)
         sig["p_desc"] = mangle_type(fused_gluon.descriptor(p, tiles.BLOCK_M, tiles.BLOCK_N))
-        three = tiles.three_consumers
-        values.update(CONSUMER_REGS=qk_softmax_gluon.CONSUMER_REGS_3 if three else qk_softmax_gluon.CONSUMER_REGS,
-                      Q_REGISTERS=tiles.q_registers, ROWS=3 if three else 2)
-        maxnreg = qk_softmax_gluon.MAXNREG_3 if three else fused_gluon.MAXNREG
+        rows, consumer_regs, maxnreg = qk_softmax_gluon.partitions(tiles)
+        values.update(CONSUMER_REGS=consumer_regs, Q_REGISTERS=tiles.q_registers, ROWS=rows)
         floats = ("qk_scale", "mask_scale")
     else:
         fn = fused_gluon.fused_gluon_kernel
@@ -201,7 +199,7 @@ LABEL_FLAGS = (("h", "heavy_first", "heavy-first"), ("p", "paired", "paired rows
                ("e", "three_consumers", "a third consumer warpgroup"))
 
 
-def _label(t: config.Tiles) -> str:
+def label(t: config.Tiles) -> str:
     return f"{t.BLOCK_M}x{t.BLOCK_N}w{t.num_warps}s{t.num_stages}" + "".join(
         letter for letter, field, _ in LABEL_FLAGS if getattr(t, field))
 
