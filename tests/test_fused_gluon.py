@@ -5,6 +5,8 @@ Gluon has no CPU interpreter, so its arithmetic is checked on the GPU (`attnlab 
 scripts/experiments/gluon_fa3.py: ragged N, GQA, strided inputs, masks that hide rows, both ablations); here the
 compile runs offline in a child process, as `python -m attnlab.triton.resources` does.
 """
+from dataclasses import replace
+
 import pytest
 import torch
 
@@ -184,7 +186,7 @@ def test_a_persistent_launch_has_one_program_an_sm_and_counts_every_item(monkeyp
 
     class Kernel:
         def __getitem__(self, grid):
-            return lambda *a, **kw: launched.append((grid, a[names.index("total")], kw["PERSISTENT"]))
+            return lambda *a, **kw: launched.append((grid, a[names.index("total")], kw["PERSISTENT"], kw["O_TMA"]))
 
     monkeypatch.setattr(fused_gluon, "fused_gluon_kernel", Kernel())
     monkeypatch.setattr(fused_gluon, "sm_count", lambda device: 132)
@@ -195,4 +197,29 @@ def test_a_persistent_launch_has_one_program_an_sm_and_counts_every_item(monkeyp
         fused_gluon.launch(q, q, q, torch.empty_like(q), q, (0, 0, 0, 0), 0, N=N, H=H, group=1, qk_scale=1.0,
                            mask_scale=1.0, inv_n=1.0, causal=False, tiles=t)
     # items: cdiv(N, 2·64) row blocks of each of B·H = 32 heads
-    assert launched == [((128,), 128, False), ((128,), 128, True), ((132,), 8 * 32, True), ((32,), 32, True)]
+    assert launched == [((128,), 128, False, False), ((128,), 128, True, False), ((132,), 8 * 32, True, False),
+                        ((32,), 32, True, False)]
+
+
+def test_o_by_tma_only_where_persistent_asked_for_and_there_is_room():
+    """Tiles.o_tma (v22): the persistent kernel's own O tiles (2 × 16 KiB at D = 128) fit beside Q, the K/V ring and a
+    1-byte mask ring (224 KiB of 227), not beside a 2-byte one (256); the one-item kernel has O go out through Q's
+    buffer anyway, and without o_tma the persistent kernel keeps its plain stores."""
+    t = config.Tiles(64, 128, 4, 2, gluon=True, mask_tma=True, persistent=True, o_tma=True)
+    assert [fused_gluon.o_by_tma(t, 128, 2, m) for m in (0, 1, 2)] == [True, True, False]
+    assert fused_gluon.o_by_tma(t, 64, 2, 2)  # D = 64: 160 KiB with a 2-byte mask
+    assert not fused_gluon.o_by_tma(replace(t, persistent=False), 128, 2, 0)
+    assert not fused_gluon.o_by_tma(replace(t, o_tma=False), 128, 2, 0)
+
+
+def test_the_persistent_kernel_with_o_by_tma_compiles_within_limits():
+    """Its shared memory is the plain persistent kernel's plus the two O tiles (offline: 96 / 192 KiB at D = 64 / 128
+    without a mask); no spills without a mask but 4 bytes at D = 128 causal (the table runs causal rows one item a
+    program); matmuls asynchronous."""
+    rows = offline_compile("--kernels", "fused", "--head-dims", "64,128", "--causal", "0,1", "--masks", "0",
+                           "--tiles", "64x128w4s2hgco")
+    assert len(rows) == 4
+    for r in rows:
+        assert r["fits"] and not r["wgmma_serialised"], r
+        assert int(r["smem_kib"]) == (96 if r["D"] == 64 else 192), r  # and under 1 KiB of barriers
+        assert r["spill_stores"] <= (4 if r["causal"] and r["D"] == 128 else 0), r

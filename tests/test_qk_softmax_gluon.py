@@ -124,37 +124,3 @@ def test_q_in_registers_compiles_without_spills_and_no_table_entry_sets_it():
 def test_n_stays_an_argument():
     """As in the fused Gluon kernel: N = 1 made a constant breaks Triton 3.6's lowering with a mask."""
     assert [p.name for p in qk_softmax_gluon.qk_softmax_gluon_kernel.params if p.do_not_specialize] == ["N"]
-
-
-def test_three_consumers_compile_without_spills_at_64_wide_tiles_and_no_table_entry_sets_them():
-    """Tiles.three_consumers (PERFORMANCE.md v21, not yet measured on the GPU): at 160 registers a consumer, 64×64
-    tiles fit without spills, D 64 and 128, causal and not, without a mask (the benchmark's path); with an additive one
-    (the zero_mask ablation's path) at most 64 bytes (32 at D = 128 causal, offline). The table leaves it off."""
-    rows = offline_compile("--kernels", "qk_softmax", "--head-dims", "64,128", "--causal", "0,1", "--masks", "0,2",
-                           "--tiles", "64x64w4s3hge")
-    assert len(rows) == 8
-    for r in rows:
-        assert r["tiles"] == "64x64w4s3hge" and r["fits"] and not r["wgmma_serialised"], r
-        assert r["registers"] == qk_softmax_gluon.MAXNREG_3 and r["spill_stores"] <= (64 if r["mask_kind"] else 0), r
-    assert not any(t.three_consumers for t in config.TABLE.values())
-
-
-def test_three_consumers_launch_a_third_of_the_rows_more_per_program(monkeypatch):
-    """The grid covers 3·BLOCK_M rows a program, with the register split that lets 16 warps fit; two consumers keep
-    2·BLOCK_M and the kernel's defaults."""
-    launched = []
-
-    class Kernel:
-        def __getitem__(self, grid):
-            return lambda *a, **kw: launched.append((grid, kw["ROWS"], kw["CONSUMER_REGS"], kw["maxnreg"]))
-
-    monkeypatch.setattr(qk_softmax_gluon, "qk_softmax_gluon_kernel", Kernel())
-    B, H, N, D = 2, 4, 1000, 128
-    q = torch.zeros(B, H, N, D, dtype=torch.bfloat16)
-    p = torch.zeros(B, H, N, N, dtype=torch.bfloat16)
-    for three in (False, True):
-        t = config.Tiles(64, 64, 4, 3, gluon=True, three_consumers=three)
-        qk_softmax_gluon.launch(q, q, p, q, (0, 0, 0, 0), 0, N=N, H=H, group=1, qk_scale=1.0, mask_scale=1.0,
-                                causal=False, tiles=t)
-    assert launched == [((8 * B * H,), 2, qk_softmax_gluon.CONSUMER_REGS, qk_softmax_gluon.MAXNREG),
-                        ((6 * B * H,), 3, qk_softmax_gluon.CONSUMER_REGS_3, qk_softmax_gluon.MAXNREG_3)]

@@ -44,16 +44,16 @@ class Tiles:
     # Gluon fused kernel only: one program an SM, each taking the work items (2·BLOCK_M rows of a head) in turn, so
     # that the next item's Q, K and V load while this one finishes (PERFORMANCE.md v18; label suffix `c`).
     persistent: bool = False
-    # Gluon qk_softmax kernel only: three consumer warpgroups a program instead of two (3·BLOCK_M rows), more warps for
-    # each scheduler to choose from in a latency-bound kernel (PERFORMANCE.md v21; label suffix `e`).
-    three_consumers: bool = False
+    # Gluon fused kernel, persistent only: O goes out by TMA from two shared-memory tiles of its own, its store
+    # draining under the next item, instead of plain stores from registers; where the shared memory has no room
+    # (a 2-byte mask by TMA at D = 128) the plain stores stay (PERFORMANCE.md v22; label suffix `o`).
+    o_tma: bool = False
 
     def as_dict(self) -> dict:
         return asdict(self)
 
 
-# the Tiles fields only the Gluon kernels read
-GLUON_ONLY = ("gluon", "mask_tma", "q_registers", "persistent", "three_consumers")
+GLUON_ONLY = ("gluon", "mask_tma", "q_registers", "persistent", "o_tma")  # the fields only the Gluon kernels read
 
 
 def interpreting() -> bool:

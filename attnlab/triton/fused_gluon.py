@@ -232,16 +232,18 @@ def _pv_issue(p, acc, v_smem, v_full, stage, j, offs_n, inv_n, dtype: gl.constex
 
 
 @gluon.jit
-def _attend_item(where, t0, it, q_desc, o_desc, o_ptr, o_strides, q_smem, k_smem, v_smem, bars, mask, N, qk_scale,
-                 mask_scale, inv_n, WG: gl.constexpr, D: gl.constexpr, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr,
-                 STAGES: gl.constexpr, CAUSAL: gl.constexpr, MASK_KIND: gl.constexpr, NO_SOFTMAX: gl.constexpr,
-                 NO_PV: gl.constexpr, MASK_TMA: gl.constexpr, PERSISTENT: gl.constexpr):
+def _attend_item(where, t0, it, q_desc, o_desc, o_ptr, o_strides, q_smem, k_smem, v_smem, o_smem, bars, mask, N,
+                 qk_scale, mask_scale, inv_n, WG: gl.constexpr, D: gl.constexpr, BLOCK_M: gl.constexpr,
+                 BLOCK_N: gl.constexpr, STAGES: gl.constexpr, CAUSAL: gl.constexpr, MASK_KIND: gl.constexpr,
+                 NO_SOFTMAX: gl.constexpr, NO_PV: gl.constexpr, MASK_TMA: gl.constexpr, PERSISTENT: gl.constexpr,
+                 O_TMA: gl.constexpr):
     """One warpgroup's rows of a work item (`where`: _program's answer; this program's it-th item; its key tiles at
     ring positions t0 on): FA3's loop over the loader's ring, then O out. Under MASK_TMA a K slot is released only
     once this warpgroup has also read its rows of the slot's mask tile. Persistent: the Q buffer is released after
     the last QKᵀ, so the next item's Q loads under this one's last softmax, PV and store, and O goes out from
-    registers (the Q buffer, which carries O by TMA otherwise, is by then the next item's). Returns the next item's
-    first ring position."""
+    registers (the Q buffer, which carries O by TMA otherwise, is by then the next item's), or under O_TMA by TMA
+    from this warpgroup's own O tile, once the previous item's store from it has been read out. Returns the next
+    item's first ring position."""
     q_bars, q_empty, k_full, v_full, k_empty, v_empty = bars
     M, smb, smh, smm, smn, mask_desc, mask_smem = mask
     b, h, hk, start_m, n_tiles, m_head = where
@@ -324,27 +326,32 @@ def _attend_item(where, t0, it, q_desc, o_desc, o_ptr, o_strides, q_smem, k_smem
     if not NO_SOFTMAX:
         l_o = gl.convert_layout(l_i, row_o)
         o = o / gl.where(l_o == 0.0, 1.0, l_o)[:, None]  # a fully masked row gives O = 0
-    if PERSISTENT:
+    if PERSISTENT and not O_TMA:
         sob, soh, son = o_strides
         offs_mo = rows + gl.arange(0, BLOCK_M, row_o)
         offs_d = gl.arange(0, D, gl.SliceLayout(0, o_layout))
         o_rows = o_ptr + b.to(gl.int64) * sob + h.to(gl.int64) * soh + offs_mo.to(gl.int64) * son
         gl.store(o_rows[:, None] + offs_d[None, :], o.to(dtype), mask=(offs_mo < N)[:, None])
     else:
-        o_buf = q_smem.index(WG)  # this warpgroup's Q buffer, free after its last QKᵀ
+        if PERSISTENT:
+            o_buf = o_smem.index(WG)
+            tma.store_wait(pendings=0)  # the previous item's O has been read out of it
+        else:
+            o_buf = q_smem.index(WG)  # this warpgroup's Q buffer, free after its last QKᵀ
         o_buf.reshape([BLOCK_M, D]).store(o.to(dtype))
         fence_async_shared()
         tma.async_copy_shared_to_global(o_desc, [b, h, rows, 0], o_buf)
-        tma.store_wait(pendings=0)
+        if not PERSISTENT:
+            tma.store_wait(pendings=0)
     return t0 + n_tiles
 
 
 @gluon.jit
-def _consumer(q_desc, o_desc, o_ptr, o_strides, q_smem, k_smem, v_smem, bars, mask, work, where, N, H, GROUP,
-              qk_scale, mask_scale, inv_n, WG: gl.constexpr, D: gl.constexpr, BLOCK_M: gl.constexpr,
+def _consumer(q_desc, o_desc, o_ptr, o_strides, q_smem, k_smem, v_smem, o_smem, bars, mask, work, where, N, H,
+              GROUP, qk_scale, mask_scale, inv_n, WG: gl.constexpr, D: gl.constexpr, BLOCK_M: gl.constexpr,
               BLOCK_N: gl.constexpr, STAGES: gl.constexpr, CAUSAL: gl.constexpr, MASK_KIND: gl.constexpr,
               NO_SOFTMAX: gl.constexpr, NO_PV: gl.constexpr, MASK_TMA: gl.constexpr, HEAVY_FIRST: gl.constexpr,
-              PERSISTENT: gl.constexpr):
+              PERSISTENT: gl.constexpr, O_TMA: gl.constexpr):
     """One warpgroup: its rows of each of this program's work items (one item unless persistent)."""
     pid, nprog, total = work
     M, smb, smh, smm, smn, mask_desc, mask_smem = mask
@@ -353,24 +360,26 @@ def _consumer(q_desc, o_desc, o_ptr, o_strides, q_smem, k_smem, v_smem, bars, ma
         it = 0
         for item in range(pid, total, nprog):
             where = _program(item, M, smb, smh, N, H, GROUP, BLOCK_M, BLOCK_N, CAUSAL, HEAVY_FIRST)
-            t0 = _attend_item(where, t0, it, q_desc, o_desc, o_ptr, o_strides, q_smem, k_smem, v_smem, bars, mask,
-                              N, qk_scale, mask_scale, inv_n, WG, D, BLOCK_M, BLOCK_N, STAGES, CAUSAL, MASK_KIND,
-                              NO_SOFTMAX, NO_PV, MASK_TMA, True)
+            t0 = _attend_item(where, t0, it, q_desc, o_desc, o_ptr, o_strides, q_smem, k_smem, v_smem, o_smem, bars,
+                              mask, N, qk_scale, mask_scale, inv_n, WG, D, BLOCK_M, BLOCK_N, STAGES, CAUSAL,
+                              MASK_KIND, NO_SOFTMAX, NO_PV, MASK_TMA, True, O_TMA)
             it += 1
+        if O_TMA:
+            tma.store_wait(pendings=0)  # the last item's O
     else:
-        _attend_item(where, 0, 0, q_desc, o_desc, o_ptr, o_strides, q_smem, k_smem, v_smem, bars, mask, N, qk_scale,
-                     mask_scale, inv_n, WG, D, BLOCK_M, BLOCK_N, STAGES, CAUSAL, MASK_KIND, NO_SOFTMAX, NO_PV,
-                     MASK_TMA, False)
+        _attend_item(where, 0, 0, q_desc, o_desc, o_ptr, o_strides, q_smem, k_smem, v_smem, o_smem, bars, mask, N,
+                     qk_scale, mask_scale, inv_n, WG, D, BLOCK_M, BLOCK_N, STAGES, CAUSAL, MASK_KIND, NO_SOFTMAX,
+                     NO_PV, MASK_TMA, False, False)
 
 
 @gluon.jit
 def _program(item, M, smb, smh, N, H, GROUP, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, CAUSAL: gl.constexpr,
-             HEAVY_FIRST: gl.constexpr, ROWS: gl.constexpr = ROWS_PER_PROGRAM):
+             HEAVY_FIRST: gl.constexpr):
     """Where work item `item` lies (both Gluon kernels): batch b, query head h, its k/v head hk, first row start_m
-    of its ROWS·BLOCK_M rows (ROWS consumer warpgroups), the key tiles it visits, and its (batch, head) of the mask
-    M. Items run through a head's row blocks before the next head (the order a (row block, batch·head) grid launches
-    in), so the programs at work at once share a few heads' K and V in L2."""
-    n_blocks = gl.cdiv(N, ROWS * BLOCK_M)
+    of its 2·BLOCK_M rows, the key tiles it visits, and its (batch, head) of the mask M. Items run through a head's
+    row blocks before the next head (the order a (row block, batch·head) grid launches in), so the programs at work
+    at once share a few heads' K and V in L2."""
+    n_blocks = gl.cdiv(N, ROWS_PER_PROGRAM * BLOCK_M)
     bh = item // n_blocks
     blk = item % n_blocks
     if HEAVY_FIRST:  # causal: the longest rows first, so the grid does not end on one long program
@@ -378,10 +387,10 @@ def _program(item, M, smb, smh, N, H, GROUP, BLOCK_M: gl.constexpr, BLOCK_N: gl.
     b = bh // H
     h = bh % H
     hk = h // GROUP  # grouped-query attention: GROUP query heads read one k/v head
-    start_m = blk * ROWS * BLOCK_M
+    start_m = blk * ROWS_PER_PROGRAM * BLOCK_M
     hi = N
     if CAUSAL:
-        hi = gl.minimum(N, start_m + ROWS * BLOCK_M)
+        hi = gl.minimum(N, start_m + ROWS_PER_PROGRAM * BLOCK_M)
     n_tiles = gl.cdiv(hi, BLOCK_N)
     m_head = M + b.to(gl.int64) * smb + h.to(gl.int64) * smh
     return b, h, hk, start_m, n_tiles, m_head
@@ -395,14 +404,16 @@ def fused_gluon_kernel(q_desc, k_desc, v_desc, o_desc, o_ptr, sob, soh, son, M, 
                        BLOCK_N: gl.constexpr, STAGES: gl.constexpr, CAUSAL: gl.constexpr, MASK_KIND: gl.constexpr,
                        NO_SOFTMAX: gl.constexpr, NO_PV: gl.constexpr, HEAVY_FIRST: gl.constexpr,
                        MASK_TMA: gl.constexpr, MASK_B: gl.constexpr, MASK_H: gl.constexpr,
-                       CONSUMER_REGS: gl.constexpr, num_warps: gl.constexpr, PERSISTENT: gl.constexpr = False):
+                       CONSUMER_REGS: gl.constexpr, num_warps: gl.constexpr, PERSISTENT: gl.constexpr = False,
+                       O_TMA: gl.constexpr = False):
     """grid (total,) with total = cdiv(N, 2·BLOCK_M)·B·H work items, one a program; PERSISTENT: any smaller grid
     (one program an SM), each program taking items pid, pid + grid, … . num_warps = 4 (the default partition is
     consumer 0). q/k/v/o descriptors over (B, H or Hkv, N, D) with (1, 1, BLOCK_M or BLOCK_N, D) boxes; o_ptr and
     its (batch, head, row) strides for the persistent kernel's O stores; M the (B, H, N, N)-strided mask or any
     pointer when MASK_KIND = 0; qk_scale = scale·log2 e (natural scale under NO_SOFTMAX). MASK_TMA: the mask tiles
     come through `mask_desc`, a descriptor over the mask's (B or 1, H or 1, N, N) with a (1, 1, 2·BLOCK_M, BLOCK_N)
-    box (MASK_B, MASK_H: 1 where the mask varies over batch, heads); else `mask_desc` is an unused placeholder."""
+    box (MASK_B, MASK_H: 1 where the mask varies over batch, heads); else `mask_desc` is an unused placeholder.
+    O_TMA (persistent only): O by TMA from two (BLOCK_M, D) tiles of shared memory of its own (o_by_tma)."""
     dtype: gl.constexpr = q_desc.dtype
     q_smem = gl.allocate_shared_memory(dtype, [ROWS_PER_PROGRAM, 1, 1, BLOCK_M, D], q_desc.layout)
     k_smem = gl.allocate_shared_memory(dtype, [STAGES, 1, 1, BLOCK_N, D], k_desc.layout)
@@ -412,6 +423,10 @@ def fused_gluon_kernel(q_desc, k_desc, v_desc, o_desc, o_ptr, sob, soh, son, M, 
                                               mask_desc.layout)
     else:
         mask_smem = q_smem  # never read
+    if O_TMA:
+        o_smem = gl.allocate_shared_memory(dtype, [ROWS_PER_PROGRAM, 1, 1, BLOCK_M, D], o_desc.layout)
+    else:
+        o_smem = q_smem  # never read
     q_bars = gl.allocate_shared_memory(gl.int64, [ROWS_PER_PROGRAM, 1], mbarrier.MBarrierLayout())
     q_empty = gl.allocate_shared_memory(gl.int64, [ROWS_PER_PROGRAM, 1], mbarrier.MBarrierLayout())
     k_full = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
@@ -434,24 +449,40 @@ def fused_gluon_kernel(q_desc, k_desc, v_desc, o_desc, o_ptr, sob, soh, son, M, 
     # Each partition's arguments are written out where it is named: a tuple assigned to a name turns its constexprs
     # into tensors.
     gl.warp_specialize([
-        (_consumer, (q_desc, o_desc, o_ptr, (sob, soh, son), q_smem, k_smem, v_smem,
+        (_consumer, (q_desc, o_desc, o_ptr, (sob, soh, son), q_smem, k_smem, v_smem, o_smem,
                      (q_bars, q_empty, k_full, v_full, k_empty, v_empty),
                      (M, smb, smh, smm, smn, mask_desc, mask_smem), (pid, nprog, total),
                      (b, h, hk, start_m, n_tiles, m_head), N, H, GROUP, qk_scale,
                      mask_scale, inv_n, 0, D, BLOCK_M, BLOCK_N, STAGES, CAUSAL, MASK_KIND, NO_SOFTMAX, NO_PV,
-                     MASK_TMA, HEAVY_FIRST, PERSISTENT)),
-        (_consumer, (q_desc, o_desc, o_ptr, (sob, soh, son), q_smem, k_smem, v_smem,
+                     MASK_TMA, HEAVY_FIRST, PERSISTENT, O_TMA)),
+        (_consumer, (q_desc, o_desc, o_ptr, (sob, soh, son), q_smem, k_smem, v_smem, o_smem,
                      (q_bars, q_empty, k_full, v_full, k_empty, v_empty),
                      (M, smb, smh, smm, smn, mask_desc, mask_smem), (pid, nprog, total),
                      (b, h, hk, start_m, n_tiles, m_head), N, H, GROUP, qk_scale,
                      mask_scale, inv_n, 1, D, BLOCK_M, BLOCK_N, STAGES, CAUSAL, MASK_KIND, NO_SOFTMAX, NO_PV,
-                     MASK_TMA, HEAVY_FIRST, PERSISTENT)),
+                     MASK_TMA, HEAVY_FIRST, PERSISTENT, O_TMA)),
         (_loader, (q_desc, k_desc, v_desc, q_smem, k_smem, v_smem,
                    (q_bars, q_empty, k_full, v_full, k_empty, v_empty), (M, smb, smh, smm, smn, mask_desc, mask_smem),
                    (pid, nprog, total),
                    (b, h, hk, start_m, n_tiles, m_head), N, H, GROUP, BLOCK_M, BLOCK_N,
                    STAGES, CAUSAL, HEAVY_FIRST, NO_PV, MASK_TMA, MASK_B, MASK_H, PERSISTENT)),
     ], [4, 1], [CONSUMER_REGS, 24])
+
+
+SMEM_LIMIT = 227 * 1024  # bytes of shared memory one block may use on sm_90 (H100/H200)
+SMEM_SPARE = 1024  # the barriers and alignment, beside the tiles o_by_tma counts
+
+
+def o_by_tma(tiles, D: int, itemsize: int, mask_itemsize: int) -> bool:
+    """Whether the persistent kernel stores O by TMA from O tiles of its own (the kernel's O_TMA): Tiles.persistent
+    and Tiles.o_tma, and room for them beside Q, the K/V ring and, where the mask comes by TMA, the mask ring
+    (mask_itemsize 0 otherwise). At D = 128 with 64×128 tiles and 2 stages a 2-byte mask by TMA leaves none."""
+    if not (tiles.persistent and tiles.o_tma):
+        return False
+    BM, BN, st = tiles.BLOCK_M, tiles.BLOCK_N, tiles.num_stages
+    tiles_bytes = (2 * ROWS_PER_PROGRAM.value * BM * D + 2 * st * BN * D) * itemsize
+    mask_bytes = st * ROWS_PER_PROGRAM.value * BM * BN * mask_itemsize
+    return tiles_bytes + mask_bytes + SMEM_SPARE <= SMEM_LIMIT
 
 
 CONSUMER_REGS = 240  # registers per thread of the consumer warpgroups (setmaxnreg); the loader gets 24
@@ -509,7 +540,8 @@ def launch(q, k, v, o, mask, mask_strides, mask_kind, *, N, H, group, qk_scale, 
            no_softmax=False, no_pv=False) -> None:
     """Run the kernel on checked (B, H, N, D) tensors (attnlab.triton.launch.fused calls it for Tiles.gluon). With
     Tiles.mask_tma a mask TMA can read comes through the loader warp (PERFORMANCE.md v11), else by the consumers'
-    loads. Tiles.persistent: one program an SM, each taking work items in turn (PERFORMANCE.md v18)."""
+    loads. Tiles.persistent: one program an SM, each taking work items in turn (PERFORMANCE.md v18), with O by TMA
+    under Tiles.o_tma where o_by_tma says it fits (v22)."""
     BM, BN = tiles.BLOCK_M, tiles.BLOCK_N
     q, k, v = (tma_ready(x) for x in (q, k, v))
     o_t = tma_ready(o)
@@ -518,13 +550,14 @@ def launch(q, k, v, o, mask, mask_strides, mask_kind, *, N, H, group, qk_scale, 
     mask_desc, vary_b, vary_h = md if md else (q_desc, 0, 0)
     total = triton.cdiv(N, ROWS_PER_PROGRAM.value * BM) * q.shape[0] * H
     grid = (min(total, sm_count(q.device)) if tiles.persistent else total,)
+    o_tma = o_by_tma(tiles, q.shape[-1], q.element_size(), mask.element_size() if md else 0)
     fused_gluon_kernel[grid](q_desc, descriptor(k, BN), descriptor(v, BN), descriptor(o_t, BM), o_t,
                              *o_t.stride()[:3], mask, *mask_strides, mask_desc, N, H, group, total, qk_scale,
                              mask_scale, inv_n, D=q.shape[-1], BLOCK_M=BM, BLOCK_N=BN, STAGES=tiles.num_stages,
                              CAUSAL=causal, MASK_KIND=mask_kind, NO_SOFTMAX=no_softmax, NO_PV=no_pv,
                              HEAVY_FIRST=tiles.heavy_first, MASK_TMA=md is not None, MASK_B=vary_b, MASK_H=vary_h,
                              CONSUMER_REGS=CONSUMER_REGS, num_warps=4, maxnreg=MAXNREG,
-                             PERSISTENT=tiles.persistent)
+                             PERSISTENT=tiles.persistent, O_TMA=o_tma)
     if o_t is not o:
         o.copy_(o_t)
 

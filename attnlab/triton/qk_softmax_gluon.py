@@ -30,26 +30,15 @@ from attnlab.triton.fused_gluon import (HEAD_DIMS, MAXNREG, ROWS_PER_PROGRAM, _n
 
 PBUF = gl.constexpr(2)  # P buffers per consumer: one being filled while the other's store drains
 CONSUMER_REGS = 232  # setmaxnreg of the consumer warpgroups (a multiple of 8; the loader gets 24)
-# Tiles.three_consumers: 13 warps launch as 16, so at most 128 registers a thread at launch; then three consumer
-# warpgroups at 160 and the loader's at 24 fill the 64 Ki of an SM (3·128·160 + 128·24 = 64512).
-CONSUMER_REGS_3, MAXNREG_3 = 160, 128
-
-
-def partitions(tiles) -> tuple[int, int, int]:
-    """(consumer warpgroups, their setmaxnreg, the launch's maxnreg) of a launch with these tiles: what `launch`
-    passes and what attnlab.triton.resources compiles offline."""
-    if tiles.three_consumers:
-        return 3, CONSUMER_REGS_3, MAXNREG_3
-    return ROWS_PER_PROGRAM.value, CONSUMER_REGS, MAXNREG
 
 
 @gluon.jit
 def _loader(q_desc, k_desc, q_smem, k_smem, bars, b, h, hk, start_m, n_tiles, BLOCK_M: gl.constexpr,
-            BLOCK_N: gl.constexpr, STAGES: gl.constexpr, NO_SOFTMAX: gl.constexpr, ROWS: gl.constexpr):
-    """One warp: every consumer's Q, then the K tiles once per pass into the ring; a slot is refilled once all ROWS
-    consumers have arrived on its `empty` barrier."""
+            BLOCK_N: gl.constexpr, STAGES: gl.constexpr, NO_SOFTMAX: gl.constexpr):
+    """One warp: both consumers' Q, then the K tiles once per pass into the ring; a slot is refilled once both
+    consumers have arrived on its `empty` barrier (count 2)."""
     q_bars, k_full, k_empty = bars
-    for w in gl.static_range(ROWS):
+    for w in gl.static_range(ROWS_PER_PROGRAM):
         mbarrier.expect(q_bars.index(w), q_desc.block_type.nbytes)
         tma.async_copy_global_to_shared(q_desc, [b, h, start_m + w * BLOCK_M, 0], q_bars.index(w), q_smem.index(w))
     passes = 1 if NO_SOFTMAX else 2
@@ -228,53 +217,40 @@ def qk_softmax_gluon_kernel(q_desc, k_desc, p_desc, M, smb, smh, smm, smn, N, H,
                             D: gl.constexpr, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, STAGES: gl.constexpr,
                             CAUSAL: gl.constexpr, MASK_KIND: gl.constexpr, NO_SOFTMAX: gl.constexpr,
                             HEAVY_FIRST: gl.constexpr, CONSUMER_REGS: gl.constexpr, num_warps: gl.constexpr,
-                            Q_REGISTERS: gl.constexpr = False, ROWS: gl.constexpr = ROWS_PER_PROGRAM):
+                            Q_REGISTERS: gl.constexpr = False):
     """grid (cdiv(N, 2·BLOCK_M)·B·H,): a program a work item (attnlab.triton.fused_gluon._program), num_warps = 4.
     q/k descriptors over (B, H or Hkv, N, D) with (1, 1, BLOCK_M or BLOCK_N, D) boxes; p_desc over the contiguous
     (B, H, N, N) P with a (1, 1, BLOCK_M, BLOCK_N) box; M the (B, H, N, N)-strided mask or any pointer when
-    MASK_KIND = 0; qk_scale = scale·log2 e (natural scale under NO_SOFTMAX); Q_REGISTERS: Tiles.q_registers.
-    ROWS: consumer warpgroups (2, or 3 under Tiles.three_consumers: PERFORMANCE.md v21), each BLOCK_M rows."""
+    MASK_KIND = 0; qk_scale = scale·log2 e (natural scale under NO_SOFTMAX); Q_REGISTERS: Tiles.q_registers."""
     dtype: gl.constexpr = q_desc.dtype
     b, h, hk, start_m, n_tiles, m_head = _program(gl.program_id(0), M, smb, smh, N, H, GROUP, BLOCK_M, BLOCK_N,
-                                                  CAUSAL, HEAVY_FIRST, ROWS)
+                                                  CAUSAL, HEAVY_FIRST)
 
-    q_smem = gl.allocate_shared_memory(dtype, [ROWS, 1, 1, BLOCK_M, D], q_desc.layout)
+    q_smem = gl.allocate_shared_memory(dtype, [ROWS_PER_PROGRAM, 1, 1, BLOCK_M, D], q_desc.layout)
     k_smem = gl.allocate_shared_memory(dtype, [STAGES, 1, 1, BLOCK_N, D], k_desc.layout)
-    p_smem = gl.allocate_shared_memory(dtype, [ROWS * PBUF, 1, 1, BLOCK_M, BLOCK_N],
+    p_smem = gl.allocate_shared_memory(dtype, [ROWS_PER_PROGRAM * PBUF, 1, 1, BLOCK_M, BLOCK_N],
                                      p_desc.layout)
-    q_bars = gl.allocate_shared_memory(gl.int64, [ROWS, 1], mbarrier.MBarrierLayout())
+    q_bars = gl.allocate_shared_memory(gl.int64, [ROWS_PER_PROGRAM, 1], mbarrier.MBarrierLayout())
     k_full = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
     k_empty = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
-    for i in gl.static_range(ROWS):
+    for i in gl.static_range(ROWS_PER_PROGRAM):
         mbarrier.init(q_bars.index(i), count=1)
     for i in gl.static_range(STAGES):
         mbarrier.init(k_full.index(i), count=1)
-        mbarrier.init(k_empty.index(i), count=ROWS)
+        mbarrier.init(k_empty.index(i), count=ROWS_PER_PROGRAM)
     fence_async_shared()
     bars = (q_bars, k_full, k_empty)
     mask = (m_head, smm, smn)
     # Each partition's arguments are written out where it is named: a tuple assigned to a name turns its constexprs
     # into tensors.
-    if ROWS == 3:
-        gl.warp_specialize([
-            (_consumer, (q_smem, k_smem, p_smem, p_desc, bars, mask, b, h, start_m, n_tiles, N, qk_scale, mask_scale,
-                         0, D, BLOCK_M, BLOCK_N, STAGES, CAUSAL, MASK_KIND, NO_SOFTMAX, Q_REGISTERS)),
-            (_consumer, (q_smem, k_smem, p_smem, p_desc, bars, mask, b, h, start_m, n_tiles, N, qk_scale, mask_scale,
-                         1, D, BLOCK_M, BLOCK_N, STAGES, CAUSAL, MASK_KIND, NO_SOFTMAX, Q_REGISTERS)),
-            (_consumer, (q_smem, k_smem, p_smem, p_desc, bars, mask, b, h, start_m, n_tiles, N, qk_scale, mask_scale,
-                         2, D, BLOCK_M, BLOCK_N, STAGES, CAUSAL, MASK_KIND, NO_SOFTMAX, Q_REGISTERS)),
-            (_loader, (q_desc, k_desc, q_smem, k_smem, bars, b, h, hk, start_m, n_tiles, BLOCK_M, BLOCK_N, STAGES,
-                       NO_SOFTMAX, ROWS)),
-        ], [4, 4, 1], [CONSUMER_REGS, CONSUMER_REGS, 24])
-    else:
-        gl.warp_specialize([
-            (_consumer, (q_smem, k_smem, p_smem, p_desc, bars, mask, b, h, start_m, n_tiles, N, qk_scale, mask_scale,
-                         0, D, BLOCK_M, BLOCK_N, STAGES, CAUSAL, MASK_KIND, NO_SOFTMAX, Q_REGISTERS)),
-            (_consumer, (q_smem, k_smem, p_smem, p_desc, bars, mask, b, h, start_m, n_tiles, N, qk_scale, mask_scale,
-                         1, D, BLOCK_M, BLOCK_N, STAGES, CAUSAL, MASK_KIND, NO_SOFTMAX, Q_REGISTERS)),
-            (_loader, (q_desc, k_desc, q_smem, k_smem, bars, b, h, hk, start_m, n_tiles, BLOCK_M, BLOCK_N, STAGES,
-                       NO_SOFTMAX, ROWS)),
-        ], [4, 1], [CONSUMER_REGS, 24])
+    gl.warp_specialize([
+        (_consumer, (q_smem, k_smem, p_smem, p_desc, bars, mask, b, h, start_m, n_tiles, N, qk_scale, mask_scale, 0,
+                     D, BLOCK_M, BLOCK_N, STAGES, CAUSAL, MASK_KIND, NO_SOFTMAX, Q_REGISTERS)),
+        (_consumer, (q_smem, k_smem, p_smem, p_desc, bars, mask, b, h, start_m, n_tiles, N, qk_scale, mask_scale, 1,
+                     D, BLOCK_M, BLOCK_N, STAGES, CAUSAL, MASK_KIND, NO_SOFTMAX, Q_REGISTERS)),
+        (_loader, (q_desc, k_desc, q_smem, k_smem, bars, b, h, hk, start_m, n_tiles, BLOCK_M, BLOCK_N, STAGES,
+                   NO_SOFTMAX)),
+    ], [4, 1], [CONSUMER_REGS, 24])
 
 
 def check_case(tiles, dtype, D: int) -> None:
@@ -301,11 +277,10 @@ def launch(q, k, p, mask, mask_strides, mask_kind, *, N, H, group, qk_scale, mas
     calls it for Tiles.gluon when `takes(N)`)."""
     BM, BN = tiles.BLOCK_M, tiles.BLOCK_N
     q, k = tma_ready(q), tma_ready(k)
-    rows, consumer_regs, maxnreg = partitions(tiles)
-    grid = (triton.cdiv(N, rows * BM) * q.shape[0] * H,)
+    grid = (triton.cdiv(N, ROWS_PER_PROGRAM.value * BM) * q.shape[0] * H,)
     qk_softmax_gluon_kernel[grid](descriptor(q, BM), descriptor(k, BN), descriptor(p, BM, BN), mask,
                                   *mask_strides, N, H, group, qk_scale, mask_scale, D=q.shape[-1], BLOCK_M=BM,
                                   BLOCK_N=BN, STAGES=tiles.num_stages, CAUSAL=causal, MASK_KIND=mask_kind,
                                   NO_SOFTMAX=no_softmax, HEAVY_FIRST=tiles.heavy_first,
-                                  CONSUMER_REGS=consumer_regs, Q_REGISTERS=tiles.q_registers, num_warps=4,
-                                  maxnreg=maxnreg, ROWS=rows)
+                                  CONSUMER_REGS=CONSUMER_REGS, Q_REGISTERS=tiles.q_registers, num_warps=4,
+                                  maxnreg=MAXNREG)

@@ -24,8 +24,8 @@ import triton
 from triton.backends.compiler import GPUTarget
 
 from attnlab.triton import config
+from attnlab.triton.fused_gluon import SMEM_LIMIT
 
-SMEM_LIMIT = 227 * 1024  # bytes of shared memory one block may use on sm_90 (H100/H200)
 FLOATS = ("qk_scale", "mask_scale", "inv_n")
 POINTERS = re.compile(r"^(Q|K|V|O|M|P|S|DK|DV)$")
 DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}  # compile_info's dtype names
@@ -126,12 +126,10 @@ def _gluon_info(kernel: str, D: int, causal: bool, tiles: config.Tiles, mask_kin
         sig["k_desc"] = mangle_type(fused_gluon.descriptor(x, tiles.BLOCK_N))
         p = torch.empty(1, ints["H"], ints["N"], ints["N"], dtype=tdtype)
         sig["p_desc"] = mangle_type(fused_gluon.descriptor(p, tiles.BLOCK_M, tiles.BLOCK_N))
-        rows, consumer_regs, maxnreg = qk_softmax_gluon.partitions(tiles)
-        values.update(CONSUMER_REGS=consumer_regs, Q_REGISTERS=tiles.q_registers, ROWS=rows)
+        values.update(CONSUMER_REGS=qk_softmax_gluon.CONSUMER_REGS, Q_REGISTERS=tiles.q_registers)
         floats = ("qk_scale", "mask_scale")
     else:
         fn = fused_gluon.fused_gluon_kernel
-        maxnreg = fused_gluon.MAXNREG
         for a, rows in (("q_desc", tiles.BLOCK_M), ("k_desc", tiles.BLOCK_N), ("v_desc", tiles.BLOCK_N),
                         ("o_desc", tiles.BLOCK_M)):
             sig[a] = mangle_type(fused_gluon.descriptor(x, rows))
@@ -142,13 +140,16 @@ def _gluon_info(kernel: str, D: int, causal: bool, tiles: config.Tiles, mask_kin
         mask_tma = bool(flags.pop("MASK_TMA", tiles.mask_tma)) and mask_kind != 0
         if mask_tma:  # an (N, N) mask broadcast over batch and heads, as the zero_mask ablation passes
             m = torch.empty(ints["N"], ints["N"], dtype=torch.uint8 if mask_kind == 1 else tdtype)
+            mask_itemsize = m.element_size()
             m4 = m.expand(1, ints["H"], ints["N"], ints["N"])
             sig["mask_desc"] = mangle_type(fused_gluon.mask_descriptor(
                 m4, fused_gluon.ROWS_PER_PROGRAM.value * tiles.BLOCK_M, tiles.BLOCK_N)[0])
         else:
             sig["mask_desc"] = sig["q_desc"]  # the placeholder the launcher passes
+            mask_itemsize = 0
         values.update(NO_PV=False, MASK_TMA=mask_tma, MASK_B=0, MASK_H=0, CONSUMER_REGS=fused_gluon.CONSUMER_REGS,
-                      PERSISTENT=tiles.persistent)
+                      PERSISTENT=tiles.persistent,
+                      O_TMA=fused_gluon.o_by_tma(tiles, D, tdtype.itemsize, mask_itemsize))
         sig["total"] = "i32"
     for a in ("smb", "smh", "smm", "smn", "N", "H", "GROUP") + (("sob", "soh", "son") if kernel == "fused" else ()):
         if _becomes_constant(fn, a, ints[a]):
@@ -162,7 +163,7 @@ def _gluon_info(kernel: str, D: int, causal: bool, tiles: config.Tiles, mask_kin
         sig[a], constexprs[a] = "constexpr", val
     src = GluonASTSource(fn=fn, signature=sig, constexprs=constexprs, attrs={})
     k = triton.compile(src, target=GPUTarget("cuda", 90, 32),
-                       options={"num_warps": 4, "maxnreg": maxnreg})
+                       options={"num_warps": 4, "maxnreg": fused_gluon.MAXNREG})
     return _report(k, kernel, D, causal, mask_kind, tiles)
 
 
@@ -196,7 +197,7 @@ def _int_args(D: int, mask_kind: int, N: int = 4096, width: int = 2048) -> dict:
 LABEL_FLAGS = (("h", "heavy_first", "heavy-first"), ("p", "paired", "paired rows"), ("t", "tma", "TMA"),
                ("g", "gluon", "the Gluon kernel"), ("m", "mask_tma", "its mask by TMA"),
                ("r", "q_registers", "Q in registers"), ("c", "persistent", "one program an SM"),
-               ("e", "three_consumers", "a third consumer warpgroup"))
+               ("o", "o_tma", "O by TMA from its own tiles"))
 
 
 def label(t: config.Tiles) -> str:
