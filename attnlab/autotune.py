@@ -43,12 +43,12 @@ def candidates(kernel: str) -> list[Tiles]:
     wide += [Tiles(128, 64, 8, 3, paired=True), Tiles(128, 64, 8, 3, paired=True, tma=True),
              Tiles(64, 64, 4, 3, paired=True), Tiles(128, 64, 8, 3, heavy_first=True, paired=True)]
     # the warp-specialised Gluon kernel (v10), its mask by TMA (v11: it changes nothing without a mask, and the
-    # zero_mask ablation should run the kernel the build does), persistent (v18). 16-bit only: launch.fused refuses
-    # it for fp32 with one error, recorded as a failed candidate.
+    # zero_mask ablation should run the kernel the build does), persistent (v18), persistent with O by TMA (v22).
+    # 16-bit only: launch.fused refuses it for fp32 with one error, recorded as a failed candidate.
     gluon = [dict(BLOCK_M=64, BLOCK_N=128, num_stages=s) for s in (2, 3)] + [dict(BLOCK_M=64, BLOCK_N=64,
                                                                                   num_stages=3)]
-    wide += [Tiles(**g, heavy_first=h, gluon=True, mask_tma=True, persistent=c)
-             for g in gluon for h in (False, True) for c in (False, True)]
+    wide += [Tiles(**g, heavy_first=h, gluon=True, mask_tma=True, persistent=c, o_tma=o)
+             for g in gluon for h in (False, True) for c, o in ((False, False), (True, False), (True, True))]
     return wide
 
 
