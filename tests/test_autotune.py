@@ -132,13 +132,14 @@ def test_the_table_entry_stays_unless_beaten_by_more_than_noise():
 
 
 def test_the_sweep_on_the_h200_keeps_the_table():
-    """Session 8's sweeps (outputs/h200/2026-11-29-s8-call2 and -call4, bf16, N = 512, 2048, 8192) chose the
-    table's sm90 entries for fused, qk_softmax and pv, with the table as the incumbent: the table is what its sweep
-    says, from the recorded times (a change to either shows here)."""
+    """The recorded sweeps (bf16, N = 512, 2048, 8192: fused in session 9's outputs/h200/2026-11-29-s9-call3, with
+    v22's candidates; qk_softmax and pv in session 8's -s8-call4) chose the table's sm90 entries for fused,
+    qk_softmax and pv, with the table as the incumbent: the table is what its sweep says, from the recorded times (a
+    change to either shows here)."""
     from pathlib import Path
 
     root = Path(__file__).resolve().parents[1] / "outputs" / "h200"
-    rows = pd.concat([pd.read_csv(root / run / "autotune" / "autotune.csv") for run in ("2026-11-29-s8-call2",
+    rows = pd.concat([pd.read_csv(root / run / "autotune" / "autotune.csv") for run in ("2026-11-29-s9-call3",
                                                                                         "2026-11-29-s8-call4")])
     rows["tiles"] = rows["label"].map(parse_tiles)
     entries = autotune.pick(rows, "sm90", 2,
