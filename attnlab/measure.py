@@ -460,7 +460,7 @@ def measure(case: Case, *, ceilings: dict, reps_ms: float = 100.0, warmup_ms: fl
         q, k, v = make_inputs(case, seed)
         if build.family != "library":
             spec = check(q, k, v, causal=case.causal)
-            row["tiles"] = json.dumps(launch.tile_config(build.base, spec), sort_keys=True)
+            row["tiles"] = json.dumps(launch.tile_config(build.base, spec, build.ablation), sort_keys=True)
 
         def call():
             return build.attend(q, k, v, causal=case.causal)

@@ -223,3 +223,29 @@ def test_the_persistent_kernel_with_o_by_tma_compiles_within_limits():
         assert r["fits"] and not r["wgmma_serialised"], r
         assert int(r["smem_kib"]) == (96 if r["D"] == 64 else 192), r  # and under 1 KiB of barriers
         assert r["spill_stores"] <= (4 if r["causal"] and r["D"] == 128 else 0), r
+
+
+@pytest.mark.parametrize("D", [128, 64])
+def test_rows_record_the_o_store_path_the_launch_takes(monkeypatch, D):
+    """Lab guard (v22): the zero_mask ablation's 2-byte mask by TMA leaves no room for O's own tiles at D = 128, so
+    there O goes out by plain stores while fused stores it by TMA. The row's tiles must say what the launch ran (the
+    ablation report then notes the different tiles), here checked against the O_TMA the kernel was given."""
+    from attnlab import builds
+
+    ran = []
+
+    class Kernel:
+        def __getitem__(self, grid):
+            return lambda *a, **kw: ran.append(kw["O_TMA"])
+
+    monkeypatch.setattr(config, "family", lambda device: "sm90")
+    monkeypatch.setattr(fused_gluon, "fused_gluon_kernel", Kernel())
+    monkeypatch.setattr(fused_gluon, "sm_count", lambda device: 132)
+    q = torch.zeros(2, 4, 512, D, dtype=torch.bfloat16)
+    spec = launch.check(q, q, q)
+    for name in ("fused", "fused-zero_mask"):
+        build = builds.get(name)
+        build.attend(q, q, q, causal=False)
+        recorded = launch.tile_config(build.base, spec, build.ablation)["fused"]
+        assert recorded["o_tma"] is ran[-1], (name, recorded)
+    assert ran == [True, D == 64]  # the build by TMA; its zero_mask ablation too where there is room

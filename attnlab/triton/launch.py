@@ -6,7 +6,7 @@ keywords `ablation` (None, "no_softmax" or "no_pv"; "zero_mask" is a mask the ca
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import torch
 import triton
@@ -15,7 +15,8 @@ from attnlab.triton import fused as _fused
 from attnlab.triton import materialised as _mat
 from attnlab.triton import pv as _pv_mod
 from attnlab.triton import qk_softmax as _qks
-from attnlab.triton.config import GLUON_ONLY, LOG2E, head_dim_bucket, interpreting, tiles, unsupported_reason
+from attnlab.triton.config import (GLUON_ONLY, LOG2E, Tiles, head_dim_bucket, interpreting, tiles,
+                                   unsupported_reason)
 from attnlab.validate import Spec, check, mask_4d
 
 KERNEL_ABLATIONS = (None, "no_softmax", "no_pv")
@@ -222,8 +223,26 @@ def _kv_descriptors(c: _Call, t: dict):
     return descs
 
 
-def tile_config(build: str, spec: Spec) -> dict:
-    """The tiles each kernel of a build uses for this case: recorded in every result row."""
+def tile_config(build: str, spec: Spec, ablation: str | None = None) -> dict:
+    """The tiles each kernel of a build (or of its ablation) uses for this case: recorded in every result row."""
     kernels = {"materialised": ("scores", "pv"), "qk_softmax": ("qk_softmax", "pv"), "fused": ("fused",)}[build]
-    return {kn: (_qk_softmax_tiles(spec) if kn == "qk_softmax" else tiles(kn, spec.device, spec.D, spec.causal,
-                                                                            spec.dtype)).as_dict() for kn in kernels}
+    chosen = {"qk_softmax": _qk_softmax_tiles, "fused": lambda s: _fused_tiles_run(s, ablation)}
+    return {kn: (chosen[kn](spec) if kn in chosen else tiles(kn, spec.device, spec.D, spec.causal,
+                                                             spec.dtype)).as_dict() for kn in kernels}
+
+
+def _fused_tiles_run(s: Spec, ablation: str | None) -> Tiles:
+    """fused's tiles as its launch runs them: Tiles.o_tma only where the Gluon kernel has room for O's own tiles
+    (attnlab.triton.fused_gluon.o_by_tma), which the zero_mask ablation's 2-byte (N, N) mask by TMA takes away at
+    D = 128; the row then says so, and the ablation report notes that it ran other tiles than fused."""
+    t = tiles("fused", s.device, s.D, s.causal, s.dtype)
+    if not t.o_tma:
+        return t
+    from attnlab.triton import fused_gluon
+
+    mask_itemsize = 0
+    if ablation == "zero_mask" and t.mask_tma:  # the mask it brings: builds._zero_mask's, broadcast over B and H
+        m = torch.empty(s.N, s.N, dtype=s.dtype, device="meta").expand(s.B, s.H, s.N, s.N)
+        if fused_gluon.mask_descriptor(m, fused_gluon.ROWS_PER_PROGRAM.value * t.BLOCK_M, t.BLOCK_N) is not None:
+            mask_itemsize = s.dtype.itemsize
+    return replace(t, o_tma=fused_gluon.o_by_tma(t, s.D, s.dtype.itemsize, mask_itemsize))
