@@ -249,3 +249,38 @@ def test_rows_record_the_o_store_path_the_launch_takes(monkeypatch, D):
         recorded = launch.tile_config(build.base, spec, build.ablation)["fused"]
         assert recorded["o_tma"] is ran[-1], (name, recorded)
     assert ran == [True, D == 64]  # the build by TMA; its zero_mask ablation too where there is room
+
+
+def test_one_consumer_programs_launch_an_item_of_block_m_rows_and_two_fit_an_sm(monkeypatch):
+    """Tiles.one_consumer (v23, not yet measured): a program is one consumer warpgroup and the loader (8 warps at
+    launch), so its items are BLOCK_M rows and its launch asks for 128 registers a thread: two programs fill an SM's
+    64 Ki. Persistent, the grid is then two programs an SM."""
+    names = fused_gluon.fused_gluon_kernel.arg_names
+    launched = []
+
+    class Kernel:
+        def __getitem__(self, grid):
+            return lambda *a, **kw: launched.append((grid, a[names.index("total")], kw["ROWS"], kw["maxnreg"]))
+
+    monkeypatch.setattr(fused_gluon, "fused_gluon_kernel", Kernel())
+    monkeypatch.setattr(fused_gluon, "sm_count", lambda device: 132)
+    B, H, N, D = 2, 16, 1000, 128
+    q = torch.zeros(B, H, N, D, dtype=torch.bfloat16)
+    for one, persistent in ((False, False), (True, False), (True, True)):
+        t = config.Tiles(64, 64, 4, 2, gluon=True, persistent=persistent, one_consumer=one)
+        fused_gluon.launch(q, q, q, torch.empty_like(q), q, (0, 0, 0, 0), 0, N=N, H=H, group=1, qk_scale=1.0,
+                           mask_scale=1.0, inv_n=1.0, causal=True, tiles=t)
+    assert launched == [((8 * 32,), 8 * 32, 2, fused_gluon.MAXNREG), ((16 * 32,), 16 * 32, 1, 128),
+                        ((264,), 16 * 32, 1, 128)]
+    assert 2 * 256 * fused_gluon.MAXNREG_ONE <= 64 * 1024
+
+
+def test_one_consumer_variant_compiles_small_enough_for_two_programs_an_sm():
+    """64×64 tiles, 2 stages: at most 96 KiB of shared memory with any mask (two programs fit the SM's 228 KiB), no
+    spills at 232 registers for the consumer, matmuls asynchronous (offline)."""
+    rows = offline_compile("--kernels", "fused", "--head-dims", "64,128", "--causal", "0,1", "--masks", "0,2",
+                           "--tiles", "64x64w4s2hgmu")
+    assert len(rows) == 8
+    for r in rows:
+        assert r["fits"] and not r["wgmma_serialised"] and r["spill_stores"] == 0, r
+        assert r["smem_kib"] < 113 and r["registers"] == fused_gluon.MAXNREG_ONE, r

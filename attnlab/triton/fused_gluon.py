@@ -125,12 +125,12 @@ def _no_pv_step(acc, p, offs_n, inv_n, alpha, NO_SOFTMAX: gl.constexpr):
 
 
 @gluon.jit
-def _mask_tile(mask_smem, stage, WG: gl.constexpr, MASK_TMA: gl.constexpr):
-    """This warpgroup's rows of the mask tile in ring slot `stage` (the loader brings both warpgroups' rows in one
+def _mask_tile(mask_smem, stage, WG: gl.constexpr, MASK_TMA: gl.constexpr, ROWS: gl.constexpr):
+    """This warpgroup's rows of the mask tile in ring slot `stage` (the loader brings all ROWS warpgroups' rows in one
     box); the unused placeholder without MASK_TMA."""
     if MASK_TMA:
         box = mask_smem.index(stage)
-        rows: gl.constexpr = box.type.shape[2] // ROWS_PER_PROGRAM
+        rows: gl.constexpr = box.type.shape[2] // ROWS
         return box.reshape([box.type.shape[2], box.type.shape[3]]).slice(WG * rows, rows, dim=0)
     else:
         return mask_smem
@@ -172,7 +172,7 @@ def _load_v(j, r, v_desc, v_smem, bars, b, hk, BLOCK_N: gl.constexpr, STAGES: gl
 @gluon.jit
 def _load_item(where, t0, it, q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, bars, mask, BLOCK_M: gl.constexpr,
                BLOCK_N: gl.constexpr, STAGES: gl.constexpr, NO_PV: gl.constexpr, MASK_TMA: gl.constexpr,
-               MASK_B: gl.constexpr, MASK_H: gl.constexpr, PERSISTENT: gl.constexpr):
+               MASK_B: gl.constexpr, MASK_H: gl.constexpr, PERSISTENT: gl.constexpr, ROWS: gl.constexpr):
     """The loader's share of a work item (`where`: _program's answer; this program's it-th item), whose key tiles
     take ring positions t0 on: K of tile 0, both consumers' Q (persistent: once each consumer has released its Q
     buffer, after its last QKᵀ of the previous item), then V of tile 0 and K and V tile by tile. Returns the next
@@ -181,7 +181,7 @@ def _load_item(where, t0, it, q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, ba
     b, h, hk, start_m, n_tiles, m_head = where
     if PERSISTENT:  # K's first tile can load before the previous item's last QKᵀ has released Q
         _load_k(0, t0, k_desc, k_smem, bars, mask, b, h, hk, start_m, BLOCK_N, STAGES, MASK_TMA, MASK_B, MASK_H)
-    for w in gl.static_range(ROWS_PER_PROGRAM):
+    for w in gl.static_range(ROWS):
         if PERSISTENT:
             mbarrier.wait(q_empty.index(w), (it & 1) ^ 1)
         mbarrier.expect(q_bars.index(w), q_desc.block_type.nbytes)
@@ -200,22 +200,22 @@ def _load_item(where, t0, it, q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, ba
 def _loader(q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, bars, mask, work, where, N, H, GROUP,
             BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, STAGES: gl.constexpr, CAUSAL: gl.constexpr,
             HEAVY_FIRST: gl.constexpr, NO_PV: gl.constexpr, MASK_TMA: gl.constexpr, MASK_B: gl.constexpr,
-            MASK_H: gl.constexpr, PERSISTENT: gl.constexpr):
-    """One warp: Q, K and V of this program's work items by TMA into the ring, a slot refilled once both consumers
-    have arrived on its `empty` barrier (count 2). Under no_pv V is never read."""
+            MASK_H: gl.constexpr, PERSISTENT: gl.constexpr, ROWS: gl.constexpr):
+    """One warp: Q, K and V of this program's work items by TMA into the ring, a slot refilled once every consumer
+    has arrived on its `empty` barrier (count ROWS). Under no_pv V is never read."""
     pid, nprog, total = work
     M, smb, smh, smm, smn, mask_desc, mask_smem = mask
     if PERSISTENT:
         t0 = 0
         it = 0
         for item in range(pid, total, nprog):
-            where = _program(item, M, smb, smh, N, H, GROUP, BLOCK_M, BLOCK_N, CAUSAL, HEAVY_FIRST)
+            where = _program(item, M, smb, smh, N, H, GROUP, BLOCK_M, BLOCK_N, CAUSAL, HEAVY_FIRST, ROWS)
             t0 = _load_item(where, t0, it, q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, bars, mask, BLOCK_M,
-                            BLOCK_N, STAGES, NO_PV, MASK_TMA, MASK_B, MASK_H, True)
+                            BLOCK_N, STAGES, NO_PV, MASK_TMA, MASK_B, MASK_H, True, ROWS)
             it += 1
     else:
         _load_item(where, 0, 0, q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, bars, mask, BLOCK_M, BLOCK_N, STAGES,
-                   NO_PV, MASK_TMA, MASK_B, MASK_H, False)
+                   NO_PV, MASK_TMA, MASK_B, MASK_H, False, ROWS)
 
 
 @gluon.jit
@@ -237,7 +237,7 @@ def _attend_item(where, t0, it, q_desc, o_desc, o_ptr, o_strides, q_smem, k_smem
                  qk_scale, mask_scale, inv_n, WG: gl.constexpr, D: gl.constexpr, BLOCK_M: gl.constexpr,
                  BLOCK_N: gl.constexpr, STAGES: gl.constexpr, CAUSAL: gl.constexpr, MASK_KIND: gl.constexpr,
                  NO_SOFTMAX: gl.constexpr, NO_PV: gl.constexpr, MASK_TMA: gl.constexpr, PERSISTENT: gl.constexpr,
-                 O_TMA: gl.constexpr):
+                 O_TMA: gl.constexpr, ROWS: gl.constexpr):
     """One warpgroup's rows of a work item (`where`: _program's answer; this program's it-th item; its key tiles at
     ring positions t0 on): FA3's loop over the loader's ring, then O out. Under MASK_TMA a K slot is released only
     once this warpgroup has also read its rows of the slot's mask tile. Persistent: the Q buffer is released after
@@ -281,7 +281,7 @@ def _attend_item(where, t0, it, q_desc, o_desc, o_ptr, o_strides, q_smem, k_smem
     if not MASK_TMA:
         mbarrier.arrive(k_empty.index(stage), count=1)
     p, m_i, l_i, alpha, offs_n = _tile(s, m_i, l_i, 0, rows, hi, mask_rows,
-                                       _mask_tile(mask_smem, stage, WG, MASK_TMA), offs_m, cols, N, smn, qk_scale,
+                                       _mask_tile(mask_smem, stage, WG, MASK_TMA, ROWS), offs_m, cols, N, smn, qk_scale,
                                        mask_scale, BLOCK_N, CAUSAL, MASK_KIND, NO_SOFTMAX, MASK_TMA)
     if MASK_TMA:
         mbarrier.arrive(k_empty.index(stage), count=1)
@@ -301,7 +301,7 @@ def _attend_item(where, t0, it, q_desc, o_desc, o_ptr, o_strides, q_smem, k_smem
         if not MASK_TMA:
             mbarrier.arrive(k_empty.index(stage), count=1)
         p, m_i, l_i, alpha, offs_n = _tile(s, m_i, l_i, j, rows, hi, mask_rows,
-                                           _mask_tile(mask_smem, stage, WG, MASK_TMA), offs_m, cols, N, smn,
+                                           _mask_tile(mask_smem, stage, WG, MASK_TMA, ROWS), offs_m, cols, N, smn,
                                            qk_scale, mask_scale, BLOCK_N, CAUSAL, MASK_KIND, NO_SOFTMAX, MASK_TMA)
         if MASK_TMA:
             mbarrier.arrive(k_empty.index(stage), count=1)
@@ -352,7 +352,7 @@ def _consumer(q_desc, o_desc, o_ptr, o_strides, q_smem, k_smem, v_smem, o_smem, 
               GROUP, qk_scale, mask_scale, inv_n, WG: gl.constexpr, D: gl.constexpr, BLOCK_M: gl.constexpr,
               BLOCK_N: gl.constexpr, STAGES: gl.constexpr, CAUSAL: gl.constexpr, MASK_KIND: gl.constexpr,
               NO_SOFTMAX: gl.constexpr, NO_PV: gl.constexpr, MASK_TMA: gl.constexpr, HEAVY_FIRST: gl.constexpr,
-              PERSISTENT: gl.constexpr, O_TMA: gl.constexpr):
+              PERSISTENT: gl.constexpr, O_TMA: gl.constexpr, ROWS: gl.constexpr):
     """One warpgroup: its rows of each of this program's work items (one item unless persistent)."""
     pid, nprog, total = work
     M, smb, smh, smm, smn, mask_desc, mask_smem = mask
@@ -360,27 +360,27 @@ def _consumer(q_desc, o_desc, o_ptr, o_strides, q_smem, k_smem, v_smem, o_smem, 
         t0 = 0
         it = 0
         for item in range(pid, total, nprog):
-            where = _program(item, M, smb, smh, N, H, GROUP, BLOCK_M, BLOCK_N, CAUSAL, HEAVY_FIRST)
+            where = _program(item, M, smb, smh, N, H, GROUP, BLOCK_M, BLOCK_N, CAUSAL, HEAVY_FIRST, ROWS)
             t0 = _attend_item(where, t0, it, q_desc, o_desc, o_ptr, o_strides, q_smem, k_smem, v_smem, o_smem, bars,
                               mask, N, qk_scale, mask_scale, inv_n, WG, D, BLOCK_M, BLOCK_N, STAGES, CAUSAL,
-                              MASK_KIND, NO_SOFTMAX, NO_PV, MASK_TMA, True, O_TMA)
+                              MASK_KIND, NO_SOFTMAX, NO_PV, MASK_TMA, True, O_TMA, ROWS)
             it += 1
         if O_TMA:
             tma.store_wait(pendings=0)  # the last item's O
     else:
         _attend_item(where, 0, 0, q_desc, o_desc, o_ptr, o_strides, q_smem, k_smem, v_smem, o_smem, bars, mask, N,
                      qk_scale, mask_scale, inv_n, WG, D, BLOCK_M, BLOCK_N, STAGES, CAUSAL, MASK_KIND, NO_SOFTMAX,
-                     NO_PV, MASK_TMA, False, False)
+                     NO_PV, MASK_TMA, False, False, ROWS)
 
 
 @gluon.jit
 def _program(item, M, smb, smh, N, H, GROUP, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, CAUSAL: gl.constexpr,
-             HEAVY_FIRST: gl.constexpr):
+             HEAVY_FIRST: gl.constexpr, ROWS: gl.constexpr = ROWS_PER_PROGRAM):
     """Where work item `item` lies (both Gluon kernels): batch b, query head h, its k/v head hk, first row start_m
-    of its 2·BLOCK_M rows, the key tiles it visits, and its (batch, head) of the mask M. Items run through a head's
-    row blocks before the next head (the order a (row block, batch·head) grid launches in), so the programs at work
-    at once share a few heads' K and V in L2."""
-    n_blocks = gl.cdiv(N, ROWS_PER_PROGRAM * BLOCK_M)
+    of its ROWS·BLOCK_M rows (ROWS consumer warpgroups), the key tiles it visits, and its (batch, head) of the mask
+    M. Items run through a head's row blocks before the next head (the order a (row block, batch·head) grid launches
+    in), so the programs at work at once share a few heads' K and V in L2."""
+    n_blocks = gl.cdiv(N, ROWS * BLOCK_M)
     bh = item // n_blocks
     blk = item % n_blocks
     if HEAVY_FIRST:  # causal: the longest rows first, so the grid does not end on one long program
@@ -388,10 +388,10 @@ def _program(item, M, smb, smh, N, H, GROUP, BLOCK_M: gl.constexpr, BLOCK_N: gl.
     b = bh // H
     h = bh % H
     hk = h // GROUP  # grouped-query attention: GROUP query heads read one k/v head
-    start_m = blk * ROWS_PER_PROGRAM * BLOCK_M
+    start_m = blk * ROWS * BLOCK_M
     hi = N
     if CAUSAL:
-        hi = gl.minimum(N, start_m + ROWS_PER_PROGRAM * BLOCK_M)
+        hi = gl.minimum(N, start_m + ROWS * BLOCK_M)
     n_tiles = gl.cdiv(hi, BLOCK_N)
     m_head = M + b.to(gl.int64) * smb + h.to(gl.int64) * smh
     return b, h, hk, start_m, n_tiles, m_head
@@ -406,7 +406,7 @@ def fused_gluon_kernel(q_desc, k_desc, v_desc, o_desc, o_ptr, sob, soh, son, M, 
                        NO_SOFTMAX: gl.constexpr, NO_PV: gl.constexpr, HEAVY_FIRST: gl.constexpr,
                        MASK_TMA: gl.constexpr, MASK_B: gl.constexpr, MASK_H: gl.constexpr,
                        CONSUMER_REGS: gl.constexpr, num_warps: gl.constexpr, PERSISTENT: gl.constexpr = False,
-                       O_TMA: gl.constexpr = False):
+                       O_TMA: gl.constexpr = False, ROWS: gl.constexpr = ROWS_PER_PROGRAM):
     """grid (total,) with total = cdiv(N, 2·BLOCK_M)·B·H work items, one a program; PERSISTENT: any smaller grid
     (one program an SM), each program taking items pid, pid + grid, … . num_warps = 4 (the default partition is
     consumer 0). q/k/v/o descriptors over (B, H or Hkv, N, D) with (1, 1, BLOCK_M or BLOCK_N, D) boxes; o_ptr and
@@ -414,60 +414,77 @@ def fused_gluon_kernel(q_desc, k_desc, v_desc, o_desc, o_ptr, sob, soh, son, M, 
     pointer when MASK_KIND = 0; qk_scale = scale·log2 e (natural scale under NO_SOFTMAX). MASK_TMA: the mask tiles
     come through `mask_desc`, a descriptor over the mask's (B or 1, H or 1, N, N) with a (1, 1, 2·BLOCK_M, BLOCK_N)
     box (MASK_B, MASK_H: 1 where the mask varies over batch, heads); else `mask_desc` is an unused placeholder.
-    O_TMA (persistent only): O by TMA from two (BLOCK_M, D) tiles of shared memory of its own (o_by_tma)."""
+    O_TMA (persistent only): O by TMA from (BLOCK_M, D) tiles of shared memory of its own (o_by_tma). ROWS: consumer
+    warpgroups a program, 2, or 1 (Tiles.one_consumer: two programs share an SM, PERFORMANCE.md v23); total and the
+    mask box count ROWS·BLOCK_M rows an item."""
     dtype: gl.constexpr = q_desc.dtype
-    q_smem = gl.allocate_shared_memory(dtype, [ROWS_PER_PROGRAM, 1, 1, BLOCK_M, D], q_desc.layout)
+    q_smem = gl.allocate_shared_memory(dtype, [ROWS, 1, 1, BLOCK_M, D], q_desc.layout)
     k_smem = gl.allocate_shared_memory(dtype, [STAGES, 1, 1, BLOCK_N, D], k_desc.layout)
     v_smem = gl.allocate_shared_memory(dtype, [STAGES, 1, 1, BLOCK_N, D], v_desc.layout)
     if MASK_TMA:
-        mask_smem = gl.allocate_shared_memory(mask_desc.dtype, [STAGES, 1, 1, ROWS_PER_PROGRAM * BLOCK_M, BLOCK_N],
+        mask_smem = gl.allocate_shared_memory(mask_desc.dtype, [STAGES, 1, 1, ROWS * BLOCK_M, BLOCK_N],
                                               mask_desc.layout)
     else:
         mask_smem = q_smem  # never read
     if O_TMA:
-        o_smem = gl.allocate_shared_memory(dtype, [ROWS_PER_PROGRAM, 1, 1, BLOCK_M, D], o_desc.layout)
+        o_smem = gl.allocate_shared_memory(dtype, [ROWS, 1, 1, BLOCK_M, D], o_desc.layout)
     else:
         o_smem = q_smem  # never read
-    q_bars = gl.allocate_shared_memory(gl.int64, [ROWS_PER_PROGRAM, 1], mbarrier.MBarrierLayout())
-    q_empty = gl.allocate_shared_memory(gl.int64, [ROWS_PER_PROGRAM, 1], mbarrier.MBarrierLayout())
+    q_bars = gl.allocate_shared_memory(gl.int64, [ROWS, 1], mbarrier.MBarrierLayout())
+    q_empty = gl.allocate_shared_memory(gl.int64, [ROWS, 1], mbarrier.MBarrierLayout())
     k_full = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
     v_full = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
     k_empty = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
     v_empty = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
-    for i in gl.static_range(ROWS_PER_PROGRAM):
+    for i in gl.static_range(ROWS):
         mbarrier.init(q_bars.index(i), count=1)
         mbarrier.init(q_empty.index(i), count=1)
     for i in gl.static_range(STAGES):
         mbarrier.init(k_full.index(i), count=1)
         mbarrier.init(v_full.index(i), count=1)
-        mbarrier.init(k_empty.index(i), count=ROWS_PER_PROGRAM)
-        mbarrier.init(v_empty.index(i), count=ROWS_PER_PROGRAM)
+        mbarrier.init(k_empty.index(i), count=ROWS)
+        mbarrier.init(v_empty.index(i), count=ROWS)
     fence_async_shared()
     pid = gl.program_id(0)
     nprog = gl.num_programs(0)
     b, h, hk, start_m, n_tiles, m_head = _program(pid, M, smb, smh, N, H, GROUP, BLOCK_M, BLOCK_N, CAUSAL,
-                                                  HEAVY_FIRST)  # one item a program; persistent: each finds its own
+                                                  HEAVY_FIRST, ROWS)  # one item a program; persistent: its own
     # Each partition's arguments are written out where it is named: a tuple assigned to a name turns its constexprs
     # into tensors.
-    gl.warp_specialize([
-        (_consumer, (q_desc, o_desc, o_ptr, (sob, soh, son), q_smem, k_smem, v_smem, o_smem,
-                     (q_bars, q_empty, k_full, v_full, k_empty, v_empty),
-                     (M, smb, smh, smm, smn, mask_desc, mask_smem), (pid, nprog, total),
-                     (b, h, hk, start_m, n_tiles, m_head), N, H, GROUP, qk_scale,
-                     mask_scale, inv_n, 0, D, BLOCK_M, BLOCK_N, STAGES, CAUSAL, MASK_KIND, NO_SOFTMAX, NO_PV,
-                     MASK_TMA, HEAVY_FIRST, PERSISTENT, O_TMA)),
-        (_consumer, (q_desc, o_desc, o_ptr, (sob, soh, son), q_smem, k_smem, v_smem, o_smem,
-                     (q_bars, q_empty, k_full, v_full, k_empty, v_empty),
-                     (M, smb, smh, smm, smn, mask_desc, mask_smem), (pid, nprog, total),
-                     (b, h, hk, start_m, n_tiles, m_head), N, H, GROUP, qk_scale,
-                     mask_scale, inv_n, 1, D, BLOCK_M, BLOCK_N, STAGES, CAUSAL, MASK_KIND, NO_SOFTMAX, NO_PV,
-                     MASK_TMA, HEAVY_FIRST, PERSISTENT, O_TMA)),
-        (_loader, (q_desc, k_desc, v_desc, q_smem, k_smem, v_smem,
-                   (q_bars, q_empty, k_full, v_full, k_empty, v_empty), (M, smb, smh, smm, smn, mask_desc, mask_smem),
-                   (pid, nprog, total),
-                   (b, h, hk, start_m, n_tiles, m_head), N, H, GROUP, BLOCK_M, BLOCK_N,
-                   STAGES, CAUSAL, HEAVY_FIRST, NO_PV, MASK_TMA, MASK_B, MASK_H, PERSISTENT)),
-    ], [4, 1], [CONSUMER_REGS, 24])
+    if ROWS == 1:  # one consumer (the default partition) and the loader: 8 warps launched, two programs an SM
+        gl.warp_specialize([
+            (_consumer, (q_desc, o_desc, o_ptr, (sob, soh, son), q_smem, k_smem, v_smem, o_smem,
+                         (q_bars, q_empty, k_full, v_full, k_empty, v_empty),
+                         (M, smb, smh, smm, smn, mask_desc, mask_smem), (pid, nprog, total),
+                         (b, h, hk, start_m, n_tiles, m_head), N, H, GROUP, qk_scale,
+                         mask_scale, inv_n, 0, D, BLOCK_M, BLOCK_N, STAGES, CAUSAL, MASK_KIND, NO_SOFTMAX, NO_PV,
+                         MASK_TMA, HEAVY_FIRST, PERSISTENT, O_TMA, ROWS)),
+            (_loader, (q_desc, k_desc, v_desc, q_smem, k_smem, v_smem,
+                       (q_bars, q_empty, k_full, v_full, k_empty, v_empty),
+                       (M, smb, smh, smm, smn, mask_desc, mask_smem), (pid, nprog, total),
+                       (b, h, hk, start_m, n_tiles, m_head), N, H, GROUP, BLOCK_M, BLOCK_N,
+                       STAGES, CAUSAL, HEAVY_FIRST, NO_PV, MASK_TMA, MASK_B, MASK_H, PERSISTENT, ROWS)),
+        ], [1], [24])
+    else:
+        gl.warp_specialize([
+            (_consumer, (q_desc, o_desc, o_ptr, (sob, soh, son), q_smem, k_smem, v_smem, o_smem,
+                         (q_bars, q_empty, k_full, v_full, k_empty, v_empty),
+                         (M, smb, smh, smm, smn, mask_desc, mask_smem), (pid, nprog, total),
+                         (b, h, hk, start_m, n_tiles, m_head), N, H, GROUP, qk_scale,
+                         mask_scale, inv_n, 0, D, BLOCK_M, BLOCK_N, STAGES, CAUSAL, MASK_KIND, NO_SOFTMAX, NO_PV,
+                         MASK_TMA, HEAVY_FIRST, PERSISTENT, O_TMA, ROWS)),
+            (_consumer, (q_desc, o_desc, o_ptr, (sob, soh, son), q_smem, k_smem, v_smem, o_smem,
+                         (q_bars, q_empty, k_full, v_full, k_empty, v_empty),
+                         (M, smb, smh, smm, smn, mask_desc, mask_smem), (pid, nprog, total),
+                         (b, h, hk, start_m, n_tiles, m_head), N, H, GROUP, qk_scale,
+                         mask_scale, inv_n, 1, D, BLOCK_M, BLOCK_N, STAGES, CAUSAL, MASK_KIND, NO_SOFTMAX, NO_PV,
+                         MASK_TMA, HEAVY_FIRST, PERSISTENT, O_TMA, ROWS)),
+            (_loader, (q_desc, k_desc, v_desc, q_smem, k_smem, v_smem,
+                       (q_bars, q_empty, k_full, v_full, k_empty, v_empty),
+                       (M, smb, smh, smm, smn, mask_desc, mask_smem), (pid, nprog, total),
+                       (b, h, hk, start_m, n_tiles, m_head), N, H, GROUP, BLOCK_M, BLOCK_N,
+                       STAGES, CAUSAL, HEAVY_FIRST, NO_PV, MASK_TMA, MASK_B, MASK_H, PERSISTENT, ROWS)),
+        ], [4, 1], [CONSUMER_REGS, 24])
 
 
 SMEM_LIMIT = 227 * 1024  # bytes of shared memory one block may use on sm_90 (H100/H200)
@@ -481,13 +498,23 @@ def o_by_tma(tiles, D: int, itemsize: int, mask_itemsize: int) -> bool:
     if not (tiles.persistent and tiles.o_tma):
         return False
     BM, BN, st = tiles.BLOCK_M, tiles.BLOCK_N, tiles.num_stages
-    tiles_bytes = (2 * ROWS_PER_PROGRAM.value * BM * D + 2 * st * BN * D) * itemsize
-    mask_bytes = st * ROWS_PER_PROGRAM.value * BM * BN * mask_itemsize
+    rows = partitions(tiles)[0]
+    tiles_bytes = (2 * rows * BM * D + 2 * st * BN * D) * itemsize
+    mask_bytes = st * rows * BM * BN * mask_itemsize
     return tiles_bytes + mask_bytes + SMEM_SPARE <= SMEM_LIMIT
 
 
 CONSUMER_REGS = 240  # registers per thread of the consumer warpgroups (setmaxnreg); the loader gets 24
 MAXNREG = 168  # the launch's per-thread limit: 3 warpgroups × 128 threads × 168 ≤ 64 Ki registers per SM
+# Tiles.one_consumer: 5 warps launch as 8, two programs an SM, so 128 registers a thread at launch (2 · 256 · 128 =
+# 64 Ki); the loader's setmaxnreg 24 leaves the consumer 232.
+MAXNREG_ONE = 128
+
+
+def partitions(tiles) -> tuple[int, int]:
+    """(consumer warpgroups a program, the launch's maxnreg) for these tiles: what `launch` passes and what
+    attnlab.triton.resources compiles offline."""
+    return (1, MAXNREG_ONE) if tiles.one_consumer else (ROWS_PER_PROGRAM.value, MAXNREG)
 
 
 def descriptor(x: torch.Tensor, block_rows: int, block_cols: int | None = None):
@@ -547,18 +574,19 @@ def launch(q, k, v, o, mask, mask_strides, mask_kind, *, N, H, group, qk_scale, 
     q, k, v = (tma_ready(x) for x in (q, k, v))
     o_t = tma_ready(o)
     q_desc = descriptor(q, BM)
-    md = mask_descriptor(mask, ROWS_PER_PROGRAM.value * BM, BN) if (mask_kind and tiles.mask_tma) else None
+    rows, maxnreg = partitions(tiles)
+    md = mask_descriptor(mask, rows * BM, BN) if (mask_kind and tiles.mask_tma) else None
     mask_desc, vary_b, vary_h = md if md else (q_desc, 0, 0)
-    total = triton.cdiv(N, ROWS_PER_PROGRAM.value * BM) * q.shape[0] * H
-    grid = (min(total, sm_count(q.device)) if tiles.persistent else total,)
+    total = triton.cdiv(N, rows * BM) * q.shape[0] * H
+    grid = (min(total, sm_count(q.device) * (2 if rows == 1 else 1)) if tiles.persistent else total,)
     o_tma = o_by_tma(tiles, q.shape[-1], q.element_size(), mask.element_size() if md else 0)
     fused_gluon_kernel[grid](q_desc, descriptor(k, BN), descriptor(v, BN), descriptor(o_t, BM), o_t,
                              *o_t.stride()[:3], mask, *mask_strides, mask_desc, N, H, group, total, qk_scale,
                              mask_scale, inv_n, D=q.shape[-1], BLOCK_M=BM, BLOCK_N=BN, STAGES=tiles.num_stages,
                              CAUSAL=causal, MASK_KIND=mask_kind, NO_SOFTMAX=no_softmax, NO_PV=no_pv,
                              HEAVY_FIRST=tiles.heavy_first, MASK_TMA=md is not None, MASK_B=vary_b, MASK_H=vary_h,
-                             CONSUMER_REGS=CONSUMER_REGS, num_warps=4, maxnreg=MAXNREG,
-                             PERSISTENT=tiles.persistent, O_TMA=o_tma)
+                             CONSUMER_REGS=CONSUMER_REGS, num_warps=4, maxnreg=maxnreg,
+                             PERSISTENT=tiles.persistent, O_TMA=o_tma, ROWS=rows)
     if o_t is not o:
         o.copy_(o_t)
 

@@ -243,6 +243,6 @@ def _fused_tiles_run(s: Spec, ablation: str | None) -> Tiles:
     mask_itemsize = 0
     if ablation == "zero_mask" and t.mask_tma:  # the mask it brings: builds._zero_mask's, broadcast over B and H
         m = torch.empty(s.N, s.N, dtype=s.dtype, device="meta").expand(s.B, s.H, s.N, s.N)
-        if fused_gluon.mask_descriptor(m, fused_gluon.ROWS_PER_PROGRAM.value * t.BLOCK_M, t.BLOCK_N) is not None:
+        if fused_gluon.mask_descriptor(m, fused_gluon.partitions(t)[0] * t.BLOCK_M, t.BLOCK_N) is not None:
             mask_itemsize = s.dtype.itemsize
     return replace(t, o_tma=fused_gluon.o_by_tma(t, s.D, s.dtype.itemsize, mask_itemsize))

@@ -143,12 +143,12 @@ def _gluon_info(kernel: str, D: int, causal: bool, tiles: config.Tiles, mask_kin
             mask_itemsize = m.element_size()
             m4 = m.expand(1, ints["H"], ints["N"], ints["N"])
             sig["mask_desc"] = mangle_type(fused_gluon.mask_descriptor(
-                m4, fused_gluon.ROWS_PER_PROGRAM.value * tiles.BLOCK_M, tiles.BLOCK_N)[0])
+                m4, fused_gluon.partitions(tiles)[0] * tiles.BLOCK_M, tiles.BLOCK_N)[0])
         else:
             sig["mask_desc"] = sig["q_desc"]  # the placeholder the launcher passes
             mask_itemsize = 0
         values.update(NO_PV=False, MASK_TMA=mask_tma, MASK_B=0, MASK_H=0, CONSUMER_REGS=fused_gluon.CONSUMER_REGS,
-                      PERSISTENT=tiles.persistent,
+                      PERSISTENT=tiles.persistent, ROWS=fused_gluon.partitions(tiles)[0],
                       O_TMA=fused_gluon.o_by_tma(tiles, D, tdtype.itemsize, mask_itemsize))
         sig["total"] = "i32"
     for a in ("smb", "smh", "smm", "smn", "N", "H", "GROUP") + (("sob", "soh", "son") if kernel == "fused" else ()):
@@ -162,8 +162,8 @@ def _gluon_info(kernel: str, D: int, causal: bool, tiles: config.Tiles, mask_kin
     for a, val in values.items():
         sig[a], constexprs[a] = "constexpr", val
     src = GluonASTSource(fn=fn, signature=sig, constexprs=constexprs, attrs={})
-    k = triton.compile(src, target=GPUTarget("cuda", 90, 32),
-                       options={"num_warps": 4, "maxnreg": fused_gluon.MAXNREG})
+    maxnreg = fused_gluon.partitions(tiles)[1] if kernel == "fused" else fused_gluon.MAXNREG
+    k = triton.compile(src, target=GPUTarget("cuda", 90, 32), options={"num_warps": 4, "maxnreg": maxnreg})
     return _report(k, kernel, D, causal, mask_kind, tiles)
 
 
@@ -197,7 +197,8 @@ def _int_args(D: int, mask_kind: int, N: int = 4096, width: int = 2048) -> dict:
 LABEL_FLAGS = (("h", "heavy_first", "heavy-first"), ("p", "paired", "paired rows"), ("t", "tma", "TMA"),
                ("g", "gluon", "the Gluon kernel"), ("m", "mask_tma", "its mask by TMA"),
                ("r", "q_registers", "Q in registers"), ("c", "persistent", "one program an SM"),
-               ("o", "o_tma", "O by TMA from its own tiles"))
+               ("o", "o_tma", "O by TMA from its own tiles"),
+               ("u", "one_consumer", "one consumer a program"))
 
 
 def label(t: config.Tiles) -> str:
