@@ -178,18 +178,24 @@ def test_the_mask_by_tma_variant_compiles_within_limits():
 
 
 
-def test_a_persistent_launch_has_one_program_an_sm_and_counts_every_item(monkeypatch):
-    """Tiles.persistent: the grid is the SM count (or the items, when fewer), and the kernel is told how many work
-    items there are, so that each program can take pid, pid + grid, … up to the last; otherwise one program an item."""
+@pytest.fixture
+def gluon_launches(monkeypatch):
+    """The Gluon kernel stood in for on a 132-SM GPU: each launch appends (grid, its arguments and keywords by name)."""
     names = fused_gluon.fused_gluon_kernel.arg_names
     launched = []
 
     class Kernel:
         def __getitem__(self, grid):
-            return lambda *a, **kw: launched.append((grid, a[names.index("total")], kw["PERSISTENT"], kw["O_TMA"]))
+            return lambda *a, **kw: launched.append((grid, {**dict(zip(names, a)), **kw}))
 
     monkeypatch.setattr(fused_gluon, "fused_gluon_kernel", Kernel())
     monkeypatch.setattr(fused_gluon, "sm_count", lambda device: 132)
+    return launched
+
+
+def test_a_persistent_launch_has_one_program_an_sm_and_counts_every_item(gluon_launches):
+    """Tiles.persistent: the grid is the SM count (or the items, when fewer), and the kernel is told how many work
+    items there are, so that each program can take pid, pid + grid, … up to the last; otherwise one program an item."""
     B, H, D = 2, 16, 128
     for N, persistent in ((512, False), (512, True), (1000, True), (64, True)):
         q = torch.zeros(B, H, N, D, dtype=torch.bfloat16)
@@ -197,6 +203,7 @@ def test_a_persistent_launch_has_one_program_an_sm_and_counts_every_item(monkeyp
         fused_gluon.launch(q, q, q, torch.empty_like(q), q, (0, 0, 0, 0), 0, N=N, H=H, group=1, qk_scale=1.0,
                            mask_scale=1.0, inv_n=1.0, causal=False, tiles=t)
     # items: cdiv(N, 2·64) row blocks of each of B·H = 32 heads
+    launched = [(grid, a["total"], a["PERSISTENT"], a["O_TMA"]) for grid, a in gluon_launches]
     assert launched == [((128,), 128, False, False), ((128,), 128, True, False), ((132,), 8 * 32, True, False),
                         ((32,), 32, True, False)]
 
@@ -226,50 +233,34 @@ def test_the_persistent_kernel_with_o_by_tma_compiles_within_limits():
 
 
 @pytest.mark.parametrize("D", [128, 64])
-def test_rows_record_the_o_store_path_the_launch_takes(monkeypatch, D):
+def test_rows_record_the_o_store_path_the_launch_takes(monkeypatch, gluon_launches, D):
     """Lab guard (v22): the zero_mask ablation's 2-byte mask by TMA leaves no room for O's own tiles at D = 128, so
     there O goes out by plain stores while fused stores it by TMA. The row's tiles must say what the launch ran (the
     ablation report then notes the different tiles), here checked against the O_TMA the kernel was given."""
     from attnlab import builds
 
-    ran = []
-
-    class Kernel:
-        def __getitem__(self, grid):
-            return lambda *a, **kw: ran.append(kw["O_TMA"])
-
     monkeypatch.setattr(config, "family", lambda device: "sm90")
-    monkeypatch.setattr(fused_gluon, "fused_gluon_kernel", Kernel())
-    monkeypatch.setattr(fused_gluon, "sm_count", lambda device: 132)
     q = torch.zeros(2, 4, 512, D, dtype=torch.bfloat16)
     spec = launch.check(q, q, q)
     for name in ("fused", "fused-zero_mask"):
         build = builds.get(name)
         build.attend(q, q, q, causal=False)
         recorded = launch.tile_config(build.base, spec, build.ablation)["fused"]
-        assert recorded["o_tma"] is ran[-1], (name, recorded)
-    assert ran == [True, D == 64]  # the build by TMA; its zero_mask ablation too where there is room
+        assert recorded["o_tma"] is gluon_launches[-1][1]["O_TMA"], (name, recorded)
+    assert [a["O_TMA"] for _, a in gluon_launches] == [True, D == 64]  # the build by TMA; its zero_mask ablation too where there is room
 
 
-def test_one_consumer_programs_launch_an_item_of_block_m_rows_and_two_fit_an_sm(monkeypatch):
+def test_one_consumer_programs_launch_an_item_of_block_m_rows_and_two_fit_an_sm(gluon_launches):
     """Tiles.one_consumer (v23, not yet measured): a program is one consumer warpgroup and the loader (8 warps at
     launch), so its items are BLOCK_M rows and its launch asks for 128 registers a thread: two programs fill an SM's
     64 Ki. Persistent, the grid is then two programs an SM."""
-    names = fused_gluon.fused_gluon_kernel.arg_names
-    launched = []
-
-    class Kernel:
-        def __getitem__(self, grid):
-            return lambda *a, **kw: launched.append((grid, a[names.index("total")], kw["ROWS"], kw["maxnreg"]))
-
-    monkeypatch.setattr(fused_gluon, "fused_gluon_kernel", Kernel())
-    monkeypatch.setattr(fused_gluon, "sm_count", lambda device: 132)
     B, H, N, D = 2, 16, 1000, 128
     q = torch.zeros(B, H, N, D, dtype=torch.bfloat16)
     for one, persistent in ((False, False), (True, False), (True, True)):
         t = config.Tiles(64, 64, 4, 2, gluon=True, persistent=persistent, one_consumer=one)
         fused_gluon.launch(q, q, q, torch.empty_like(q), q, (0, 0, 0, 0), 0, N=N, H=H, group=1, qk_scale=1.0,
                            mask_scale=1.0, inv_n=1.0, causal=True, tiles=t)
+    launched = [(grid, a["total"], a["ROWS"], a["maxnreg"]) for grid, a in gluon_launches]
     assert launched == [((8 * 32,), 8 * 32, 2, fused_gluon.MAXNREG), ((16 * 32,), 16 * 32, 1, 128),
                         ((264,), 16 * 32, 1, 128)]
     assert 2 * 256 * fused_gluon.MAXNREG_ONE <= 64 * 1024

@@ -76,6 +76,6 @@ def test_the_tables_fused_entries_fit_and_keep_their_matmuls_asynchronous():
     for r in rows:
         assert r["fits"] and not r["wgmma_serialised"], r
         # with the mask: the one-item Gluon kernel a few bytes, the persistent one 536–700 (v18)
-        allowed = (704 if r["tiles"].endswith("c") else 256) if r["mask_kind"] else 0
+        allowed = (704 if "c" in r["tiles"] else 256) if r["mask_kind"] else 0
         assert r["spill_stores"] <= allowed, r
-    assert [r["tiles"] for r in rows[::2]] == ["64x128w4s2gmc", "64x64w4s3h", "64x128w4s2gmc", "64x128w4s2hgm"]
+    assert [r["tiles"] for r in rows[::2]] == ["64x128w4s2gmco", "64x64w4s3h", "64x128w4s2gmco", "64x128w4s2hgm"]
