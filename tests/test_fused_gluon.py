@@ -195,7 +195,8 @@ def gluon_launches(monkeypatch):
 
 def test_a_persistent_launch_has_one_program_an_sm_and_counts_every_item(gluon_launches):
     """Tiles.persistent: the grid is the SM count (or the items, when fewer), and the kernel is told how many work
-    items there are, so that each program can take pid, pid + grid, … up to the last; otherwise one program an item."""
+    items there are, so that each program can take pid, pid + grid, … up to the last; otherwise one program an
+    item."""
     B, H, D = 2, 16, 128
     for N, persistent in ((512, False), (512, True), (1000, True), (64, True)):
         q = torch.zeros(B, H, N, D, dtype=torch.bfloat16)
@@ -247,7 +248,8 @@ def test_rows_record_the_o_store_path_the_launch_takes(monkeypatch, gluon_launch
         build.attend(q, q, q, causal=False)
         recorded = launch.tile_config(build.base, spec, build.ablation)["fused"]
         assert recorded["o_tma"] is gluon_launches[-1][1]["O_TMA"], (name, recorded)
-    assert [a["O_TMA"] for _, a in gluon_launches] == [True, D == 64]  # the build by TMA; its zero_mask ablation too where there is room
+    # the build by TMA; its zero_mask ablation too where there is room
+    assert [a["O_TMA"] for _, a in gluon_launches] == [True, D == 64]
 
 
 def test_one_consumer_programs_launch_an_item_of_block_m_rows_and_two_fit_an_sm(gluon_launches):

@@ -116,7 +116,8 @@ TABLE: dict[tuple, Tiles] = {
     # 2048, 8192 (`outputs/h200/2026-11-29-s8-call2`; geometric-mean time over the best at each N 1.042 against
     # 128×64 w8 s3's 1.052 at D = 64, 1.134 against 1.215 at D = 128): 10 % faster at N = 512, 9 % slower at 8192.
     # The persistent entries store O by TMA from tiles of their own (v22; session 9's autotune, `outputs/h200/
-    # 2026-11-29-s9-call3`: at D = 128 N = 512 0.1617 → 0.1431 ms; scores 1.001 against 1.031 (D = 64) and 1.056 (D = 128) without).
+    # 2026-11-29-s9-call3`: at D = 128 N = 512 0.1617 → 0.1431 ms; scores 1.001 against 1.031 (D = 64) and 1.056
+    # (D = 128) without).
     ("fused", "sm90", "=128", False, 2): Tiles(64, 128, 4, 2, gluon=True, mask_tma=True, persistent=True, o_tma=True),
     ("fused", "sm90", "=128", True, 2): Tiles(64, 128, 4, 2, heavy_first=True, gluon=True, mask_tma=True),
     ("fused", "sm90", "=64", False, 2): Tiles(64, 128, 4, 2, gluon=True, mask_tma=True, persistent=True, o_tma=True),
