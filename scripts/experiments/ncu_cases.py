@@ -10,7 +10,9 @@ Cases (bf16, FlashAttention's shapes B·N = 16384, H·D = 2048):
       over the floor goes;
   fused and sdpa_cudnn, D = 128, N = 512 causal and N = 4096 non-causal — the small-N gap against the steady state;
   fused at D = 128 N = 512 causal with the persistent kernel's tiles forced (64x128w4s2hgmc: PERFORMANCE.md v18–v20,
-      slower than one item a program under a causal mask for a reason not yet measured) — case 6.
+      slower than one item a program under a causal mask for a reason not yet measured) — case 6; the same with O
+      stored by TMA (64x128w4s2hgmco, v22: still behind at N = 512) — case 7; one consumer a program, two programs an
+      SM (64x64w4s2hgmu, v23) — case 8.
 """
 import contextlib
 import sys
@@ -25,7 +27,8 @@ from attnlab.triton.resources import parse_tiles
 CASES = [("qk_softmax", 128, 4096, False, None), ("qk_softmax", 64, 4096, False, None),
          ("fused", 128, 512, True, None), ("sdpa_cudnn", 128, 512, True, None),
          ("fused", 128, 4096, False, None), ("sdpa_cudnn", 128, 4096, False, None),
-         ("fused", 128, 512, True, "64x128w4s2hgmc")]  # (build, D, N, causal, fused tiles forced or None: the table)
+         ("fused", 128, 512, True, "64x128w4s2hgmc"), ("fused", 128, 512, True, "64x128w4s2hgmco"),
+         ("fused", 128, 512, True, "64x64w4s2hgmu")]  # (build, D, N, causal, fused tiles forced or None: the table)
 
 
 def main() -> int:
