@@ -517,6 +517,16 @@ def partitions(tiles) -> tuple[int, int]:
     return (1, MAXNREG_ONE) if tiles.one_consumer else (ROWS_PER_PROGRAM.value, MAXNREG)
 
 
+def paths(tiles, mask, mask_kind: int, D: int, itemsize: int):
+    """How a launch with these tiles brings the mask and stores O: mask_descriptor's answer for the mask (None where
+    the consumers load it: no mask, no Tiles.mask_tma, or one TMA cannot read) and the kernel's O_TMA (o_by_tma, which
+    a mask by TMA can leave without room). `launch`, the offline compile (attnlab.triton.resources) and the rows'
+    record (attnlab.triton.launch.tile_config) all take it from here."""
+    md = mask_descriptor(mask, partitions(tiles)[0] * tiles.BLOCK_M, tiles.BLOCK_N) if (
+        mask_kind and tiles.mask_tma) else None
+    return md, o_by_tma(tiles, D, itemsize, mask.element_size() if md else 0)
+
+
 def descriptor(x: torch.Tensor, block_rows: int, block_cols: int | None = None):
     """A TMA descriptor over a (B, H, rows, cols) tensor — q, k, v, o as (B, H, N, D), or qk_softmax's P as
     (B, H, N, N) — with a (1, 1, block_rows, block_cols) box (block_cols: the whole last dim by default): a box never
@@ -575,11 +585,10 @@ def launch(q, k, v, o, mask, mask_strides, mask_kind, *, N, H, group, qk_scale, 
     o_t = tma_ready(o)
     q_desc = descriptor(q, BM)
     rows, maxnreg = partitions(tiles)
-    md = mask_descriptor(mask, rows * BM, BN) if (mask_kind and tiles.mask_tma) else None
+    md, o_tma = paths(tiles, mask, mask_kind, q.shape[-1], q.element_size())
     mask_desc, vary_b, vary_h = md if md else (q_desc, 0, 0)
     total = triton.cdiv(N, rows * BM) * q.shape[0] * H
     grid = (min(total, sm_count(q.device) * (2 if rows == 1 else 1)) if tiles.persistent else total,)
-    o_tma = o_by_tma(tiles, q.shape[-1], q.element_size(), mask.element_size() if md else 0)
     fused_gluon_kernel[grid](q_desc, descriptor(k, BN), descriptor(v, BN), descriptor(o_t, BM), o_t,
                              *o_t.stride()[:3], mask, *mask_strides, mask_desc, N, H, group, total, qk_scale,
                              mask_scale, inv_n, D=q.shape[-1], BLOCK_M=BM, BLOCK_N=BN, STAGES=tiles.num_stages,

@@ -240,9 +240,7 @@ def _fused_tiles_run(s: Spec, ablation: str | None) -> Tiles:
         return t
     from attnlab.triton import fused_gluon
 
-    mask_itemsize = 0
-    if ablation == "zero_mask" and t.mask_tma:  # the mask it brings: builds._zero_mask's, broadcast over B and H
-        m = torch.empty(s.N, s.N, dtype=s.dtype, device="meta").expand(s.B, s.H, s.N, s.N)
-        if fused_gluon.mask_descriptor(m, fused_gluon.partitions(t)[0] * t.BLOCK_M, t.BLOCK_N) is not None:
-            mask_itemsize = s.dtype.itemsize
-    return replace(t, o_tma=fused_gluon.o_by_tma(t, s.D, s.dtype.itemsize, mask_itemsize))
+    mask, kind = None, 0
+    if ablation == "zero_mask":  # the additive mask it brings: builds._zero_mask's, broadcast over B and H
+        mask, kind = torch.empty(s.N, s.N, dtype=s.dtype, device="meta").expand(s.B, s.H, s.N, s.N), 2
+    return replace(t, o_tma=fused_gluon.paths(t, mask, kind, s.D, s.dtype.itemsize)[1])

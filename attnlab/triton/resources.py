@@ -18,6 +18,7 @@ import re
 import subprocess
 import sys
 import tempfile
+from dataclasses import replace
 
 import torch
 import triton
@@ -137,19 +138,16 @@ def _gluon_info(kernel: str, D: int, causal: bool, tiles: config.Tiles, mask_kin
         floats = ("qk_scale", "mask_scale", "inv_n")
     sig["M"] = "*u8" if mask_kind == 1 else f"*{dtype}"
     if kernel == "fused":
-        mask_tma = bool(flags.pop("MASK_TMA", tiles.mask_tma)) and mask_kind != 0
-        if mask_tma:  # an (N, N) mask broadcast over batch and heads, as the zero_mask ablation passes
-            m = torch.empty(ints["N"], ints["N"], dtype=torch.uint8 if mask_kind == 1 else tdtype)
-            mask_itemsize = m.element_size()
-            m4 = m.expand(1, ints["H"], ints["N"], ints["N"])
-            sig["mask_desc"] = mangle_type(fused_gluon.mask_descriptor(
-                m4, fused_gluon.partitions(tiles)[0] * tiles.BLOCK_M, tiles.BLOCK_N)[0])
-        else:
-            sig["mask_desc"] = sig["q_desc"]  # the placeholder the launcher passes
-            mask_itemsize = 0
-        values.update(NO_PV=False, MASK_TMA=mask_tma, MASK_B=0, MASK_H=0, CONSUMER_REGS=fused_gluon.CONSUMER_REGS,
-                      PERSISTENT=tiles.persistent, ROWS=fused_gluon.partitions(tiles)[0],
-                      O_TMA=fused_gluon.o_by_tma(tiles, D, tdtype.itemsize, mask_itemsize))
+        run_as = replace(tiles, mask_tma=bool(flags.pop("MASK_TMA", tiles.mask_tma)))
+        m = None  # with a mask: an (N, N) one broadcast over batch and heads, as the zero_mask ablation passes
+        if mask_kind:
+            m = torch.empty(ints["N"], ints["N"], dtype=torch.uint8 if mask_kind == 1 else tdtype).expand(
+                1, ints["H"], ints["N"], ints["N"])
+        md, o_tma = fused_gluon.paths(run_as, m, mask_kind, D, tdtype.itemsize)
+        sig["mask_desc"] = mangle_type(md[0]) if md else sig["q_desc"]  # else the placeholder the launcher passes
+        values.update(NO_PV=False, MASK_TMA=md is not None, MASK_B=0, MASK_H=0,
+                      CONSUMER_REGS=fused_gluon.CONSUMER_REGS, PERSISTENT=tiles.persistent,
+                      ROWS=fused_gluon.partitions(tiles)[0], O_TMA=o_tma)
         sig["total"] = "i32"
     for a in ("smb", "smh", "smm", "smn", "N", "H", "GROUP") + (("sob", "soh", "son") if kernel == "fused" else ()):
         if _becomes_constant(fn, a, ints[a]):
