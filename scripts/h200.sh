@@ -120,9 +120,12 @@ qkbench() {
     > "$out/qkbench.log" 2>&1
   echo "qkbench rc=$?"; grep -av Warning "$out/qkbench.log" | tail -40
 }
+ncu_bin() {  # Nsight Compute: on the PATH, else where the CUDA image installs it (empty if neither)
+  command -v ncu || ls /opt/nvidia/nsight-compute/*/ncu 2>/dev/null | head -1 || true
+}
 ncu_profile() {
   # Nsight Compute on one call of each case in scripts/experiments/ncu_cases.py (clocks left alone: METHOD.md)
-  local ncu=$(command -v ncu || ls /opt/nvidia/nsight-compute/*/ncu 2>/dev/null | head -1)
+  local ncu=$(ncu_bin)
   timeout 400 "${ncu:-ncu}" --profile-from-start off --clock-control none --section SpeedOfLight \
     --section MemoryWorkloadAnalysis --section ComputeWorkloadAnalysis --section WarpStateStats \
     --section SchedulerStats --section Occupancy --section LaunchStats --csv --page details \
@@ -133,7 +136,7 @@ ncu_source() {
   # where the warps wait: per-kernel stall reasons (raw page) and stall samples per SASS instruction (source page)
   # for NCU_CASES of ncu_cases.py (default 0,2: the qk_softmax P kernel at D = 128 N = 4096, fused at D = 128
   # N = 512 causal, then their PV kernel and nothing else)
-  local ncu=$(command -v ncu || ls /opt/nvidia/nsight-compute/*/ncu 2>/dev/null | head -1)
+  local ncu=$(ncu_bin)
   timeout 240 "${ncu:-ncu}" --profile-from-start off --clock-control none --section WarpStateStats \
     --section SourceCounters -f -o "$out/src" python3 scripts/experiments/ncu_cases.py ${NCU_CASES:-0,2} \
     > "$out/ncu_source.log" 2>&1
