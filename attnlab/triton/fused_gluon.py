@@ -207,12 +207,11 @@ def _loader(q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, bars, mask, work, wh
     M, smb, smh, smm, smn, mask_desc, mask_smem = mask
     if PERSISTENT:
         t0 = 0
-        it = 0
-        for item in range(pid, total, nprog):
-            where = _program(item, M, smb, smh, N, H, GROUP, BLOCK_M, BLOCK_N, CAUSAL, HEAVY_FIRST, ROWS)
+        for it in range(_item_count(pid, nprog, total, CAUSAL and HEAVY_FIRST)):
+            where = _program(_item_at(it, pid, nprog, CAUSAL and HEAVY_FIRST), M, smb, smh, N, H, GROUP, BLOCK_M,
+                             BLOCK_N, CAUSAL, HEAVY_FIRST, ROWS, True)
             t0 = _load_item(where, t0, it, q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, bars, mask, BLOCK_M,
                             BLOCK_N, STAGES, NO_PV, MASK_TMA, MASK_B, MASK_H, True, ROWS)
-            it += 1
     else:
         _load_item(where, 0, 0, q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, bars, mask, BLOCK_M, BLOCK_N, STAGES,
                    NO_PV, MASK_TMA, MASK_B, MASK_H, False, ROWS)
@@ -358,13 +357,12 @@ def _consumer(q_desc, o_desc, o_ptr, o_strides, q_smem, k_smem, v_smem, o_smem, 
     M, smb, smh, smm, smn, mask_desc, mask_smem = mask
     if PERSISTENT:
         t0 = 0
-        it = 0
-        for item in range(pid, total, nprog):
-            where = _program(item, M, smb, smh, N, H, GROUP, BLOCK_M, BLOCK_N, CAUSAL, HEAVY_FIRST, ROWS)
+        for it in range(_item_count(pid, nprog, total, CAUSAL and HEAVY_FIRST)):
+            where = _program(_item_at(it, pid, nprog, CAUSAL and HEAVY_FIRST), M, smb, smh, N, H, GROUP, BLOCK_M,
+                             BLOCK_N, CAUSAL, HEAVY_FIRST, ROWS, True)
             t0 = _attend_item(where, t0, it, q_desc, o_desc, o_ptr, o_strides, q_smem, k_smem, v_smem, o_smem, bars,
                               mask, N, qk_scale, mask_scale, inv_n, WG, D, BLOCK_M, BLOCK_N, STAGES, CAUSAL,
                               MASK_KIND, NO_SOFTMAX, NO_PV, MASK_TMA, True, O_TMA, ROWS)
-            it += 1
         if O_TMA:
             tma.store_wait(pendings=0)  # the last item's O
     else:
@@ -374,16 +372,47 @@ def _consumer(q_desc, o_desc, o_ptr, o_strides, q_smem, k_smem, v_smem, o_smem, 
 
 
 @gluon.jit
+def _item_count(pid, nprog, total, PAIRS: gl.constexpr):
+    """How many work items persistent program `pid` of `nprog` takes (_item_at lists them): every nprog-th item, or
+    under PAIRS every nprog-th pair of consecutive items (the last pair of an odd total is one item)."""
+    if PAIRS:
+        units = (total + 1) // 2
+        mine = (units - pid + nprog - 1) // nprog  # 0 when pid ≥ units
+        return 2 * mine - ((total % 2 == 1) & ((units - 1) % nprog == pid)).to(gl.int32)
+    else:
+        return (total - pid + nprog - 1) // nprog
+
+
+@gluon.jit
+def _item_at(it, pid, nprog, PAIRS: gl.constexpr):
+    """The it-th work item of persistent program `pid`: pid + it·nprog, or under PAIRS the items of pairs pid,
+    pid + nprog, … in turn (PERFORMANCE.md v24)."""
+    if PAIRS:
+        return 2 * (pid + (it // 2) * nprog) + it % 2
+    else:
+        return pid + it * nprog
+
+
+@gluon.jit
 def _program(item, M, smb, smh, N, H, GROUP, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, CAUSAL: gl.constexpr,
-             HEAVY_FIRST: gl.constexpr, ROWS: gl.constexpr = ROWS_PER_PROGRAM):
+             HEAVY_FIRST: gl.constexpr, ROWS: gl.constexpr = ROWS_PER_PROGRAM, PERSISTENT: gl.constexpr = False):
     """Where work item `item` lies (both Gluon kernels): batch b, query head h, its k/v head hk, first row start_m
     of its ROWS·BLOCK_M rows (ROWS consumer warpgroups), the key tiles it visits, and its (batch, head) of the mask
     M. Items run through a head's row blocks before the next head (the order a (row block, batch·head) grid launches
-    in), so the programs at work at once share a few heads' K and V in L2."""
+    in), so the programs at work at once share a few heads' K and V in L2. Causal with HEAVY_FIRST: a grid of one
+    item a program starts the longest rows first; a persistent one takes items in pairs (_item_at), so a head's
+    blocks go heaviest, lightest, second heaviest, second lightest, …: the two items of a pair (n_blocks + 1 key tiles
+    in all, for an even n_blocks) weigh alike, so every program carries about the same load, and at any moment the
+    programs run items of different lengths."""
     n_blocks = gl.cdiv(N, ROWS * BLOCK_M)
     bh = item // n_blocks
     blk = item % n_blocks
-    if HEAVY_FIRST:  # causal: the longest rows first, so the grid does not end on one long program
+    if CAUSAL and HEAVY_FIRST and PERSISTENT:
+        if blk % 2 == 0:
+            blk = n_blocks - 1 - blk // 2
+        else:
+            blk = blk // 2
+    elif HEAVY_FIRST:  # causal: the longest rows first, so the grid does not end on one long program
         blk = n_blocks - 1 - blk
     b = bh // H
     h = bh % H
