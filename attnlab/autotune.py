@@ -3,9 +3,11 @@
 For each kernel (fused, qk_softmax, pv), head dim D ∈ {64, 128} and causal or not, every candidate tile configuration
 is timed at several N in FlashAttention's convention (B·N = 16384, H·D = 2048) with the benchmark's own timer
 (attnlab.bench.time_case: do_bench's median over CUDA-graph replays). A candidate's score is the geometric mean over
-N of its time over the best candidate's time at that N (1.0: best everywhere); the lowest score wins, so one
-configuration serves small and large N alike (the table is keyed by D, causal and dtype, never by N); the table's
-entry stays unless a candidate beats its score by more than TIE (noise). A candidate that fails at any N (out of
+N of its time over the best candidate's time at that N (1.0: best everywhere); the lowest score over the N at or
+above config.SHORT_N wins, so one configuration serves them all (TABLE is keyed by D, causal and dtype); the table's
+entry stays unless a candidate beats its score by more than TIE (noise). Below SHORT_N (the sweep's N = 512) a
+different configuration gets a short-N entry (config.SHORT) only where it beats that winner there by more than
+SHORT_GAIN (PERFORMANCE.md v24: the persistent kernel's small-N causal case). A candidate that fails at any N (out of
 shared memory, a compile error, a wrong answer) is out. When the winner is a Gluon configuration, which compiles
 for D = 64 and 128 exactly, the best Triton one also gets an entry for the rest of D's bucket (e.g. D = 65…127), as
 the table has. Results: printed, and with --out written as autotune.csv (every
@@ -55,36 +57,61 @@ def candidates(kernel: str) -> list[Tiles]:
 
 
 TIE = 0.01  # scores closer than this are noise (repeat runs of one candidate differ by about as much)
+SHORT_GAIN = 0.05  # a short-N entry must beat the TABLE entry there by more than this (N = 512 noise: ±3 %)
+
+
+def _scores(r):
+    """Each candidate's geometric mean over N of its time over the best candidate's there, best first; a candidate
+    that failed at any N of `r` (ms = inf) scores inf and is left out."""
+    rel = r["ms"] / r.groupby("N")["ms"].transform("min")
+    score = r.assign(rel=rel).groupby("tiles", sort=False)["rel"].apply(
+        lambda x: math.exp(sum(map(math.log, x)) / len(x)))
+    return score[score < math.inf].sort_values(kind="stable")
 
 
 def pick(results, family: str, itemsize: int, incumbent=None) -> list[dict]:
     """The table entries a results frame (columns kernel, D, causal, N, tiles: a Tiles, ms: inf when it failed)
-    chooses: one per (kernel, D, causal), plus the best Triton one under a Gluon winner (see the module's text).
-    `incumbent(kernel, D, causal, gluon)`: the table's entry now (gluon=False: its Triton one); it stays unless a
-    candidate's score beats its own by more than TIE, so a re-run does not churn the table on noise. Each entry
-    carries its score and its ms at every N."""
+    chooses: one per (kernel, D, causal), plus the best Triton one under a Gluon winner (see the module's text),
+    scored over the N at or above config.SHORT_N; then, where the frame also has N below it, a short-N entry
+    (`short`: True; config.SHORT) when the best candidate there beats that winner by more than SHORT_GAIN.
+    `incumbent(kernel, D, causal, gluon, N)`: the table's entry now (gluon=False: its Triton one; N: at that N, so
+    a short one below SHORT_N); it stays unless a candidate's score beats its own by more than TIE, so a re-run
+    does not churn the table on noise. Each entry carries its score and its ms at every N."""
+    from attnlab.triton.config import SHORT_N
+
     def best(score, keep):
         top = score.index[0]
         return keep if keep in score.index and score[keep] <= score[top] * (1 + TIE) else top
 
+    def entry(kernel, D, causal, t, score, ms_by_n, short=False):
+        return dict(kernel=kernel, family=family, D=f"={D}" if t.gluon else int(D), causal=bool(causal),
+                    itemsize=itemsize, tiles=t.as_dict(), score=float(score[t]),
+                    ms={int(n): float(ms) for n, ms in ms_by_n[t].items()}, **({"short": True} if short else {}))
+
     entries = []
     for (kernel, D, causal), r in results.groupby(["kernel", "D", "causal"], sort=True):
-        best_at = r.groupby("N")["ms"].transform("min")
-        scored = r.assign(rel=r["ms"] / best_at)
-        score = scored.groupby("tiles", sort=False)["rel"].apply(lambda x: math.exp(sum(map(math.log, x)) / len(x)))
         ms_by_n = r.groupby("tiles", sort=False).apply(lambda g: dict(zip(g["N"].astype(int), g["ms"])))
-        finite = score[score < math.inf].sort_values(kind="stable")
+        out = set(r.loc[r["ms"] == math.inf, "tiles"])  # failed at some N: out at every N
+        r = r[~r["tiles"].isin(out)]
+        short_rows, long_rows = r[r["N"] < SHORT_N], r[r["N"] >= SHORT_N]
+        if long_rows.empty:
+            short_rows, long_rows = short_rows.iloc[:0], short_rows
+        finite = _scores(long_rows)
         if finite.empty:
             continue
-        now = (lambda gluon: incumbent(kernel, int(D), bool(causal), gluon)) if incumbent else (lambda gluon: None)
+        now = (lambda gluon, n=None: incumbent(kernel, int(D), bool(causal), gluon, n)) if incumbent else (
+            lambda gluon, n=None: None)
         winners = [best(finite, now(True))]
         triton_ones = finite[[not t.gluon for t in finite.index]]
         if winners[0].gluon and len(triton_ones):
             winners.append(best(triton_ones, now(False)))
-        for t in winners:
-            entries.append(dict(kernel=kernel, family=family, D=f"={D}" if t.gluon else int(D), causal=bool(causal),
-                                itemsize=itemsize, tiles=t.as_dict(), score=float(finite[t]),
-                                ms={int(n): float(ms) for n, ms in ms_by_n[t].items()}))
+        entries += [entry(kernel, D, causal, t, finite, ms_by_n) for t in winners]
+        if short_rows.empty:
+            continue
+        short = _scores(short_rows)
+        fast = best(short, now(True, int(short_rows["N"].min())))
+        if winners[0] in short.index and short[winners[0]] > short[fast] * (1 + SHORT_GAIN):
+            entries.append(entry(kernel, D, causal, fast, short, ms_by_n, short=True))
     return entries
 
 
@@ -131,9 +158,11 @@ def run(kernels: list[str], dtype: torch.dtype, ns: list[int], out: str | None =
                 pd.DataFrame(rows).drop(columns="tiles").to_csv(os.path.join(out, "autotune.csv"), index=False)
     fam = config.family(dev)
     entries = pick(pd.DataFrame(rows), fam, dtype.itemsize,
-                   lambda kernel, D, causal, gluon: config.lookup(kernel, fam, D, causal, dtype.itemsize, gluon))
+                   lambda kernel, D, causal, gluon, n: config.lookup(kernel, fam, D, causal, dtype.itemsize, gluon, n))
     for e in entries:
         which = f"Gluon, D = {e['D'][1:]} exactly" if isinstance(e["D"], str) else f"D's bucket {e['D']}"
+        if e.get("short"):
+            which += f", N < {config.SHORT_N}"
         print(f"  {e['kernel']} ({which}) causal={e['causal']}: {label(Tiles(**e['tiles']))} score "
               f"{e['score']:.3f} ms " + " ".join(f"N={n}:{ms:.4f}" for n, ms in e["ms"].items()), flush=True)
     if out:

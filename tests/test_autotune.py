@@ -8,7 +8,7 @@ import pytest
 
 from attnlab import autotune, bench
 from attnlab.triton import config
-from attnlab.triton.resources import parse_tiles
+from attnlab.triton.resources import label, parse_tiles
 
 
 def frame(times: dict, kernel="fused", D=128, causal=False):
@@ -83,8 +83,8 @@ def test_bad_autotune_arguments_get_one_clear_error(capsys, monkeypatch):
 
 def test_the_sweep_loop_records_failures_and_writes_every_candidate(tmp_path, monkeypatch):
     """run() with the GPU parts stood in for: a candidate that errors, one that is inaccurate and one that is
-    slower at one N each end as rows (inf for the first two), the csv holds every (candidate, N), and the winner
-    is the one that ran and was right everywhere."""
+    slower at one N each end as rows (inf for the first two), the csv holds every (candidate, N), the winner is the
+    one that ran and was right everywhere, and the one faster at N = 512 only gets a short-N entry."""
     import torch
 
     from attnlab import measure
@@ -110,8 +110,13 @@ def test_the_sweep_loop_records_failures_and_writes_every_candidate(tmp_path, mo
     assert set(csv[csv.label == "128x128w8s3"].status) == {"error: out of shared memory"}
     assert set(csv[csv.label == "64x32w4s2"].status) == {"inaccurate"}
     assert (csv[csv.status != "ok"].ms == math.inf).all()
-    assert [config.Tiles(**e["tiles"]) for e in entries] == [good] * 4
-    assert json.loads((tmp_path / "tiles.json").read_text())[0]["tiles"] == good.as_dict()
+    assert [config.Tiles(**e["tiles"]) for e in entries if not e.get("short")] == [good] * 4
+    # 10 % faster than the winner at N = 512 (below config.SHORT_N): a short-N entry for each key
+    assert [config.Tiles(**e["tiles"]) for e in entries if e.get("short")] == [slow] * 4
+    written = json.loads((tmp_path / "tiles.json").read_text())
+    assert written[0]["tiles"] == good.as_dict() and "short" not in written[0]
+    assert written[1] == dict(kernel="fused", family="sm90", D=64, causal=False, itemsize=2, tiles=slow.as_dict(),
+                              short=True)
 
 
 def test_the_table_entry_stays_unless_beaten_by_more_than_noise():
@@ -119,33 +124,98 @@ def test_the_table_entry_stays_unless_beaten_by_more_than_noise():
     Under a Gluon winner the Triton entry follows the same rule with the table's Triton incumbent."""
     times = {"128x64w8s3": [1.000, 4.00, 16.0], "128x64w4s3": [1.005, 4.01, 16.1], "64x64w4s3": [1.2, 4.8, 19.0]}
     r = frame(times)
-    keep = autotune.pick(r, "sm90", 2, lambda kernel, D, causal, gluon: parse_tiles("128x64w4s3"))
+    keep = autotune.pick(r, "sm90", 2, lambda kernel, D, causal, gluon, n: parse_tiles("128x64w4s3"))
     assert [config.Tiles(**e["tiles"]) for e in keep] == [parse_tiles("128x64w4s3")]  # 0.4 % behind: stays
-    go = autotune.pick(r, "sm90", 2, lambda kernel, D, causal, gluon: parse_tiles("64x64w4s3"))
+    go = autotune.pick(r, "sm90", 2, lambda kernel, D, causal, gluon, n: parse_tiles("64x64w4s3"))
     assert [config.Tiles(**e["tiles"]) for e in go] == [parse_tiles("128x64w8s3")]  # 20 % behind: replaced
-    gone = autotune.pick(r, "sm90", 2, lambda kernel, D, causal, gluon: parse_tiles("32x32w4s2"))  # not a candidate
+    gone = autotune.pick(r, "sm90", 2, lambda kernel, D, causal, gluon, n: parse_tiles("32x32w4s2"))  # not a candidate
     assert [config.Tiles(**e["tiles"]) for e in gone] == [parse_tiles("128x64w8s3")]
     with_gluon = frame({"64x128w4s2gmc": [0.8, 3.0, 12.0], **times})
     now = {True: parse_tiles("64x128w4s2gmc"), False: parse_tiles("128x64w4s3")}
-    entries = autotune.pick(with_gluon, "sm90", 2, lambda kernel, D, causal, gluon: now[gluon])
+    entries = autotune.pick(with_gluon, "sm90", 2, lambda kernel, D, causal, gluon, n: now[gluon])
     assert [(e["D"], config.Tiles(**e["tiles"])) for e in entries] == [("=128", now[True]), (128, now[False])]
 
 
 def test_the_sweep_on_the_h200_keeps_the_table():
-    """The recorded sweeps (bf16, N = 512, 2048, 8192: fused in session 9's outputs/h200/2026-11-29-s9-call3, with
-    v22's candidates; qk_softmax and pv in session 8's -s8-call4) chose the table's sm90 entries for fused,
-    qk_softmax and pv, with the table as the incumbent: the table is what its sweep says, from the recorded times (a
-    change to either shows here)."""
+    """The recorded sweeps (bf16, N = 512, 2048, 8192: fused in session 10's outputs/h200/2026-11-29-s10-call5,
+    with the table's entries and v23/v24's candidates; qk_softmax and pv in session 8's -s8-call4) chose the table's
+    sm90 entries for fused, qk_softmax and pv, and its two short-N entries (fused, causal, D = 64 and 128: one
+    consumer a program), with the tables as the incumbents: the tables are what their sweep says, from the recorded
+    times (a change to either shows here)."""
     from pathlib import Path
 
     root = Path(__file__).resolve().parents[1] / "outputs" / "h200"
-    rows = pd.concat([pd.read_csv(root / run / "autotune" / "autotune.csv") for run in ("2026-11-29-s9-call3",
+    rows = pd.concat([pd.read_csv(root / run / "autotune" / "autotune.csv") for run in ("2026-11-29-s10-call5",
                                                                                         "2026-11-29-s8-call4")])
     rows["tiles"] = rows["label"].map(parse_tiles)
-    entries = autotune.pick(rows, "sm90", 2,
-                            lambda kernel, D, causal, gluon: config.lookup(kernel, "sm90", D, causal, 2, gluon))
-    assert len(entries) == (4 + 3) + (4 + 4) + 4  # fused, qk_softmax, pv: with a Triton entry under each Gluon winner
+    entries = autotune.pick(rows, "sm90", 2, lambda kernel, D, causal, gluon, n: config.lookup(
+        kernel, "sm90", D, causal, 2, gluon, n))
+    # fused: 4 keys, each with a Triton entry under its Gluon winner, and 2 short; qk_softmax as many less the short;
+    # pv 4
+    assert len(entries) == (8 + 2) + (4 + 4) + 4
+    short = [(e["kernel"], e["D"], e["causal"]) for e in entries if e.get("short")]
+    assert short == [("fused", "=64", True), ("fused", "=128", True)]
+    assert len(config.SHORT) == 2
     for e in entries:
         D = int(str(e["D"]).lstrip("="))
+        n = config.SHORT_N // 2 if e.get("short") else None
         assert config.Tiles(**e["tiles"]) == config.lookup(e["kernel"], "sm90", D, e["causal"], 2,
-                                                           gluon=isinstance(e["D"], str)), e
+                                                           gluon=isinstance(e["D"], str), N=n), e
+
+
+def short_frame(times: dict, D=128, causal=True):
+    """A results frame from {label: [ms at N = 512, 2048, 8192]} (the sweep's default N)."""
+    ns = (512, 2048, 8192)
+    return pd.DataFrame([dict(kernel="fused", D=D, causal=causal, N=n, tiles=parse_tiles(lab), ms=ms)
+                         for lab, row in times.items() for n, ms in zip(ns, row)])
+
+
+def test_the_winner_is_scored_from_short_n_up_and_a_short_entry_needs_a_clear_gain():
+    """The key's entry is scored at N ≥ SHORT_N only; below it another candidate gets a short entry only when it
+    beats that entry there by more than SHORT_GAIN, and a short entry keeps its place on noise as the main one."""
+    long_best, short_best = "64x128w4s2hgmco", "64x64w4s2hgmcou"
+    entries = autotune.pick(short_frame({long_best: [0.134, 0.274, 0.931], short_best: [0.110, 0.321, 1.12],
+                                         "64x64w4s3h": [0.145, 0.365, 1.22]}), "sm90", 2)
+    assert [(e["D"], label(config.Tiles(**e["tiles"])), e.get("short", False)) for e in entries] == [
+        ("=128", long_best, False), (128, "64x64w4s3h", False), ("=128", short_best, True)]
+    assert entries[-1]["score"] == pytest.approx(1.0) and entries[-1]["ms"][512] == 0.110
+    # 4 % at N = 512 is within SHORT_GAIN: no short entry
+    close = autotune.pick(short_frame({long_best: [0.114, 0.274, 0.931], short_best: [0.110, 0.321, 1.12]}),
+                          "sm90", 2)
+    assert not [e for e in close if e.get("short")]
+    # a short incumbent within TIE of the fastest at N = 512 stays
+    third = "64x64w4s2hgmu"
+    kept = autotune.pick(short_frame({long_best: [0.134, 0.274, 0.931], short_best: [0.110, 0.321, 1.12],
+                                      third: [0.1105, 0.33, 1.2]}), "sm90", 2,
+                         lambda kernel, D, causal, gluon, n: parse_tiles(third if n else long_best))
+    assert label(config.Tiles(**[e for e in kept if e.get("short")][0]["tiles"])) == third
+
+
+def test_short_entries_serve_below_short_n_are_forced_away_and_follow_an_override_file(tmp_path, monkeypatch):
+    """config.lookup takes SHORT's entry below SHORT_N and TABLE's from it (and without N); config.forced replaces
+    both for its kernel; an autotune file's entries replace SHORT's entries for the kernels it tunes."""
+    monkeypatch.setattr(config, "gluon_verified", lambda: True)
+    long_t, short_t = config.lookup("fused", "sm90", 128, True, 2), config.SHORT[("fused", "sm90", "=128", True, 2)]
+    assert long_t != short_t and short_t.one_consumer and long_t.persistent
+    assert config.lookup("fused", "sm90", 128, True, 2, N=config.SHORT_N - 1) == short_t
+    assert config.lookup("fused", "sm90", 128, True, 2, N=config.SHORT_N) == long_t
+    assert config.lookup("fused", "sm90", 96, True, 2, N=512) == config.lookup("fused", "sm90", 96, True, 2)  # Triton
+    assert config.lookup("fused", "sm90", 128, True, 2, gluon=False, N=512) == config.lookup(
+        "fused", "sm90", 128, True, 2, gluon=False)
+    forced = parse_tiles("64x64w4s3")
+    with config.forced("fused", forced):
+        assert config.lookup("fused", "sm90", 128, True, 2, N=512) == forced
+    assert config.lookup("fused", "sm90", 128, True, 2, N=512) == short_t
+    entry = dict(kernel="fused", family="sm90", D="=128", causal=True, itemsize=2)
+    path = tmp_path / "tiles.json"
+    path.write_text(json.dumps([dict(entry, tiles=parse_tiles("64x128w4s2hgm").as_dict())]))
+    monkeypatch.setattr(config, "TABLE", config.TABLE)
+    monkeypatch.setattr(config, "SHORT", config.SHORT)
+    config.load_overrides(str(path))
+    assert config.SHORT == {}  # the file tunes fused and has no short entry
+    assert config.lookup("fused", "sm90", 128, True, 2, N=512) == parse_tiles("64x128w4s2hgm")
+    path.write_text(json.dumps([dict(entry, tiles=parse_tiles("64x128w4s2hgm").as_dict()),
+                                dict(entry, tiles=parse_tiles("64x64w4s2hgmu").as_dict(), short=True)]))
+    config.load_overrides(str(path))
+    assert config.lookup("fused", "sm90", 128, True, 2, N=512) == parse_tiles("64x64w4s2hgmu")
+    assert config.lookup("fused", "sm90", 128, True, 2, N=2048) == parse_tiles("64x128w4s2hgm")

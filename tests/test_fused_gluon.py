@@ -18,18 +18,48 @@ from tests.conftest import offline_compile
     (128, torch.bfloat16, False, True), (128, torch.float16, True, True),
     (96, torch.bfloat16, False, False),  # same bucket, not D = 128: the Triton kernel (no padding in TMA boxes)
     (80, torch.bfloat16, True, False),
-    (64, torch.bfloat16, True, False),  # D = 64 causal: the Triton kernel measured faster (v10, v18)
+    (64, torch.bfloat16, True, True),  # D = 64 causal: persistent, items in heavy/light pairs (v24)
     (64, torch.bfloat16, False, True),  # D = 64 non-causal: the persistent Gluon kernel (v18)
     (128, torch.float32, False, False),  # fp32: the IEEE dot path, Triton only
 ])
 def test_which_calls_take_the_gluon_kernel_on_hopper(D, dtype, causal, gluon):
     t = config.lookup("fused", "sm90", D, causal, dtype.itemsize)
+    short = config.lookup("fused", "sm90", D, causal, dtype.itemsize, N=512)
     assert t.gluon is gluon
     if gluon:
         assert t.heavy_first is causal and (t.BLOCK_M, t.BLOCK_N, t.num_warps) == (64, 128, 4)
-        assert t.persistent is not causal  # v18: persistent lost under a causal mask
+        assert t.persistent and t.o_tma  # v18, v22; causal too since v24's pair order
+        # below SHORT_N a causal call takes one consumer a program, two programs an SM (v23, v24)
+        assert short == (replace(t, BLOCK_N=64, one_consumer=True) if causal else t)
+    else:
+        assert short == t
     assert not config.lookup("fused", "sm80", D, causal, dtype.itemsize).gluon  # TMA/wgmma: Hopper only
     assert not config.lookup("fused", "interpreter", D, causal, dtype.itemsize).gluon
+
+
+@pytest.mark.parametrize("nprog", [1, 3, 132, 264])
+@pytest.mark.parametrize("total", [1, 2, 7, 131, 132, 133, 264, 1000, 2048])
+def test_a_persistent_program_s_items_cover_the_work_once(nprog, total):
+    """The kernel's own index functions (run on Python ints through .fn): round robin, and under a causal mask with
+    heavy_first pairs of consecutive items, every item exactly once over the programs of the grid (min(total, grid)
+    programs, as `launch` starts them)."""
+    for pairs in (False, True):
+        taken = []
+        for pid in range(min(total, nprog)):
+            start, end, step = fused_gluon._items.fn(pid, nprog, total, pairs)
+            taken += [fused_gluon._item_at.fn(x, pid, nprog, pairs) for x in range(start, end, step)]
+        assert sorted(taken) == list(range(total)), (pairs, total, nprog)
+
+
+@pytest.mark.parametrize("n_blocks", [1, 2, 3, 4, 8, 16, 64])
+def test_pairs_of_causal_row_blocks_weigh_alike(n_blocks):
+    """v24: a head's row blocks in pair order (heaviest, lightest, …) are each block once, and for an even count
+    every pair of consecutive positions holds n_blocks + 1 key tiles (block r has r + 1), so programs taking pairs
+    carry equal loads."""
+    order = [fused_gluon._pair_order.fn(pos, n_blocks) for pos in range(n_blocks)]
+    assert sorted(order) == list(range(n_blocks)) and order[0] == n_blocks - 1
+    if n_blocks % 2 == 0:
+        assert {order[i] + order[i + 1] + 2 for i in range(0, n_blocks, 2)} == {n_blocks + 1}
 
 
 def test_an_unchecked_triton_release_runs_the_triton_kernel(monkeypatch):
@@ -48,7 +78,7 @@ def test_the_recorded_tiles_say_which_kernel_ran():
     """Result rows carry tile_config(): a Gluon row must be told apart from a Triton one."""
     t = config.lookup("fused", "sm90", 128, False, 2)
     assert t.as_dict()["gluon"] is True
-    assert config.lookup("fused", "sm90", 64, True, 2).as_dict()["gluon"] is False
+    assert config.lookup("fused", "sm90", 80, True, 2).as_dict()["gluon"] is False
 
 
 @pytest.fixture
@@ -69,7 +99,7 @@ def hopper_dispatch(monkeypatch):
     return calls
 
 
-@pytest.mark.parametrize("D,kernel", [(128, "gluon"), (64, "triton"), (96, "triton")])
+@pytest.mark.parametrize("D,kernel", [(128, "gluon"), (64, "gluon"), (96, "triton")])
 def test_a_fused_build_and_all_its_ablations_run_one_kernel(hopper_dispatch, D, kernel):
     """Lab guard: the ablations' savings are differences against `fused`, so no_softmax, no_pv and zero_mask must
     run the kernel the build runs (a mask or an ablation flag never moves a call to the other kernel)."""
@@ -83,8 +113,9 @@ def test_a_fused_build_and_all_its_ablations_run_one_kernel(hopper_dispatch, D, 
     assert {c[0] for c in hopper_dispatch} == {kernel}
     assert [c[1:4] for c in hopper_dispatch] == [(0, False, False), (0, True, False), (0, False, True),
                                                  (2, False, False), (1, False, False)]
-    if kernel == "gluon":
-        assert all(c[4] == config.lookup("fused", "sm90", 128, True, 2) for c in hopper_dispatch)
+    if kernel == "gluon":  # N = 64: the short-N entry (one consumer a program), for the build and every ablation
+        assert all(c[4] == config.lookup("fused", "sm90", D, True, 2, N=64) for c in hopper_dispatch)
+        assert hopper_dispatch[0][4].one_consumer
 
 
 def test_tma_takes_strided_views_and_copies_only_what_it_cannot_read():
@@ -105,6 +136,7 @@ def test_every_variant_of_the_gluon_kernel_compiles_for_sm90_within_limits(flags
     rows = offline_compile("--kernels", "fused", "--head-dims", "64,128", "--causal", "0,1", "--masks", "0,1,2",
                            "--tiles", "64x128w4s2hg,64x128w4s2hgc", *(["--flags", flags] if flags else []))
     assert len(rows) == 24 and {r["tiles"] for r in rows} == {"64x128w4s2hg", "64x128w4s2hgc"}  # c: persistent
+    # (persistent causal with heavy_first: the pair order of v24)
     for r in rows:
         assert r["fits"] and not r["wgmma_serialised"], r
         persistent = r["tiles"].endswith("c")

@@ -119,10 +119,13 @@ TABLE: dict[tuple, Tiles] = {
     # 2026-11-29-s9-call3`: at D = 128 N = 512 0.1617 → 0.1431 ms; scores 1.001 against 1.031 (D = 64) and 1.056
     # (D = 128) without).
     ("fused", "sm90", "=128", False, 2): Tiles(64, 128, 4, 2, gluon=True, mask_tma=True, persistent=True, o_tma=True),
-    ("fused", "sm90", "=128", True, 2): Tiles(64, 128, 4, 2, heavy_first=True, gluon=True, mask_tma=True),
+    ("fused", "sm90", "=128", True, 2): Tiles(64, 128, 4, 2, heavy_first=True, gluon=True, mask_tma=True,
+                                              persistent=True, o_tma=True),
     ("fused", "sm90", "=64", False, 2): Tiles(64, 128, 4, 2, gluon=True, mask_tma=True, persistent=True, o_tma=True),
+    ("fused", "sm90", "=64", True, 2): Tiles(64, 128, 4, 2, heavy_first=True, gluon=True, mask_tma=True,
+                                             persistent=True, o_tma=True),
     ("fused", "sm90", 64, False, 2): Tiles(128, 64, 8, 3),
-    ("fused", "sm90", 64, True, 2): Tiles(64, 64, 4, 3, heavy_first=True),
+    ("fused", "sm90", 64, True, 2): Tiles(128, 64, 8, 3),
     ("fused", "sm90", 128, False, 2): Tiles(128, 64, 8, 3, paired=True),
     ("fused", "sm90", 128, True, 2): Tiles(64, 64, 4, 3, heavy_first=True),
     ("fused", "sm90", 256, "any", 2): Tiles(64, 32, 4, 2),
@@ -150,25 +153,43 @@ TABLE: dict[tuple, Tiles] = {
 }
 
 
+# Short sequences (N < SHORT_N): where the autotune sweep found a configuration that beats the key's TABLE entry
+# there by more than its SHORT_GAIN (attnlab.autotune), an entry here, keyed as TABLE is, replaces it below SHORT_N.
+# SHORT_N is the geometric middle of the sweep's two smallest N (512 and 2048): the short entry is chosen at 512, the
+# TABLE entry at 2048 and 8192.
+SHORT_N = 1024
+SHORT: dict[tuple, Tiles] = {
+    ("fused", "sm90", "=128", True, 2): Tiles(64, 64, 4, 2, heavy_first=True, gluon=True, mask_tma=True,
+                                              persistent=True, o_tma=True, one_consumer=True),
+    ("fused", "sm90", "=64", True, 2): Tiles(64, 64, 4, 2, heavy_first=True, gluon=True, mask_tma=True,
+                                             persistent=True, o_tma=True, one_consumer=True),
+}
+
+
 def head_dim_bucket(D: int) -> int:
     """The padded head dim a kernel is compiled for: a power of two, at least 16 (tl.dot's smallest K)."""
     return max(16, 1 << (D - 1).bit_length())
 
 
-def tiles(kernel: str, device: torch.device, D: int, causal: bool, dtype: torch.dtype, gluon: bool = True) -> Tiles:
-    return lookup(kernel, family(device), D, causal, dtype.itemsize, gluon)
+def tiles(kernel: str, device: torch.device, D: int, causal: bool, dtype: torch.dtype, gluon: bool = True,
+          N: int | None = None) -> Tiles:
+    return lookup(kernel, family(device), D, causal, dtype.itemsize, gluon, N)
 
 
-def lookup(kernel: str, fam: str, D: int, causal: bool, itemsize: int, gluon: bool = True) -> Tiles:
-    """The first TABLE entry matching (kernel, GPU family, D's bucket, causal, dtype size); 'any' matches all, and a
-    head-dim entry "=128" matches D = 128 only (the Gluon kernel's TMA boxes are exactly D wide: no padding). Gluon
-    entries count only under a Triton the kernel was checked on (gluon_verified), and not at all with gluon=False."""
+def lookup(kernel: str, fam: str, D: int, causal: bool, itemsize: int, gluon: bool = True,
+           N: int | None = None) -> Tiles:
+    """The first entry matching (kernel, GPU family, D's bucket, causal, dtype size): in SHORT when N < SHORT_N, then
+    in TABLE. 'any' matches all, and a head-dim entry "=128" matches D = 128 only (the Gluon kernel's TMA boxes are
+    exactly D wide: no padding). Gluon entries count only under a Triton the kernel was checked on (gluon_verified),
+    and not at all with gluon=False. N = None: the TABLE entry (what serves every N without a SHORT entry)."""
     key = (kernel, fam, head_dim_bucket(D), causal, itemsize)
-    for entry, t in TABLE.items():
-        if t.gluon and not (gluon and gluon_verified()):
-            continue
-        if all(e == "any" or e == k or (i == 2 and e == f"={D}") for i, (e, k) in enumerate(zip(entry, key))):
-            return t
+    tables = (SHORT, TABLE) if N is not None and N < SHORT_N else (TABLE,)
+    for table in tables:
+        for entry, t in table.items():
+            if t.gluon and not (gluon and gluon_verified()):
+                continue
+            if all(e == "any" or e == k or (i == 2 and e == f"={D}") for i, (e, k) in enumerate(zip(entry, key))):
+                return t
     raise LookupError(f"no tile configuration for {key}")  # unreachable: the table ends in catch-alls
 
 
@@ -203,25 +224,35 @@ def kernel_label(tiles_json, kernel: str | None = "fused") -> str:
 
 @contextmanager
 def forced(kernel: str, t: Tiles):
-    """Use `t` for `kernel` everywhere inside the block (the autotune sweep's way to try a candidate)."""
-    global TABLE
-    saved = TABLE
+    """Use `t` for `kernel` everywhere inside the block, at every N (the autotune sweep's way to try a candidate)."""
+    global TABLE, SHORT
+    saved, saved_short = TABLE, SHORT
     key = (kernel, "any", "any", "any", "any")
     # The forced entry goes first and replaces the catch-all of the same key (a dict merge would keep the old value).
     TABLE = {key: t, **{k: v for k, v in saved.items() if k != key}}
+    SHORT = {k: v for k, v in saved_short.items() if k[0] != kernel}
     try:
         yield
     finally:
-        TABLE = saved
+        TABLE, SHORT = saved, saved_short
 
 
 def load_overrides(path: str) -> None:
     """Put the entries of an autotune result file (JSON list written by `attnlab bench --autotune --out`) in front
-    of the table, for a benchmark run that tests them before they are written into TABLE by hand."""
+    of the tables, for a benchmark run that tests them before they are written into TABLE and SHORT by hand. An
+    entry with `"short": true` goes to SHORT, and SHORT's entries for the kernels the file tunes (same family and
+    dtype size) go: where the file has no short entry, the sweep found none worth one."""
     import json
 
-    global TABLE
+    global TABLE, SHORT
     with open(path) as f:
         entries = json.load(f)
-    front = {(e["kernel"], e["family"], e["D"], e["causal"], e["itemsize"]): Tiles(**e["tiles"]) for e in entries}
+
+    def key(e):
+        return e["kernel"], e["family"], e["D"], e["causal"], e["itemsize"]
+
+    front = {key(e): Tiles(**e["tiles"]) for e in entries if not e.get("short")}
+    short = {key(e): Tiles(**e["tiles"]) for e in entries if e.get("short")}
+    tuned = {(e["kernel"], e["family"], e["itemsize"]) for e in entries}
     TABLE = {**front, **{k: v for k, v in TABLE.items() if k not in front}}
+    SHORT = {**short, **{k: v for k, v in SHORT.items() if (k[0], k[1], k[4]) not in tuned}}

@@ -207,11 +207,14 @@ def _loader(q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, bars, mask, work, wh
     M, smb, smh, smm, smn, mask_desc, mask_smem = mask
     if PERSISTENT:
         t0 = 0
-        for it in range(_item_count(pid, nprog, total, CAUSAL and HEAVY_FIRST)):
-            where = _program(_item_at(it, pid, nprog, CAUSAL and HEAVY_FIRST), M, smb, smh, N, H, GROUP, BLOCK_M,
+        it = 0
+        start, end, step = _items(pid, nprog, total, CAUSAL and HEAVY_FIRST)
+        for x in range(start, end, step):
+            where = _program(_item_at(x, pid, nprog, CAUSAL and HEAVY_FIRST), M, smb, smh, N, H, GROUP, BLOCK_M,
                              BLOCK_N, CAUSAL, HEAVY_FIRST, ROWS, True)
             t0 = _load_item(where, t0, it, q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, bars, mask, BLOCK_M,
                             BLOCK_N, STAGES, NO_PV, MASK_TMA, MASK_B, MASK_H, True, ROWS)
+            it += 1
     else:
         _load_item(where, 0, 0, q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, bars, mask, BLOCK_M, BLOCK_N, STAGES,
                    NO_PV, MASK_TMA, MASK_B, MASK_H, False, ROWS)
@@ -357,12 +360,15 @@ def _consumer(q_desc, o_desc, o_ptr, o_strides, q_smem, k_smem, v_smem, o_smem, 
     M, smb, smh, smm, smn, mask_desc, mask_smem = mask
     if PERSISTENT:
         t0 = 0
-        for it in range(_item_count(pid, nprog, total, CAUSAL and HEAVY_FIRST)):
-            where = _program(_item_at(it, pid, nprog, CAUSAL and HEAVY_FIRST), M, smb, smh, N, H, GROUP, BLOCK_M,
+        it = 0
+        start, end, step = _items(pid, nprog, total, CAUSAL and HEAVY_FIRST)
+        for x in range(start, end, step):
+            where = _program(_item_at(x, pid, nprog, CAUSAL and HEAVY_FIRST), M, smb, smh, N, H, GROUP, BLOCK_M,
                              BLOCK_N, CAUSAL, HEAVY_FIRST, ROWS, True)
             t0 = _attend_item(where, t0, it, q_desc, o_desc, o_ptr, o_strides, q_smem, k_smem, v_smem, o_smem, bars,
                               mask, N, qk_scale, mask_scale, inv_n, WG, D, BLOCK_M, BLOCK_N, STAGES, CAUSAL,
                               MASK_KIND, NO_SOFTMAX, NO_PV, MASK_TMA, True, O_TMA, ROWS)
+            it += 1
         if O_TMA:
             tma.store_wait(pendings=0)  # the last item's O
     else:
@@ -372,25 +378,35 @@ def _consumer(q_desc, o_desc, o_ptr, o_strides, q_smem, k_smem, v_smem, o_smem, 
 
 
 @gluon.jit
-def _item_count(pid, nprog, total, PAIRS: gl.constexpr):
-    """How many work items persistent program `pid` of `nprog` takes (_item_at lists them): every nprog-th item, or
-    under PAIRS every nprog-th pair of consecutive items (the last pair of an odd total is one item)."""
+def _items(pid, nprog, total, PAIRS: gl.constexpr):
+    """The range (start, end, step) a persistent program `pid` of `nprog` loops over, _item_at giving each step's
+    work item: pid, pid + nprog, … below total (the items themselves), or under PAIRS 0, 1, … up to its count of
+    items in pairs of consecutive items, pairs pid, pid + nprog, … (the last pair of an odd total is one item)."""
     if PAIRS:
         units = (total + 1) // 2
         mine = (units - pid + nprog - 1) // nprog  # 0 when pid ≥ units
-        return 2 * mine - ((total % 2 == 1) & ((units - 1) % nprog == pid)).to(gl.int32)
+        return 0, 2 * mine - (total % 2) * ((units - 1) % nprog == pid), 1
     else:
-        return (total - pid + nprog - 1) // nprog
+        return pid, total, nprog
 
 
 @gluon.jit
-def _item_at(it, pid, nprog, PAIRS: gl.constexpr):
-    """The it-th work item of persistent program `pid`: pid + it·nprog, or under PAIRS the items of pairs pid,
-    pid + nprog, … in turn (PERFORMANCE.md v24)."""
+def _item_at(x, pid, nprog, PAIRS: gl.constexpr):
+    """The work item of step x of _items' range: x itself, or under PAIRS the x-th of program pid's pairs' items
+    (PERFORMANCE.md v24)."""
     if PAIRS:
-        return 2 * (pid + (it // 2) * nprog) + it % 2
+        return 2 * (pid + (x // 2) * nprog) + x % 2
     else:
-        return pid + it * nprog
+        return x
+
+
+@gluon.jit
+def _pair_order(pos, n_blocks):
+    """The row block at position `pos` of a head's items in pair order: n_blocks − 1, 0, n_blocks − 2, 1, …"""
+    if pos % 2 == 0:
+        return n_blocks - 1 - pos // 2
+    else:
+        return pos // 2
 
 
 @gluon.jit
@@ -408,10 +424,7 @@ def _program(item, M, smb, smh, N, H, GROUP, BLOCK_M: gl.constexpr, BLOCK_N: gl.
     bh = item // n_blocks
     blk = item % n_blocks
     if CAUSAL and HEAVY_FIRST and PERSISTENT:
-        if blk % 2 == 0:
-            blk = n_blocks - 1 - blk // 2
-        else:
-            blk = blk // 2
+        blk = _pair_order(blk, n_blocks)
     elif HEAVY_FIRST:  # causal: the longest rows first, so the grid does not end on one long program
         blk = n_blocks - 1 - blk
     b = bh // H
@@ -516,21 +529,24 @@ def fused_gluon_kernel(q_desc, k_desc, v_desc, o_desc, o_ptr, sob, soh, son, M, 
         ], [4, 1], [CONSUMER_REGS, 24])
 
 
-SMEM_LIMIT = 227 * 1024  # bytes of shared memory one block may use on sm_90 (H100/H200)
+SMEM_SM = 228 * 1024  # bytes of shared memory an SM has on sm_90 (H100/H200), 1 KiB of it reserved a block
+SMEM_LIMIT = SMEM_SM - 1024  # what one block may use
 SMEM_SPARE = 1024  # the barriers and alignment, beside the tiles o_by_tma counts
 
 
 def o_by_tma(tiles, D: int, itemsize: int, mask_itemsize: int) -> bool:
     """Whether the persistent kernel stores O by TMA from O tiles of its own (the kernel's O_TMA): Tiles.persistent
     and Tiles.o_tma, and room for them beside Q, the K/V ring and, where the mask comes by TMA, the mask ring
-    (mask_itemsize 0 otherwise). At D = 128 with 64×128 tiles and 2 stages a 2-byte mask by TMA leaves none."""
+    (mask_itemsize 0 otherwise). At D = 128 with 64×128 tiles and 2 stages a 2-byte mask by TMA leaves none. With
+    one consumer (two programs an SM) each program has half the SM: O's tiles never cost the second program."""
     if not (tiles.persistent and tiles.o_tma):
         return False
     BM, BN, st = tiles.BLOCK_M, tiles.BLOCK_N, tiles.num_stages
     rows = partitions(tiles)[0]
     tiles_bytes = (2 * rows * BM * D + 2 * st * BN * D) * itemsize
     mask_bytes = st * rows * BM * BN * mask_itemsize
-    return tiles_bytes + mask_bytes + SMEM_SPARE <= SMEM_LIMIT
+    limit = SMEM_SM // 2 - 1024 if tiles.one_consumer else SMEM_LIMIT
+    return tiles_bytes + mask_bytes + SMEM_SPARE <= limit
 
 
 CONSUMER_REGS = 240  # registers per thread of the consumer warpgroups (setmaxnreg); the loader gets 24

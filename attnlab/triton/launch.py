@@ -72,9 +72,14 @@ def _grid_m(spec: Spec, block_m: int):
     return (triton.cdiv(spec.N, block_m), spec.B * spec.H)
 
 
+def _lookup(kernel: str, spec: Spec, gluon: bool = True) -> Tiles:
+    """The table's tiles for this case (config.tiles: by D, causal, dtype, and N where a short-N entry exists)."""
+    return tiles(kernel, spec.device, spec.D, spec.causal, spec.dtype, gluon, N=spec.N)
+
+
 def _tiles(kernel: str, spec: Spec) -> dict:
     """A kernel's tiles as launch arguments (for kernels other than fused, without the fields only fused reads)."""
-    t = tiles(kernel, spec.device, spec.D, spec.causal, spec.dtype)
+    t = _lookup(kernel, spec)
     return t.as_dict() if kernel == "fused" else _triton_args(t)
 
 
@@ -165,7 +170,7 @@ def _qk_softmax_tiles(s: Spec):
     that ask for anything else are an error, as for fused); at an N it does not take (P rows TMA cannot store,
     N % 8 ≠ 0, or N < 1024 where the Triton kernel is faster: qk_softmax_gluon.takes) the key's Triton entry runs
     instead, for the build and its ablations alike, and the row records it."""
-    chosen = tiles("qk_softmax", s.device, s.D, s.causal, s.dtype)
+    chosen = _lookup("qk_softmax", s)
     if not chosen.gluon:
         return chosen
     from attnlab.triton import qk_softmax_gluon
@@ -173,7 +178,7 @@ def _qk_softmax_tiles(s: Spec):
     qk_softmax_gluon.check_case(chosen, s.dtype, s.D)
     if qk_softmax_gluon.takes(s.N):
         return chosen
-    return tiles("qk_softmax", s.device, s.D, s.causal, s.dtype, gluon=False)
+    return _lookup("qk_softmax", s, gluon=False)
 
 
 def fused(q, k, v, *, causal=False, attn_mask=None, scale=None, ablation=None, out=None) -> torch.Tensor:
@@ -183,7 +188,7 @@ def fused(q, k, v, *, causal=False, attn_mask=None, scale=None, ablation=None, o
     o = _out(s, out)
     no_softmax = ablation == "no_softmax"
     log_scale = 1.0 if no_softmax else LOG2E
-    chosen = tiles("fused", s.device, s.D, causal, s.dtype)
+    chosen = _lookup("fused", s)
     if chosen.gluon:  # the warp-specialised kernel (sm90, 16-bit), for the build and all its ablations and masks
         from attnlab.triton import fused_gluon
 
@@ -227,15 +232,14 @@ def tile_config(build: str, spec: Spec, ablation: str | None = None) -> dict:
     """The tiles each kernel of a build (or of its ablation) uses for this case: recorded in every result row."""
     kernels = {"materialised": ("scores", "pv"), "qk_softmax": ("qk_softmax", "pv"), "fused": ("fused",)}[build]
     chosen = {"qk_softmax": _qk_softmax_tiles, "fused": lambda s: _fused_tiles_run(s, ablation)}
-    return {kn: (chosen[kn](spec) if kn in chosen else tiles(kn, spec.device, spec.D, spec.causal,
-                                                             spec.dtype)).as_dict() for kn in kernels}
+    return {kn: (chosen[kn](spec) if kn in chosen else _lookup(kn, spec)).as_dict() for kn in kernels}
 
 
 def _fused_tiles_run(s: Spec, ablation: str | None) -> Tiles:
     """fused's tiles as its launch runs them: Tiles.o_tma only where the Gluon kernel has room for O's own tiles
     (attnlab.triton.fused_gluon.o_by_tma), which the zero_mask ablation's 2-byte (N, N) mask by TMA takes away at
     D = 128; the row then says so, and the ablation report notes that it ran other tiles than fused."""
-    t = tiles("fused", s.device, s.D, s.causal, s.dtype)
+    t = _lookup("fused", s)
     if not t.o_tma:
         return t
     from attnlab.triton import fused_gluon
