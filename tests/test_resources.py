@@ -67,15 +67,27 @@ wgmma instructions reading accumulator registers of  a wgmma between start and e
     assert resources.read_ptxas(c7514)["wgmma_serialised"] is True
 
 
-def test_the_tables_fused_entries_fit_and_keep_their_matmuls_asynchronous():
-    """Every sm90 fused entry of the tile table (D 64 and 128, causal and not, with and without the zero_mask
-    ablation's additive mask) compiles within shared memory, with no wgmma serialisation and no spills without the
-    mask (with it the Gluon kernel spills some: tests/test_fused_gluon.py)."""
-    rows = offline_compile("--kernels", "fused", "--head-dims", "64,128", "--causal", "0,1", "--masks", "0,2")
+@pytest.mark.parametrize("n,entries", [
+    (4096, ["64x128w4s2gmco", "64x128w4s2hgmco", "64x128w4s2gmco", "64x128w4s2hgmco"]),  # TABLE
+    (512, ["64x128w4s2gmco", "64x64w4s2hgmcou", "64x128w4s2gmco", "64x64w4s2hgmcou"]),  # SHORT below N = 1024
+])
+def test_the_tables_fused_entries_fit_and_keep_their_matmuls_asynchronous(n, entries):
+    """Every sm90 fused entry of the tile tables (D 64 and 128, causal and not, with and without the zero_mask
+    ablation's additive mask; TABLE's at N = 4096, SHORT's at 512) compiles within shared memory, with no wgmma
+    serialisation and no spills without the mask but the persistent causal kernel's 4 bytes at D = 128 (8 bytes of
+    stack since v18, the same before and after v24's pair order; its times in PERFORMANCE.md v24 include them); with
+    the mask the Gluon kernel spills some (tests/test_fused_gluon.py). One-consumer programs (`u`) take at most half
+    an SM's shared memory, so two share it."""
+    rows = offline_compile("--kernels", "fused", "--head-dims", "64,128", "--causal", "0,1", "--masks", "0,2",
+                           "--n", str(n))
     assert len(rows) == 8  # no mask, and the additive mask the zero_mask ablation passes
     for r in rows:
         assert r["fits"] and not r["wgmma_serialised"], r
-        # with the mask: the one-item Gluon kernel a few bytes, the persistent one 536–700 (v18)
-        allowed = (704 if "c" in r["tiles"] else 256) if r["mask_kind"] else 0
+        if r["mask_kind"]:  # the one-item Gluon kernel a few bytes, the persistent one 536–700 (v18)
+            allowed = 704 if "c" in r["tiles"] else 256
+        else:
+            allowed = 4 if (r["D"], r["causal"], r["tiles"]) == (128, True, "64x128w4s2hgmco") else 0
         assert r["spill_stores"] <= allowed, r
-    assert [r["tiles"] for r in rows[::2]] == ["64x128w4s2gmco", "64x64w4s3h", "64x128w4s2gmco", "64x128w4s2hgm"]
+        if r["tiles"].endswith("u"):
+            assert (r["smem_kib"] + 1) * 2 <= 228, r  # with the 1 KiB each block reserves
+    assert [r["tiles"] for r in rows[::2]] == entries

@@ -1,8 +1,9 @@
-"""Where our kernels can run, and with which tiles: one explicit table, chosen by the opt-in autotune sweep.
+"""Where our kernels can run, and with which tiles: explicit tables, chosen by the opt-in autotune sweep.
 
-The table is keyed by (kernel, GPU family, head-dim bucket, causal, dtype). `tiles()` returns the entry used, and every
-result row records it (see attnlab.builds.ours.describe). `attnlab bench --autotune` re-runs the sweep that chose
-these entries (attnlab.bench.autotune); change an entry only with a line in PERFORMANCE.md saying what it measured.
+TABLE is keyed by (kernel, GPU family, head-dim bucket, causal, dtype); SHORT, keyed alike, holds the few entries that
+replace TABLE's below N = SHORT_N. `tiles()` returns the entry used, and every result row records it (see
+attnlab.triton.launch.tile_config). `attnlab bench --autotune` re-runs the sweep that chose these entries
+(attnlab.autotune); change an entry only with a line in PERFORMANCE.md saying what it measured.
 """
 from __future__ import annotations
 
@@ -110,14 +111,17 @@ TABLE: dict[tuple, Tiles] = {
     # (v10: 1.13–1.18× the Triton kernel, 0.88–1.01× cuDNN). At D = 64 it measured 0.86–0.97× the Triton kernel.
     # Masks the loader can bring by TMA come with K (v11: the zero_mask ablation's cost at N = 4096 1.21 → 0.25 ms).
     # Non-causal, D = 64 and 128: the persistent Gluon kernel (v18: one program an SM; D = 128 0.87 → 0.90× cuDNN at
-    # N = 512, within 1 % from N = 2048; D = 64 1.03× the Triton kernel from N = 512 to 4096). Causal stays one
-    # program an item: the persistent kernel's static round robin loses to the grid's heavy-first order (0.74–0.95×).
-    # Causal, Triton kernel (D = 64, and D = 65…127): 64×64 w4 s3 heavy-first since session 8's autotune over N = 512,
-    # 2048, 8192 (`outputs/h200/2026-11-29-s8-call2`; geometric-mean time over the best at each N 1.042 against
-    # 128×64 w8 s3's 1.052 at D = 64, 1.134 against 1.215 at D = 128): 10 % faster at N = 512, 9 % slower at 8192.
+    # N = 512, within 1 % from N = 2048; D = 64 1.03× the Triton kernel from N = 512 to 4096).
     # The persistent entries store O by TMA from tiles of their own (v22; session 9's autotune, `outputs/h200/
     # 2026-11-29-s9-call3`: at D = 128 N = 512 0.1617 → 0.1431 ms; scores 1.001 against 1.031 (D = 64) and 1.056
     # (D = 128) without).
+    # Causal, D = 64 and 128 exactly: persistent too since v24, its items in heavy/light pairs (round robin had lost
+    # to one item a program); session 10's autotune (`outputs/h200/2026-11-29-s10-call5`, scored at N = 2048 and
+    # 8192): best at both (D = 128 0.2739 / 0.9308 ms against one item a program's 0.3073 / 0.9721; D = 64 0.3803 /
+    # 1.2787 against the Triton kernel's 0.4065 / 1.4304). Below N = 1024 SHORT's entries serve.
+    # Causal, Triton kernel (the rest of the buckets): 64×64 w4 s3 heavy-first at D = 65…127 (session 8's autotune,
+    # `outputs/h200/2026-11-29-s8-call2`: 1.134 against 128×64 w8 s3's 1.215 over N = 512, 2048, 8192); at D ≤ 64
+    # 128×64 w8 s3 (session 10's, at N = 2048 and 8192: 1.051 against 64×64 w4 s3's 1.094; 8 % slower at 512).
     ("fused", "sm90", "=128", False, 2): Tiles(64, 128, 4, 2, gluon=True, mask_tma=True, persistent=True, o_tma=True),
     ("fused", "sm90", "=128", True, 2): Tiles(64, 128, 4, 2, heavy_first=True, gluon=True, mask_tma=True,
                                               persistent=True, o_tma=True),

@@ -226,7 +226,8 @@ def main(argv=None) -> int:
     ap.add_argument("--causal", default="0,1", help="0, 1 or 0,1")
     ap.add_argument("--masks", default="0,2", help="mask kinds: 0 none, 1 boolean, 2 additive (pv has none)")
     ap.add_argument("--flags", default=None, help="other constexprs, e.g. NO_PV=1 (the ablation)")
-    ap.add_argument("--n", type=int, default=4096, help="sequence length the compile is specialised for")
+    ap.add_argument("--n", type=int, default=4096, help="sequence length the compile is specialised for (and, without "
+                    "--tiles, the table entry for it: config.SHORT's below config.SHORT_N)")
     ap.add_argument("--json", action="store_true", help="print the rows as JSON")
     argv = sys.argv[1:] if argv is None else list(argv)
     args = ap.parse_args(argv)
@@ -253,7 +254,7 @@ def main(argv=None) -> int:
         for D in (int(d) for d in args.head_dims.split(",")):
             for causal in (bool(int(c)) for c in args.causal.split(",")):
                 for mask_kind in ((int(m) for m in args.masks.split(",")) if kernel != "pv" else (0,)):
-                    for t in cands or [config.lookup(kernel, "sm90", D, causal, 2)]:  # H100/H200, bf16
+                    for t in cands or [config.lookup(kernel, "sm90", D, causal, 2, N=args.n)]:  # H100/H200, bf16
                         rows.append({**compile_info(kernel, D, causal, t, mask_kind, n=args.n, **flags), **flags})
     if args.json:
         print(json.dumps(rows))
