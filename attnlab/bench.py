@@ -114,6 +114,18 @@ def qk_softmax_floor_ms(B, H, N, D, dtype, causal, ceil):
             + bd.ms_at(bd.qk_pass_flops(B, H, N, D, causal), ceil["tflops"]))
 
 
+def recorded_label(tiles_json, kernel: str) -> str:
+    """The tile label (attnlab.triton.resources.label, e.g. 64x128w4s2hgmco) of `kernel`'s tiles in a row's recorded
+    tiles; '' where the row records none, or tiles of fields this version no longer has."""
+    from attnlab.triton.config import Tiles
+    from attnlab.triton.resources import label
+
+    try:
+        return label(Tiles(**json.loads(tiles_json)[kernel]))
+    except (TypeError, ValueError, KeyError):
+        return ""
+
+
 def run(args) -> "pandas.DataFrame":  # noqa: F821
     import pandas as pd
 
@@ -170,12 +182,15 @@ def ratios(df):
     ms = df.pivot_table(index=key, columns="build", values="ms")
     tf = df.pivot_table(index=key, columns="build", values="tflops")
     out = pd.DataFrame(index=ms.index)
-    if "tiles" in df:  # the Gluon kernel (sm90, 16-bit, some D and N) or the Triton one, from the row's tiles
+    if "tiles" in df:  # the Gluon kernel (sm90, 16-bit, some D and N) or the Triton one, from the row's tiles,
+        # and its tile label (the table's entry can change with N: config.SHORT)
         for ours in ("fused", "qk_softmax"):
             rows = df[df.build == ours].set_index(key)
             if len(rows):
                 out[f"{ours}_kernel"] = [kernel_label(rows.tiles.get(i), ours) if i in rows.index else ""
                                          for i in out.index]
+                out[f"{ours}_tiles"] = [recorded_label(rows.tiles.get(i), ours) if i in rows.index else ""
+                                        for i in out.index]
     for name in BUILDS:  # the bench's order: ours fused first, then the libraries
         if name in tf:
             out[f"{name}_TFs"] = tf[name]

@@ -35,6 +35,10 @@ def test_ratios_are_library_time_over_ours():
     rows[-1]["tiles"] = '{"pv": {"gluon": false}, "qk_softmax": {"gluon": false}}'
     r = bench.ratios(pd.DataFrame(rows)).iloc[0]
     assert (r["fused_kernel"], r["qk_softmax_kernel"]) == ("gluon", "triton")  # which kernels ran, beside the ratios
+    assert (r["fused_tiles"], r["qk_softmax_tiles"]) == ("64x128w4s2g", "")  # and with which tiles (qk's: none)
+    assert bench.recorded_label('{"fused": {"BLOCK_M": 64, "BLOCK_N": 64, "persistent": true, "gone": 1}}',
+                                "fused") == ""  # a field this version does not have
+    assert bench.recorded_label(float("nan"), "fused") == ""
     assert r["fused_vs_sdpa_flash"] == pytest.approx(1.3)
     assert r["fused_vs_sdpa_cudnn"] == pytest.approx(0.8)
     assert r["fused_vs_flex"] == pytest.approx(1.1)
