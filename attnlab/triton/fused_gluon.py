@@ -382,10 +382,11 @@ def _items(pid, nprog, total, PAIRS: gl.constexpr):
     """The range (start, end, step) a persistent program `pid` of `nprog` loops over, _item_at giving each step's
     work item: pid, pid + nprog, … below total (the items themselves), or under PAIRS 0, 1, … up to its count of
     items in pairs of consecutive items, pairs pid, pid + nprog, … (the last pair of an odd total is one item)."""
-    if PAIRS:
-        units = (total + 1) // 2
-        mine = (units - pid + nprog - 1) // nprog  # 0 when pid ≥ units
-        return 0, 2 * mine - (total % 2) * ((units - 1) % nprog == pid), 1
+    if PAIRS:  # first items of pairs u < cdiv(total, 2), second items of u < total // 2: u = pid, pid + nprog, …
+        # (numerators ≥ 0, as pid < nprog: C's and Python's integer division agree)
+        firsts = ((total + 1) // 2 - pid + nprog - 1) // nprog
+        seconds = (total // 2 - pid + nprog - 1) // nprog
+        return 0, firsts + seconds, 1
     else:
         return pid, total, nprog
 
