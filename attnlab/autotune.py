@@ -51,8 +51,10 @@ def candidates(kernel: str) -> list[Tiles]:
                                                                                   num_stages=3)]
     wide += [Tiles(**g, heavy_first=h, gluon=True, mask_tma=True, persistent=c, o_tma=o)
              for g in gluon for h in (False, True) for c, o in ((False, False), (True, False), (True, True))]
-    # one consumer a program, two programs an SM (v23): 64×64 tiles, 2 stages, the size at which two fit with a mask
-    wide += [Tiles(64, 64, 4, 2, heavy_first=h, gluon=True, mask_tma=True, one_consumer=True) for h in (False, True)]
+    # one consumer a program, two programs an SM (v23): 64×64 tiles, 2 stages, the size at which two fit with a mask;
+    # one program an item, or persistent with O by TMA (v24: under a causal mask with heavy_first, in pair order)
+    wide += [Tiles(64, 64, 4, 2, heavy_first=h, gluon=True, mask_tma=True, persistent=c, o_tma=c, one_consumer=True)
+             for h in (False, True) for c in (False, True)]
     return wide
 
 

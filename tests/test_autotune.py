@@ -63,8 +63,9 @@ def test_each_kernel_d_and_causal_gets_its_own_entries_and_they_load_as_override
 
 
 def test_candidate_lists_hold_the_table_entries_they_chose():
-    """The sweep can only re-choose the table if every sm90 entry of a tuned kernel is among its candidates."""
-    for (kernel, fam, D, causal, size), t in config.TABLE.items():
+    """The sweep can only re-choose the tables if every sm90 entry of a tuned kernel (TABLE's and SHORT's) is among
+    its candidates."""
+    for (kernel, fam, D, causal, size), t in [*config.TABLE.items(), *config.SHORT.items()]:
         if fam == "sm90" and kernel in ("fused", "qk_softmax", "pv") and D in (64, 128, "=64", "=128"):
             cands = autotune.candidates(kernel)
             assert t in cands or (not causal and t.heavy_first), (kernel, D, causal, t)
