@@ -265,27 +265,33 @@ def test_the_persistent_kernel_with_o_by_tma_compiles_within_limits():
         assert r["spill_stores"] <= (4 if r["causal"] and r["D"] == 128 else 0), r
 
 
+@pytest.mark.parametrize("causal,N", [(False, 512), (True, 512), (True, 2048)])
 @pytest.mark.parametrize("D", [128, 64])
-def test_rows_record_the_o_store_path_the_launch_takes(monkeypatch, gluon_launches, D):
-    """Lab guard (v22): the zero_mask ablation's 2-byte mask by TMA leaves no room for O's own tiles at D = 128, so
-    there O goes out by plain stores while fused stores it by TMA. The row's tiles must say what the launch ran (the
-    ablation report then notes the different tiles), here checked against the O_TMA the kernel was given."""
+def test_rows_record_the_o_store_path_the_launch_takes(monkeypatch, gluon_launches, D, causal, N):
+    """Lab guard (v22): the zero_mask ablation's 2-byte mask by TMA leaves no room for O's own tiles at D = 128 with
+    two consumers a program, so there O goes out by plain stores while fused stores it by TMA; a one-consumer program
+    (causal below SHORT_N) has room in its half of the SM. The row's tiles must say what the launch ran (the ablation
+    report then notes the different tiles), here checked against the kernel's O_TMA, ROWS and BLOCK_N."""
     from attnlab import builds
 
     monkeypatch.setattr(config, "family", lambda device: "sm90")
-    q = torch.zeros(2, 4, 512, D, dtype=torch.bfloat16)
-    spec = launch.check(q, q, q)
+    q = torch.zeros(2, 4, N, D, dtype=torch.bfloat16)
+    spec = launch.check(q, q, q, causal=causal)
     for name in ("fused", "fused-zero_mask"):
         build = builds.get(name)
-        build.attend(q, q, q, causal=False)
+        build.attend(q, q, q, causal=causal)
         recorded = launch.tile_config(build.base, spec, build.ablation)["fused"]
-        assert recorded["o_tma"] is gluon_launches[-1][1]["O_TMA"], (name, recorded)
+        given = gluon_launches[-1][1]
+        assert (recorded["o_tma"], recorded["one_consumer"], recorded["BLOCK_N"]) == (
+            given["O_TMA"], given["ROWS"] == 1, given["BLOCK_N"]), (name, recorded)
+    one = causal and N < config.SHORT_N
     # the build by TMA; its zero_mask ablation too where there is room
-    assert [a["O_TMA"] for _, a in gluon_launches] == [True, D == 64]
+    assert [a["O_TMA"] for _, a in gluon_launches] == [True, D == 64 or one]
+    assert {a["ROWS"] for _, a in gluon_launches} == {1 if one else 2}
 
 
 def test_one_consumer_programs_launch_an_item_of_block_m_rows_and_two_fit_an_sm(gluon_launches):
-    """Tiles.one_consumer (v23, not yet measured): a program is one consumer warpgroup and the loader (8 warps at
+    """Tiles.one_consumer (v23): a program is one consumer warpgroup and the loader (8 warps at
     launch), so its items are BLOCK_M rows and its launch asks for 128 registers a thread: two programs fill an SM's
     64 Ki. Persistent, the grid is then two programs an SM."""
     B, H, N, D = 2, 16, 1000, 128
