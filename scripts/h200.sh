@@ -6,6 +6,8 @@
 #                STEPS="sweep gate32 bench16" bash scripts/h200.sh      (a subset, in that order)
 # Steps, each under its own timeout so a slow one cannot take the others' results with it:
 #   probe     one graph-timed case each of fused, flex, sdpa_cudnn, materialised (later steps skipped if it fails)
+#   warm      python -m attnlab.warm: our builds once on each of the sweep's shapes in four processes, so that the
+#             sweep after it compiles nothing (not yet timed: run `STEPS="warm sweep"` on a fresh machine)
 #   sweep     attnlab sweep params/h200.yaml, timed (issue 3: the whole grid in ≤ 5 minutes; issue 4: attribution)
 #   selfcheck python -m attnlab.selfcheck (issue 3: harness vs an independent event timer within 3 %, twice within 2 %)
 #   gate      attnlab check at N = 512 (+ GQA, D = 80 and 256) for our builds and their ablations, bf16 and fp16
@@ -45,6 +47,11 @@ for b in ("fused", "flex", "sdpa_cudnn", "materialised"):
           r["timing_note"][:200], f"err={r['err']:.2e}")
     assert r["status"] == "ok"
 PY
+}
+warm() {
+  local start=$(date +%s)
+  timeout 300 python3 -m attnlab.warm --params params/h200.yaml --jobs 4 > "$out/warm.log" 2>&1
+  echo "warm rc=$? wall=$(( $(date +%s) - start )) s"; grep -a "^warm\|failed" "$out/warm.log" | head -12
 }
 sweep() {
   local start=$(date +%s)

@@ -1,0 +1,53 @@
+"""attnlab.warm: our builds run once per shape of a params grid in child processes, so that Triton's cache is full
+before the sweep (its time on a GPU is not asserted: PERFORMANCE.md's Next says it is still to be measured)."""
+import pytest
+
+from attnlab import builds, sweep, warm
+
+PARAMS = """name: warm-test
+device: cpu
+dtype: float32
+seq_lens: [16, 24]
+head_dims: [16]
+causal: [false, true]
+batch_policy: fixed
+batch: 1
+heads: 2
+builds: [ours, ablation, torch_eager]
+warmup_ms: 0
+reps_ms: 1
+min_reps: 1
+"""
+
+
+@pytest.fixture
+def params(tmp_path):
+    path = tmp_path / "p.yaml"
+    path.write_text(PARAMS)
+    return str(path)
+
+
+def test_the_parts_cover_our_cases_once_and_spread_every_build(params):
+    ours = warm.cases(params)
+    assert ours and all(builds.get(c.build).family != "library" for c in ours)
+    assert len(ours) == len([c for c in sweep.grid(sweep.load_params(params), "cpu") if c.build != "torch_eager"])
+    parts = [warm.mine(ours, k, 3) for k in range(3)]
+    assert sorted((c.case_id for p in parts for c in p)) == sorted(c.case_id for c in ours)
+    for p in parts:  # with 4 shapes, each child gets each build at one shape at least
+        assert {c.build for c in p} == {c.build for c in ours}
+
+
+def test_warm_runs_every_case_in_child_processes(params):
+    if not __import__("attnlab.triton.config", fromlist=["interpreting"]).interpreting():
+        pytest.skip("our kernels run on CPU tensors only under the interpreter")
+    lines = warm.warm(params, 2)
+    ran = [line for line in lines if line.startswith("warm part")]
+    assert len(ran) == 2 and not [line for line in lines if "failed" in line and "0 failed" not in line], lines
+    assert sum(int(line.split(": ")[1].split()[0]) for line in ran) == len(warm.cases(params))
+
+
+def test_bad_arguments_get_one_clear_error(params, capsys):
+    assert warm.main(["--params", params, "--jobs", "0"]) == 2
+    assert "--jobs" in capsys.readouterr().err
+    assert warm.main(["--params", params, "--part", "3/2"]) == 2
+    assert "--part" in capsys.readouterr().err
