@@ -55,6 +55,10 @@ def candidates(kernel: str) -> list[Tiles]:
     # one program an item, or persistent with O by TMA (v24: under a causal mask with heavy_first, in pair order)
     wide += [Tiles(64, 64, 4, 2, heavy_first=h, gluon=True, mask_tma=True, persistent=c, o_tma=c, one_consumer=True)
              for h in (False, True) for c in (False, True)]
+    # causal, one consumer, persistent in pair order, wider or deeper at D = 64 (no spills, 64–112 KiB: two an SM
+    # with any mask; offline, session 10; not yet timed). At D = 128 they need more than half an SM.
+    wide += [Tiles(64, n, 4, s, heavy_first=True, gluon=True, mask_tma=True, persistent=True, o_tma=True,
+                   one_consumer=True) for n, s in ((128, 2), (64, 3))]
     return wide
 
 
