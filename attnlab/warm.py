@@ -87,7 +87,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"attnlab warm: error: --jobs must be a whole number >= 1, got {args.jobs}", file=sys.stderr)
         return 2
     try:
-        sweep.load_params(args.params)
+        cases(args.params)  # the params and the device they name, checked before any child starts
         if args.part:
             part, jobs = (int(x) for x in args.part.split("/"))
             if not 0 <= part < jobs:

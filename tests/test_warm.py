@@ -51,3 +51,8 @@ def test_bad_arguments_get_one_clear_error(params, capsys):
     assert "--jobs" in capsys.readouterr().err
     assert warm.main(["--params", params, "--part", "3/2"]) == 2
     assert "--part" in capsys.readouterr().err
+    bad = params.replace("p.yaml", "bad.yaml")
+    with open(params) as f, open(bad, "w") as g:
+        g.write(f.read().replace("seq_lens: [16, 24]", "seq_lens: [0]"))
+    assert warm.main(["--params", bad]) == 2
+    assert "seq_lens" in capsys.readouterr().err  # the params' own error, before any child starts
