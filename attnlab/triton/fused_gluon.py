@@ -546,8 +546,7 @@ def o_by_tma(tiles, D: int, itemsize: int, mask_itemsize: int) -> bool:
     rows = partitions(tiles)[0]
     tiles_bytes = (2 * rows * BM * D + 2 * st * BN * D) * itemsize
     mask_bytes = st * rows * BM * BN * mask_itemsize
-    limit = SMEM_SM // 2 - 1024 if tiles.one_consumer else SMEM_LIMIT
-    return tiles_bytes + mask_bytes + SMEM_SPARE <= limit
+    return tiles_bytes + mask_bytes + SMEM_SPARE <= SMEM_SM // programs_per_sm(tiles) - 1024
 
 
 CONSUMER_REGS = 240  # registers per thread of the consumer warpgroups (setmaxnreg); the loader gets 24
@@ -561,6 +560,11 @@ def partitions(tiles) -> tuple[int, int]:
     """(consumer warpgroups a program, the launch's maxnreg) for these tiles: what `launch` passes and what
     attnlab.triton.resources compiles offline."""
     return (1, MAXNREG_ONE) if tiles.one_consumer else (ROWS_PER_PROGRAM.value, MAXNREG)
+
+
+def programs_per_sm(tiles) -> int:
+    """Programs that share an SM (its registers, its shared memory): two with one consumer, else one."""
+    return 2 if tiles.one_consumer else 1
 
 
 def paths(tiles, mask, mask_kind: int, D: int, itemsize: int):
@@ -634,7 +638,7 @@ def launch(q, k, v, o, mask, mask_strides, mask_kind, *, N, H, group, qk_scale, 
     md, o_tma = paths(tiles, mask, mask_kind, q.shape[-1], q.element_size())
     mask_desc, vary_b, vary_h = md if md else (q_desc, 0, 0)
     total = triton.cdiv(N, rows * BM) * q.shape[0] * H
-    grid = (min(total, sm_count(q.device) * (2 if rows == 1 else 1)) if tiles.persistent else total,)
+    grid = (min(total, sm_count(q.device) * programs_per_sm(tiles)) if tiles.persistent else total,)
     fused_gluon_kernel[grid](q_desc, descriptor(k, BN), descriptor(v, BN), descriptor(o_t, BM), o_t,
                              *o_t.stride()[:3], mask, *mask_strides, mask_desc, N, H, group, total, qk_scale,
                              mask_scale, inv_n, D=q.shape[-1], BLOCK_M=BM, BLOCK_N=BN, STAGES=tiles.num_stages,
