@@ -2,16 +2,16 @@
 
 For each kernel (fused, qk_softmax, pv), head dim D ∈ {64, 128} and causal or not, every candidate tile configuration
 is timed at several N in FlashAttention's convention (B·N = 16384, H·D = 2048) with the benchmark's own timer
-(attnlab.bench.time_case: do_bench's median over CUDA-graph replays). A candidate's score is the geometric mean over
-N of its time over the best candidate's time at that N (1.0: best everywhere); the lowest score over the N at or
-above config.SHORT_N wins, so one configuration serves them all (TABLE is keyed by D, causal and dtype); the table's
-entry stays unless a candidate beats its score by more than TIE (noise). Below SHORT_N (the sweep's N = 512) a
-different configuration gets a short-N entry (config.SHORT) only where it beats that winner there by more than
-SHORT_GAIN (PERFORMANCE.md v24: the persistent kernel's small-N causal case). A candidate that fails at any N (out of
-shared memory, a compile error, a wrong answer) is out. When the winner is a Gluon configuration, which compiles
-for D = 64 and 128 exactly, the best Triton one also gets an entry for the rest of D's bucket (e.g. D = 65…127), as
-the table has. Results: printed, and with --out written as autotune.csv (every
-candidate at every N) and tiles.json (the winners, loadable with `--tiles` by bench and gate).
+(attnlab.bench.time_case: do_bench's median over CUDA-graph replays). A candidate's score is the geometric mean over N
+of its time over the best candidate's time at that N (1.0: best everywhere); the lowest score over the N at or above
+config.SHORT_N wins, so one configuration serves them all (TABLE is keyed by D, causal and dtype); the table's entry
+stays unless a candidate beats its score by more than TIE (noise). At the sweep's smallest N a different configuration
+gets a short-N entry (config.SHORT) only where it beats that winner by more than SHORT_GAIN at each of them, up to a
+bound of its own (PERFORMANCE.md v24 and session 11: the persistent kernel's small-N causal case). A candidate that
+fails at any N (out of shared memory, a compile error, a wrong answer) is out. When the winner is a Gluon
+configuration, which compiles for D = 64 and 128 exactly, the best Triton one also gets an entry for the rest of D's
+bucket (e.g. D = 65…127), as the table has. Results: printed, and with --out written as autotune.csv (every candidate
+at every N) and tiles.json (the winners, loadable with `--tiles` by bench and gate).
 """
 from __future__ import annotations
 
@@ -78,16 +78,12 @@ def _scores(r):
 def pick(results, family: str, itemsize: int, incumbent=None) -> list[dict]:
     """The table entries a results frame (columns kernel, D, causal, N, tiles: a Tiles, ms: inf when it failed)
     chooses: one per (kernel, D, causal), plus the best Triton one under a Gluon winner (see the module's text),
-    scored over the N at or above config.SHORT_N; then, where the frame also has N below it, a short-N entry
-    (`short`: True; config.SHORT) when the best candidate there beats that winner by more than SHORT_GAIN.
+    scored over the N at or above config.SHORT_N; then a short-N entry (`short`: True, `below`: its bound;
+    config.SHORT) where another candidate beats that winner by more than SHORT_GAIN at the smallest N (_short_entry).
     `incumbent(kernel, D, causal, gluon, N)`: the table's entry now (gluon=False: its Triton one; N: at that N, so
-    a short one below SHORT_N); it stays unless a candidate's score beats its own by more than TIE, so a re-run
+    a short one below its bound); it stays unless a candidate's score beats its own by more than TIE, so a re-run
     does not churn the table on noise. Each entry carries its score and its ms at every N."""
     from attnlab.triton.config import SHORT_N
-
-    def best(score, keep):
-        top = score.index[0]
-        return keep if keep in score.index and score[keep] <= score[top] * (1 + TIE) else top
 
     def entry(kernel, D, causal, t, score, ms_by_n, short=False):
         return dict(kernel=kernel, family=family, D=f"={D}" if t.gluon else int(D), causal=bool(causal),
@@ -99,26 +95,50 @@ def pick(results, family: str, itemsize: int, incumbent=None) -> list[dict]:
         ms_by_n = r.groupby("tiles", sort=False).apply(lambda g: dict(zip(g["N"].astype(int), g["ms"])))
         out = set(r.loc[r["ms"] == math.inf, "tiles"])  # failed at some N: out at every N
         r = r[~r["tiles"].isin(out)]
-        short_rows, long_rows = r[r["N"] < SHORT_N], r[r["N"] >= SHORT_N]
-        if long_rows.empty:
-            short_rows, long_rows = short_rows.iloc[:0], short_rows
-        finite = _scores(long_rows)
+        long_rows = r[r["N"] >= SHORT_N]
+        finite = _scores(long_rows if len(long_rows) else r)
         if finite.empty:
             continue
         now = (lambda gluon, n=None: incumbent(kernel, int(D), bool(causal), gluon, n)) if incumbent else (
             lambda gluon, n=None: None)
-        winners = [best(finite, now(True))]
+        winners = [_best(finite, now(True))]
         triton_ones = finite[[not t.gluon for t in finite.index]]
         if winners[0].gluon and len(triton_ones):
-            winners.append(best(triton_ones, now(False)))
+            winners.append(_best(triton_ones, now(False)))
         entries += [entry(kernel, D, causal, t, finite, ms_by_n) for t in winners]
-        if short_rows.empty:
-            continue
-        short = _scores(short_rows)
-        fast = best(short, now(True, int(short_rows["N"].min())))
-        if winners[0] in short.index and short[winners[0]] > short[fast] * (1 + SHORT_GAIN):
-            entries.append(entry(kernel, D, causal, fast, short, ms_by_n, short=True))
+        short = _short_entry(r[r["N"] < max(r["N"])], winners[0], ms_by_n, now)
+        if short:
+            fast, score, below = short
+            entries.append(entry(kernel, D, causal, fast, score, ms_by_n, short=True) | {"below": below})
     return entries
+
+
+def _best(score, keep):
+    """The best-scored candidate, or `keep` (the incumbent) when it scores within TIE of it."""
+    top = score.index[0]
+    return keep if keep in score.index and score[keep] <= score[top] * (1 + TIE) else top
+
+
+def _short_entry(rows, winner, ms_by_n, now):
+    """The short-N entry below a key's winner, or None: over the longest run of the frame's smallest N (never its
+    largest: `rows` leaves it out) at each of which the best candidate there (scored over the run, the incumbent
+    kept within TIE) beats the winner by more than SHORT_GAIN. Returns (candidate, its scores over the run, below),
+    below = the geometric middle of the run's last N and the next N tuned."""
+    ns = sorted(set(int(n) for n in rows["N"]))
+    found = None
+    for i, n in enumerate(ns):
+        score = _scores(rows[rows["N"] <= n])
+        if score.empty or winner not in ms_by_n:
+            break
+        fast = _best(score, now(True, ns[0]))
+        if not all(ms_by_n[winner][m] > ms_by_n[fast][m] * (1 + SHORT_GAIN) for m in ns[:i + 1]):
+            break
+        found = (fast, score, n)
+    if found is None:
+        return None
+    fast, score, n = found
+    after = min(int(m) for m in ms_by_n[winner] if m > n)
+    return fast, score, round(math.sqrt(n * after))
 
 
 def run(kernels: list[str], dtype: torch.dtype, ns: list[int], out: str | None = None,
@@ -168,7 +188,7 @@ def run(kernels: list[str], dtype: torch.dtype, ns: list[int], out: str | None =
     for e in entries:
         which = f"Gluon, D = {e['D'][1:]} exactly" if isinstance(e["D"], str) else f"D's bucket {e['D']}"
         if e.get("short"):
-            which += f", N < {config.SHORT_N}"
+            which += f", N < {e['below']}"
         print(f"  {e['kernel']} ({which}) causal={e['causal']}: {label(Tiles(**e['tiles']))} score "
               f"{e['score']:.3f} ms " + " ".join(f"N={n}:{ms:.4f}" for n, ms in e["ms"].items()), flush=True)
     if out:

@@ -65,7 +65,8 @@ def test_each_kernel_d_and_causal_gets_its_own_entries_and_they_load_as_override
 def test_candidate_lists_hold_the_table_entries_they_chose():
     """The sweep can only re-choose the tables if every sm90 entry of a tuned kernel (TABLE's and SHORT's) is among
     its candidates."""
-    for (kernel, fam, D, causal, size), t in [*config.TABLE.items(), *config.SHORT.items()]:
+    short = [(key, t) for key, (t, below) in config.SHORT.items()]
+    for (kernel, fam, D, causal, size), t in [*config.TABLE.items(), *short]:
         if fam == "sm90" and kernel in ("fused", "qk_softmax", "pv") and D in (64, 128, "=64", "=128"):
             cands = autotune.candidates(kernel)
             assert t in cands or (not causal and t.heavy_first), (kernel, D, causal, t)
@@ -112,12 +113,12 @@ def test_the_sweep_loop_records_failures_and_writes_every_candidate(tmp_path, mo
     assert set(csv[csv.label == "64x32w4s2"].status) == {"inaccurate"}
     assert (csv[csv.status != "ok"].ms == math.inf).all()
     assert [config.Tiles(**e["tiles"]) for e in entries if not e.get("short")] == [good] * 4
-    # 10 % faster than the winner at N = 512 (below config.SHORT_N): a short-N entry for each key
+    # 10 % faster than the winner at N = 512, slower at 2048: a short-N entry for each key, below their middle
     assert [config.Tiles(**e["tiles"]) for e in entries if e.get("short")] == [slow] * 4
     written = json.loads((tmp_path / "tiles.json").read_text())
     assert written[0]["tiles"] == good.as_dict() and "short" not in written[0]
     assert written[1] == dict(kernel="fused", family="sm90", D=64, causal=False, itemsize=2, tiles=slow.as_dict(),
-                              short=True)
+                              short=True, below=1024)
 
 
 def test_the_table_entry_stays_unless_beaten_by_more_than_noise():
@@ -138,15 +139,15 @@ def test_the_table_entry_stays_unless_beaten_by_more_than_noise():
 
 
 def test_the_sweep_on_the_h200_keeps_the_table():
-    """The recorded sweeps (bf16, N = 512, 2048, 8192: fused in session 10's outputs/h200/2026-11-29-s10-call5,
-    with the table's entries and v23/v24's candidates; qk_softmax and pv in session 8's -s8-call4) chose the table's
-    sm90 entries for fused, qk_softmax and pv, and its two short-N entries (fused, causal, D = 64 and 128: one
-    consumer a program), with the tables as the incumbents: the tables are what their sweep says, from the recorded
-    times (a change to either shows here)."""
+    """The recorded sweeps (bf16: fused at N = 512, 1024, 2048, 8192 in session 11's outputs/h200/2026-11-30-s11-call2,
+    with the table's entries and v23/v24's candidates; qk_softmax and pv at N = 512, 2048, 8192 in session 8's
+    -s8-call4) chose the table's sm90 entries for fused, qk_softmax and pv, and its two short-N entries with their
+    bounds (fused, causal, D = 64 below 1448 and D = 128 below 724: one consumer a program), with the tables as the
+    incumbents: the tables are what their sweep says, from the recorded times (a change to either shows here)."""
     from pathlib import Path
 
     root = Path(__file__).resolve().parents[1] / "outputs" / "h200"
-    rows = pd.concat([pd.read_csv(root / run / "autotune" / "autotune.csv") for run in ("2026-11-29-s10-call5",
+    rows = pd.concat([pd.read_csv(root / run / "autotune" / "autotune.csv") for run in ("2026-11-30-s11-call2",
                                                                                         "2026-11-29-s8-call4")])
     rows["tiles"] = rows["label"].map(parse_tiles)
     entries = autotune.pick(rows, "sm90", 2, lambda kernel, D, causal, gluon, n: config.lookup(
@@ -156,17 +157,20 @@ def test_the_sweep_on_the_h200_keeps_the_table():
     assert len(entries) == (8 + 2) + (4 + 4) + 4
     short = [(e["kernel"], e["D"], e["causal"]) for e in entries if e.get("short")]
     assert short == [("fused", "=64", True), ("fused", "=128", True)]
+    bounds = {(e["D"], e["causal"]): e["below"] for e in entries if e.get("short")}
+    assert bounds == {("=64", True): 1448, ("=128", True): 724}
     assert len(config.SHORT) == 2
-    for e in entries:
+    for e in entries:  # a short entry just below its bound, the key's main one without N and from the bound on
         D = int(str(e["D"]).lstrip("="))
-        n = config.SHORT_N // 2 if e.get("short") else None
-        assert config.Tiles(**e["tiles"]) == config.lookup(e["kernel"], "sm90", D, e["causal"], 2,
-                                                           gluon=isinstance(e["D"], str), N=n), e
+        below = bounds.get((e["D"], e["causal"]))
+        ns = [below - 1] if e.get("short") else [None] + ([below] if below else [])
+        for n in ns:
+            assert config.Tiles(**e["tiles"]) == config.lookup(e["kernel"], "sm90", D, e["causal"], 2,
+                                                               gluon=isinstance(e["D"], str), N=n), (e, n)
 
 
-def short_frame(times: dict, D=128, causal=True):
-    """A results frame from {label: [ms at N = 512, 2048, 8192]} (the sweep's default N)."""
-    ns = (512, 2048, 8192)
+def short_frame(times: dict, D=128, causal=True, ns=(512, 2048, 8192)):
+    """A results frame from {label: [ms at each N of ns]} (default: the sweep's default N)."""
     return pd.DataFrame([dict(kernel="fused", D=D, causal=causal, N=n, tiles=parse_tiles(lab), ms=ms)
                          for lab, row in times.items() for n, ms in zip(ns, row)])
 
@@ -180,6 +184,7 @@ def test_the_winner_is_scored_from_short_n_up_and_a_short_entry_needs_a_clear_ga
     assert [(e["D"], label(config.Tiles(**e["tiles"])), e.get("short", False)) for e in entries] == [
         ("=128", long_best, False), (128, "64x64w4s3h", False), ("=128", short_best, True)]
     assert entries[-1]["score"] == pytest.approx(1.0) and entries[-1]["ms"][512] == 0.110
+    assert entries[-1]["below"] == 1024  # it lost at 2048: below the middle of 512 and 2048
     # 4 % at N = 512 is within SHORT_GAIN: no short entry
     close = autotune.pick(short_frame({long_best: [0.114, 0.274, 0.931], short_best: [0.110, 0.321, 1.12]}),
                           "sm90", 2)
@@ -192,14 +197,36 @@ def test_the_winner_is_scored_from_short_n_up_and_a_short_entry_needs_a_clear_ga
     assert label(config.Tiles(**[e for e in kept if e.get("short")][0]["tiles"])) == third
 
 
-def test_short_entries_serve_below_short_n_are_forced_away_and_follow_an_override_file(tmp_path, monkeypatch):
-    """config.lookup takes SHORT's entry below SHORT_N and TABLE's from it (and without N); config.forced replaces
-    both for its kernel; an autotune file's entries replace SHORT's entries for the kernels it tunes."""
+def test_a_short_entry_serves_up_to_the_last_n_it_wins_at_clearly():
+    """Session 11's case (D = 64 causal): one candidate wins by more than SHORT_GAIN at 512 and 1024 but by 1 % at
+    2048, where the key's winner is chosen too: its entry serves below the middle of 1024 and 2048. One that wins
+    clearly at 512 only (D = 128: a tie at 1024) serves below the middle of 512 and 1024. The short entry is the best
+    over the N it serves, not at the smallest alone; and the largest N is the winner's alone."""
+    ns = (512, 1024, 2048, 8192)
+    main, wide, narrow = "64x128w4s2hgmco", "64x128w4s2hgmcou", "64x64w4s2hgmcou"
+    d64 = autotune.pick(short_frame({main: [0.2001, 0.2455, 0.3847, 1.2930], wide: [0.1476, 0.2248, 0.3806, 1.45],
+                                     narrow: [0.1473, 0.2329, 0.4036, 1.4460]}, D=64, ns=ns), "sm90", 2)
+    short = [e for e in d64 if e.get("short")]
+    assert [(label(config.Tiles(**e["tiles"])), e["below"]) for e in short] == [(wide, 1448)]
+    d128 = autotune.pick(short_frame({main: [0.1359, 0.1758, 0.2721, 0.9121], narrow: [0.1102, 0.1755, 0.3123, 1.125]},
+                                     ns=ns), "sm90", 2)
+    assert [(label(config.Tiles(**e["tiles"])), e["below"]) for e in d128 if e.get("short")] == [(narrow, 724)]
+    # winning at every N but the largest: still bounded there (the middle of 2048 and 8192)
+    all_but = autotune.pick(short_frame({main: [0.2, 0.3, 0.4, 1.0], wide: [0.1, 0.2, 0.3, 2.0]}, D=64, ns=ns),
+                            "sm90", 2)
+    assert [e["below"] for e in all_but if e.get("short")] == [4096]
+
+
+def test_short_entries_serve_below_their_bound_are_forced_away_and_follow_an_override_file(tmp_path, monkeypatch):
+    """config.lookup takes SHORT's entry below its bound and TABLE's from it (and without N); config.forced replaces
+    both for its kernel; an autotune file's entries replace SHORT's entries for the kernels it tunes, each below its
+    own bound (SHORT_N for a file written before bounds)."""
     monkeypatch.setattr(config, "gluon_verified", lambda: True)
-    long_t, short_t = config.lookup("fused", "sm90", 128, True, 2), config.SHORT[("fused", "sm90", "=128", True, 2)]
+    long_t = config.lookup("fused", "sm90", 128, True, 2)
+    short_t, below = config.SHORT[("fused", "sm90", "=128", True, 2)]
     assert long_t != short_t and short_t.one_consumer and long_t.persistent
-    assert config.lookup("fused", "sm90", 128, True, 2, N=config.SHORT_N - 1) == short_t
-    assert config.lookup("fused", "sm90", 128, True, 2, N=config.SHORT_N) == long_t
+    assert config.lookup("fused", "sm90", 128, True, 2, N=below - 1) == short_t
+    assert config.lookup("fused", "sm90", 128, True, 2, N=below) == long_t
     assert config.lookup("fused", "sm90", 96, True, 2, N=512) == config.lookup("fused", "sm90", 96, True, 2)  # Triton
     assert config.lookup("fused", "sm90", 128, True, 2, gluon=False, N=512) == config.lookup(
         "fused", "sm90", 128, True, 2, gluon=False)
@@ -219,4 +246,10 @@ def test_short_entries_serve_below_short_n_are_forced_away_and_follow_an_overrid
                                 dict(entry, tiles=parse_tiles("64x64w4s2hgmu").as_dict(), short=True)]))
     config.load_overrides(str(path))
     assert config.lookup("fused", "sm90", 128, True, 2, N=512) == parse_tiles("64x64w4s2hgmu")
-    assert config.lookup("fused", "sm90", 128, True, 2, N=2048) == parse_tiles("64x128w4s2hgm")
+    assert config.lookup("fused", "sm90", 128, True, 2, N=config.SHORT_N - 1) == parse_tiles("64x64w4s2hgmu")
+    assert config.lookup("fused", "sm90", 128, True, 2, N=config.SHORT_N) == parse_tiles("64x128w4s2hgm")
+    path.write_text(json.dumps([dict(entry, tiles=parse_tiles("64x128w4s2hgm").as_dict()),
+                                dict(entry, tiles=parse_tiles("64x64w4s2hgmu").as_dict(), short=True, below=1448)]))
+    config.load_overrides(str(path))
+    assert config.lookup("fused", "sm90", 128, True, 2, N=1447) == parse_tiles("64x64w4s2hgmu")
+    assert config.lookup("fused", "sm90", 128, True, 2, N=1448) == parse_tiles("64x128w4s2hgm")

@@ -29,8 +29,9 @@ def test_which_calls_take_the_gluon_kernel_on_hopper(D, dtype, causal, gluon):
     if gluon:
         assert t.heavy_first is causal and (t.BLOCK_M, t.BLOCK_N, t.num_warps) == (64, 128, 4)
         assert t.persistent and t.o_tma  # v18, v22; causal too since v24's pair order
-        # below SHORT_N a causal call takes one consumer a program, two programs an SM (v23, v24)
-        assert short == (replace(t, BLOCK_N=64, one_consumer=True) if causal else t)
+        # at short N a causal call takes one consumer a program, two programs an SM (v23, v24; session 11: 64-wide
+        # key tiles at D = 128, 128-wide at D = 64)
+        assert short == (replace(t, BLOCK_N=64 if D == 128 else 128, one_consumer=True) if causal else t)
     else:
         assert short == t
     assert not config.lookup("fused", "sm80", D, causal, dtype.itemsize).gluon  # TMA/wgmma: Hopper only
@@ -270,7 +271,7 @@ def test_the_persistent_kernel_with_o_by_tma_compiles_within_limits():
 def test_rows_record_the_o_store_path_the_launch_takes(monkeypatch, gluon_launches, D, causal, N):
     """Lab guard (v22): the zero_mask ablation's 2-byte mask by TMA leaves no room for O's own tiles at D = 128 with
     two consumers a program, so there O goes out by plain stores while fused stores it by TMA; a one-consumer program
-    (causal below SHORT_N) has room in its half of the SM. The row's tiles must say what the launch ran (the ablation
+    (causal at short N: config.SHORT) has room in its half of the SM. The row's tiles must say what the launch ran (the ablation
     report then notes the different tiles), here checked against the kernel's O_TMA, ROWS and BLOCK_N."""
     from attnlab import builds
 
@@ -284,7 +285,7 @@ def test_rows_record_the_o_store_path_the_launch_takes(monkeypatch, gluon_launch
         given = gluon_launches[-1][1]
         assert (recorded["o_tma"], recorded["one_consumer"], recorded["BLOCK_N"]) == (
             given["O_TMA"], given["ROWS"] == 1, given["BLOCK_N"]), (name, recorded)
-    one = causal and N < config.SHORT_N
+    one = config.lookup("fused", "sm90", D, causal, 2, N=N).one_consumer
     # the build by TMA; its zero_mask ablation too where there is room
     assert [a["O_TMA"] for _, a in gluon_launches] == [True, D == 64 or one]
     assert {a["ROWS"] for _, a in gluon_launches} == {1 if one else 2}

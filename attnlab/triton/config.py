@@ -1,9 +1,9 @@
 """Where our kernels can run, and with which tiles: explicit tables, chosen by the opt-in autotune sweep.
 
 TABLE is keyed by (kernel, GPU family, head-dim bucket, causal, dtype); SHORT, keyed alike, holds the few entries that
-replace TABLE's below N = SHORT_N. `tiles()` returns the entry used, and every result row records it (see
-attnlab.triton.launch.tile_config). `attnlab bench --autotune` re-runs the sweep that chose these entries
-(attnlab.autotune); change an entry only with a line in PERFORMANCE.md saying what it measured.
+replace TABLE's for short sequences, each below an N of its own. `tiles()` returns the entry used, and every result
+row records it (see attnlab.triton.launch.tile_config). `attnlab bench --autotune` re-runs the sweep that chose these
+entries (attnlab.autotune); change an entry only with a line in PERFORMANCE.md saying what it measured.
 """
 from __future__ import annotations
 
@@ -118,7 +118,7 @@ TABLE: dict[tuple, Tiles] = {
     # Causal, D = 64 and 128 exactly: persistent too since v24, its items in heavy/light pairs (round robin had lost
     # to one item a program); session 10's autotune (`outputs/h200/2026-11-29-s10-call5`, scored at N = 2048 and
     # 8192): best at both (D = 128 0.2739 / 0.9308 ms against one item a program's 0.3073 / 0.9721; D = 64 0.3803 /
-    # 1.2787 against the Triton kernel's 0.4065 / 1.4304). Below N = 1024 SHORT's entries serve.
+    # 1.2787 against the Triton kernel's 0.4065 / 1.4304). At short N, SHORT's entries serve.
     # Causal, Triton kernel (the rest of the buckets): 64×64 w4 s3 heavy-first at D = 65…127 (session 8's autotune,
     # `outputs/h200/2026-11-29-s8-call2`: 1.134 against 128×64 w8 s3's 1.215 over N = 512, 2048, 8192); at D ≤ 64
     # 128×64 w8 s3 (session 10's, at N = 2048 and 8192: 1.051 against 64×64 w4 s3's 1.094; 8 % slower at 512).
@@ -157,16 +157,21 @@ TABLE: dict[tuple, Tiles] = {
 }
 
 
-# Short sequences (N < SHORT_N): where the autotune sweep found a configuration that beats the key's TABLE entry
-# there by more than its SHORT_GAIN (attnlab.autotune), an entry here, keyed as TABLE is, replaces it below SHORT_N.
-# SHORT_N is the geometric middle of the sweep's two smallest N (512 and 2048): the short entry is chosen at 512, the
-# TABLE entry at 2048 and 8192.
+# Short sequences: where the autotune sweep found a configuration that beats the key's TABLE entry by more than its
+# SHORT_GAIN at each of the sweep's smallest N (attnlab.autotune), an entry here, keyed as TABLE is, replaces it below
+# an N of its own: (tiles, below). `below` is the geometric middle of the last N it won at and the next N of the sweep.
+# TABLE's entries are chosen at N ≥ SHORT_N (the sweep's N from 1024 on); an autotune file's short entry without a
+# bound of its own (written before bounds were) serves below SHORT_N.
+# Session 11's autotune (`outputs/h200/2026-11-30-s11-call2`, fused, N = 512, 1024, 2048, 8192, bf16): one consumer a
+# program, two programs an SM (v23), persistent in pair order (v24) wins at the small N. D = 128: 64×64 s2 at 512
+# (0.1102 against the TABLE entry's 0.1359 ms) and ties at 1024 (0.1755 / 0.1758), so below 724; D = 64: 64×128 s2 at
+# 512 (0.1476 / 0.2001) and 1024 (0.2248 / 0.2455), 1 % at 2048 (0.3806 / 0.3847), so below 1448.
 SHORT_N = 1024
-SHORT: dict[tuple, Tiles] = {
-    ("fused", "sm90", "=128", True, 2): Tiles(64, 64, 4, 2, heavy_first=True, gluon=True, mask_tma=True,
-                                              persistent=True, o_tma=True, one_consumer=True),
-    ("fused", "sm90", "=64", True, 2): Tiles(64, 64, 4, 2, heavy_first=True, gluon=True, mask_tma=True,
-                                             persistent=True, o_tma=True, one_consumer=True),
+SHORT: dict[tuple, tuple[Tiles, int]] = {
+    ("fused", "sm90", "=128", True, 2): (Tiles(64, 64, 4, 2, heavy_first=True, gluon=True, mask_tma=True,
+                                               persistent=True, o_tma=True, one_consumer=True), 724),
+    ("fused", "sm90", "=64", True, 2): (Tiles(64, 128, 4, 2, heavy_first=True, gluon=True, mask_tma=True,
+                                              persistent=True, o_tma=True, one_consumer=True), 1448),
 }
 
 
@@ -182,14 +187,15 @@ def tiles(kernel: str, device: torch.device, D: int, causal: bool, dtype: torch.
 
 def lookup(kernel: str, fam: str, D: int, causal: bool, itemsize: int, gluon: bool = True,
            N: int | None = None) -> Tiles:
-    """The first entry matching (kernel, GPU family, D's bucket, causal, dtype size): in SHORT when N < SHORT_N, then
-    in TABLE. 'any' matches all, and a head-dim entry "=128" matches D = 128 only (the Gluon kernel's TMA boxes are
-    exactly D wide: no padding). Gluon entries count only under a Triton the kernel was checked on (gluon_verified),
-    and not at all with gluon=False. N = None: the TABLE entry (what serves every N without a SHORT entry)."""
+    """The first entry matching (kernel, GPU family, D's bucket, causal, dtype size): in SHORT when N is below the
+    entry's bound, then in TABLE. 'any' matches all, and a head-dim entry "=128" matches D = 128 only (the Gluon
+    kernel's TMA boxes are exactly D wide: no padding). Gluon entries count only under a Triton the kernel was checked
+    on (gluon_verified), and not at all with gluon=False. N = None: the TABLE entry (what serves every N without a
+    SHORT entry)."""
     key = (kernel, fam, head_dim_bucket(D), causal, itemsize)
-    tables = (SHORT, TABLE) if N is not None and N < SHORT_N else (TABLE,)
-    for table in tables:
-        for entry, t in table.items():
+    short = [(entry, t) for entry, (t, below) in SHORT.items() if N is not None and N < below]
+    for table in (short, TABLE.items()):
+        for entry, t in table:
             if t.gluon and not (gluon and gluon_verified()):
                 continue
             if all(e == "any" or e == k or (i == 2 and e == f"={D}") for i, (e, k) in enumerate(zip(entry, key))):
@@ -244,8 +250,9 @@ def forced(kernel: str, t: Tiles):
 def load_overrides(path: str) -> None:
     """Put the entries of an autotune result file (JSON list written by `attnlab bench --autotune --out`) in front
     of the tables, for a benchmark run that tests them before they are written into TABLE and SHORT by hand. An
-    entry with `"short": true` goes to SHORT, and SHORT's entries for the kernels the file tunes (same family and
-    dtype size) go: where the file has no short entry, the sweep found none worth one."""
+    entry with `"short": true` goes to SHORT (below its `"below"`, else SHORT_N), and SHORT's entries for the
+    kernels the file tunes (same family and dtype size) go: where the file has no short entry, the sweep found none
+    worth one."""
     import json
 
     global TABLE, SHORT
@@ -256,7 +263,7 @@ def load_overrides(path: str) -> None:
         return e["kernel"], e["family"], e["D"], e["causal"], e["itemsize"]
 
     front = {key(e): Tiles(**e["tiles"]) for e in entries if not e.get("short")}
-    short = {key(e): Tiles(**e["tiles"]) for e in entries if e.get("short")}
+    short = {key(e): (Tiles(**e["tiles"]), e.get("below", SHORT_N)) for e in entries if e.get("short")}
     tuned = {(e["kernel"], e["family"], e["itemsize"]) for e in entries}
     TABLE = {**front, **{k: v for k, v in TABLE.items() if k not in front}}
     SHORT = {**short, **{k: v for k, v in SHORT.items() if (k[0], k[1], k[4]) not in tuned}}

@@ -227,7 +227,7 @@ def main(argv=None) -> int:
     ap.add_argument("--masks", default="0,2", help="mask kinds: 0 none, 1 boolean, 2 additive (pv has none)")
     ap.add_argument("--flags", default=None, help="other constexprs, e.g. NO_PV=1 (the ablation)")
     ap.add_argument("--n", type=int, default=4096, help="sequence length the compile is specialised for (and, without "
-                    "--tiles, the table entry for it: config.SHORT's below config.SHORT_N)")
+                    "--tiles, the table entry for it: config.SHORT's below its bound)")
     ap.add_argument("--json", action="store_true", help="print the rows as JSON")
     argv = sys.argv[1:] if argv is None else list(argv)
     args = ap.parse_args(argv)
