@@ -52,16 +52,13 @@ class Tiles:
     # Gluon fused kernel only: one consumer warpgroup a program (BLOCK_M rows) instead of two, so that two programs
     # share an SM and one's start and end run under the other's work (PERFORMANCE.md v23; label suffix `u`).
     one_consumer: bool = False
-    # Gluon qk_softmax kernel only, non-causal: each consumer takes several row blocks, one a pass behind the other,
-    # so that one's pass 1 (no stores) runs beside the other's pass 2 (P's stores) (PERFORMANCE.md v25; label `z`).
-    staggered: bool = False
 
     def as_dict(self) -> dict:
         return asdict(self)
 
 
 # the fields only the Gluon kernels read
-GLUON_ONLY = ("gluon", "mask_tma", "q_registers", "persistent", "o_tma", "one_consumer", "staggered")
+GLUON_ONLY = ("gluon", "mask_tma", "q_registers", "persistent", "o_tma", "one_consumer")
 
 
 def interpreting() -> bool:

@@ -33,61 +33,18 @@ CONSUMER_REGS = 232  # setmaxnreg of the consumer warpgroups (a multiple of 8; t
 
 
 @gluon.jit
-def _phases(NO_SOFTMAX: gl.constexpr, STAGGER: gl.constexpr):
-    """Sweeps over the head's K tiles a program makes: one a pass of each consumer's blocks, side by side; staggered
-    (STAGGER > 1, two passes), one more, since consumer 1 starts and consumer 0 ends a sweep alone."""
-    if NO_SOFTMAX:
-        return STAGGER
-    elif STAGGER > 1:
-        return 2 * STAGGER + 1
-    else:
-        return 2
-
-
-@gluon.jit
-def _block_at(phase, w: gl.constexpr, NO_SOFTMAX: gl.constexpr, STAGGER: gl.constexpr):
-    """The block (0 … STAGGER − 1) consumer w starts at this sweep, or −1 when it starts none there: staggered,
-    consumer 0 starts its blocks at sweeps 0, 2, 4, … and consumer 1 at 1, 3, 5, …; without a pass 1, every sweep."""
-    k = phase
-    if not NO_SOFTMAX:
-        k = -1
-        if (phase >= w) & ((phase - w) % 2 == 0):
-            k = (phase - w) // 2
-    return k
-
-
-@gluon.jit
-def _load_q(q_desc, q_smem, q_bars, b, h, start_m, w: gl.constexpr, k, BLOCK_M: gl.constexpr, QBUF: gl.constexpr):
-    """Q of consumer w's block k (rows start_m + (2k + w)·BLOCK_M) into its buffer w·QBUF + k % QBUF."""
-    buf = w * QBUF + k % QBUF
-    mbarrier.expect(q_bars.index(buf), q_desc.block_type.nbytes)
-    tma.async_copy_global_to_shared(q_desc, [b, h, start_m + (2 * k + w) * BLOCK_M, 0], q_bars.index(buf),
-                                    q_smem.index(buf))
-
-
-@gluon.jit
 def _loader(q_desc, k_desc, q_smem, k_smem, bars, b, h, hk, start_m, n_tiles, BLOCK_M: gl.constexpr,
-            BLOCK_N: gl.constexpr, STAGES: gl.constexpr, NO_SOFTMAX: gl.constexpr, STAGGER: gl.constexpr):
-    """One warp: both consumers' Q, then the K tiles once per sweep into the ring; a slot is refilled once both
-    consumers have arrived on its `empty` barrier (count 2). Staggered, each consumer has two Q buffers: its first two
-    blocks' Q come first, and block k's (k ≥ 2) once block k − 2 is done (q_empty): from the sweep that starts block
-    k − 1, once both consumers have released its first K tile (then the wait is over before it starts; the sweep
-    before it, which ends block k − 2, is wholly in the ring, so the wait cannot hold up what it waits for)."""
-    q_bars, q_empty, k_full, k_empty = bars
-    QBUF: gl.constexpr = 2 if STAGGER > 1 else 1
+            BLOCK_N: gl.constexpr, STAGES: gl.constexpr, NO_SOFTMAX: gl.constexpr):
+    """One warp: both consumers' Q, then the K tiles once per pass into the ring; a slot is refilled once both
+    consumers have arrived on its `empty` barrier (count 2)."""
+    q_bars, k_full, k_empty = bars
     for w in gl.static_range(ROWS_PER_PROGRAM):
-        for first in gl.static_range(QBUF):
-            _load_q(q_desc, q_smem, q_bars, b, h, start_m, w, first, BLOCK_M, QBUF)
-    for t in range(_phases(NO_SOFTMAX, STAGGER) * n_tiles):
+        mbarrier.expect(q_bars.index(w), q_desc.block_type.nbytes)
+        tma.async_copy_global_to_shared(q_desc, [b, h, start_m + w * BLOCK_M, 0], q_bars.index(w), q_smem.index(w))
+    passes = 1 if NO_SOFTMAX else 2
+    for t in range(passes * n_tiles):
         st = t % STAGES
         mbarrier.wait(k_empty.index(st), ((t // STAGES) & 1) ^ 1)  # a fresh barrier passes the phase before 0
-        if STAGGER > 1:
-            if t % n_tiles == gl.minimum(STAGES, n_tiles - 1):
-                for w in gl.static_range(ROWS_PER_PROGRAM):
-                    nxt = _block_at(t // n_tiles, w, NO_SOFTMAX, STAGGER) + 1  # after the one starting here
-                    if (nxt >= 2) & (nxt < STAGGER):
-                        mbarrier.wait(q_empty.index(w * QBUF + nxt % QBUF), ((nxt - 2) // QBUF) & 1)
-                        _load_q(q_desc, q_smem, q_bars, b, h, start_m, w, nxt, BLOCK_M, QBUF)
         mbarrier.expect(k_full.index(st), k_desc.block_type.nbytes)
         tma.async_copy_global_to_shared(k_desc, [b, hk, (t % n_tiles) * BLOCK_N, 0], k_full.index(st),
                                         k_smem.index(st))
@@ -205,58 +162,24 @@ def _pass(q, k_smem, k_full, k_empty, base, n_tiles, zero_s, m_i, l_i, bias, p_d
 
 
 @gluon.jit
-def _block(q, k_smem, k_full, k_empty, base, n_tiles, zero_s, p_desc, p_smem, slot0, b, h, rows, hi, mask_rows,
-           offs_m, cols, N, smn, qk_scale, mask_scale, D: gl.constexpr, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr,
-           STAGES: gl.constexpr, CAUSAL: gl.constexpr, MASK_KIND: gl.constexpr, NO_SOFTMAX: gl.constexpr,
-           row_s: gl.constexpr):
-    """One block of BLOCK_M rows from ring tile `base` on: pass 1 (max and sum; none under no_softmax), then pass 2
-    (P), each a sweep over its n_tiles key tiles. Returns the ring tile after them."""
-    m_i = gl.full([BLOCK_M], -float("inf"), gl.float32, row_s)
-    l_i = gl.zeros([BLOCK_M], gl.float32, row_s)
-    if not NO_SOFTMAX:  # pass 1: the row max and sum
-        m_i, l_i = _pass(q, k_smem, k_full, k_empty, base, n_tiles, zero_s, m_i, l_i, m_i, p_desc, p_smem, slot0,
-                         b, h, rows, hi, mask_rows, offs_m, cols, N, smn, qk_scale, mask_scale, False, D, BLOCK_N,
-                         STAGES, CAUSAL, MASK_KIND, NO_SOFTMAX)
-        base += n_tiles
-    bias = _bias(m_i, l_i)
-    if CAUSAL:
-        tma.store_wait(pendings=0)  # the zero buffer is P buffer 0, written again below
-    _pass(q, k_smem, k_full, k_empty, base, n_tiles, zero_s, m_i, l_i, bias, p_desc, p_smem, slot0, b, h,
-          rows, hi, mask_rows, offs_m, cols, N, smn, qk_scale, mask_scale, True, D, BLOCK_N, STAGES, CAUSAL,
-          MASK_KIND, NO_SOFTMAX)
-    return base + n_tiles
-
-
-@gluon.jit
-def _idle(k_full, k_empty, base, n_tiles, STAGES: gl.constexpr):
-    """A sweep this consumer sits out (staggered): each K tile released as it arrives, so the other consumer's
-    sweep goes on. Returns the ring tile after it."""
-    for t in range(base, base + n_tiles):
-        mbarrier.wait(k_full.index(t % STAGES), (t // STAGES) & 1)
-        mbarrier.arrive(k_empty.index(t % STAGES), count=1)
-    return base + n_tiles
-
-
-@gluon.jit
 def _consumer(q_smem, k_smem, p_smem, p_desc, bars, mask, b, h, start_m, n_tiles, N, qk_scale, mask_scale,
               WG: gl.constexpr, D: gl.constexpr, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr,
               STAGES: gl.constexpr, CAUSAL: gl.constexpr, MASK_KIND: gl.constexpr, NO_SOFTMAX: gl.constexpr,
-              Q_REGISTERS: gl.constexpr, STAGGER: gl.constexpr):
-    """One warpgroup: blocks 2k + WG (k < STAGGER) of the program's rows, each pass 1 then pass 2; causal (STAGGER
-    1), the zero tiles past the diagonal first. Staggered, consumer 1 sits out the first sweep and consumer 0 the
-    last, so one's pass 1 (no stores) runs beside the other's pass 2 (P's stores) at every sweep between."""
-    q_bars, q_empty, k_full, k_empty = bars
+              Q_REGISTERS: gl.constexpr):
+    """One warpgroup, rows start_m + WG·BLOCK_M onwards: zero tiles (causal), pass 1 (max and sum), pass 2 (P)."""
+    q_bars, k_full, k_empty = bars
     m_head, smm, smn = mask
     s_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1],
                                                        instr_shape=[16, BLOCK_N, 16])
     row_s: gl.constexpr = gl.SliceLayout(1, s_layout)
-    q_regs: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=s_layout, k_width=2)
+    rows = start_m + WG * BLOCK_M
+    offs_m = rows + gl.arange(0, BLOCK_M, row_s)
     cols = gl.arange(0, BLOCK_N, gl.SliceLayout(0, s_layout))
+    mask_rows = m_head + offs_m.to(gl.int64) * smm  # int64: row · N overflows past N = 46340
     zero_s = gl.zeros([BLOCK_M, BLOCK_N], gl.float32, s_layout)
     slot0: gl.constexpr = WG * PBUF  # this warpgroup's P buffers in p_smem
     hi = N
     if CAUSAL:
-        rows = start_m + WG * BLOCK_M
         hi = gl.minimum(N, rows + BLOCK_M)
         # The tiles past the program's diagonal hold zeros (written as the materialised build's softmax writes
         # them): stored now from a zeroed buffer, so the copy engine drains them while pass 1 computes.
@@ -265,26 +188,26 @@ def _consumer(q_smem, k_smem, p_smem, p_desc, bars, mask, b, h, start_m, n_tiles
         fence_async_shared()
         for j in range(n_tiles, gl.cdiv(N, BLOCK_N)):
             tma.async_copy_shared_to_global(p_desc, [b, h, rows, j * BLOCK_N], zbuf)
-    QBUF: gl.constexpr = 2 if STAGGER > 1 else 1
-    base = 0
-    if STAGGER > 1 and not NO_SOFTMAX and WG == 1:
-        base = _idle(k_full, k_empty, base, n_tiles, STAGES)
-    for k in gl.static_range(STAGGER):
-        rows = start_m + (2 * k + WG) * BLOCK_M
-        offs_m = rows + gl.arange(0, BLOCK_M, row_s)
-        mask_rows = m_head + offs_m.to(gl.int64) * smm  # int64: row · N overflows past N = 46340
-        buf = WG * QBUF + k % QBUF
-        mbarrier.wait(q_bars.index(buf), (k // QBUF) & 1)
-        q = q_smem.index(buf).reshape([BLOCK_M, D])
-        if Q_REGISTERS:  # Q as QKᵀ's register operand: each matmul then reads only its K tile from shared memory
-            q = q.load(q_regs)
-        base = _block(q, k_smem, k_full, k_empty, base, n_tiles, zero_s, p_desc, p_smem, slot0, b, h, rows, hi,
-                      mask_rows, offs_m, cols, N, smn, qk_scale, mask_scale, D, BLOCK_M, BLOCK_N, STAGES, CAUSAL,
-                      MASK_KIND, NO_SOFTMAX, row_s)
-        if STAGGER > 1:  # its Q buffer is free for block k + 2
-            mbarrier.arrive(q_empty.index(buf), count=1)
-    if STAGGER > 1 and not NO_SOFTMAX and WG == 0:
-        _idle(k_full, k_empty, base, n_tiles, STAGES)
+
+    mbarrier.wait(q_bars.index(WG), 0)
+    q = q_smem.index(WG).reshape([BLOCK_M, D])
+    if Q_REGISTERS:  # Q as QKᵀ's register operand: each matmul then reads only its K tile from shared memory
+        q = q.load(gl.DotOperandLayout(operand_index=0, parent=s_layout, k_width=2))
+    m_i = gl.full([BLOCK_M], -float("inf"), gl.float32, row_s)
+    l_i = gl.zeros([BLOCK_M], gl.float32, row_s)
+    if NO_SOFTMAX:
+        base = 0
+    else:  # pass 1: the row max and sum
+        m_i, l_i = _pass(q, k_smem, k_full, k_empty, 0, n_tiles, zero_s, m_i, l_i, m_i, p_desc, p_smem, slot0,
+                         b, h, rows, hi, mask_rows, offs_m, cols, N, smn, qk_scale, mask_scale, False, D, BLOCK_N,
+                         STAGES, CAUSAL, MASK_KIND, NO_SOFTMAX)
+        base = n_tiles
+    bias = _bias(m_i, l_i)
+    if CAUSAL:
+        tma.store_wait(pendings=0)  # the zero buffer is P buffer 0, written again below
+    _pass(q, k_smem, k_full, k_empty, base, n_tiles, zero_s, m_i, l_i, bias, p_desc, p_smem, slot0, b, h,
+          rows, hi, mask_rows, offs_m, cols, N, smn, qk_scale, mask_scale, True, D, BLOCK_N, STAGES, CAUSAL,
+          MASK_KIND, NO_SOFTMAX)
     tma.store_wait(pendings=0)
 
 
@@ -294,45 +217,39 @@ def qk_softmax_gluon_kernel(q_desc, k_desc, p_desc, M, smb, smh, smm, smn, N, H,
                             D: gl.constexpr, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, STAGES: gl.constexpr,
                             CAUSAL: gl.constexpr, MASK_KIND: gl.constexpr, NO_SOFTMAX: gl.constexpr,
                             HEAVY_FIRST: gl.constexpr, CONSUMER_REGS: gl.constexpr, num_warps: gl.constexpr,
-                            Q_REGISTERS: gl.constexpr = False, STAGGER: gl.constexpr = 1):
-    """grid (cdiv(N, 2·STAGGER·BLOCK_M)·B·H,): a program a work item (attnlab.triton.fused_gluon._program) of
-    STAGGER blocks a consumer, num_warps = 4. q/k descriptors over (B, H or Hkv, N, D) with (1, 1, BLOCK_M or
-    BLOCK_N, D) boxes; p_desc over the contiguous (B, H, N, N) P with a (1, 1, BLOCK_M, BLOCK_N) box; M the
-    (B, H, N, N)-strided mask or any pointer when MASK_KIND = 0; qk_scale = scale·log2 e (natural scale under
-    NO_SOFTMAX); Q_REGISTERS: Tiles.q_registers; STAGGER > 1 (Tiles.staggered, non-causal): consumers a pass
-    apart."""
-    gl.static_assert(STAGGER == 1 or not CAUSAL, "staggered consumers need every block to sweep the same key tiles")
+                            Q_REGISTERS: gl.constexpr = False):
+    """grid (cdiv(N, 2·BLOCK_M)·B·H,): a program a work item (attnlab.triton.fused_gluon._program), num_warps = 4.
+    q/k descriptors over (B, H or Hkv, N, D) with (1, 1, BLOCK_M or BLOCK_N, D) boxes; p_desc over the contiguous
+    (B, H, N, N) P with a (1, 1, BLOCK_M, BLOCK_N) box; M the (B, H, N, N)-strided mask or any pointer when
+    MASK_KIND = 0; qk_scale = scale·log2 e (natural scale under NO_SOFTMAX); Q_REGISTERS: Tiles.q_registers."""
     dtype: gl.constexpr = q_desc.dtype
     b, h, hk, start_m, n_tiles, m_head = _program(gl.program_id(0), M, smb, smh, N, H, GROUP, BLOCK_M, BLOCK_N,
-                                                  CAUSAL, HEAVY_FIRST, ROWS_PER_PROGRAM * STAGGER)
+                                                  CAUSAL, HEAVY_FIRST)
 
-    QBUF: gl.constexpr = 2 if STAGGER > 1 else 1  # Q buffers a consumer
-    q_smem = gl.allocate_shared_memory(dtype, [ROWS_PER_PROGRAM * QBUF, 1, 1, BLOCK_M, D], q_desc.layout)
+    q_smem = gl.allocate_shared_memory(dtype, [ROWS_PER_PROGRAM, 1, 1, BLOCK_M, D], q_desc.layout)
     k_smem = gl.allocate_shared_memory(dtype, [STAGES, 1, 1, BLOCK_N, D], k_desc.layout)
     p_smem = gl.allocate_shared_memory(dtype, [ROWS_PER_PROGRAM * PBUF, 1, 1, BLOCK_M, BLOCK_N],
                                      p_desc.layout)
-    q_bars = gl.allocate_shared_memory(gl.int64, [ROWS_PER_PROGRAM * QBUF, 1], mbarrier.MBarrierLayout())
-    q_empty = gl.allocate_shared_memory(gl.int64, [ROWS_PER_PROGRAM * QBUF, 1], mbarrier.MBarrierLayout())
+    q_bars = gl.allocate_shared_memory(gl.int64, [ROWS_PER_PROGRAM, 1], mbarrier.MBarrierLayout())
     k_full = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
     k_empty = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
-    for i in gl.static_range(ROWS_PER_PROGRAM * QBUF):
+    for i in gl.static_range(ROWS_PER_PROGRAM):
         mbarrier.init(q_bars.index(i), count=1)
-        mbarrier.init(q_empty.index(i), count=1)
     for i in gl.static_range(STAGES):
         mbarrier.init(k_full.index(i), count=1)
         mbarrier.init(k_empty.index(i), count=ROWS_PER_PROGRAM)
     fence_async_shared()
-    bars = (q_bars, q_empty, k_full, k_empty)
+    bars = (q_bars, k_full, k_empty)
     mask = (m_head, smm, smn)
     # Each partition's arguments are written out where it is named: a tuple assigned to a name turns its constexprs
     # into tensors.
     gl.warp_specialize([
         (_consumer, (q_smem, k_smem, p_smem, p_desc, bars, mask, b, h, start_m, n_tiles, N, qk_scale, mask_scale, 0,
-                     D, BLOCK_M, BLOCK_N, STAGES, CAUSAL, MASK_KIND, NO_SOFTMAX, Q_REGISTERS, STAGGER)),
+                     D, BLOCK_M, BLOCK_N, STAGES, CAUSAL, MASK_KIND, NO_SOFTMAX, Q_REGISTERS)),
         (_consumer, (q_smem, k_smem, p_smem, p_desc, bars, mask, b, h, start_m, n_tiles, N, qk_scale, mask_scale, 1,
-                     D, BLOCK_M, BLOCK_N, STAGES, CAUSAL, MASK_KIND, NO_SOFTMAX, Q_REGISTERS, STAGGER)),
+                     D, BLOCK_M, BLOCK_N, STAGES, CAUSAL, MASK_KIND, NO_SOFTMAX, Q_REGISTERS)),
         (_loader, (q_desc, k_desc, q_smem, k_smem, bars, b, h, hk, start_m, n_tiles, BLOCK_M, BLOCK_N, STAGES,
-                   NO_SOFTMAX, STAGGER)),
+                   NO_SOFTMAX)),
     ], [4, 1], [CONSUMER_REGS, 24])
 
 
@@ -354,26 +271,16 @@ def takes(N: int) -> bool:
     return N % 8 == 0 and N >= MIN_N
 
 
-STAGGER_BLOCKS = 4  # Tiles.staggered: blocks a consumer a program (2·4 + 1 sweeps for 8 blocks, against 8 unstaggered)
-
-
-def stagger_blocks(tiles, causal: bool) -> int:
-    """Blocks a consumer takes in one program: STAGGER_BLOCKS for staggered tiles without a causal mask (causal
-    blocks sweep different numbers of key tiles, so two cannot share one K stream), else 1."""
-    return STAGGER_BLOCKS if tiles.staggered and not causal else 1
-
-
 def launch(q, k, p, mask, mask_strides, mask_kind, *, N, H, group, qk_scale, mask_scale, causal, tiles,
            no_softmax=False) -> None:
     """Write P for checked (B, H, N, D) q and k into the contiguous (B, H, N, N) p (attnlab.triton.launch.qk_softmax
     calls it for Tiles.gluon when `takes(N)`)."""
     BM, BN = tiles.BLOCK_M, tiles.BLOCK_N
     q, k = tma_ready(q), tma_ready(k)
-    stagger = stagger_blocks(tiles, causal)
-    grid = (triton.cdiv(N, ROWS_PER_PROGRAM.value * stagger * BM) * q.shape[0] * H,)
+    grid = (triton.cdiv(N, ROWS_PER_PROGRAM.value * BM) * q.shape[0] * H,)
     qk_softmax_gluon_kernel[grid](descriptor(q, BM), descriptor(k, BN), descriptor(p, BM, BN), mask,
                                   *mask_strides, N, H, group, qk_scale, mask_scale, D=q.shape[-1], BLOCK_M=BM,
                                   BLOCK_N=BN, STAGES=tiles.num_stages, CAUSAL=causal, MASK_KIND=mask_kind,
                                   NO_SOFTMAX=no_softmax, HEAVY_FIRST=tiles.heavy_first,
-                                  CONSUMER_REGS=CONSUMER_REGS, Q_REGISTERS=tiles.q_registers, STAGGER=stagger,
-                                  num_warps=4, maxnreg=MAXNREG)
+                                  CONSUMER_REGS=CONSUMER_REGS, Q_REGISTERS=tiles.q_registers, num_warps=4,
+                                  maxnreg=MAXNREG)

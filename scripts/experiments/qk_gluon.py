@@ -27,19 +27,8 @@ import torch
 from attnlab import accuracy, model
 from attnlab.bench import qk_softmax_floor_ms
 from attnlab.triton import config, launch, qk_softmax_gluon
-from gluon_fa3 import candidate as fa3_candidate  # this script's directory is on sys.path when it runs
-from gluon_fa3 import case_inputs, timed
-
-
-def candidate(label, causal):
-    """gluon_fa3.candidate, and a label's `:k` suffix (e.g. 64x128w4s3gz:8) sets qk_softmax_gluon.STAGGER_BLOCKS
-    to k for the calls that follow (the staggered kernel's blocks a consumer; v25)."""
-    label, _, blocks = label.partition(":")
-    qk_softmax_gluon.STAGGER_BLOCKS = int(blocks) if blocks else DEFAULT_STAGGER
-    return fa3_candidate(label, causal)
-
-
-DEFAULT_STAGGER = qk_softmax_gluon.STAGGER_BLOCKS
+from attnlab.triton.resources import parse_tiles
+from gluon_fa3 import candidate, case_inputs, timed  # this script's directory is on sys.path when it runs
 
 
 def reference_p(q, k, causal, mask, scale, no_softmax):
@@ -147,8 +136,6 @@ def bench(ns, ds, causals, labels, ablations=False, part=(0, 1), warm=False):
         table = config.tiles("qk_softmax", q.device, D, causal, q.dtype, gluon=False)
         for label in ["table"] + labels:
             t = table if label == "table" else candidate(label, causal)
-            if label == "table":
-                qk_softmax_gluon.STAGGER_BLOCKS = DEFAULT_STAGGER
             with config.forced("qk_softmax", t):
                 try:
                     o = launch.qk_softmax(q, k, v, causal=causal)
@@ -183,10 +170,7 @@ def main():
     args = ap.parse_args()
     part = tuple(int(x) for x in args.part.split("/"))
     t0 = time.time()
-    bad = 0
-    if not args.skip_check:
-        for label in args.check_tiles.split(","):
-            bad += check([candidate(label, True)], part)
+    bad = 0 if args.skip_check else check([parse_tiles(x) for x in args.check_tiles.split(",")], part)
     print(f"check wall {time.time() - t0:.0f} s", flush=True)
     if bad or args.check_only:
         return
