@@ -128,7 +128,7 @@ def _short_entry(rows, winner, ms_by_n, now):
     found = None
     for i, n in enumerate(ns):
         score = _scores(rows[rows["N"] <= n])
-        if score.empty or winner not in ms_by_n:
+        if score.empty:
             break
         fast = _best(score, now(True, ns[0]))
         if not all(ms_by_n[winner][m] > ms_by_n[fast][m] * (1 + SHORT_GAIN) for m in ns[:i + 1]):
