@@ -210,8 +210,7 @@ def _loader(q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, bars, mask, work, wh
         it = 0
         start, end, step = _items(pid, nprog, total, CAUSAL and HEAVY_FIRST)
         for x in range(start, end, step):
-            where = _program(_item_at(x, pid, nprog, CAUSAL and HEAVY_FIRST), M, smb, smh, N, H, GROUP, BLOCK_M,
-                             BLOCK_N, CAUSAL, HEAVY_FIRST, ROWS, True)
+            where = _step_item(x, work, M, smb, smh, N, H, GROUP, BLOCK_M, BLOCK_N, CAUSAL, HEAVY_FIRST, ROWS)
             t0 = _load_item(where, t0, it, q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, bars, mask, BLOCK_M,
                             BLOCK_N, STAGES, NO_PV, MASK_TMA, MASK_B, MASK_H, True, ROWS)
             it += 1
@@ -363,8 +362,7 @@ def _consumer(q_desc, o_desc, o_ptr, o_strides, q_smem, k_smem, v_smem, o_smem, 
         it = 0
         start, end, step = _items(pid, nprog, total, CAUSAL and HEAVY_FIRST)
         for x in range(start, end, step):
-            where = _program(_item_at(x, pid, nprog, CAUSAL and HEAVY_FIRST), M, smb, smh, N, H, GROUP, BLOCK_M,
-                             BLOCK_N, CAUSAL, HEAVY_FIRST, ROWS, True)
+            where = _step_item(x, work, M, smb, smh, N, H, GROUP, BLOCK_M, BLOCK_N, CAUSAL, HEAVY_FIRST, ROWS)
             t0 = _attend_item(where, t0, it, q_desc, o_desc, o_ptr, o_strides, q_smem, k_smem, v_smem, o_smem, bars,
                               mask, N, qk_scale, mask_scale, inv_n, WG, D, BLOCK_M, BLOCK_N, STAGES, CAUSAL,
                               MASK_KIND, NO_SOFTMAX, NO_PV, MASK_TMA, True, O_TMA, ROWS)
@@ -399,6 +397,16 @@ def _item_at(x, pid, nprog, PAIRS: gl.constexpr):
         return 2 * (pid + (x // 2) * nprog) + x % 2
     else:
         return x
+
+
+@gluon.jit
+def _step_item(x, work, M, smb, smh, N, H, GROUP, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, CAUSAL: gl.constexpr,
+               HEAVY_FIRST: gl.constexpr, ROWS: gl.constexpr):
+    """Where step x of a persistent program's loop (_items' range) lies: _program of its work item, taken in pairs
+    under a causal mask with HEAVY_FIRST (the loader and every consumer walk the same items)."""
+    pid, nprog, total = work
+    return _program(_item_at(x, pid, nprog, CAUSAL and HEAVY_FIRST), M, smb, smh, N, H, GROUP, BLOCK_M, BLOCK_N,
+                    CAUSAL, HEAVY_FIRST, ROWS, True)
 
 
 @gluon.jit
