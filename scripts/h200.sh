@@ -29,6 +29,9 @@
 #   qkcheck   the qk_softmax Gluon kernel's own check (scripts/experiments/qk_gluon.py --check-only) in eight processes
 #             at once (QK_CHECK_TILES, else QK_TILES: tile labels, default the table's 64x128w4s3hg)
 #   qkbench   its timing against the Triton kernel at N = 1024 and 4096 (QK_TILES), compiled first in four processes
+#   qkprobe   the P kernel alone at N = 4096 non-causal, D = 128 and 64, as it is and with pass 1 changed
+#             (scripts/experiments/qk_exp_probe.py: none, pass1 = exponentials as FMAs, ref1 = no running max,
+#             ref1-fake = both); not yet run (session 11)
 set -u
 out=${OUT:-h200-out}
 mkdir -p "$out"
@@ -153,6 +156,16 @@ ncu_source() {
   "${ncu:-ncu}" -i "$out/src.ncu-rep" --page raw --csv > "$out/ncu_raw.csv" 2>&1; echo "raw rc=$?"
   "${ncu:-ncu}" -i "$out/src.ncu-rep" --page source --print-source sass --csv > "$out/ncu_sass.csv" 2>&1
   echo "sass rc=$?"; wc -c "$out"/ncu_*.csv "$out/src.ncu-rep"; gzip -f "$out/ncu_sass.csv"; rm -f "$out/src.ncu-rep"
+}
+qkprobe() {
+  local d f
+  for d in 128 64; do
+    for f in none pass1 ref1 ref1-fake; do  # compiled at once, timed one after another (the script's file lock)
+      timeout 280 python3 scripts/experiments/qk_exp_probe.py --d $d --fake $f >> "$out/qkprobe.log" 2>&1 &
+    done
+    wait
+  done
+  echo "qkprobe"; grep -a "^probe\|Error" "$out/qkprobe.log"
 }
 stages() {
   timeout 120 python3 - > "$out/stages.log" 2>&1 <<'PY'
