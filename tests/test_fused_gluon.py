@@ -291,6 +291,25 @@ def test_rows_record_the_o_store_path_the_launch_takes(monkeypatch, gluon_launch
     assert {a["ROWS"] for _, a in gluon_launches} == {1 if one else 2}
 
 
+@pytest.mark.parametrize("D,N,one,block_n", [(64, 1024, True, 128), (64, 1447, True, 128), (64, 1448, False, 128),
+                                               (128, 723, True, 64), (128, 724, False, 128), (128, 1024, False, 128)])
+def test_the_fused_build_takes_a_short_entry_below_its_bound_only(monkeypatch, gluon_launches, D, N, one, block_n):
+    """config.SHORT's bounds as a call meets them (session 11's sweep: one consumer a program below N = 1448 at
+    D = 64, below 724 at D = 128, causal): the launch the build makes and the tiles its row records change at the
+    bound and not before; non-causal calls never take them."""
+    from attnlab import builds
+
+    monkeypatch.setattr(config, "family", lambda device: "sm90")
+    q = torch.zeros(1, 2, N, D, dtype=torch.bfloat16)
+    for causal in (True, False):
+        builds.get("fused").attend(q, q, q, causal=causal)
+        given = gluon_launches[-1][1]
+        recorded = launch.tile_config("fused", launch.check(q, q, q, causal=causal))["fused"]
+        short = one and causal
+        assert (given["ROWS"], given["BLOCK_N"]) == ((1, block_n) if short else (2, 128)), (causal, given["ROWS"])
+        assert recorded["one_consumer"] is short and recorded["BLOCK_N"] == given["BLOCK_N"]
+
+
 def test_one_consumer_programs_launch_an_item_of_block_m_rows_and_two_fit_an_sm(gluon_launches):
     """Tiles.one_consumer (v23): a program is one consumer warpgroup and the loader (8 warps at
     launch), so its items are BLOCK_M rows and its launch asks for 128 registers a thread: two programs fill an SM's
