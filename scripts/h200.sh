@@ -20,8 +20,9 @@
 #   stages    profiler stage times of materialised and qk_softmax (attnlab.kernels), and fused's refusal
 #   gluoncheck  the Gluon kernel's own accuracy check (scripts/experiments/gluon_fa3.py --check-only: masks that hide
 #             rows, N = 1 with a mask, both ablations, strided inputs, GQA, ragged N), beyond the gate's shapes
-#             (FUSED_TILES: tile labels, default the table's Gluon kernels: 64x128w4s2hgmco, and 64x64w4s2hgmcou below
-#             N = 1024 under a causal mask; both took 227 s in session 10's call 4)
+#             (FUSED_TILES: tile labels, default the table's Gluon kernels: 64x128w4s2hgmco, and config.SHORT's
+#             64x64w4s2hgmcou (D = 128) and 64x128w4s2hgmcou (D = 64) at short causal N; the first two took 227 s in
+#             session 10's call 4, the third 88 s in session 11's call 3)
 #   ncu_source  Nsight Compute's stall samples per SASS instruction for NCU_CASES (default 0,2 of ncu_cases.py)
 #   autotune  attnlab bench --autotune $TUNE_ARGS (TUNE_TIMEOUT, default 540 s)
 #   fa3bench  fused's Gluon kernel against the table, cuDNN and FA2 (gluon_fa3.py --skip-check $FA3_ARGS)
@@ -97,7 +98,7 @@ bench() {
 }
 gluoncheck() {
   timeout 330 python3 scripts/experiments/gluon_fa3.py --check-only \
-    --check-tiles "${FUSED_TILES:-64x128w4s2hgmco,64x64w4s2hgmcou}" \
+    --check-tiles "${FUSED_TILES:-64x128w4s2hgmco,64x64w4s2hgmcou,64x128w4s2hgmcou}" \
     > "$out/gluoncheck.log" 2>&1
   echo "gluoncheck rc=$?"; grep -a "^check" "$out/gluoncheck.log" | grep -a "BAD\|bad\|wall" | cut -c1-300
 }

@@ -1,7 +1,8 @@
 """The fused build's Hopper kernel, written in Gluon (Triton's lower-level dialect): warp specialised, one loader warp
 and two consumer warpgroups (PERFORMANCE.md v9–v10). It compiles for D = 64 and 128 exactly; the tile table uses it
 at both, persistent with O stored by TMA from tiles of its own (v18, v22), causal items taken in heavy/light pairs
-(v24), and below N = 1024 under a causal mask with one consumer a program, two programs an SM (v23, v24).
+(v24), and for short causal sequences (config.SHORT, below N = 724 at D = 128 and 1448 at D = 64) with one consumer a
+program, two programs an SM (v23, v24).
 
 Why a second kernel: stock Triton 3.6 compiles our fused loop (attnlab.triton.fused) so that it waits for every QKᵀ
 matmul at once and all eight warps move in step (CTA-wide barriers around every load); its own warp-specialisation
