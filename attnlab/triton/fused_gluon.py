@@ -539,8 +539,9 @@ def fused_gluon_kernel(q_desc, k_desc, v_desc, o_desc, o_ptr, sob, soh, son, M, 
         ], [4, 1], [CONSUMER_REGS, 24])
 
 
-SMEM_SM = 228 * 1024  # bytes of shared memory an SM has on sm_90 (H100/H200), 1 KiB of it reserved a block
-SMEM_LIMIT = SMEM_SM - 1024  # what one block may use
+SMEM_SM = 228 * 1024  # bytes of shared memory an SM has on sm_90 (H100/H200)
+SMEM_RESERVED = 1024  # of them reserved for each block the SM runs
+SMEM_LIMIT = SMEM_SM - SMEM_RESERVED  # what one block may use
 SMEM_SPARE = 1024  # the barriers and alignment, beside the tiles o_by_tma counts
 
 
@@ -555,7 +556,7 @@ def o_by_tma(tiles, D: int, itemsize: int, mask_itemsize: int) -> bool:
     rows = partitions(tiles)[0]
     tiles_bytes = (2 * rows * BM * D + 2 * st * BN * D) * itemsize
     mask_bytes = st * rows * BM * BN * mask_itemsize
-    return tiles_bytes + mask_bytes + SMEM_SPARE <= SMEM_SM // programs_per_sm(tiles) - 1024
+    return tiles_bytes + mask_bytes + SMEM_SPARE <= SMEM_SM // programs_per_sm(tiles) - SMEM_RESERVED
 
 
 CONSUMER_REGS = 240  # registers per thread of the consumer warpgroups (setmaxnreg); the loader gets 24
