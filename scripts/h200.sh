@@ -29,7 +29,8 @@
 #   maskab    v11: the check with the mask by TMA (Tiles.mask_tma), then the mask's cost with and without it
 #   qkcheck   the qk_softmax Gluon kernel's own check (scripts/experiments/qk_gluon.py --check-only) in eight processes
 #             at once (QK_CHECK_TILES, else QK_TILES: tile labels, default the table's 64x128w4s3hg)
-#   qkbench   its timing against the Triton kernel at N = 1024 and 4096 (QK_TILES), compiled first in four processes
+#   qkbench   its timing against the Triton kernel at N = 1024 and 4096 (QK_TILES; QK_NS other N, QK_ARGS e.g.
+#             "--ds 128 --causal 0"), compiled first in four processes
 #   qkprobe   the P kernel alone at N = 4096 non-causal, D = 128 and 64, as it is and with pass 1 changed
 #             (scripts/experiments/qk_exp_probe.py: none, pass1 = exponentials as FMAs, ref1 = no running max,
 #             ref1-fake = both); not yet run (session 11)
@@ -125,11 +126,11 @@ qkcheck() {
 qkbench() {
   local k tiles=${QK_TILES:-64x128w4s3hg}
   for k in 0 1 2 3; do
-    timeout 280 python3 scripts/experiments/qk_gluon.py --skip-check --warm --ns 1024,4096 --tiles "$tiles" \
+    timeout 280 python3 scripts/experiments/qk_gluon.py --skip-check --warm --ns "${QK_NS:-1024,4096}" ${QK_ARGS:-} --tiles "$tiles" \
       --part $k/4 > /dev/null 2>&1 &
   done
   wait
-  timeout 200 python3 scripts/experiments/qk_gluon.py --skip-check --ns 1024,4096 --tiles "$tiles" \
+  timeout 200 python3 scripts/experiments/qk_gluon.py --skip-check --ns "${QK_NS:-1024,4096}" ${QK_ARGS:-} --tiles "$tiles" \
     > "$out/qkbench.log" 2>&1
   echo "qkbench rc=$?"; grep -av Warning "$out/qkbench.log" | tail -40
 }

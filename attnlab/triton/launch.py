@@ -147,22 +147,28 @@ def qk_softmax(q, k, v, *, causal=False, attn_mask=None, scale=None, ablation=No
     c = _prepare(q, k, v, causal, attn_mask, scale, ablation)
     s = c.spec
     P = torch.empty(s.B, s.H, s.N, s.N, dtype=s.dtype, device=s.device)
-    no_softmax = ablation == "no_softmax"
+    write_p(c, P, _qk_softmax_tiles(s), no_softmax=ablation == "no_softmax")
+    return _pv(c, P, ablation, out)
+
+
+def write_p(c: _Call, P: torch.Tensor, chosen: Tiles, no_softmax: bool = False) -> None:
+    """The qk_softmax build's first kernel with `chosen` tiles: P = softmax(scale·QKᵀ + mask) into the contiguous
+    (B, H, N, N) P (S itself under the no_softmax ablation). The Gluon kernel for a Gluon entry, at any N (the build
+    sends only the N it takes, _qk_softmax_tiles; its own check sends others), else the Triton kernel."""
+    s = c.spec
     log_scale = 1.0 if no_softmax else LOG2E  # softmax in exp2 units; the copy ablation writes S itself
-    chosen = _qk_softmax_tiles(s)
     if chosen.gluon:  # the warp-specialised kernel (sm90, 16-bit), for the build and its ablations and masks alike
         from attnlab.triton import qk_softmax_gluon
 
         qk_softmax_gluon.launch(c.q, c.k, P, c.mask, c.mask_strides, c.mask_kind, N=s.N, H=s.H, group=s.group,
-                                qk_scale=s.scale * log_scale, mask_scale=log_scale, causal=causal, tiles=chosen,
+                                qk_scale=s.scale * log_scale, mask_scale=log_scale, causal=s.causal, tiles=chosen,
                                 no_softmax=no_softmax)
-        return _pv(c, P, ablation, out)
+        return
     t = _triton_args(chosen)
     _qks.qk_softmax_kernel[_grid_m(s, t["BLOCK_M"])](
         c.q, c.k, P, c.mask, *c.q.stride()[:3], *c.k.stride()[:3], *c.mask_strides,
         s.N, s.H, s.group, s.scale * log_scale, log_scale,
-        MASK_KIND=c.mask_kind, NO_SOFTMAX=no_softmax, **c.flags, **t)
-    return _pv(c, P, ablation, out)
+        MASK_KIND=c.mask_kind, NO_SOFTMAX=no_softmax, ONE_TILE=s.N <= t["BLOCK_N"], **c.flags, **t)
 
 
 def _qk_softmax_tiles(s: Spec):

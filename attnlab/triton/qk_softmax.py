@@ -12,13 +12,26 @@ from attnlab.triton.tiles import load_rows, masked_to_zero, score_tile
 
 
 @triton.jit
+def _finite(m):
+    """A row max with −inf (every key masked so far) replaced by 0, so that exp2(s − m) stays finite (and 0)."""
+    return tl.where(m == float("-inf"), 0.0, m)
+
+
+@triton.jit
+def _inverse_sum(l):
+    """1 / the row sum; a fully masked row (sum 0) gets 1, so its P is 0."""
+    return 1.0 / tl.where(l == 0.0, 1.0, l)
+
+
+@triton.jit
 def qk_softmax_kernel(Q, K, P, M,
                       sqb, sqh, sqn, skb, skh, skn, smb, smh, smm, smn,
                       N, H, GROUP, qk_scale, mask_scale,
                       D: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
                       CAUSAL: tl.constexpr, MASK_KIND: tl.constexpr, NO_SOFTMAX: tl.constexpr,
-                      IEEE: tl.constexpr, UPCAST: tl.constexpr):
-    # grid: (cdiv(N, BLOCK_M), B·H). P is contiguous (B, H, N, N) in the input dtype.
+                      IEEE: tl.constexpr, UPCAST: tl.constexpr, ONE_TILE: tl.constexpr = False):
+    # grid: (cdiv(N, BLOCK_M), B·H). P is contiguous (B, H, N, N) in the input dtype. ONE_TILE: N ≤ BLOCK_N (the
+    # launcher's promise), so pass 1 is skipped and pass 2's one tile takes its statistics from itself.
     # Scores are in log2 units (qk_scale = scale · log2 e) so the softmax uses exp2; NO_SOFTMAX passes the natural
     # scale and writes P = S (masked entries 0): no statistics pass, no exp, no normalisation.
     start_m = tl.program_id(0)
@@ -38,7 +51,7 @@ def qk_softmax_kernel(Q, K, P, M,
 
     m_i = tl.full([BLOCK_M], float("-inf"), tl.float32)
     l_i = tl.zeros([BLOCK_M], tl.float32)
-    if not NO_SOFTMAX:
+    if not NO_SOFTMAX and not ONE_TILE:
         # Pass 1: row max and sum, nothing written.
         for start_n in range(0, hi, BLOCK_N):
             offs_n = start_n + tl.arange(0, BLOCK_N)
@@ -46,11 +59,11 @@ def qk_softmax_kernel(Q, K, P, M,
             s = score_tile(q, k, m_base + offs_n[None, :] * smn, offs_m, offs_n, N, qk_scale, mask_scale,
                            BLOCK_M, BLOCK_N, CAUSAL, True, MASK_KIND, IEEE, UPCAST)
             m_new = tl.maximum(m_i, tl.max(s, 1))
-            m_safe = tl.where(m_new == float("-inf"), 0.0, m_new)  # fully masked so far: keep exp2 finite
+            m_safe = _finite(m_new)
             l_i = l_i * tl.math.exp2(m_i - m_safe) + tl.sum(tl.math.exp2(s - m_safe[:, None]), 1)
             m_i = m_new
-    m_safe = tl.where(m_i == float("-inf"), 0.0, m_i)
-    inv_l = 1.0 / tl.where(l_i == 0.0, 1.0, l_i)  # a fully masked row gives P = 0
+    if ONE_TILE:
+        hi = BLOCK_N  # one tile: under a causal mask its entries past the diagonal come out 0 from the mask
 
     # Pass 2: the same tiles again, normalised, written once.
     out_ok = offs_m[:, None] < N
@@ -62,7 +75,12 @@ def qk_softmax_kernel(Q, K, P, M,
         if NO_SOFTMAX:
             p = masked_to_zero(s)
         else:
-            p = tl.math.exp2(s - m_safe[:, None]) * inv_l[:, None]
+            if ONE_TILE:  # the whole row is this tile: its max first
+                m_i = tl.max(s, 1)
+            e = tl.math.exp2(s - _finite(m_i)[:, None])
+            if ONE_TILE:  # and its sum
+                l_i = tl.sum(e, 1)
+            p = e * _inverse_sum(l_i)[:, None]
         tl.store(p_base + offs_n[None, :], p.to(P.dtype.element_ty), mask=out_ok & (offs_n[None, :] < N))
     # Causal: the tiles past the diagonal hold zeros, written like the materialised build's softmax writes them,
     # so the two builds differ by the S round trip alone.

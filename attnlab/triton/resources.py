@@ -55,7 +55,7 @@ def compile_info(kernel: str, D: int, causal: bool, tiles: config.Tiles, mask_ki
     values = dict(D=D, BLOCK_D=config.head_dim_bucket(D), BLOCK_M=tiles.BLOCK_M, BLOCK_N=tiles.BLOCK_N,
                   CAUSAL=causal, MASK_KIND=mask_kind, NO_SOFTMAX=False, NO_PV=False, IEEE=dtype == "fp32",
                   UPCAST=False, TMA=tiles.tma, HEAVY_FIRST=tiles.heavy_first, PAIRED=tiles.paired,
-                  STAGES=tiles.num_stages,
+                  STAGES=tiles.num_stages, ONE_TILE=n <= tiles.BLOCK_N,
                   ROWS_16B=rows_16b(n, DTYPES[dtype]))
     values.update(flags)
     constexprs = {n: values[n] for n in constexpr_names}

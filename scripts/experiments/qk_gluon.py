@@ -1,5 +1,5 @@
 """PERFORMANCE.md v12: the qk_softmax build's Gluon kernel (attnlab.triton.qk_softmax_gluon) checked, then timed
-against the Triton kernel in the same process. GPU (sm90) only:
+against the Triton kernel in the same process (Triton candidates, labels without `g`, are checked and timed alike). GPU (sm90) only:
 
     python scripts/experiments/qk_gluon.py [--check-only | --skip-check] [--ablations] [--ns 1024,4096,16384]
                                            [--tiles 64x128w4s3hg,...] [--part k/n] [--warm]
@@ -26,7 +26,7 @@ import torch
 
 from attnlab import accuracy, model
 from attnlab.bench import qk_softmax_floor_ms
-from attnlab.triton import config, launch, qk_softmax_gluon
+from attnlab.triton import config, launch
 from attnlab.triton.resources import parse_tiles
 from gluon_fa3 import candidate, case_inputs, timed  # this script's directory is on sys.path when it runs
 
@@ -70,13 +70,11 @@ def check(tiles, part=(0, 1)):
         line = ""
         try:
             ok = True
-            if N % 8 == 0:  # P itself, straight from the kernel (TMA stores its rows; below MIN_N too)
+            if N % 8 == 0 or not t.gluon:  # P itself, straight from the kernel (Gluon's: below MIN_N too, where
+                # TMA can store its rows)
                 c = launch._prepare(q, k, v, causal, mask, None, ablation)
                 p = torch.full((B, H, N, N), float("nan"), device="cuda", dtype=dtype)
-                log_scale = 1.0 if no_softmax else config.LOG2E
-                qk_softmax_gluon.launch(c.q, c.k, p, c.mask, c.mask_strides, c.mask_kind, N=N, H=H, group=H // Hkv,
-                                        qk_scale=scale * log_scale, mask_scale=log_scale, causal=causal, tiles=t,
-                                        no_softmax=no_softmax)
+                launch.write_p(c, p, t, no_softmax)
                 torch.cuda.synchronize()
                 ref = reference_p(q, k, causal, mask, scale, no_softmax)
                 # 1 % of each element plus a floor: bf16 rounds to 0.4 %, and P's entries are ~1/N
