@@ -49,8 +49,9 @@ class Tiles:
     # draining under the next item, instead of plain stores from registers; where the shared memory has no room
     # (a 2-byte mask by TMA at D = 128) the plain stores stay (PERFORMANCE.md v22; label suffix `o`).
     o_tma: bool = False
-    # Gluon fused kernel only: one consumer warpgroup a program (BLOCK_M rows) instead of two, so that two programs
-    # share an SM and one's start and end run under the other's work (PERFORMANCE.md v23; label suffix `u`).
+    # Gluon kernels: one consumer warpgroup a program (BLOCK_M rows) instead of two, so that two programs share an SM
+    # and one's start and end run under the other's work (PERFORMANCE.md v23; label suffix `u`); in the qk_softmax
+    # kernel, so that one program's pass 1 can run beside the other's stores (v27).
     one_consumer: bool = False
 
     def as_dict(self) -> dict:

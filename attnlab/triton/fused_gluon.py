@@ -541,7 +541,6 @@ def fused_gluon_kernel(q_desc, k_desc, v_desc, o_desc, o_ptr, sob, soh, son, M, 
 
 SMEM_SM = 228 * 1024  # bytes of shared memory an SM has on sm_90 (H100/H200)
 SMEM_RESERVED = 1024  # of them reserved for each block the SM runs
-SMEM_LIMIT = SMEM_SM - SMEM_RESERVED  # what one block may use
 SMEM_SPARE = 1024  # the barriers and alignment, beside the tiles o_by_tma counts
 
 
@@ -556,7 +555,7 @@ def o_by_tma(tiles, D: int, itemsize: int, mask_itemsize: int) -> bool:
     rows = partitions(tiles)[0]
     tiles_bytes = (2 * rows * BM * D + 2 * st * BN * D) * itemsize
     mask_bytes = st * rows * BM * BN * mask_itemsize
-    return tiles_bytes + mask_bytes + SMEM_SPARE <= SMEM_SM // programs_per_sm(tiles) - SMEM_RESERVED
+    return tiles_bytes + mask_bytes + SMEM_SPARE <= smem_limit(tiles)
 
 
 CONSUMER_REGS = 240  # registers per thread of the consumer warpgroups (setmaxnreg); the loader gets 24
@@ -575,6 +574,11 @@ def partitions(tiles) -> tuple[int, int]:
 def programs_per_sm(tiles) -> int:
     """Programs that share an SM (its registers, its shared memory): two with one consumer, else one."""
     return 2 if tiles.one_consumer else 1
+
+
+def smem_limit(tiles) -> int:
+    """The shared memory one program of these tiles may use: its share of the SM, less what the SM keeps a block."""
+    return SMEM_SM // programs_per_sm(tiles) - SMEM_RESERVED
 
 
 def paths(tiles, mask, mask_kind: int, D: int, itemsize: int):

@@ -25,8 +25,8 @@ from triton.experimental.gluon import language as gl
 from triton.experimental.gluon.language.nvidia.hopper import (fence_async_shared, mbarrier, tma, warpgroup_mma,
                                                               warpgroup_mma_wait)
 
-from attnlab.triton.fused_gluon import (HEAD_DIMS, MAXNREG, ROWS_PER_PROGRAM, _needs_masks, _program, _scores,
-                                        _tile, compiles_for, descriptor, tma_ready)
+from attnlab.triton.fused_gluon import (HEAD_DIMS, ROWS_PER_PROGRAM, _needs_masks, _program, _scores, _tile,
+                                        compiles_for, descriptor, partitions, tma_ready)
 
 PBUF = gl.constexpr(2)  # P buffers per consumer: one being filled while the other's store drains
 CONSUMER_REGS = 232  # setmaxnreg of the consumer warpgroups (a multiple of 8; the loader gets 24)
@@ -34,11 +34,11 @@ CONSUMER_REGS = 232  # setmaxnreg of the consumer warpgroups (a multiple of 8; t
 
 @gluon.jit
 def _loader(q_desc, k_desc, q_smem, k_smem, bars, b, h, hk, start_m, n_tiles, BLOCK_M: gl.constexpr,
-            BLOCK_N: gl.constexpr, STAGES: gl.constexpr, NO_SOFTMAX: gl.constexpr):
-    """One warp: both consumers' Q, then the K tiles once per pass into the ring; a slot is refilled once both
-    consumers have arrived on its `empty` barrier (count 2)."""
+            BLOCK_N: gl.constexpr, STAGES: gl.constexpr, NO_SOFTMAX: gl.constexpr, ROWS: gl.constexpr):
+    """One warp: each consumer's Q, then the K tiles once per pass into the ring; a slot is refilled once every
+    consumer has arrived on its `empty` barrier (count ROWS)."""
     q_bars, k_full, k_empty = bars
-    for w in gl.static_range(ROWS_PER_PROGRAM):
+    for w in gl.static_range(ROWS):
         mbarrier.expect(q_bars.index(w), q_desc.block_type.nbytes)
         tma.async_copy_global_to_shared(q_desc, [b, h, start_m + w * BLOCK_M, 0], q_bars.index(w), q_smem.index(w))
     passes = 1 if NO_SOFTMAX else 2
@@ -217,40 +217,48 @@ def qk_softmax_gluon_kernel(q_desc, k_desc, p_desc, M, smb, smh, smm, smn, N, H,
                             D: gl.constexpr, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, STAGES: gl.constexpr,
                             CAUSAL: gl.constexpr, MASK_KIND: gl.constexpr, NO_SOFTMAX: gl.constexpr,
                             HEAVY_FIRST: gl.constexpr, CONSUMER_REGS: gl.constexpr, num_warps: gl.constexpr,
-                            Q_REGISTERS: gl.constexpr = False):
-    """grid (cdiv(N, 2·BLOCK_M)·B·H,): a program a work item (attnlab.triton.fused_gluon._program), num_warps = 4.
+                            Q_REGISTERS: gl.constexpr = False, ROWS: gl.constexpr = ROWS_PER_PROGRAM):
+    """grid (cdiv(N, ROWS·BLOCK_M)·B·H,): a program a work item (attnlab.triton.fused_gluon._program), num_warps = 4;
+    ROWS consumer warpgroups a program, 2, or 1 (Tiles.one_consumer: two programs share an SM).
     q/k descriptors over (B, H or Hkv, N, D) with (1, 1, BLOCK_M or BLOCK_N, D) boxes; p_desc over the contiguous
     (B, H, N, N) P with a (1, 1, BLOCK_M, BLOCK_N) box; M the (B, H, N, N)-strided mask or any pointer when
     MASK_KIND = 0; qk_scale = scale·log2 e (natural scale under NO_SOFTMAX); Q_REGISTERS: Tiles.q_registers."""
     dtype: gl.constexpr = q_desc.dtype
     b, h, hk, start_m, n_tiles, m_head = _program(gl.program_id(0), M, smb, smh, N, H, GROUP, BLOCK_M, BLOCK_N,
-                                                  CAUSAL, HEAVY_FIRST)
+                                                  CAUSAL, HEAVY_FIRST, ROWS)
 
-    q_smem = gl.allocate_shared_memory(dtype, [ROWS_PER_PROGRAM, 1, 1, BLOCK_M, D], q_desc.layout)
+    q_smem = gl.allocate_shared_memory(dtype, [ROWS, 1, 1, BLOCK_M, D], q_desc.layout)
     k_smem = gl.allocate_shared_memory(dtype, [STAGES, 1, 1, BLOCK_N, D], k_desc.layout)
-    p_smem = gl.allocate_shared_memory(dtype, [ROWS_PER_PROGRAM * PBUF, 1, 1, BLOCK_M, BLOCK_N],
-                                     p_desc.layout)
-    q_bars = gl.allocate_shared_memory(gl.int64, [ROWS_PER_PROGRAM, 1], mbarrier.MBarrierLayout())
+    p_smem = gl.allocate_shared_memory(dtype, [ROWS * PBUF, 1, 1, BLOCK_M, BLOCK_N], p_desc.layout)
+    q_bars = gl.allocate_shared_memory(gl.int64, [ROWS, 1], mbarrier.MBarrierLayout())
     k_full = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
     k_empty = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
-    for i in gl.static_range(ROWS_PER_PROGRAM):
+    for i in gl.static_range(ROWS):
         mbarrier.init(q_bars.index(i), count=1)
     for i in gl.static_range(STAGES):
         mbarrier.init(k_full.index(i), count=1)
-        mbarrier.init(k_empty.index(i), count=ROWS_PER_PROGRAM)
+        mbarrier.init(k_empty.index(i), count=ROWS)
     fence_async_shared()
     bars = (q_bars, k_full, k_empty)
     mask = (m_head, smm, smn)
     # Each partition's arguments are written out where it is named: a tuple assigned to a name turns its constexprs
     # into tensors.
-    gl.warp_specialize([
-        (_consumer, (q_smem, k_smem, p_smem, p_desc, bars, mask, b, h, start_m, n_tiles, N, qk_scale, mask_scale, 0,
-                     D, BLOCK_M, BLOCK_N, STAGES, CAUSAL, MASK_KIND, NO_SOFTMAX, Q_REGISTERS)),
-        (_consumer, (q_smem, k_smem, p_smem, p_desc, bars, mask, b, h, start_m, n_tiles, N, qk_scale, mask_scale, 1,
-                     D, BLOCK_M, BLOCK_N, STAGES, CAUSAL, MASK_KIND, NO_SOFTMAX, Q_REGISTERS)),
-        (_loader, (q_desc, k_desc, q_smem, k_smem, bars, b, h, hk, start_m, n_tiles, BLOCK_M, BLOCK_N, STAGES,
-                   NO_SOFTMAX)),
-    ], [4, 1], [CONSUMER_REGS, 24])
+    if ROWS == 1:  # one consumer (the default partition) and the loader: 8 warps launched, two programs an SM
+        gl.warp_specialize([
+            (_consumer, (q_smem, k_smem, p_smem, p_desc, bars, mask, b, h, start_m, n_tiles, N, qk_scale, mask_scale,
+                         0, D, BLOCK_M, BLOCK_N, STAGES, CAUSAL, MASK_KIND, NO_SOFTMAX, Q_REGISTERS)),
+            (_loader, (q_desc, k_desc, q_smem, k_smem, bars, b, h, hk, start_m, n_tiles, BLOCK_M, BLOCK_N, STAGES,
+                       NO_SOFTMAX, ROWS)),
+        ], [1], [24])
+    else:
+        gl.warp_specialize([
+            (_consumer, (q_smem, k_smem, p_smem, p_desc, bars, mask, b, h, start_m, n_tiles, N, qk_scale, mask_scale,
+                         0, D, BLOCK_M, BLOCK_N, STAGES, CAUSAL, MASK_KIND, NO_SOFTMAX, Q_REGISTERS)),
+            (_consumer, (q_smem, k_smem, p_smem, p_desc, bars, mask, b, h, start_m, n_tiles, N, qk_scale, mask_scale,
+                         1, D, BLOCK_M, BLOCK_N, STAGES, CAUSAL, MASK_KIND, NO_SOFTMAX, Q_REGISTERS)),
+            (_loader, (q_desc, k_desc, q_smem, k_smem, bars, b, h, hk, start_m, n_tiles, BLOCK_M, BLOCK_N, STAGES,
+                       NO_SOFTMAX, ROWS)),
+        ], [4, 1], [CONSUMER_REGS, 24])
 
 
 def check_case(tiles, dtype, D: int) -> None:
@@ -277,10 +285,11 @@ def launch(q, k, p, mask, mask_strides, mask_kind, *, N, H, group, qk_scale, mas
     calls it for Tiles.gluon when `takes(N)`)."""
     BM, BN = tiles.BLOCK_M, tiles.BLOCK_N
     q, k = tma_ready(q), tma_ready(k)
-    grid = (triton.cdiv(N, ROWS_PER_PROGRAM.value * BM) * q.shape[0] * H,)
+    rows, maxnreg = partitions(tiles)
+    grid = (triton.cdiv(N, rows * BM) * q.shape[0] * H,)
     qk_softmax_gluon_kernel[grid](descriptor(q, BM), descriptor(k, BN), descriptor(p, BM, BN), mask,
                                   *mask_strides, N, H, group, qk_scale, mask_scale, D=q.shape[-1], BLOCK_M=BM,
                                   BLOCK_N=BN, STAGES=tiles.num_stages, CAUSAL=causal, MASK_KIND=mask_kind,
                                   NO_SOFTMAX=no_softmax, HEAVY_FIRST=tiles.heavy_first,
-                                  CONSUMER_REGS=CONSUMER_REGS, Q_REGISTERS=tiles.q_registers, num_warps=4,
-                                  maxnreg=MAXNREG)
+                                  CONSUMER_REGS=CONSUMER_REGS, Q_REGISTERS=tiles.q_registers, ROWS=rows,
+                                  num_warps=4, maxnreg=maxnreg)

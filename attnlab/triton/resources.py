@@ -25,7 +25,7 @@ import triton
 from triton.backends.compiler import GPUTarget
 
 from attnlab.triton import config
-from attnlab.triton.fused_gluon import SMEM_LIMIT
+from attnlab.triton.fused_gluon import smem_limit
 
 FLOATS = ("qk_scale", "mask_scale", "inv_n")
 POINTERS = re.compile(r"^(Q|K|V|O|M|P|S|DK|DV)$")
@@ -103,7 +103,7 @@ def _report(k, kernel, D, causal, mask_kind, tiles) -> dict:
     if r.returncode != 0:
         raise RuntimeError(f"ptxas failed: {r.stderr.strip()[:300]}")
     return dict(kernel=kernel, D=D, causal=causal, mask_kind=mask_kind, tiles=label(tiles),
-                smem_kib=k.metadata.shared / 1024, fits=k.metadata.shared <= SMEM_LIMIT, **read_ptxas(r.stderr))
+                smem_kib=k.metadata.shared / 1024, fits=k.metadata.shared <= smem_limit(tiles), **read_ptxas(r.stderr))
 
 
 def _gluon_info(kernel: str, D: int, causal: bool, tiles: config.Tiles, mask_kind: int, dtype: str, n: int,
@@ -127,7 +127,8 @@ def _gluon_info(kernel: str, D: int, causal: bool, tiles: config.Tiles, mask_kin
         sig["k_desc"] = mangle_type(fused_gluon.descriptor(x, tiles.BLOCK_N))
         p = torch.empty(1, ints["H"], ints["N"], ints["N"], dtype=tdtype)
         sig["p_desc"] = mangle_type(fused_gluon.descriptor(p, tiles.BLOCK_M, tiles.BLOCK_N))
-        values.update(CONSUMER_REGS=qk_softmax_gluon.CONSUMER_REGS, Q_REGISTERS=tiles.q_registers)
+        values.update(CONSUMER_REGS=qk_softmax_gluon.CONSUMER_REGS, Q_REGISTERS=tiles.q_registers,
+                      ROWS=fused_gluon.partitions(tiles)[0])
         floats = ("qk_scale", "mask_scale")
     else:
         fn = fused_gluon.fused_gluon_kernel
@@ -160,8 +161,8 @@ def _gluon_info(kernel: str, D: int, causal: bool, tiles: config.Tiles, mask_kin
     for a, val in values.items():
         sig[a], constexprs[a] = "constexpr", val
     src = GluonASTSource(fn=fn, signature=sig, constexprs=constexprs, attrs={})
-    maxnreg = fused_gluon.partitions(tiles)[1] if kernel == "fused" else fused_gluon.MAXNREG
-    k = triton.compile(src, target=GPUTarget("cuda", 90, 32), options={"num_warps": 4, "maxnreg": maxnreg})
+    k = triton.compile(src, target=GPUTarget("cuda", 90, 32),
+                       options={"num_warps": 4, "maxnreg": fused_gluon.partitions(tiles)[1]})
     return _report(k, kernel, D, causal, mask_kind, tiles)
 
 
