@@ -5,7 +5,8 @@ is timed at several N in FlashAttention's convention (B·N = 16384, H·D = 2048)
 (attnlab.bench.time_case: do_bench's median over CUDA-graph replays). A candidate's score is the geometric mean over N
 of its time over the best candidate's time at that N (1.0: best everywhere); the lowest score over the N at or above
 config.SHORT_N wins, so one configuration serves them all (TABLE is keyed by D, causal and dtype); the table's entry
-stays unless a candidate beats its score by more than TIE (noise). At the sweep's smallest N a different configuration
+stays unless a candidate beats its score by more than TIE (noise) and is no slower than it, beyond TIE, at the
+sweep's longest N. At the sweep's smallest N a different configuration
 gets a short-N entry (config.SHORT) only where it beats that winner by more than SHORT_GAIN at each of them, up to a
 bound of its own (PERFORMANCE.md v24 and session 11: the persistent kernel's small-N causal case). A candidate that
 fails at any N (out of shared memory, a compile error, a wrong answer) is out. When the winner is a Gluon
@@ -84,7 +85,8 @@ def pick(results, family: str, itemsize: int, incumbent=None) -> list[dict]:
     config.SHORT) where another candidate beats that winner by more than SHORT_GAIN at the smallest N (_short_entry).
     `incumbent(kernel, D, causal, gluon, N)`: the table's entry now (gluon=False: its Triton one; N: at that N, so
     a short one below its bound); it stays unless a candidate's score beats its own by more than TIE, so a re-run
-    does not churn the table on noise. Each entry carries its score and its ms at every N."""
+    does not churn the table on noise, or the candidate is slower than it by more than TIE at the longest N (_best).
+    Each entry carries its score and its ms at every N."""
     from attnlab.triton.config import SHORT_N
 
     def entry(kernel, D, causal, t, score, ms_by_n, short=False):
@@ -103,10 +105,11 @@ def pick(results, family: str, itemsize: int, incumbent=None) -> list[dict]:
             continue
         now = (lambda gluon, n=None: incumbent(kernel, int(D), bool(causal), gluon, n)) if incumbent else (
             lambda gluon, n=None: None)
-        winners = [_best(finite, now(True))]
+        longest = {t: ms_by_n[t][max(ms_by_n[t])] for t in finite.index}
+        winners = [_best(finite, now(True), longest)]
         triton_ones = finite[[not t.gluon for t in finite.index]]
         if winners[0].gluon and len(triton_ones):
-            winners.append(_best(triton_ones, now(False)))
+            winners.append(_best(triton_ones, now(False), longest))
         entries += [entry(kernel, D, causal, t, finite, ms_by_n) for t in winners]
         short = _short_entry(r[r["N"] < max(r["N"])], winners[0], ms_by_n, now)
         if short:
@@ -115,10 +118,17 @@ def pick(results, family: str, itemsize: int, incumbent=None) -> list[dict]:
     return entries
 
 
-def _best(score, keep):
-    """The best-scored candidate, or `keep` (the incumbent) when it scores within TIE of it."""
+def _best(score, keep, longest=None):
+    """The best-scored candidate, or `keep` (the incumbent) when it scores within TIE of it, or when the best is
+    slower than it by more than TIE at the sweep's longest N (`longest`: each candidate's ms there). The table's entry
+    is what long sequences run: a candidate that wins the score at short N only belongs in SHORT (session 12: one
+    consumer a program, 9 % faster at D = 128 causal N = 1024 and 4 % slower at 8192, would have won the score)."""
     top = score.index[0]
-    return keep if keep in score.index and score[keep] <= score[top] * (1 + TIE) else top
+    if keep not in score.index:
+        return top
+    if score[keep] <= score[top] * (1 + TIE):
+        return keep
+    return keep if longest is not None and longest[top] > longest[keep] * (1 + TIE) else top
 
 
 def _short_entry(rows, winner, ms_by_n, now):

@@ -4,10 +4,13 @@ build and its ablations take the same kernel, what the rows record, and that eve
 Its arithmetic is checked on the GPU (scripts/experiments/qk_gluon.py: P itself in a NaN-poisoned buffer against an
 fp32 softmax, O against the fp64 oracle; `attnlab check`); here the compile runs offline in a child process.
 """
+from dataclasses import replace
+
 import pytest
 import torch
 
 from attnlab.triton import config, launch, qk_softmax_gluon
+from attnlab.triton.resources import label
 from attnlab.validate import check
 from tests.conftest import offline_compile
 
@@ -94,19 +97,39 @@ def test_the_sequence_lengths_the_kernel_takes():
                                                                                                           4096]
 
 
+TWO_CONSUMERS, ONE_CONSUMER, ONE_CONSUMER_SHORT = (config.Tiles(64, 128, 4, s, heavy_first=True, gluon=True,
+                                                                one_consumer=u) for s, u in ((3, False), (3, True),
+                                                                                             (2, True)))
+
+
 @pytest.mark.parametrize("flags", [None, "NO_SOFTMAX=1"])
-def test_every_variant_of_the_gluon_kernel_compiles_for_sm90_within_limits(flags):
-    """The table's tiles (3 stages), D 64 and 128, causal and not, no mask / boolean / additive: fits shared memory,
-    matmuls asynchronous (no C7514/C7515: the first version of this kernel had every wgmma serialised), no spills
-    without a mask (the benchmark's path), at most 128 bytes with one (the zero_mask ablation's path)."""
-    assert all(config.lookup("qk_softmax", "sm90", d, c, 2) == config.Tiles(64, 128, 4, 3, heavy_first=c, gluon=True)
-               for d in (64, 128) for c in (False, True))
-    rows = offline_compile("--kernels", "qk_softmax", "--head-dims", "64,128", "--causal", "0,1", "--masks", "0,1,2",
-                           "--tiles", "64x128w4s3hg", *(["--flags", flags] if flags else []))
-    assert len(rows) == 12
+@pytest.mark.parametrize("tiles,head_dims,causal", [(TWO_CONSUMERS, "64,128", "0,1"), (ONE_CONSUMER, "64", "1"),
+                                                    (ONE_CONSUMER_SHORT, "128", "1")],
+                         ids=lambda x: label(x) if isinstance(x, config.Tiles) else x)
+def test_every_variant_of_the_gluon_kernel_compiles_for_sm90_within_limits(tiles, head_dims, causal, flags):
+    """The table's tiles for the keys they serve, no mask / boolean / additive: fits shared memory (a program's share
+    of the SM: half with one consumer, v27), matmuls asynchronous (no C7514/C7515: the first version of this kernel
+    had every wgmma serialised), no spills without a mask (the benchmark's path), at most 128 bytes with one (the
+    zero_mask ablation's path)."""
+    rows = offline_compile("--kernels", "qk_softmax", "--head-dims", head_dims, "--causal", causal, "--masks",
+                           "0,1,2", "--tiles", label(tiles), *(["--flags", flags] if flags else []))
+    assert len(rows) == 3 * len(head_dims.split(",")) * len(causal.split(","))
     for r in rows:
         assert r["fits"] and not r["wgmma_serialised"], r
         assert r["spill_stores"] <= (128 if r["mask_kind"] else 0), r
+
+
+def test_the_table_takes_the_gluon_kernel_with_one_or_two_consumers():
+    """Session 12's autotune (PERFORMANCE.md v27): two consumers a program without a causal mask and from N = 1448
+    at D = 128; one consumer a program (two programs an SM) at D = 64 causal, and at D = 128 causal below N = 1448."""
+    def at(D, causal, N=None):
+        return config.lookup("qk_softmax", "sm90", D, causal, 2, N=N)
+
+    for D in (64, 128):
+        assert at(D, False) == at(D, False, 1024) == replace(TWO_CONSUMERS, heavy_first=False)
+    assert at(64, True) == at(64, True, 1024) == ONE_CONSUMER
+    assert at(128, True) == at(128, True, 1448) == TWO_CONSUMERS
+    assert at(128, True, 1024) == at(128, True, 1447) == ONE_CONSUMER_SHORT
 
 
 def test_q_in_registers_compiles_without_spills_and_no_table_entry_sets_it():

@@ -137,8 +137,11 @@ TABLE: dict[tuple, Tiles] = {
     # qk_softmax at D = 64 and 128 exactly, N % 8 == 0: the warp-specialised Gluon kernel with P stored by TMA (v12:
     # 1.05–1.41× the Triton kernel's build time at N = 1024…16384, except D = 64 causal N = 1024, 0.985×; 3 stages
     # 4–13 % faster than 2). Other D and N keep the Triton entries below.
+    # D = 64 causal: one consumer a program, two programs an SM (v27; session 12's autotune, `outputs/h200/
+    # 2026-11-30-s12-call3`: the build at N = 1024 / 2048 / 8192 0.5994 / 1.0724 / 3.9198 ms against two consumers'
+    # 0.7076 / 1.1329 / 3.9047).
     ("qk_softmax", "sm90", "=64", False, 2): Tiles(64, 128, 4, 3, gluon=True),
-    ("qk_softmax", "sm90", "=64", True, 2): Tiles(64, 128, 4, 3, heavy_first=True, gluon=True),
+    ("qk_softmax", "sm90", "=64", True, 2): Tiles(64, 128, 4, 3, heavy_first=True, gluon=True, one_consumer=True),
     ("qk_softmax", "sm90", "=128", False, 2): Tiles(64, 128, 4, 3, gluon=True),
     ("qk_softmax", "sm90", "=128", True, 2): Tiles(64, 128, 4, 3, heavy_first=True, gluon=True),
     ("qk_softmax", "sm90", 64, False, 2): Tiles(128, 64, 8, 3),
@@ -167,12 +170,16 @@ TABLE: dict[tuple, Tiles] = {
 # program, two programs an SM (v23), persistent in pair order (v24) wins at the small N. D = 128: 64×64 s2 at 512
 # (0.1102 against the TABLE entry's 0.1359 ms) and ties at 1024 (0.1755 / 0.1758), so below 724; D = 64: 64×128 s2 at
 # 512 (0.1476 / 0.2001) and 1024 (0.2248 / 0.2455), 1 % at 2048 (0.3806 / 0.3847), so below 1448.
+# Session 12's (`-s12-call3`, qk_softmax, N = 1024, 2048, 8192): at D = 128 causal one consumer a program wins at 1024
+# (0.3896 against 0.4279 ms), 1 % at 2048 and loses 3 % at 8192, so below 1448 (the Gluon kernel takes N ≥ 1024).
 SHORT_N = 1024
 SHORT: dict[tuple, tuple[Tiles, int]] = {
     ("fused", "sm90", "=128", True, 2): (Tiles(64, 64, 4, 2, heavy_first=True, gluon=True, mask_tma=True,
                                                persistent=True, o_tma=True, one_consumer=True), 724),
     ("fused", "sm90", "=64", True, 2): (Tiles(64, 128, 4, 2, heavy_first=True, gluon=True, mask_tma=True,
                                               persistent=True, o_tma=True, one_consumer=True), 1448),
+    ("qk_softmax", "sm90", "=128", True, 2): (Tiles(64, 128, 4, 2, heavy_first=True, gluon=True, one_consumer=True),
+                                              1448),
 }
 
 
