@@ -50,8 +50,8 @@ class Tiles:
     # (a 2-byte mask by TMA at D = 128) the plain stores stay (PERFORMANCE.md v22; label suffix `o`).
     o_tma: bool = False
     # Gluon kernels: one consumer warpgroup a program (BLOCK_M rows) instead of two, so that two programs share an SM
-    # and one's start and end run under the other's work (PERFORMANCE.md v23; label suffix `u`); in the qk_softmax
-    # kernel, so that one program's pass 1 can run beside the other's stores (v27).
+    # and one's start and end run under the other's work (PERFORMANCE.md v23; label suffix `u`). In the qk_softmax
+    # kernel it pays the same way, under a causal mask at short N (v27; not where it was aimed, non-causal long N).
     one_consumer: bool = False
 
     def as_dict(self) -> dict:
