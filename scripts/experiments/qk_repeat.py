@@ -8,6 +8,11 @@ Each round times every case once with the benchmark's own timer (attnlab.bench.t
 CUDA-graph replays), the table's tiles and, for D = 64 causal, the two-consumer kernel the table had before session
 12 beside the one-consumer one it has now, so that drift over the rounds shows as drift and not as a difference
 between kernels. bf16, FlashAttention's shapes (B·N = 16384, H·D = 2048). Prints `rep D causal N tiles ms floor_ratio`.
+
+`--pools K` (written in session 12, not yet run) asks where a round's difference comes from: each case captured in K
+CUDA graphs at once, each with its own memory pool (so P lies in K places), then each graph timed in turn, --reps
+rounds. A spread between graphs that repeats round after round is placement; one that moves with the round is
+drift. Prints `pool D causal N graph round ms`.
 """
 import argparse
 
@@ -19,13 +24,38 @@ from attnlab.triton import config
 from attnlab.triton.resources import label, parse_tiles
 
 
+def pools(dev, k: int, reps: int, ns):
+    """The table's qk_softmax build at D = 128 non-causal (the widest spread), captured in k graphs at once and timed
+    graph by graph for `reps` rounds."""
+    import triton.testing
+
+    from attnlab import builds
+    from attnlab.measure import graphed
+
+    b = builds.get("qk_softmax")
+    for N in ns:
+        q, k_, v = make_inputs(bench._case("qk_softmax", bench.TOKENS // N, bench.WIDTH // 128, N, 128,
+                                           torch.bfloat16, False))
+        graphs: list = []
+        runs = [graphed(lambda: b.attend(q, k_, v), dev, graphs)[0] for _ in range(k)]
+        for rnd in range(reps):
+            for i, run in enumerate(runs):
+                ms = triton.testing.do_bench(run, warmup=100, rep=100, return_mode="median")
+                print(f"pool 128 0 {N} {i} {rnd} {ms:.4f}", flush=True)
+        del runs, graphs
+        torch.cuda.empty_cache()
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--reps", type=int, default=4)
     ap.add_argument("--ns", default="4096,8192")
+    ap.add_argument("--pools", type=int, default=0, help="K graphs of one case instead (see the module's text)")
     args = ap.parse_args()
     dev = torch.device("cuda")
     spin_up(dev, 1.0)
+    if args.pools:
+        return pools(dev, args.pools, args.reps, [int(n) for n in args.ns.split(",")])
     ceil = model.measure_ceilings(dev, torch.bfloat16)
     print(f"ceilings {ceil}", flush=True)
     cases = []
