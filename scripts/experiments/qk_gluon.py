@@ -1,5 +1,6 @@
 """PERFORMANCE.md v12: the qk_softmax build's Gluon kernel (attnlab.triton.qk_softmax_gluon) checked, then timed
-against the Triton kernel in the same process (Triton candidates, labels without `g`, are checked and timed alike). GPU (sm90) only:
+against the Triton kernel in the same process (Triton candidates, labels without `g`, are checked and timed alike).
+GPU (sm90) only:
 
     python scripts/experiments/qk_gluon.py [--check-only | --skip-check] [--ablations] [--ns 1024,4096,16384]
                                            [--tiles 64x128w4s3hg,...] [--part k/n] [--warm]

@@ -7,7 +7,8 @@ PTX identical). GPU only:
 Each round times every case once with the benchmark's own timer (attnlab.bench.time_case: do_bench's median over
 CUDA-graph replays), the table's tiles and, for D = 64 causal, the two-consumer kernel the table had before session
 12 beside the one-consumer one it has now, so that drift over the rounds shows as drift and not as a difference
-between kernels. bf16, FlashAttention's shapes (B·N = 16384, H·D = 2048). Prints `rep D causal N tiles ms floor_ratio`.
+between kernels. bf16, FlashAttention's shapes (B·N = 16384, H·D = 2048). Prints
+`rep D causal N tiles ms floor_ratio`.
 
 `--pools K` (written in session 12, not yet run) asks where a round's difference comes from: each case captured in K
 CUDA graphs at once, each with its own memory pool (so P lies in K places), then each graph timed in turn, --reps
