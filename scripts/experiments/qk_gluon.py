@@ -15,8 +15,9 @@ hiding whole rows, additive masks, the no_softmax ablation, causal. P is checked
 wherever N % 8 == 0; through the build, N below qk_softmax_gluon.MIN_N or not a multiple of 8 runs the Triton kernel
 (each line says which ran).
 Then medians of CUDA-graph replays (gluon_fa3.timed) at FlashAttention's shapes (B·N = 16384, H·D = 2048), bf16:
-the whole build (P kernel + PV kernel) with the table's Triton tiles and with each Gluon candidate, the PV kernel
-alone, and the build over the issue's floor (attnlab.bench.qk_softmax_floor_ms at this run's measured ceilings).
+the whole build (P kernel + PV kernel, `build`: each candidate at every N, below MIN_N too) with the table's Triton
+tiles and with each candidate, the PV kernel alone, and the build over the issue's floor
+(attnlab.bench.qk_softmax_floor_ms at this run's measured ceilings).
 """
 import argparse
 import itertools
@@ -103,6 +104,17 @@ def check(tiles, part=(0, 1)):
     return bad
 
 
+def build(q, k, v, causal, t, ablation=None):
+    """The qk_softmax build with tiles t (launch.write_p, then the PV kernel, as launch.qk_softmax runs them), at any
+    N: unlike the build's entry point, which sends N below qk_softmax_gluon.MIN_N to the Triton kernel, a Gluon
+    candidate runs there too, so that the bound itself can be measured."""
+    c = launch._prepare(q, k, v, causal, None, None, ablation)
+    B, H, N = c.spec.B, c.spec.H, c.spec.N
+    P = torch.empty(B, H, N, N, device=q.device, dtype=q.dtype)
+    launch.write_p(c, P, t, ablation == "no_softmax")
+    return launch._pv(c, P, ablation, None)
+
+
 def bench(ns, ds, causals, labels, ablations=False, part=(0, 1), warm=False):
     """Under `warm`, each case runs once, untimed: n such processes at once (--part) fill Triton's on-disk cache, so
     the timing process that follows compiles nothing."""
@@ -119,12 +131,11 @@ def bench(ns, ds, causals, labels, ablations=False, part=(0, 1), warm=False):
         if warm:
             for label in labels:
                 t = candidate(label, causal)
-                with config.forced("qk_softmax", t):
-                    for ablation in (None, "no_softmax") if ablations else (None,):
-                        try:
-                            launch.qk_softmax(q, k, v, causal=causal, ablation=ablation)
-                        except Exception as e:  # noqa: BLE001
-                            print(f"warm {D} {causal} {N} {label}: {type(e).__name__}: {str(e)[:200]}", flush=True)
+                for ablation in (None, "no_softmax") if ablations else (None,):
+                    try:
+                        build(q, k, v, causal, t, ablation)
+                    except Exception as e:  # noqa: BLE001
+                        print(f"warm {D} {causal} {N} {label}: {type(e).__name__}: {str(e)[:200]}", flush=True)
             torch.cuda.synchronize()
             continue
         floor = qk_softmax_floor_ms(B, H, N, D, torch.bfloat16, causal, ceil)
@@ -135,18 +146,16 @@ def bench(ns, ds, causals, labels, ablations=False, part=(0, 1), warm=False):
         table = config.tiles("qk_softmax", q.device, D, causal, q.dtype, gluon=False)
         for label in ["table"] + labels:
             t = table if label == "table" else candidate(label, causal)
-            with config.forced("qk_softmax", t):
-                try:
-                    o = launch.qk_softmax(q, k, v, causal=causal)
-                    # the fp64 oracle on one batch and four heads: (1, 4, N, N) doubles, 8 GiB at N = 16384
-                    verdict = accuracy.judge(o[:1, :4], q[:1, :4], k[:1, :4], v[:1, :4], causal=causal)
-                    name = f"{label}{'' if verdict.ok else ' FAILS'}"
-                    res[name] = timed(lambda: launch.qk_softmax(q, k, v, causal=causal))
-                    if ablations:  # P = S: pass 2 only, no exponentials (PERFORMANCE.md v12: are they hidden?)
-                        res[f"{label} no_softmax"] = timed(
-                            lambda: launch.qk_softmax(q, k, v, causal=causal, ablation="no_softmax"))
-                except Exception as e:  # noqa: BLE001
-                    print(f"{D} {causal} {N} {label}: {type(e).__name__}: {str(e)[:200]}", flush=True)
+            try:
+                o = build(q, k, v, causal, t)
+                # the fp64 oracle on one batch and four heads: (1, 4, N, N) doubles, 8 GiB at N = 16384
+                verdict = accuracy.judge(o[:1, :4], q[:1, :4], k[:1, :4], v[:1, :4], causal=causal)
+                name = f"{label}{'' if verdict.ok else ' FAILS'}"
+                res[name] = timed(lambda: build(q, k, v, causal, t))
+                if ablations:  # P = S: pass 2 only, no exponentials (PERFORMANCE.md v12: are they hidden?)
+                    res[f"{label} no_softmax"] = timed(lambda: build(q, k, v, causal, t, "no_softmax"))
+            except Exception as e:  # noqa: BLE001
+                print(f"{D} {causal} {N} {label}: {type(e).__name__}: {str(e)[:200]}", flush=True)
         for what, ms in res.items():
             p_kernel = "" if what == "pv" else f" p_kernel={ms - res['pv']:.4f}"
             print(f"{D} {int(causal)} {N} {what} {ms:.4f} {ms / floor:.3f} {res.get('table', ms) / ms:.3f}{p_kernel}",
