@@ -72,7 +72,7 @@ def _online_softmax(s, acc, l_i, m_i, qk_scale, MASKED: tl.constexpr, MASK_KIND:
             # An explicit mask can hide a whole row so far: subtract 0 then, so exp2 gives 0, not NaN. The running
             # max itself stays -inf: were the 0 kept, scores far below 0 in later tiles would underflow to p = 0 in
             # fp16 and the row would come out all zeros.
-            m_use = tl.where(m_new == float("-inf"), 0.0, m_new)
+            m_use = masked_to_zero(m_new)
         p = tl.math.exp2(s - m_use[:, None])
     alpha = tl.math.exp2(m_i - m_use)  # rescales what was accumulated under the old max
     return p, acc * alpha[:, None], l_i * alpha + tl.sum(p, 1), m_new

@@ -8,19 +8,7 @@ trip costs one extra QKᵀ: the attribution tables count it.
 import triton
 import triton.language as tl
 
-from attnlab.triton.tiles import load_rows, masked_to_zero, score_tile
-
-
-@triton.jit
-def _finite(m):
-    """A row max with −inf (every key masked so far) replaced by 0, so that exp2(s − m) stays finite (and 0)."""
-    return tl.where(m == float("-inf"), 0.0, m)
-
-
-@triton.jit
-def _inverse_sum(l):
-    """1 / the row sum; a fully masked row (sum 0) gets 1, so its P is 0."""
-    return 1.0 / tl.where(l == 0.0, 1.0, l)
+from attnlab.triton.tiles import inverse_sum, load_rows, masked_to_zero, score_tile
 
 
 @triton.jit
@@ -59,7 +47,7 @@ def qk_softmax_kernel(Q, K, P, M,
             s = score_tile(q, k, m_base + offs_n[None, :] * smn, offs_m, offs_n, N, qk_scale, mask_scale,
                            BLOCK_M, BLOCK_N, CAUSAL, True, MASK_KIND, IEEE, UPCAST)
             m_new = tl.maximum(m_i, tl.max(s, 1))
-            m_safe = _finite(m_new)
+            m_safe = masked_to_zero(m_new)
             l_i = l_i * tl.math.exp2(m_i - m_safe) + tl.sum(tl.math.exp2(s - m_safe[:, None]), 1)
             m_i = m_new
     if ONE_TILE:
@@ -77,10 +65,10 @@ def qk_softmax_kernel(Q, K, P, M,
         else:
             if ONE_TILE:  # the whole row is this tile: its max first
                 m_i = tl.max(s, 1)
-            e = tl.math.exp2(s - _finite(m_i)[:, None])
+            e = tl.math.exp2(s - masked_to_zero(m_i)[:, None])
             if ONE_TILE:  # and its sum
                 l_i = tl.sum(e, 1)
-            p = e * _inverse_sum(l_i)[:, None]
+            p = e * inverse_sum(l_i)[:, None]
         tl.store(p_base + offs_n[None, :], p.to(P.dtype.element_ty), mask=out_ok & (offs_n[None, :] < N))
     # Causal: the tiles past the diagonal hold zeros, written like the materialised build's softmax writes them,
     # so the two builds differ by the S round trip alone.

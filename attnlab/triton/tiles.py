@@ -85,8 +85,15 @@ def row_length(N, ELEM_BITS: tl.constexpr, ROWS_16B: tl.constexpr):
 
 @triton.jit
 def masked_to_zero(s):
-    """The no_softmax ablation's P: the scores themselves, with masked (-inf) entries 0 instead."""
+    """s with its -inf (masked) entries 0: the no_softmax ablation's P (the scores themselves), and a row max before
+    exp2(s - max), so that a row every key of which is masked so far gives exp2(-inf) = 0, never NaN."""
     return tl.where(s == float("-inf"), 0.0, s)
+
+
+@triton.jit
+def inverse_sum(l):
+    """1 / a row's sum of exponentials; a fully masked row (sum 0) gets 1, so its P is 0."""
+    return 1.0 / tl.where(l == 0.0, 1.0, l)
 
 
 # The no_pv ablation consumes P as Σ_n P[i, n] · n/N instead of P V: V is never read and no matmul runs, but every
