@@ -44,10 +44,10 @@ def _shape(c: measure.Case) -> tuple:
     return c.B, c.H, c.Hkv, c.N, c.D, c.dtype, c.causal
 
 
-def run_part(params_path: str, part: int, jobs: int) -> tuple[int, list[str]]:
-    """Run this child's cases once each; (cases run, one line per case that failed)."""
+def run_part(all_cases: list[measure.Case], part: int, jobs: int) -> tuple[int, list[str]]:
+    """Run this child's share of the grid's cases once each; (cases run, one line per case that failed)."""
     ran, failed = 0, []
-    for case in mine(cases(params_path), part, jobs):
+    for case in mine(all_cases, part, jobs):
         try:
             q, k, v = measure.make_inputs(case)
             builds.get(case.build).attend(q, k, v, causal=case.causal)
@@ -87,7 +87,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"attnlab warm: error: --jobs must be a whole number >= 1, got {args.jobs}", file=sys.stderr)
         return 2
     try:
-        cases(args.params)  # the params and the device they name, checked before any child starts
+        all_cases = cases(args.params)  # the params and the device they name, checked before any child starts
         if args.part:
             part, jobs = (int(x) for x in args.part.split("/"))
             if not 0 <= part < jobs:
@@ -99,7 +99,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"attnlab warm: error: --part looks like K/J with 0 <= K < J, got {args.part!r}", file=sys.stderr)
         return 2
     if args.part:
-        ran, failed = run_part(args.params, part, jobs)
+        ran, failed = run_part(all_cases, part, jobs)
         print(f"warm part {part}/{jobs}: {ran} cases run, {len(failed)} failed", flush=True)
         for line in failed:
             print(f"  failed {line}", flush=True)
