@@ -34,7 +34,7 @@
 #   qkrepeat  the qk_softmax build timed in rounds in one process (scripts/experiments/qk_repeat.py; QKREP_ARGS)
 #   qkprobe   the P kernel alone at N = 4096 non-causal, D = 128 and 64, as it is and with pass 1 changed
 #             (scripts/experiments/qk_exp_probe.py: none, pass1 = exponentials as FMAs, ref1 = no running max,
-#             ref1-fake = both); not yet run (session 11)
+#             ref1-fake = both; session 12's call 1)
 set -u
 out=${OUT:-h200-out}
 mkdir -p "$out"
@@ -125,14 +125,12 @@ qkcheck() {
   grep -a "^check" "$out/qkcheck.log" | grep -av "^check ok" | cut -c1-300
 }
 qkbench() {
-  local k tiles=${QK_TILES:-64x128w4s3hg}
+  local k args="--skip-check --ns ${QK_NS:-1024,4096} ${QK_ARGS:-} --tiles ${QK_TILES:-64x128w4s3hg}"
   for k in 0 1 2 3; do
-    timeout 280 python3 scripts/experiments/qk_gluon.py --skip-check --warm --ns "${QK_NS:-1024,4096}" ${QK_ARGS:-} --tiles "$tiles" \
-      --part $k/4 > /dev/null 2>&1 &
+    timeout 280 python3 scripts/experiments/qk_gluon.py $args --warm --part $k/4 > /dev/null 2>&1 &
   done
   wait
-  timeout 200 python3 scripts/experiments/qk_gluon.py --skip-check --ns "${QK_NS:-1024,4096}" ${QK_ARGS:-} --tiles "$tiles" \
-    > "$out/qkbench.log" 2>&1
+  timeout 200 python3 scripts/experiments/qk_gluon.py $args > "$out/qkbench.log" 2>&1
   echo "qkbench rc=$?"; grep -av Warning "$out/qkbench.log" | tail -40
 }
 ncu_bin() {  # Nsight Compute: on the PATH, else where the CUDA image installs it (empty if neither)
