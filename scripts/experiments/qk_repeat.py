@@ -25,6 +25,11 @@ from attnlab.triton import config
 from attnlab.triton.resources import label, parse_tiles
 
 
+def inputs(N: int, D: int):
+    """q, k, v of the benchmark's case at N and D (B·N = 16384, H·D = 2048), bf16."""
+    return make_inputs(bench._case("qk_softmax", bench.TOKENS // N, bench.WIDTH // D, N, D, torch.bfloat16, False))
+
+
 def pools(dev, k: int, reps: int, ns):
     """The table's qk_softmax build at D = 128 non-causal (the widest spread), captured in k graphs at once and timed
     graph by graph for `reps` rounds."""
@@ -35,8 +40,7 @@ def pools(dev, k: int, reps: int, ns):
 
     b = builds.get("qk_softmax")
     for N in ns:
-        q, k_, v = make_inputs(bench._case("qk_softmax", bench.TOKENS // N, bench.WIDTH // 128, N, 128,
-                                           torch.bfloat16, False))
+        q, k_, v = inputs(N, 128)
         graphs: list = []
         runs = [graphed(lambda: b.attend(q, k_, v), dev, graphs)[0] for _ in range(k)]
         for rnd in range(reps):
@@ -65,13 +69,12 @@ def main():
             table = config.tiles("qk_softmax", dev, D, causal, torch.bfloat16, N=N)
             cands = [table] + ([parse_tiles("64x128w4s3hg")] if (D, causal) == (64, True) else [])
             cases += [(D, causal, N, t) for t in cands]
-    inputs = {}
+    made = {}
     for rep in range(args.reps):
         for D, causal, N, t in cases:
-            if (D, N) not in inputs:
-                inputs[(D, N)] = make_inputs(bench._case("qk_softmax", bench.TOKENS // N, bench.WIDTH // D, N, D,
-                                                         torch.bfloat16, causal))
-            q, k, v = inputs[(D, N)]
+            if (D, N) not in made:
+                made[(D, N)] = inputs(N, D)
+            q, k, v = made[(D, N)]
             with config.forced("qk_softmax", t):
                 timed = bench.time_case("qk_softmax", q, k, v, causal)
             floor = bench.qk_softmax_floor_ms(q.shape[0], q.shape[1], N, D, torch.bfloat16, causal, ceil)
