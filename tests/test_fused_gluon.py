@@ -271,8 +271,9 @@ def test_the_persistent_kernel_with_o_by_tma_compiles_within_limits():
 def test_rows_record_the_o_store_path_the_launch_takes(monkeypatch, gluon_launches, D, causal, N):
     """Lab guard (v22): the zero_mask ablation's 2-byte mask by TMA leaves no room for O's own tiles at D = 128 with
     two consumers a program, so there O goes out by plain stores while fused stores it by TMA; a one-consumer program
-    (causal at short N: config.SHORT) has room in its half of the SM. The row's tiles must say what the launch ran (the ablation
-    report then notes the different tiles), here checked against the kernel's O_TMA, ROWS and BLOCK_N."""
+    (causal at short N: config.SHORT) has room in its half of the SM. The row's tiles must say what the launch ran
+    (the ablation report then notes the different tiles), here checked against the kernel's O_TMA, ROWS and
+    BLOCK_N."""
     from attnlab import builds
 
     monkeypatch.setattr(config, "family", lambda device: "sm90")
