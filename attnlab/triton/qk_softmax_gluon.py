@@ -25,29 +25,66 @@ from triton.experimental.gluon import language as gl
 from triton.experimental.gluon.language.nvidia.hopper import (fence_async_shared, mbarrier, tma, warpgroup_mma,
                                                               warpgroup_mma_wait)
 
-from attnlab.triton.fused_gluon import (HEAD_DIMS, ROWS_PER_PROGRAM, _needs_masks, _program, _scores, _tile,
-                                        compiles_for, descriptor, partitions, tma_ready)
+from attnlab.triton.fused_gluon import (HEAD_DIMS, ROWS_PER_PROGRAM, _items, _needs_masks, _program, _scores,
+                                        _step_item, _tile, compiles_for, descriptor, partitions, programs_per_sm,
+                                        sm_count, tma_ready)
 
 PBUF = gl.constexpr(2)  # P buffers per consumer: one being filled while the other's store drains
 CONSUMER_REGS = 232  # setmaxnreg of the consumer warpgroups (a multiple of 8; the loader gets 24)
 
 
 @gluon.jit
-def _loader(q_desc, k_desc, q_smem, k_smem, bars, b, h, hk, start_m, n_tiles, BLOCK_M: gl.constexpr,
-            BLOCK_N: gl.constexpr, STAGES: gl.constexpr, NO_SOFTMAX: gl.constexpr, ROWS: gl.constexpr):
-    """One warp: each consumer's Q, then the K tiles once per pass into the ring; a slot is refilled once every
-    consumer has arrived on its `empty` barrier (count ROWS)."""
-    q_bars, k_full, k_empty = bars
+def _load_k(r, t, k_desc, k_smem, k_full, k_empty, b, hk, BLOCK_N: gl.constexpr, STAGES: gl.constexpr):
+    """K tile t into ring position r, once every consumer has released the slot (its `empty` barrier, count ROWS)."""
+    st = r % STAGES
+    mbarrier.wait(k_empty.index(st), ((r // STAGES) & 1) ^ 1)  # a fresh barrier passes the phase before 0
+    mbarrier.expect(k_full.index(st), k_desc.block_type.nbytes)
+    tma.async_copy_global_to_shared(k_desc, [b, hk, t * BLOCK_N, 0], k_full.index(st), k_smem.index(st))
+
+
+@gluon.jit
+def _load_item(where, t0, it, q_desc, k_desc, q_smem, k_smem, bars, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr,
+               STAGES: gl.constexpr, NO_SOFTMAX: gl.constexpr, PERSISTENT: gl.constexpr, ROWS: gl.constexpr):
+    """The loader's share of a work item (`where`: _program's answer; this program's it-th item): each consumer's Q
+    (persistent: once that consumer has released its Q buffer, after its last QKᵀ of the previous item, and after
+    the item's first K tile, which can load before that), then the K tiles once per pass at ring positions t0 on.
+    Returns the next item's first ring position."""
+    q_bars, q_empty, k_full, k_empty = bars
+    b, h, hk, start_m, n_tiles, m_head = where
+    passes = 1 if NO_SOFTMAX else 2
+    first = 0
+    if PERSISTENT:
+        _load_k(t0, 0, k_desc, k_smem, k_full, k_empty, b, hk, BLOCK_N, STAGES)
+        first = 1
     for w in gl.static_range(ROWS):
+        if PERSISTENT:
+            mbarrier.wait(q_empty.index(w), (it & 1) ^ 1)
         mbarrier.expect(q_bars.index(w), q_desc.block_type.nbytes)
         tma.async_copy_global_to_shared(q_desc, [b, h, start_m + w * BLOCK_M, 0], q_bars.index(w), q_smem.index(w))
-    passes = 1 if NO_SOFTMAX else 2
-    for t in range(passes * n_tiles):
-        st = t % STAGES
-        mbarrier.wait(k_empty.index(st), ((t // STAGES) & 1) ^ 1)  # a fresh barrier passes the phase before 0
-        mbarrier.expect(k_full.index(st), k_desc.block_type.nbytes)
-        tma.async_copy_global_to_shared(k_desc, [b, hk, (t % n_tiles) * BLOCK_N, 0], k_full.index(st),
-                                        k_smem.index(st))
+    for t in range(first, passes * n_tiles):
+        _load_k(t0 + t, t % n_tiles, k_desc, k_smem, k_full, k_empty, b, hk, BLOCK_N, STAGES)
+    return t0 + passes * n_tiles
+
+
+@gluon.jit
+def _loader(q_desc, k_desc, q_smem, k_smem, bars, work, where, M, smb, smh, N, H, GROUP, BLOCK_M: gl.constexpr,
+            BLOCK_N: gl.constexpr, STAGES: gl.constexpr, CAUSAL: gl.constexpr, HEAVY_FIRST: gl.constexpr,
+            NO_SOFTMAX: gl.constexpr, PERSISTENT: gl.constexpr, ROWS: gl.constexpr):
+    """One warp: Q and K of this program's work items (one item unless persistent) by TMA, K into a ring of STAGES
+    slots once per pass."""
+    pid, nprog, total = work
+    if PERSISTENT:
+        t0 = 0
+        it = 0
+        start, end, step = _items(pid, nprog, total, CAUSAL and HEAVY_FIRST)
+        for x in range(start, end, step):
+            where = _step_item(x, work, M, smb, smh, N, H, GROUP, BLOCK_M, BLOCK_N, CAUSAL, HEAVY_FIRST, ROWS)
+            t0 = _load_item(where, t0, it, q_desc, k_desc, q_smem, k_smem, bars, BLOCK_M, BLOCK_N, STAGES,
+                            NO_SOFTMAX, True, ROWS)
+            it += 1
+    else:
+        _load_item(where, 0, 0, q_desc, k_desc, q_smem, k_smem, bars, BLOCK_M, BLOCK_N, STAGES, NO_SOFTMAX, False,
+                   ROWS)
 
 
 @gluon.jit
@@ -90,11 +127,13 @@ def _bias(m_i, l_i):
 
 
 @gluon.jit
-def _write_tile(s, j, bias, p_desc, p_smem, slot0, b, h, rows, hi, mask_rows, offs_m, cols, N, smn, qk_scale,
+def _write_tile(s, j, bias, p_desc, p_smem, slot0, pbase, b, h, rows, hi, mask_rows, offs_m, cols, N, smn, qk_scale,
                 mask_scale, BLOCK_N: gl.constexpr, CAUSAL: gl.constexpr, MASK_KIND: gl.constexpr,
                 NO_SOFTMAX: gl.constexpr):
     """P of key tile j (normalised with the row's bias, or S itself under no_softmax) into buffer
-    slot0 + j % PBUF, then a TMA store of it; the store that last read that buffer must have finished first."""
+    slot0 + (pbase + j) % PBUF (pbase: the P tiles this consumer wrote for earlier items, so that the buffers
+    alternate across items too), then a TMA store of it; the store that last read that buffer must have finished
+    first."""
     offs_n = j * BLOCK_N + cols
     if _needs_masks(j, rows, hi, BLOCK_N, CAUSAL):
         s = _scores(s, mask_rows, mask_rows, offs_m, offs_n, N, smn, qk_scale, mask_scale, True, CAUSAL, MASK_KIND,
@@ -104,7 +143,7 @@ def _write_tile(s, j, bias, p_desc, p_smem, slot0, b, h, rows, hi, mask_rows, of
         s = _scores(s, mask_rows, mask_rows, offs_m, offs_n, N, smn, qk_scale, mask_scale, False, CAUSAL,
                     MASK_KIND, NO_SOFTMAX, False)
         p = _probabilities(s, bias, qk_scale, MASK_KIND != 0 or NO_SOFTMAX, NO_SOFTMAX)
-    buf = p_smem.index(slot0 + j % PBUF)
+    buf = p_smem.index(slot0 + (pbase + j) % PBUF)
     tma.store_wait(pendings=PBUF - 1)
     buf.reshape([buf.type.shape[2], buf.type.shape[3]]).store(p.to(p_desc.dtype))
     fence_async_shared()
@@ -112,12 +151,12 @@ def _write_tile(s, j, bias, p_desc, p_smem, slot0, b, h, rows, hi, mask_rows, of
 
 
 @gluon.jit
-def _step(s, j, m_i, l_i, bias, p_desc, p_smem, slot0, b, h, rows, hi, mask_rows, offs_m, cols, N, smn,
+def _step(s, j, m_i, l_i, bias, p_desc, p_smem, slot0, pbase, b, h, rows, hi, mask_rows, offs_m, cols, N, smn,
           qk_scale, mask_scale, WRITE: gl.constexpr, BLOCK_N: gl.constexpr, CAUSAL: gl.constexpr,
           MASK_KIND: gl.constexpr, NO_SOFTMAX: gl.constexpr):
     """Key tile j of a pass: pass 1 folds it into the running max and sum, pass 2 (WRITE) writes its P."""
     if WRITE:
-        _write_tile(s, j, bias, p_desc, p_smem, slot0, b, h, rows, hi, mask_rows, offs_m, cols, N, smn,
+        _write_tile(s, j, bias, p_desc, p_smem, slot0, pbase, b, h, rows, hi, mask_rows, offs_m, cols, N, smn,
                     qk_scale, mask_scale, BLOCK_N, CAUSAL, MASK_KIND, NO_SOFTMAX)
     else:
         p, m_i, l_i, alpha, offs_n = _tile(s, m_i, l_i, j, rows, hi, mask_rows, mask_rows, offs_m, cols, N, smn,
@@ -126,49 +165,56 @@ def _step(s, j, m_i, l_i, bias, p_desc, p_smem, slot0, b, h, rows, hi, mask_rows
 
 
 @gluon.jit
-def _pass(q, k_smem, k_full, k_empty, base, n_tiles, zero_s, m_i, l_i, bias, p_desc, p_smem, slot0, b, h,
-          rows, hi, mask_rows, offs_m, cols, N, smn, qk_scale, mask_scale, WRITE: gl.constexpr, D: gl.constexpr,
-          BLOCK_N: gl.constexpr, STAGES: gl.constexpr, CAUSAL: gl.constexpr, MASK_KIND: gl.constexpr,
-          NO_SOFTMAX: gl.constexpr):
+def _pass(q, k_smem, k_full, k_empty, q_free, base, n_tiles, zero_s, m_i, l_i, bias, p_desc, p_smem, slot0, pbase,
+          b, h, rows, hi, mask_rows, offs_m, cols, N, smn, qk_scale, mask_scale, WRITE: gl.constexpr,
+          RELEASE_Q: gl.constexpr, D: gl.constexpr, BLOCK_N: gl.constexpr, STAGES: gl.constexpr,
+          CAUSAL: gl.constexpr, MASK_KIND: gl.constexpr, NO_SOFTMAX: gl.constexpr):
     """One pass over the key tiles (ring tiles base … base + n_tiles − 1), two at a time: the next tile's QKᵀ is on
     the tensor cores while this one's scores are worked on. Two at a time because the in-flight result must not be
     the value the loop carries while the previous one is still read: a one-tile loop makes the compiler copy an
     in-flight accumulator on the back edge, and ptxas then serialises every matmul (C7514; PERFORMANCE.md v12).
-    Every matmul a pass starts, it waits for."""
+    Every matmul a pass starts, it waits for. RELEASE_Q: arrive on q_free once the pass's last QKᵀ has read Q (the
+    persistent kernel's loader then brings the next item's Q under this pass's last tiles)."""
     s_flight = _next_scores(q, k_smem, k_full, base, zero_s, BLOCK_N, D, STAGES)
     for i in range((n_tiles - 1) // 2):
         j = 2 * i
         s_a = _scores_done(s_flight, k_empty, base + j, STAGES)
         s_b_flight = _next_scores(q, k_smem, k_full, base + j + 1, zero_s, BLOCK_N, D, STAGES)
-        m_i, l_i = _step(s_a, j, m_i, l_i, bias, p_desc, p_smem, slot0, b, h, rows, hi, mask_rows, offs_m,
+        m_i, l_i = _step(s_a, j, m_i, l_i, bias, p_desc, p_smem, slot0, pbase, b, h, rows, hi, mask_rows, offs_m,
                          cols, N, smn, qk_scale, mask_scale, WRITE, BLOCK_N, CAUSAL, MASK_KIND, NO_SOFTMAX)
         s_b = _scores_done(s_b_flight, k_empty, base + j + 1, STAGES)
         s_flight = _next_scores(q, k_smem, k_full, base + j + 2, zero_s, BLOCK_N, D, STAGES)
-        m_i, l_i = _step(s_b, j + 1, m_i, l_i, bias, p_desc, p_smem, slot0, b, h, rows, hi, mask_rows,
+        m_i, l_i = _step(s_b, j + 1, m_i, l_i, bias, p_desc, p_smem, slot0, pbase, b, h, rows, hi, mask_rows,
                          offs_m, cols, N, smn, qk_scale, mask_scale, WRITE, BLOCK_N, CAUSAL, MASK_KIND, NO_SOFTMAX)
     j = 2 * ((n_tiles - 1) // 2)  # one tile left (n_tiles odd) or two
     s_a = _scores_done(s_flight, k_empty, base + j, STAGES)
     if j + 1 < n_tiles:
         s_b_flight = _next_scores(q, k_smem, k_full, base + j + 1, zero_s, BLOCK_N, D, STAGES)
-        m_i, l_i = _step(s_a, j, m_i, l_i, bias, p_desc, p_smem, slot0, b, h, rows, hi, mask_rows, offs_m,
+        m_i, l_i = _step(s_a, j, m_i, l_i, bias, p_desc, p_smem, slot0, pbase, b, h, rows, hi, mask_rows, offs_m,
                          cols, N, smn, qk_scale, mask_scale, WRITE, BLOCK_N, CAUSAL, MASK_KIND, NO_SOFTMAX)
         s_b = _scores_done(s_b_flight, k_empty, base + j + 1, STAGES)
-        m_i, l_i = _step(s_b, j + 1, m_i, l_i, bias, p_desc, p_smem, slot0, b, h, rows, hi, mask_rows,
+        if RELEASE_Q:
+            mbarrier.arrive(q_free, count=1)
+        m_i, l_i = _step(s_b, j + 1, m_i, l_i, bias, p_desc, p_smem, slot0, pbase, b, h, rows, hi, mask_rows,
                          offs_m, cols, N, smn, qk_scale, mask_scale, WRITE, BLOCK_N, CAUSAL, MASK_KIND, NO_SOFTMAX)
     else:
-        m_i, l_i = _step(s_a, j, m_i, l_i, bias, p_desc, p_smem, slot0, b, h, rows, hi, mask_rows, offs_m,
+        if RELEASE_Q:
+            mbarrier.arrive(q_free, count=1)
+        m_i, l_i = _step(s_a, j, m_i, l_i, bias, p_desc, p_smem, slot0, pbase, b, h, rows, hi, mask_rows, offs_m,
                          cols, N, smn, qk_scale, mask_scale, WRITE, BLOCK_N, CAUSAL, MASK_KIND, NO_SOFTMAX)
     return m_i, l_i
 
 
 @gluon.jit
-def _consumer(q_smem, k_smem, p_smem, p_desc, bars, mask, b, h, start_m, n_tiles, N, qk_scale, mask_scale,
-              WG: gl.constexpr, D: gl.constexpr, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr,
-              STAGES: gl.constexpr, CAUSAL: gl.constexpr, MASK_KIND: gl.constexpr, NO_SOFTMAX: gl.constexpr,
-              Q_REGISTERS: gl.constexpr):
-    """One warpgroup, rows start_m + WG·BLOCK_M onwards: zero tiles (causal), pass 1 (max and sum), pass 2 (P)."""
-    q_bars, k_full, k_empty = bars
-    m_head, smm, smn = mask
+def _item(where, t0, pbase, it, q_smem, k_smem, p_smem, p_desc, bars, smm, smn, N, qk_scale, mask_scale,
+          WG: gl.constexpr, D: gl.constexpr, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, STAGES: gl.constexpr,
+          CAUSAL: gl.constexpr, MASK_KIND: gl.constexpr, NO_SOFTMAX: gl.constexpr, Q_REGISTERS: gl.constexpr,
+          PERSISTENT: gl.constexpr):
+    """One warpgroup's rows of a work item (`where`: _program's answer; this program's it-th item, its key tiles at
+    ring positions t0 on, pbase P tiles written before it): zero tiles (causal), pass 1 (max and sum), pass 2 (P).
+    Persistent: Q's buffer is released after the item's last QKᵀ. Returns the next item's (t0, pbase)."""
+    q_bars, q_empty, k_full, k_empty = bars
+    b, h, hk, start_m, n_tiles, m_head = where
     s_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1],
                                                        instr_shape=[16, BLOCK_N, 16])
     row_s: gl.constexpr = gl.SliceLayout(1, s_layout)
@@ -184,80 +230,122 @@ def _consumer(q_smem, k_smem, p_smem, p_desc, bars, mask, b, h, start_m, n_tiles
         # The tiles past the program's diagonal hold zeros (written as the materialised build's softmax writes
         # them): stored now from a zeroed buffer, so the copy engine drains them while pass 1 computes.
         zbuf = p_smem.index(slot0)
+        if PERSISTENT:
+            tma.store_wait(pendings=0)  # the previous item's last P stores have read the buffer
         zbuf.reshape([BLOCK_M, BLOCK_N]).store(zero_s.to(p_desc.dtype))
         fence_async_shared()
         for j in range(n_tiles, gl.cdiv(N, BLOCK_N)):
             tma.async_copy_shared_to_global(p_desc, [b, h, rows, j * BLOCK_N], zbuf)
 
-    mbarrier.wait(q_bars.index(WG), 0)
+    mbarrier.wait(q_bars.index(WG), it & 1)
     q = q_smem.index(WG).reshape([BLOCK_M, D])
     if Q_REGISTERS:  # Q as QKᵀ's register operand: each matmul then reads only its K tile from shared memory
         q = q.load(gl.DotOperandLayout(operand_index=0, parent=s_layout, k_width=2))
+        if PERSISTENT:
+            mbarrier.arrive(q_empty.index(WG), count=1)
     m_i = gl.full([BLOCK_M], -float("inf"), gl.float32, row_s)
     l_i = gl.zeros([BLOCK_M], gl.float32, row_s)
-    if NO_SOFTMAX:
-        base = 0
-    else:  # pass 1: the row max and sum
-        m_i, l_i = _pass(q, k_smem, k_full, k_empty, 0, n_tiles, zero_s, m_i, l_i, m_i, p_desc, p_smem, slot0,
-                         b, h, rows, hi, mask_rows, offs_m, cols, N, smn, qk_scale, mask_scale, False, D, BLOCK_N,
-                         STAGES, CAUSAL, MASK_KIND, NO_SOFTMAX)
-        base = n_tiles
+    base = t0
+    if not NO_SOFTMAX:  # pass 1: the row max and sum
+        m_i, l_i = _pass(q, k_smem, k_full, k_empty, q_empty.index(WG), base, n_tiles, zero_s, m_i, l_i, m_i,
+                         p_desc, p_smem, slot0, pbase, b, h, rows, hi, mask_rows, offs_m, cols, N, smn, qk_scale,
+                         mask_scale, False, False, D, BLOCK_N, STAGES, CAUSAL, MASK_KIND, NO_SOFTMAX)
+        base = t0 + n_tiles
     bias = _bias(m_i, l_i)
     if CAUSAL:
         tma.store_wait(pendings=0)  # the zero buffer is P buffer 0, written again below
-    _pass(q, k_smem, k_full, k_empty, base, n_tiles, zero_s, m_i, l_i, bias, p_desc, p_smem, slot0, b, h,
-          rows, hi, mask_rows, offs_m, cols, N, smn, qk_scale, mask_scale, True, D, BLOCK_N, STAGES, CAUSAL,
-          MASK_KIND, NO_SOFTMAX)
+    _pass(q, k_smem, k_full, k_empty, q_empty.index(WG), base, n_tiles, zero_s, m_i, l_i, bias, p_desc, p_smem,
+          slot0, pbase, b, h, rows, hi, mask_rows, offs_m, cols, N, smn, qk_scale, mask_scale, True,
+          PERSISTENT and not Q_REGISTERS, D, BLOCK_N, STAGES, CAUSAL, MASK_KIND, NO_SOFTMAX)
+    return base + n_tiles, pbase + n_tiles
+
+
+@gluon.jit
+def _consumer(q_smem, k_smem, p_smem, p_desc, bars, mask, work, where, N, H, GROUP, qk_scale, mask_scale,
+              WG: gl.constexpr, D: gl.constexpr, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr,
+              STAGES: gl.constexpr, CAUSAL: gl.constexpr, MASK_KIND: gl.constexpr, NO_SOFTMAX: gl.constexpr,
+              HEAVY_FIRST: gl.constexpr, Q_REGISTERS: gl.constexpr, PERSISTENT: gl.constexpr, ROWS: gl.constexpr):
+    """One warpgroup: its rows of each of this program's work items (one item unless persistent), then the wait for
+    its last P stores."""
+    pid, nprog, total = work
+    M, smb, smh, smm, smn = mask
+    if PERSISTENT:
+        t0 = 0
+        pbase = 0
+        it = 0
+        start, end, step = _items(pid, nprog, total, CAUSAL and HEAVY_FIRST)
+        for x in range(start, end, step):
+            where = _step_item(x, work, M, smb, smh, N, H, GROUP, BLOCK_M, BLOCK_N, CAUSAL, HEAVY_FIRST, ROWS)
+            t0, pbase = _item(where, t0, pbase, it, q_smem, k_smem, p_smem, p_desc, bars, smm, smn, N, qk_scale,
+                              mask_scale, WG, D, BLOCK_M, BLOCK_N, STAGES, CAUSAL, MASK_KIND, NO_SOFTMAX,
+                              Q_REGISTERS, True)
+            it += 1
+    else:
+        _item(where, 0, 0, 0, q_smem, k_smem, p_smem, p_desc, bars, smm, smn, N, qk_scale, mask_scale, WG, D,
+              BLOCK_M, BLOCK_N, STAGES, CAUSAL, MASK_KIND, NO_SOFTMAX, Q_REGISTERS, False)
     tma.store_wait(pendings=0)
 
 
 # N is never made a constant (attnlab.triton.fused_gluon: N = 1 with a mask fails to compile in Triton 3.6 if it is).
 @gluon.jit(do_not_specialize=["N"])
-def qk_softmax_gluon_kernel(q_desc, k_desc, p_desc, M, smb, smh, smm, smn, N, H, GROUP, qk_scale, mask_scale,
+def qk_softmax_gluon_kernel(q_desc, k_desc, p_desc, M, smb, smh, smm, smn, N, H, GROUP, total, qk_scale, mask_scale,
                             D: gl.constexpr, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, STAGES: gl.constexpr,
                             CAUSAL: gl.constexpr, MASK_KIND: gl.constexpr, NO_SOFTMAX: gl.constexpr,
                             HEAVY_FIRST: gl.constexpr, CONSUMER_REGS: gl.constexpr, num_warps: gl.constexpr,
-                            Q_REGISTERS: gl.constexpr = False, ROWS: gl.constexpr = ROWS_PER_PROGRAM):
-    """grid (cdiv(N, ROWS·BLOCK_M)·B·H,): a program a work item (attnlab.triton.fused_gluon._program), num_warps = 4;
-    ROWS consumer warpgroups a program, 2, or 1 (Tiles.one_consumer: two programs share an SM).
-    q/k descriptors over (B, H or Hkv, N, D) with (1, 1, BLOCK_M or BLOCK_N, D) boxes; p_desc over the contiguous
-    (B, H, N, N) P with a (1, 1, BLOCK_M, BLOCK_N) box; M the (B, H, N, N)-strided mask or any pointer when
-    MASK_KIND = 0; qk_scale = scale·log2 e (natural scale under NO_SOFTMAX); Q_REGISTERS: Tiles.q_registers."""
+                            Q_REGISTERS: gl.constexpr = False, ROWS: gl.constexpr = ROWS_PER_PROGRAM,
+                            PERSISTENT: gl.constexpr = False):
+    """grid (total,) with total = cdiv(N, ROWS·BLOCK_M)·B·H work items, one a program (attnlab.triton.fused_gluon.
+    _program); PERSISTENT: any smaller grid, each program taking items pid, pid + grid, … (causal with HEAVY_FIRST:
+    in heavy/light pairs, fused_gluon._items). num_warps = 4; ROWS consumer warpgroups a program, 2, or 1
+    (Tiles.one_consumer: two programs share an SM). q/k descriptors over (B, H or Hkv, N, D) with (1, 1, BLOCK_M or
+    BLOCK_N, D) boxes; p_desc over the contiguous (B, H, N, N) P with a (1, 1, BLOCK_M, BLOCK_N) box; M the
+    (B, H, N, N)-strided mask or any pointer when MASK_KIND = 0; qk_scale = scale·log2 e (natural scale under
+    NO_SOFTMAX); Q_REGISTERS: Tiles.q_registers."""
     dtype: gl.constexpr = q_desc.dtype
-    b, h, hk, start_m, n_tiles, m_head = _program(gl.program_id(0), M, smb, smh, N, H, GROUP, BLOCK_M, BLOCK_N,
-                                                  CAUSAL, HEAVY_FIRST, ROWS)
+    pid = gl.program_id(0)
+    nprog = gl.num_programs(0)
+    b, h, hk, start_m, n_tiles, m_head = _program(pid, M, smb, smh, N, H, GROUP, BLOCK_M, BLOCK_N, CAUSAL,
+                                                  HEAVY_FIRST, ROWS)  # one item a program; persistent: its own
 
     q_smem = gl.allocate_shared_memory(dtype, [ROWS, 1, 1, BLOCK_M, D], q_desc.layout)
     k_smem = gl.allocate_shared_memory(dtype, [STAGES, 1, 1, BLOCK_N, D], k_desc.layout)
     p_smem = gl.allocate_shared_memory(dtype, [ROWS * PBUF, 1, 1, BLOCK_M, BLOCK_N], p_desc.layout)
     q_bars = gl.allocate_shared_memory(gl.int64, [ROWS, 1], mbarrier.MBarrierLayout())
+    q_empty = gl.allocate_shared_memory(gl.int64, [ROWS, 1], mbarrier.MBarrierLayout())
     k_full = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
     k_empty = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
     for i in gl.static_range(ROWS):
         mbarrier.init(q_bars.index(i), count=1)
+        mbarrier.init(q_empty.index(i), count=1)
     for i in gl.static_range(STAGES):
         mbarrier.init(k_full.index(i), count=1)
         mbarrier.init(k_empty.index(i), count=ROWS)
     fence_async_shared()
-    bars = (q_bars, k_full, k_empty)
-    mask = (m_head, smm, smn)
     # Each partition's arguments are written out where it is named: a tuple assigned to a name turns its constexprs
     # into tensors.
     if ROWS == 1:  # one consumer (the default partition) and the loader: 8 warps launched, two programs an SM
         gl.warp_specialize([
-            (_consumer, (q_smem, k_smem, p_smem, p_desc, bars, mask, b, h, start_m, n_tiles, N, qk_scale, mask_scale,
-                         0, D, BLOCK_M, BLOCK_N, STAGES, CAUSAL, MASK_KIND, NO_SOFTMAX, Q_REGISTERS)),
-            (_loader, (q_desc, k_desc, q_smem, k_smem, bars, b, h, hk, start_m, n_tiles, BLOCK_M, BLOCK_N, STAGES,
-                       NO_SOFTMAX, ROWS)),
+            (_consumer, (q_smem, k_smem, p_smem, p_desc, (q_bars, q_empty, k_full, k_empty), (M, smb, smh, smm, smn),
+                         (pid, nprog, total), (b, h, hk, start_m, n_tiles, m_head), N, H, GROUP, qk_scale,
+                         mask_scale, 0, D, BLOCK_M, BLOCK_N, STAGES, CAUSAL, MASK_KIND, NO_SOFTMAX, HEAVY_FIRST,
+                         Q_REGISTERS, PERSISTENT, ROWS)),
+            (_loader, (q_desc, k_desc, q_smem, k_smem, (q_bars, q_empty, k_full, k_empty), (pid, nprog, total),
+                       (b, h, hk, start_m, n_tiles, m_head), M, smb, smh, N, H, GROUP, BLOCK_M, BLOCK_N, STAGES,
+                       CAUSAL, HEAVY_FIRST, NO_SOFTMAX, PERSISTENT, ROWS)),
         ], [1], [24])
     else:
         gl.warp_specialize([
-            (_consumer, (q_smem, k_smem, p_smem, p_desc, bars, mask, b, h, start_m, n_tiles, N, qk_scale, mask_scale,
-                         0, D, BLOCK_M, BLOCK_N, STAGES, CAUSAL, MASK_KIND, NO_SOFTMAX, Q_REGISTERS)),
-            (_consumer, (q_smem, k_smem, p_smem, p_desc, bars, mask, b, h, start_m, n_tiles, N, qk_scale, mask_scale,
-                         1, D, BLOCK_M, BLOCK_N, STAGES, CAUSAL, MASK_KIND, NO_SOFTMAX, Q_REGISTERS)),
-            (_loader, (q_desc, k_desc, q_smem, k_smem, bars, b, h, hk, start_m, n_tiles, BLOCK_M, BLOCK_N, STAGES,
-                       NO_SOFTMAX, ROWS)),
+            (_consumer, (q_smem, k_smem, p_smem, p_desc, (q_bars, q_empty, k_full, k_empty), (M, smb, smh, smm, smn),
+                         (pid, nprog, total), (b, h, hk, start_m, n_tiles, m_head), N, H, GROUP, qk_scale,
+                         mask_scale, 0, D, BLOCK_M, BLOCK_N, STAGES, CAUSAL, MASK_KIND, NO_SOFTMAX, HEAVY_FIRST,
+                         Q_REGISTERS, PERSISTENT, ROWS)),
+            (_consumer, (q_smem, k_smem, p_smem, p_desc, (q_bars, q_empty, k_full, k_empty), (M, smb, smh, smm, smn),
+                         (pid, nprog, total), (b, h, hk, start_m, n_tiles, m_head), N, H, GROUP, qk_scale,
+                         mask_scale, 1, D, BLOCK_M, BLOCK_N, STAGES, CAUSAL, MASK_KIND, NO_SOFTMAX, HEAVY_FIRST,
+                         Q_REGISTERS, PERSISTENT, ROWS)),
+            (_loader, (q_desc, k_desc, q_smem, k_smem, (q_bars, q_empty, k_full, k_empty), (pid, nprog, total),
+                       (b, h, hk, start_m, n_tiles, m_head), M, smb, smh, N, H, GROUP, BLOCK_M, BLOCK_N, STAGES,
+                       CAUSAL, HEAVY_FIRST, NO_SOFTMAX, PERSISTENT, ROWS)),
         ], [4, 1], [CONSUMER_REGS, 24])
 
 
@@ -286,10 +374,11 @@ def launch(q, k, p, mask, mask_strides, mask_kind, *, N, H, group, qk_scale, mas
     BM, BN = tiles.BLOCK_M, tiles.BLOCK_N
     q, k = tma_ready(q), tma_ready(k)
     rows, maxnreg = partitions(tiles)
-    grid = (triton.cdiv(N, rows * BM) * q.shape[0] * H,)
+    total = triton.cdiv(N, rows * BM) * q.shape[0] * H
+    grid = (min(total, sm_count(q.device) * programs_per_sm(tiles)) if tiles.persistent else total,)
     qk_softmax_gluon_kernel[grid](descriptor(q, BM), descriptor(k, BN), descriptor(p, BM, BN), mask,
-                                  *mask_strides, N, H, group, qk_scale, mask_scale, D=q.shape[-1], BLOCK_M=BM,
+                                  *mask_strides, N, H, group, total, qk_scale, mask_scale, D=q.shape[-1], BLOCK_M=BM,
                                   BLOCK_N=BN, STAGES=tiles.num_stages, CAUSAL=causal, MASK_KIND=mask_kind,
                                   NO_SOFTMAX=no_softmax, HEAVY_FIRST=tiles.heavy_first,
                                   CONSUMER_REGS=CONSUMER_REGS, Q_REGISTERS=tiles.q_registers, ROWS=rows,
-                                  num_warps=4, maxnreg=maxnreg)
+                                  PERSISTENT=tiles.persistent, num_warps=4, maxnreg=maxnreg)

@@ -128,7 +128,7 @@ def _gluon_info(kernel: str, D: int, causal: bool, tiles: config.Tiles, mask_kin
         p = torch.empty(1, ints["H"], ints["N"], ints["N"], dtype=tdtype)
         sig["p_desc"] = mangle_type(fused_gluon.descriptor(p, tiles.BLOCK_M, tiles.BLOCK_N))
         values.update(CONSUMER_REGS=qk_softmax_gluon.CONSUMER_REGS, Q_REGISTERS=tiles.q_registers,
-                      ROWS=fused_gluon.partitions(tiles)[0])
+                      ROWS=fused_gluon.partitions(tiles)[0], PERSISTENT=tiles.persistent)
         floats = ("qk_scale", "mask_scale")
     else:
         fn = fused_gluon.fused_gluon_kernel
@@ -149,7 +149,7 @@ def _gluon_info(kernel: str, D: int, causal: bool, tiles: config.Tiles, mask_kin
         values.update(NO_PV=False, MASK_TMA=md is not None, MASK_B=0, MASK_H=0,
                       CONSUMER_REGS=fused_gluon.CONSUMER_REGS, PERSISTENT=tiles.persistent,
                       ROWS=fused_gluon.partitions(tiles)[0], O_TMA=o_tma)
-        sig["total"] = "i32"
+    sig["total"] = "i32"
     for a in ("smb", "smh", "smm", "smn", "N", "H", "GROUP") + (("sob", "soh", "son") if kernel == "fused" else ()):
         if _becomes_constant(fn, a, ints[a]):
             sig[a], constexprs[a] = "constexpr", 1
