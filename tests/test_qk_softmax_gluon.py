@@ -46,12 +46,12 @@ def _inputs(N, D=128, dtype=torch.bfloat16):
     return [torch.randn(1, 2, N, D, dtype=dtype) for _ in range(3)]
 
 
-@pytest.mark.parametrize("N,kernel", [(1024, "gluon"), (3000, "gluon"), (1000, "triton"), (1020, "triton"),
-                                      (1, "triton")])
+@pytest.mark.parametrize("N,kernel", [(1024, "gluon"), (3000, "gluon"), (1000, "gluon"), (512, "gluon"),
+                                      (504, "triton"), (1020, "triton"), (1, "triton")])
 def test_the_build_and_all_its_ablations_run_one_p_kernel(hopper_dispatch, N, kernel):
     """Lab guard: no_softmax, no_pv and zero_mask savings are differences against `qk_softmax`, so a mask or an
     ablation flag never moves a call to the other P kernel. N decides it (TMA stores P rows only when N % 8 == 0;
-    below N = 1024 the Triton kernel is faster), for every variant alike."""
+    below MIN_N = 512 the Triton kernel is faster), for every variant alike."""
     if not config.interpreting():
         pytest.skip("CPU tensors reach the launcher only under the interpreter")
     q, k, v = _inputs(N)
@@ -93,8 +93,9 @@ def test_which_calls_take_the_gluon_kernel_on_hopper(D, dtype, gluon):
 
 
 def test_the_sequence_lengths_the_kernel_takes():
-    assert [n for n in (1, 8, 512, 1000, 1020, 1024, 1028, 3000, 4096) if qk_softmax_gluon.takes(n)] == [1024, 3000,
-                                                                                                          4096]
+    """16-byte-aligned P rows (N % 8 == 0) from MIN_N = 512 on (session 13: the Gluon kernel faster there)."""
+    assert [n for n in (1, 8, 504, 512, 1000, 1020, 1024, 1028, 3000, 4096) if qk_softmax_gluon.takes(n)] == [
+        512, 1000, 1024, 3000, 4096]
 
 
 TWO_CONSUMERS, ONE_CONSUMER, ONE_CONSUMER_SHORT = (config.Tiles(64, 128, 4, s, heavy_first=True, gluon=True,

@@ -174,8 +174,8 @@ def write_p(c: _Call, P: torch.Tensor, chosen: Tiles, no_softmax: bool = False) 
 def _qk_softmax_tiles(s: Spec):
     """The qk_softmax kernel's tiles for this case. A Gluon entry takes fp16/bf16 at D = 64 or 128 (forced tiles
     that ask for anything else are an error, as for fused); at an N it does not take (P rows TMA cannot store,
-    N % 8 ≠ 0, or N < 1024 where the Triton kernel is faster: qk_softmax_gluon.takes) the key's Triton entry runs
-    instead, for the build and its ablations alike, and the row records it."""
+    N % 8 ≠ 0, or N below qk_softmax_gluon.MIN_N, where the Triton kernel is faster: qk_softmax_gluon.takes) the
+    key's Triton entry runs instead, for the build and its ablations alike, and the row records it."""
     chosen = _lookup("qk_softmax", s)
     if not chosen.gluon:
         return chosen

@@ -3,7 +3,7 @@ and sum, then P written once), warp specialised so that the P writes, the matmul
 (PERFORMANCE.md v12: 1.05–1.45× the Triton kernel's build from N = 1024; v16: with its exponentials replaced by FMAs
 it is within 5 % of itself, so they are hidden, and its time is the two passes' matmuls and pass 2's stores). It
 compiles for D = 64 and 128 exactly, fp16 and bf16, and takes N a multiple of 8 (P's rows are then 16-byte aligned,
-which TMA needs) from N = 1024 on; at other N the Triton kernel runs.
+which TMA needs) from N = MIN_N on; at other N the Triton kernel runs.
 
 Why: P is the build's traffic (N² elements written here, read by the PV kernel), and the Triton kernel's loop does
 matmul, exponentials and stores one after the other in every warp. Here
@@ -357,8 +357,9 @@ def check_case(tiles, dtype, D: int) -> None:
                          f"TMA boxes are exactly D wide), got {dtype} and D = {D}")
 
 
-MIN_N = 1024  # below it the Triton kernel was faster: at N = 512 the Gluon kernel's build ran 0.80–1.06× as fast
-# (bench, session 5 call 4: D = 64 causal 0.80, non-causal 0.94; D = 128 0.95–1.06), at N = 1024 0.98–1.15×.
+MIN_N = 512  # below it the Triton kernel runs. Session 5 had it at 1024 (the two-consumer kernel's build ran 0.80–1.06×
+# as fast as the Triton kernel's at N = 512); with one consumer a program and persistent (v27, v28) the best Gluon
+# candidate is 3–16 % faster there in every key (session 13, calls 1 and 2). Below 512 nothing was measured.
 
 
 def takes(N: int) -> bool:
