@@ -36,9 +36,10 @@ def candidates(kernel: str) -> list[Tiles]:
     if kernel == "pv":
         return narrow
     if kernel == "qk_softmax":  # its Gluon kernel (v12), 2 or 3 stages of the K ring, two consumers a program or one
-        # (v27: two programs an SM; at D = 128 only 2 stages leave room for the second)
-        return narrow + [Tiles(64, 128, 4, s, heavy_first=h, gluon=True, one_consumer=u)
-                         for s in (2, 3) for h in (False, True) for u in (False, True)]
+        # (v27: two programs an SM; at D = 128 only 2 stages leave room for the second), one item a program or
+        # persistent (v28)
+        return narrow + [Tiles(64, 128, 4, s, heavy_first=h, gluon=True, persistent=c, one_consumer=u)
+                         for s in (2, 3) for h in (False, True) for c in (False, True) for u in (False, True)]
     if kernel != "fused":
         raise ValueError(f"autotune: kernel must be one of fused, qk_softmax, pv; got {kernel!r}")
     wide = [Tiles(*b, tma=tma) for b in base for tma in (False, True)]

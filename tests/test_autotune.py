@@ -142,9 +142,10 @@ def test_the_sweep_on_the_h200_keeps_the_table():
     """The recorded sweeps (bf16) chose the tables' sm90 entries, with the tables as the incumbents: fused at N = 512,
     1024, 2048, 8192 in session 11's outputs/h200/2026-11-30-s11-call2 (v23/v24's candidates), with its two short-N
     entries (causal, D = 64 below 1448 and D = 128 below 724: one consumer a program); pv, and qk_softmax's Triton
-    entries, at N = 512, 2048, 8192 in session 8's -s8-call4; qk_softmax's Gluon entries at N = 1024, 2048, 8192 in
-    session 12's -s12-call3 (v27's one consumer a program: D = 64 causal, and D = 128 causal below 1448). The tables
-    are what their sweeps say, from the recorded times: a change to either shows here."""
+    entries, at N = 512, 2048, 8192 in session 8's -s8-call4; qk_softmax's Gluon entries at N = 512, 1024, 2048, 8192
+    in session 13's -s13-call3 (v27's one consumer a program at D = 64 causal; v28's persistent kernel below 724 at
+    D = 64, and with one consumer below 1448 at D = 128 causal). The tables are what their sweeps say, from the
+    recorded times: a change to either shows here."""
     from pathlib import Path
 
     root = Path(__file__).resolve().parents[1] / "outputs" / "h200"
@@ -157,15 +158,17 @@ def test_the_sweep_on_the_h200_keeps_the_table():
 
     older = chosen("2026-11-30-s11-call2", "2026-11-29-s8-call4")
     entries = [e for e in older if e["kernel"] != "qk_softmax" or not isinstance(e["D"], str)]
-    entries += chosen("2026-11-30-s12-call3")
+    entries += chosen("2026-11-30-s13-call3")
     # fused: 4 keys, each with a Triton entry under its Gluon winner, and 2 short; qk_softmax 4 Triton (session 8)
-    # and 4 Gluon and 1 short (session 12); pv 4
-    assert len(entries) == (8 + 2) + (4 + 4 + 1) + 4
+    # and 4 Gluon and 3 short (session 13); pv 4
+    assert len(entries) == (8 + 2) + (4 + 4 + 3) + 4
     short = sorted((e["kernel"], e["D"], e["causal"]) for e in entries if e.get("short"))
-    assert short == [("fused", "=128", True), ("fused", "=64", True), ("qk_softmax", "=128", True)]
+    assert short == [("fused", "=128", True), ("fused", "=64", True), ("qk_softmax", "=128", True),
+                     ("qk_softmax", "=64", False), ("qk_softmax", "=64", True)]
     bounds = {(e["kernel"], e["D"], e["causal"]): e["below"] for e in entries if e.get("short")}
-    assert bounds == {("fused", "=64", True): 1448, ("fused", "=128", True): 724, ("qk_softmax", "=128", True): 1448}
-    assert len(config.SHORT) == 3
+    assert bounds == {("fused", "=64", True): 1448, ("fused", "=128", True): 724, ("qk_softmax", "=128", True): 1448,
+                      ("qk_softmax", "=64", False): 724, ("qk_softmax", "=64", True): 724}
+    assert len(config.SHORT) == 5
     for e in entries:  # a short entry just below its bound, the key's main one without N and from the bound on
         D = int(str(e["D"]).lstrip("="))
         below = bounds.get((e["kernel"], e["D"], e["causal"]))
@@ -261,7 +264,7 @@ def test_short_entries_serve_below_their_bound_are_forced_away_and_follow_an_ove
     monkeypatch.setattr(config, "SHORT", config.SHORT)
     config.load_overrides(str(path))
     # the file tunes fused and has no short entry: fused's go, the kernels it does not tune keep theirs
-    assert [key[0] for key in config.SHORT] == ["qk_softmax"]
+    assert {key[0] for key in config.SHORT} == {"qk_softmax"}
     assert config.lookup("fused", "sm90", 128, True, 2, N=512) == parse_tiles("64x128w4s2hgm")
     path.write_text(json.dumps([dict(entry, tiles=parse_tiles("64x128w4s2hgm").as_dict()),
                                 dict(entry, tiles=parse_tiles("64x64w4s2hgmu").as_dict(), short=True)]))

@@ -68,6 +68,33 @@ def test_the_build_and_all_its_ablations_run_one_p_kernel(hopper_dispatch, N, ke
         assert all(c[3] == GLUON_TILES for c in hopper_dispatch)
 
 
+@pytest.mark.parametrize("D,causal,N,persistent", [(64, False, 512, True), (64, False, 728, False),
+                                                     (64, True, 512, True), (128, True, 1440, True),
+                                                     (128, True, 1448, False), (128, False, 512, False)])
+def test_a_persistent_entry_runs_masked_calls_one_item_a_program_and_the_row_says_so(hopper_dispatch, D, causal, N,
+                                                                                    persistent):
+    """Lab guard (v28): the persistent kernel takes unmasked calls only (qk_softmax_gluon.as_run: with a mask it
+    spills), so the build runs its short-N entry persistent and the zero_mask ablation, or a call with a mask of
+    its own, one item a program. What each launch ran is what its row records (the ablation report then notes the
+    different tiles); every other field of the tiles is the same."""
+    if not config.interpreting():
+        pytest.skip("CPU tensors reach the launcher only under the interpreter")
+    from attnlab import builds
+
+    q, k, v = _inputs(N, D)
+    spec = check(q, k, v, causal=causal)
+    recorded = []
+    for name in ("qk_softmax", "qk_softmax-zero_mask", "qk_softmax-no_softmax"):
+        build = builds.get(name)
+        build.attend(q, k, v, causal=causal)
+        recorded.append(config.Tiles(**launch.tile_config(build.base, spec, build.ablation)["qk_softmax"]))
+    launch.qk_softmax(q, k, v, causal=causal, attn_mask=torch.ones(N, N, dtype=torch.bool))
+    ran = [c[3] for c in hopper_dispatch]
+    assert ran[:3] == recorded
+    assert [t.persistent for t in ran] == [persistent, False, persistent, False]
+    assert len({replace(t, persistent=False) for t in ran}) == 1
+
+
 def test_gluon_tiles_refuse_what_the_kernel_cannot_do(hopper_dispatch):
     """Tiles forced onto an fp32 or D = 96 call: one clear error naming the constraint, not a bad launch."""
     if not config.interpreting():
@@ -98,39 +125,48 @@ def test_the_sequence_lengths_the_kernel_takes():
         512, 1000, 1024, 3000, 4096]
 
 
-TWO_CONSUMERS, ONE_CONSUMER, ONE_CONSUMER_SHORT = (config.Tiles(64, 128, 4, s, heavy_first=True, gluon=True,
-                                                                one_consumer=u) for s, u in ((3, False), (3, True),
-                                                                                             (2, True)))
+TWO_CONSUMERS, ONE_CONSUMER = (config.Tiles(64, 128, 4, 3, heavy_first=True, gluon=True, one_consumer=u)
+                               for u in (False, True))
+# session 13's short-N entries (v28): persistent
+SHORT_64, SHORT_64_CAUSAL, SHORT_128_CAUSAL = (config.Tiles(64, 128, 4, s, heavy_first=h, gluon=True, persistent=True,
+                                                            one_consumer=u)
+                                               for s, h, u in ((3, False, False), (3, True, True), (2, True, True)))
 
 
 @pytest.mark.parametrize("flags", [None, "NO_SOFTMAX=1"])
 @pytest.mark.parametrize("tiles,head_dims,causal", [(TWO_CONSUMERS, "64,128", "0,1"), (ONE_CONSUMER, "64", "1"),
-                                                    (ONE_CONSUMER_SHORT, "128", "1")],
+                                                    (SHORT_64, "64", "0"), (SHORT_64_CAUSAL, "64", "1"),
+                                                    (SHORT_128_CAUSAL, "128", "1")],
                          ids=lambda x: label(x) if isinstance(x, config.Tiles) else x)
 def test_every_variant_of_the_gluon_kernel_compiles_for_sm90_within_limits(tiles, head_dims, causal, flags):
-    """The table's tiles for the keys they serve, no mask / boolean / additive: fits shared memory (a program's share
-    of the SM: half with one consumer, v27), matmuls asynchronous (no C7514/C7515: the first version of this kernel
-    had every wgmma serialised), no spills without a mask (the benchmark's path), at most 128 bytes with one (the
+    """The table's tiles for the keys they serve, no mask / boolean / additive (a persistent entry: no mask, as
+    masked calls run it one item a program, qk_softmax_gluon.as_run): fits shared memory (a program's share of the
+    SM: half with one consumer, v27), matmuls asynchronous (no C7514/C7515: the first version of this kernel had
+    every wgmma serialised), no spills without a mask (the benchmark's path), at most 128 bytes with one (the
     zero_mask ablation's path)."""
+    masks = "0" if tiles.persistent else "0,1,2"
     rows = offline_compile("--kernels", "qk_softmax", "--head-dims", head_dims, "--causal", causal, "--masks",
-                           "0,1,2", "--tiles", label(tiles), *(["--flags", flags] if flags else []))
-    assert len(rows) == 3 * len(head_dims.split(",")) * len(causal.split(","))
+                           masks, "--tiles", label(tiles), *(["--flags", flags] if flags else []))
+    assert len(rows) == len(masks.split(",")) * len(head_dims.split(",")) * len(causal.split(","))
     for r in rows:
         assert r["fits"] and not r["wgmma_serialised"], r
         assert r["spill_stores"] <= (128 if r["mask_kind"] else 0), r
 
 
 def test_the_table_takes_the_gluon_kernel_with_one_or_two_consumers():
-    """Session 12's autotune (PERFORMANCE.md v27): two consumers a program without a causal mask and from N = 1448
-    at D = 128; one consumer a program (two programs an SM) at D = 64 causal, and at D = 128 causal below N = 1448."""
+    """Session 13's autotune (PERFORMANCE.md v27, v28): two consumers a program without a causal mask and from
+    N = 1448 at D = 128 causal; one consumer a program (two programs an SM) at D = 64 causal; below 724 at D = 64 and
+    below 1448 at D = 128 causal the persistent kernel."""
     def at(D, causal, N=None):
         return config.lookup("qk_softmax", "sm90", D, causal, 2, N=N)
 
-    for D in (64, 128):
-        assert at(D, False) == at(D, False, 1024) == replace(TWO_CONSUMERS, heavy_first=False)
-    assert at(64, True) == at(64, True, 1024) == ONE_CONSUMER
+    assert at(128, False) == at(128, False, 512) == replace(TWO_CONSUMERS, heavy_first=False)
+    assert at(64, False) == at(64, False, 724) == replace(TWO_CONSUMERS, heavy_first=False)
+    assert at(64, False, 512) == at(64, False, 723) == SHORT_64
+    assert at(64, True) == at(64, True, 724) == ONE_CONSUMER
+    assert at(64, True, 512) == at(64, True, 723) == SHORT_64_CAUSAL
     assert at(128, True) == at(128, True, 1448) == TWO_CONSUMERS
-    assert at(128, True, 1024) == at(128, True, 1447) == ONE_CONSUMER_SHORT
+    assert at(128, True, 512) == at(128, True, 1447) == SHORT_128_CAUSAL
 
 
 def test_q_in_registers_compiles_without_spills_and_no_table_entry_sets_it():

@@ -42,8 +42,9 @@ class Tiles:
     # matmul reads only its K tile there (PERFORMANCE.md v17: −0.9 to +1.1 % on the H200, so no table entry sets it;
     # label suffix `r`).
     q_registers: bool = False
-    # Gluon fused kernel only: one program an SM, each taking the work items (2·BLOCK_M rows of a head) in turn, so
-    # that the next item's Q, K and V load while this one finishes (PERFORMANCE.md v18; label suffix `c`).
+    # Gluon kernels: one program an SM (two with one_consumer), each taking the work items (2·BLOCK_M rows of a
+    # head) in turn, so that the next item's Q, K and V load while this one finishes (PERFORMANCE.md v18 fused, v28
+    # qk_softmax; label suffix `c`).
     persistent: bool = False
     # Gluon fused kernel, persistent only: O goes out by TMA from two shared-memory tiles of its own, its store
     # draining under the next item, instead of plain stores from registers; where the shared memory has no room
@@ -171,15 +172,23 @@ TABLE: dict[tuple, Tiles] = {
 # (0.1102 against the TABLE entry's 0.1359 ms) and ties at 1024 (0.1755 / 0.1758), so below 724; D = 64: 64×128 s2 at
 # 512 (0.1476 / 0.2001) and 1024 (0.2248 / 0.2455), 1 % at 2048 (0.3806 / 0.3847), so below 1448.
 # Session 12's (`-s12-call3`, qk_softmax, N = 1024, 2048, 8192): at D = 128 causal one consumer a program wins at 1024
-# (0.3896 against 0.4279 ms), 1 % at 2048 and loses 3 % at 8192, so below 1448 (the Gluon kernel takes N ≥ 1024).
+# (0.3896 against 0.4279 ms), 1 % at 2048 and loses 3 % at 8192, so below 1448.
+# Session 13's (`-s13-call3`, qk_softmax, N = 512, 1024, 2048, 8192, with the persistent kernel of v28 and the Gluon
+# kernel from N = 512): persistent wins at the short N. D = 64 non-causal two consumers persistent at 512 (0.4856
+# against 0.5378 ms), 3.6 % at 1024, so below 724; D = 64 causal one consumer persistent at 512 (0.3484 against
+# 0.3763), below 724; D = 128 causal one consumer persistent, 2 stages, at 512 (0.2355 against 0.3012) and 1024
+# (0.3874 against 0.4247), below 1448. A masked call runs these without persistence (launch._qk_softmax_tiles).
 SHORT_N = 1024
 SHORT: dict[tuple, tuple[Tiles, int]] = {
     ("fused", "sm90", "=128", True, 2): (Tiles(64, 64, 4, 2, heavy_first=True, gluon=True, mask_tma=True,
                                                persistent=True, o_tma=True, one_consumer=True), 724),
     ("fused", "sm90", "=64", True, 2): (Tiles(64, 128, 4, 2, heavy_first=True, gluon=True, mask_tma=True,
                                               persistent=True, o_tma=True, one_consumer=True), 1448),
-    ("qk_softmax", "sm90", "=128", True, 2): (Tiles(64, 128, 4, 2, heavy_first=True, gluon=True, one_consumer=True),
-                                              1448),
+    ("qk_softmax", "sm90", "=64", False, 2): (Tiles(64, 128, 4, 3, gluon=True, persistent=True), 724),
+    ("qk_softmax", "sm90", "=64", True, 2): (Tiles(64, 128, 4, 3, heavy_first=True, gluon=True, persistent=True,
+                                                 one_consumer=True), 724),
+    ("qk_softmax", "sm90", "=128", True, 2): (Tiles(64, 128, 4, 2, heavy_first=True, gluon=True, persistent=True,
+                                                  one_consumer=True), 1448),
 }
 
 

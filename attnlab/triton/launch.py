@@ -171,20 +171,22 @@ def write_p(c: _Call, P: torch.Tensor, chosen: Tiles, no_softmax: bool = False) 
         MASK_KIND=c.mask_kind, NO_SOFTMAX=no_softmax, ONE_TILE=s.N <= t["BLOCK_N"], **c.flags, **t)
 
 
-def _qk_softmax_tiles(s: Spec):
+def _qk_softmax_tiles(s: Spec, ablation: str | None = None):
     """The qk_softmax kernel's tiles for this case. A Gluon entry takes fp16/bf16 at D = 64 or 128 (forced tiles
     that ask for anything else are an error, as for fused); at an N it does not take (P rows TMA cannot store,
     N % 8 ≠ 0, or N below qk_softmax_gluon.MIN_N, where the Triton kernel is faster: qk_softmax_gluon.takes) the
-    key's Triton entry runs instead, for the build and its ablations alike, and the row records it."""
+    key's Triton entry runs instead, for the build and its ablations alike, and the row records it. A persistent
+    entry runs one item a program under a mask (the call's own, or the zero_mask ablation's)."""
     chosen = _lookup("qk_softmax", s)
     if not chosen.gluon:
         return chosen
     from attnlab.triton import qk_softmax_gluon
 
     qk_softmax_gluon.check_case(chosen, s.dtype, s.D)
-    if qk_softmax_gluon.takes(s.N):
-        return chosen
-    return _lookup("qk_softmax", s, gluon=False)
+    if not qk_softmax_gluon.takes(s.N):
+        return _lookup("qk_softmax", s, gluon=False)
+    # the row says which ran, and the ablation report notes a zero_mask that ran other tiles than its base
+    return qk_softmax_gluon.as_run(chosen, s.mask_kind != "none" or ablation == "zero_mask")
 
 
 def fused(q, k, v, *, causal=False, attn_mask=None, scale=None, ablation=None, out=None) -> torch.Tensor:
@@ -237,7 +239,7 @@ def _kv_descriptors(c: _Call, t: dict):
 def tile_config(build: str, spec: Spec, ablation: str | None = None) -> dict:
     """The tiles each kernel of a build (or of its ablation) uses for this case: recorded in every result row."""
     kernels = {"materialised": ("scores", "pv"), "qk_softmax": ("qk_softmax", "pv"), "fused": ("fused",)}[build]
-    chosen = {"qk_softmax": _qk_softmax_tiles, "fused": lambda s: _fused_tiles_run(s, ablation)}
+    chosen = {"qk_softmax": lambda s: _qk_softmax_tiles(s, ablation), "fused": lambda s: _fused_tiles_run(s, ablation)}
     return {kn: (chosen[kn](spec) if kn in chosen else _lookup(kn, spec)).as_dict() for kn in kernels}
 
 

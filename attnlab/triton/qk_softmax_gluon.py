@@ -19,6 +19,8 @@ kernel's, flag for flag (masks, causal, ragged N, GQA, the no_softmax ablation w
 """
 from __future__ import annotations
 
+from dataclasses import replace
+
 import triton
 from triton.experimental import gluon
 from triton.experimental.gluon import language as gl
@@ -360,6 +362,13 @@ def check_case(tiles, dtype, D: int) -> None:
 MIN_N = 512  # below it the Triton kernel runs. Session 5 had it at 1024 (the two-consumer kernel's build ran 0.80–1.06×
 # as fast as the Triton kernel's at N = 512); with one consumer a program and persistent (v27, v28) the best Gluon
 # candidate is 3–16 % faster there in every key (session 13, calls 1 and 2). Below 512 nothing was measured.
+
+
+def as_run(tiles, masked: bool):
+    """The tiles a call runs with: Tiles.persistent (v28) serves unmasked calls only. With a mask tile loaded in the
+    consumers' loop the persistent kernel spills 0.5–1.8 KB a thread without a causal mask (offline, sm_90a: the
+    mask's pointer tile stays live across the item loop), so a masked call runs one item a program."""
+    return replace(tiles, persistent=False) if tiles.persistent and masked else tiles
 
 
 def takes(N: int) -> bool:
