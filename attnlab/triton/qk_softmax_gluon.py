@@ -14,6 +14,9 @@ matmul, exponentials and stores one after the other in every warp. Here
   * write each P tile by TMA from a pair of shared-memory buffers: the store drains while the next tiles are
     computed. Under a causal mask the zero tiles past the diagonal are stored first, from a zeroed buffer, while
     pass 1 computes.
+Tiles.one_consumer puts one consumer in a program and two programs on an SM (v27); Tiles.persistent starts one program
+an SM (two with one consumer), each taking work items in turn as the persistent fused kernel does, the K ring and the
+P buffers running on from item to item (v28; unmasked calls only: as_run).
 Scores, masks and the online max/sum are attnlab.triton.fused_gluon's functions: the same arithmetic as the fused
 kernel's, flag for flag (masks, causal, ragged N, GQA, the no_softmax ablation writing P = S).
 """
