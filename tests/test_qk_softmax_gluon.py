@@ -170,8 +170,9 @@ def test_the_table_takes_the_gluon_kernel_with_one_or_two_consumers():
 
 
 def test_q_in_registers_compiles_without_spills_and_no_table_entry_sets_it():
-    """Tiles.q_registers (PERFORMANCE.md, Next 1): Q as QKᵀ's register operand, D 64 and 128, causal and not, without
-    a mask (the benchmark's path): fits, no serialised wgmma, no spills. Not yet measured, so the table leaves it off."""
+    """Tiles.q_registers (PERFORMANCE.md v17): Q as QKᵀ's register operand, D 64 and 128, causal and not, without a
+    mask (the benchmark's path): fits, no serialised wgmma, no spills. Measured within ±1.1 % of Q in shared memory
+    on the H200, so no table entry sets it."""
     rows = offline_compile("--kernels", "qk_softmax", "--head-dims", "64,128", "--causal", "0,1", "--masks", "0",
                            "--tiles", "64x128w4s3hgr")
     assert len(rows) == 4

@@ -182,8 +182,8 @@ def read_ptxas(report: str) -> dict:
 
 def _int_args(D: int, mask_kind: int, N: int = 4096, width: int = 2048) -> dict:
     """The int arguments a launch passes at the benchmark's shape (H·D = width, N = 4096; the batch count appears
-    in none of them): the strides of contiguous (B, H, N, D) q, k, v, o and of an (N, N) mask broadcast to (B, H, N, N), whose values
-    decide how Triton specialises the compile (1 → constant, multiple of 16 → aligned)."""
+    in none of them): the strides of contiguous (B, H, N, D) q, k, v, o and of an (N, N) mask broadcast to
+    (B, H, N, N), whose values decide how Triton specialises the compile (1 → constant, multiple of 16 → aligned)."""
     H = width // D
     out = dict(N=N, H=H, GROUP=1)
     for t in "qkvo":
