@@ -364,7 +364,7 @@ def check_case(tiles, dtype, D: int) -> None:
 
 MIN_N = 512  # below it the Triton kernel runs. Session 5 had it at 1024 (the two-consumer kernel's build ran 0.80–1.06×
 # as fast as the Triton kernel's at N = 512); with one consumer a program and persistent (v27, v28) the best Gluon
-# candidate is 3–21 % faster there in every key (session 13, calls 1 and 2). Below 512 nothing was measured.
+# candidate takes 3–17 % less time there in every key (session 13, calls 1 and 2). Below 512 nothing was measured.
 
 
 def as_run(tiles, masked: bool):
