@@ -20,8 +20,8 @@ masked paired pass.
 import triton
 import triton.language as tl
 
-from attnlab.triton.tiles import (dot, load_rows, masked_to_zero, no_pv_output, no_pv_step, pv_accumulator,
-                                  score_tile)
+from attnlab.triton.tiles import (dot, load_rows, masked_to_zero, no_pv_output, no_pv_step, nonzero_sum,
+                                  pv_accumulator, score_tile)
 
 
 @triton.jit
@@ -168,7 +168,7 @@ def _write_rows(O, acc, l_i, offs_m, offs_d, o_base, son, N, D, BLOCK_M: tl.cons
     if NO_PV:
         acc = no_pv_output(acc, BLOCK_M, BLOCK_D)
     if not NO_SOFTMAX:
-        acc = acc / tl.where(l_i == 0.0, 1.0, l_i)[:, None]  # a fully masked row gives O = 0
+        acc = acc / nonzero_sum(l_i)[:, None]  # a fully masked row gives O = 0
     tl.store(o_base + offs_m[:, None] * son + offs_d[None, :], acc.to(O.dtype.element_ty),
              mask=(offs_m[:, None] < N) & (offs_d[None, :] < D))
 

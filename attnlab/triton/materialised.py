@@ -7,7 +7,7 @@
 import triton
 import triton.language as tl
 
-from attnlab.triton.tiles import inverse_sum, load_rows, masked_to_zero, row_length, score_tile
+from attnlab.triton.tiles import load_rows, masked_to_zero, nonzero_sum, row_length, score_tile
 
 LOG2E = tl.constexpr(1.4426950408889634)  # a global a @triton.jit function reads must be a constexpr
 
@@ -69,7 +69,7 @@ def softmax_kernel(S, P, n_rows, N,
             m = masked_to_zero(m)  # a fully masked row: exp2(-inf) = 0, never NaN
             e = tl.math.exp2((s - m[:, None]) * LOG2E)
             l = tl.sum(e, 1)
-            p = e / tl.where(l == 0.0, 1.0, l)[:, None]
+            p = e / nonzero_sum(l)[:, None]
         tl.store(P + base + cols[None, :], p.to(P.dtype.element_ty), mask=ok)
     else:
         m_i = tl.full([ROWS], float("-inf"), tl.float32)
@@ -83,7 +83,7 @@ def softmax_kernel(S, P, n_rows, N,
                 l_i = l_i * tl.math.exp2((m_i - m_safe) * LOG2E) + tl.sum(tl.math.exp2((s - m_safe[:, None]) * LOG2E), 1)
                 m_i = m_new
         m_safe = masked_to_zero(m_i)
-        inv_l = inverse_sum(l_i)
+        inv_l = 1.0 / nonzero_sum(l_i)
         for start in range(0, N, BLOCK):
             ok = row_ok[:, None] & (start + cols[None, :] < N)
             s = tl.load(S + base + start + cols[None, :], mask=ok, other=float("-inf")).to(tl.float32)

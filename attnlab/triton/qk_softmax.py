@@ -8,7 +8,7 @@ trip costs one extra QKᵀ: the attribution tables count it.
 import triton
 import triton.language as tl
 
-from attnlab.triton.tiles import inverse_sum, load_rows, masked_to_zero, score_tile
+from attnlab.triton.tiles import load_rows, masked_to_zero, nonzero_sum, score_tile
 
 
 @triton.jit
@@ -68,7 +68,7 @@ def qk_softmax_kernel(Q, K, P, M,
             e = tl.math.exp2(s - masked_to_zero(m_i)[:, None])
             if ONE_TILE:  # and its sum
                 l_i = tl.sum(e, 1)
-            p = e * inverse_sum(l_i)[:, None]
+            p = e * (1.0 / nonzero_sum(l_i))[:, None]
         tl.store(p_base + offs_n[None, :], p.to(P.dtype.element_ty), mask=out_ok & (offs_n[None, :] < N))
     # Causal: the tiles past the diagonal hold zeros, written like the materialised build's softmax writes them,
     # so the two builds differ by the S round trip alone.

@@ -91,9 +91,9 @@ def masked_to_zero(s):
 
 
 @triton.jit
-def inverse_sum(l):
-    """1 / a row's sum of exponentials; a fully masked row (sum 0) gets 1, so its P is 0."""
-    return 1.0 / tl.where(l == 0.0, 1.0, l)
+def nonzero_sum(l):
+    """A row's sum of exponentials to divide by: a fully masked row (sum 0) gets 1, so its P (and O) is 0."""
+    return tl.where(l == 0.0, 1.0, l)
 
 
 # The no_pv ablation consumes P as Σ_n P[i, n] · n/N instead of P V: V is never read and no matmul runs, but every
