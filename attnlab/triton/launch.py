@@ -145,9 +145,15 @@ def materialised(q, k, v, *, causal=False, attn_mask=None, scale=None, ablation=
 def qk_softmax(q, k, v, *, causal=False, attn_mask=None, scale=None, ablation=None, out=None) -> torch.Tensor:
     """P = softmax(scale·QKᵀ + mask) in one kernel (S stays on chip) → memory; O = P V."""
     c = _prepare(q, k, v, causal, attn_mask, scale, ablation)
+    return qk_softmax_with(c, _qk_softmax_tiles(c.spec), ablation, out)
+
+
+def qk_softmax_with(c: _Call, chosen: Tiles, ablation: str | None = None, out=None) -> torch.Tensor:
+    """The qk_softmax build on a prepared call with `chosen` tiles for its P kernel (write_p), then the PV kernel.
+    The build passes _qk_softmax_tiles' choice; scripts/experiments/qk_gluon.py passes a candidate at any N."""
     s = c.spec
     P = torch.empty(s.B, s.H, s.N, s.N, dtype=s.dtype, device=s.device)
-    write_p(c, P, _qk_softmax_tiles(s), no_softmax=ablation == "no_softmax")
+    write_p(c, P, chosen, no_softmax=ablation == "no_softmax")
     return _pv(c, P, ablation, out)
 
 

@@ -106,14 +106,10 @@ def check(tiles, part=(0, 1)):
 
 
 def build(q, k, v, causal, t, ablation=None):
-    """The qk_softmax build with tiles t (launch.write_p, then the PV kernel, as launch.qk_softmax runs them), at any
-    N: unlike the build's entry point, which sends N below qk_softmax_gluon.MIN_N to the Triton kernel, a Gluon
-    candidate runs there too, so that the bound itself can be measured."""
-    c = launch._prepare(q, k, v, causal, None, None, ablation)
-    B, H, N = c.spec.B, c.spec.H, c.spec.N
-    P = torch.empty(B, H, N, N, device=q.device, dtype=q.dtype)
-    launch.write_p(c, P, t, ablation == "no_softmax")
-    return launch._pv(c, P, ablation, None)
+    """The qk_softmax build with tiles t (launch.qk_softmax_with), at any N: unlike the build's entry point, which
+    sends N below qk_softmax_gluon.MIN_N to the Triton kernel, a Gluon candidate runs there too, so that the bound
+    itself can be measured."""
+    return launch.qk_softmax_with(launch._prepare(q, k, v, causal, None, None, ablation), t, ablation)
 
 
 def bench(ns, ds, causals, labels, ablations=False, part=(0, 1), warm=False):
