@@ -31,7 +31,6 @@
 #             at once (QK_CHECK_TILES, else QK_TILES: tile labels, default the table's 64x128w4s3hg)
 #   qkbench   its timing against the Triton kernel at N = 1024 and 4096 (QK_TILES; QK_NS other N, QK_ARGS e.g.
 #             "--ds 128 --causal 0"), compiled first in four processes
-#   qksplit   qkbench once for each of SPLIT_CTS (e.g. "2 4"): the split-row kernel's key tiles a consumer (v29)
 #   qkrepeat  the qk_softmax build timed in rounds in one process (scripts/experiments/qk_repeat.py; QKREP_ARGS)
 #   qkprobe   the P kernel alone at N = 4096 non-causal, D = 128 and 64, as it is and with pass 1 changed
 #             (scripts/experiments/qk_exp_probe.py: none, pass1 = exponentials as FMAs, ref1 = no running max,
@@ -168,14 +167,6 @@ qkprobe() {
     wait
   done
   echo "qkprobe"; grep -a "^probe\|Error" "$out/qkprobe.log"
-}
-qksplit() {
-  # v29: qkbench once for each SPLIT_CTS value of the split-row kernel's key tiles a consumer (ATTNLAB_SPLIT_CT)
-  local ct
-  for ct in ${SPLIT_CTS:-2}; do
-    ATTNLAB_SPLIT_CT=$ct qkbench
-    mv "$out/qkbench.log" "$out/qkbench_ct$ct.log"
-  done
 }
 qkrepeat() {
   timeout 300 python3 scripts/experiments/qk_repeat.py ${QKREP_ARGS:-} > "$out/qkrepeat.log" 2>&1

@@ -54,17 +54,13 @@ class Tiles:
     # and one's start and end run under the other's work (PERFORMANCE.md v23; label suffix `u`). In the qk_softmax
     # kernel it pays the same way, under a causal mask at short N (v27; not where it was aimed, non-causal long N).
     one_consumer: bool = False
-    # Gluon qk_softmax kernel only: P in one pass over the keys, each row's keys split among a team of programs that
-    # exchange their partial max and sum through global memory (attnlab.triton.qk_softmax_split; PERFORMANCE.md v29;
-    # label suffix `x`). 64×128 tiles, two consumers, a persistent grid of its own.
-    split_rows: bool = False
 
     def as_dict(self) -> dict:
         return asdict(self)
 
 
 # the fields only the Gluon kernels read
-GLUON_ONLY = ("gluon", "mask_tma", "q_registers", "persistent", "o_tma", "one_consumer", "split_rows")
+GLUON_ONLY = ("gluon", "mask_tma", "q_registers", "persistent", "o_tma", "one_consumer")
 
 
 def interpreting() -> bool:

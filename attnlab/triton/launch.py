@@ -191,11 +191,6 @@ def _qk_softmax_tiles(s: Spec, ablation: str | None = None):
     qk_softmax_gluon.check_case(chosen, s.dtype, s.D)
     if not qk_softmax_gluon.takes(s.N):
         return _lookup("qk_softmax", s, gluon=False)
-    if chosen.split_rows:
-        from attnlab.triton import qk_softmax_split
-
-        if not qk_softmax_split.takes(s.N, s.device):  # a team larger than the GPU's SMs: the two-pass kernel
-            chosen = replace(chosen, split_rows=False)
     # the row says which ran, and the ablation report notes a zero_mask that ran other tiles than its base
     return qk_softmax_gluon.as_run(chosen, s.mask_kind != "none" or ablation == "zero_mask")
 

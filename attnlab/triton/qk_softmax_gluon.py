@@ -383,13 +383,7 @@ def takes(N: int) -> bool:
 def launch(q, k, p, mask, mask_strides, mask_kind, *, N, H, group, qk_scale, mask_scale, causal, tiles,
            no_softmax=False) -> None:
     """Write P for checked (B, H, N, D) q and k into the contiguous (B, H, N, N) p (attnlab.triton.launch.qk_softmax
-    calls it for Tiles.gluon when `takes(N)`; Tiles.split_rows goes to attnlab.triton.qk_softmax_split)."""
-    if tiles.split_rows:  # P in one pass, each row's keys split among a team of programs (v29)
-        from attnlab.triton import qk_softmax_split
-
-        qk_softmax_split.launch(q, k, p, mask, mask_strides, mask_kind, N=N, H=H, group=group, qk_scale=qk_scale,
-                                mask_scale=mask_scale, causal=causal, tiles=tiles, no_softmax=no_softmax)
-        return
+    calls it for Tiles.gluon when `takes(N)`)."""
     BM, BN = tiles.BLOCK_M, tiles.BLOCK_N
     q, k = tma_ready(q), tma_ready(k)
     rows, maxnreg = partitions(tiles)

@@ -119,24 +119,9 @@ def _gluon_info(kernel: str, D: int, causal: bool, tiles: config.Tiles, mask_kin
     ints = _int_args(D, mask_kind, N=n)
     x = torch.empty(1, ints["H"], ints["N"], D, dtype=tdtype)  # strides only: the descriptor type ignores sizes of B
     sig, constexprs = {}, {}
-    maxnreg = None
     values = dict(D=D, BLOCK_M=tiles.BLOCK_M, BLOCK_N=tiles.BLOCK_N, STAGES=tiles.num_stages, CAUSAL=causal,
                   MASK_KIND=mask_kind, NO_SOFTMAX=False, HEAVY_FIRST=tiles.heavy_first, num_warps=4)
-    if kernel == "qk_softmax" and tiles.split_rows:
-        from attnlab.triton import qk_softmax_split as split
-
-        fn = split.qk_softmax_split_kernel
-        sig["q_desc"] = mangle_type(fused_gluon.descriptor(x, tiles.BLOCK_M))
-        sig["k_desc"] = mangle_type(fused_gluon.descriptor(x, tiles.BLOCK_N))
-        p = torch.empty(1, ints["H"], ints["N"], ints["N"], dtype=tdtype)
-        sig["p_desc"] = mangle_type(fused_gluon.descriptor(p, tiles.BLOCK_M, tiles.BLOCK_N))
-        sig.update(stats_m="*fp32", stats_l="*fp32", cnt="*i32", G="i32")
-        values.pop("HEAVY_FIRST")
-        values.update(CONSUMER_REGS=split.CONSUMER_REGS, CT=split.CHUNK_TILES,
-                      GW=max(8, triton.next_power_of_2(split.team_size(n))))
-        floats = ("qk_scale", "mask_scale")
-        maxnreg = split.MAXNREG
-    elif kernel == "qk_softmax":
+    if kernel == "qk_softmax":
         fn = qk_softmax_gluon.qk_softmax_gluon_kernel
         sig["q_desc"] = mangle_type(fused_gluon.descriptor(x, tiles.BLOCK_M))
         sig["k_desc"] = mangle_type(fused_gluon.descriptor(x, tiles.BLOCK_N))
@@ -177,7 +162,7 @@ def _gluon_info(kernel: str, D: int, causal: bool, tiles: config.Tiles, mask_kin
         sig[a], constexprs[a] = "constexpr", val
     src = GluonASTSource(fn=fn, signature=sig, constexprs=constexprs, attrs={})
     k = triton.compile(src, target=GPUTarget("cuda", 90, 32),
-                       options={"num_warps": 4, "maxnreg": maxnreg if tiles.split_rows else fused_gluon.partitions(tiles)[1]})
+                       options={"num_warps": 4, "maxnreg": fused_gluon.partitions(tiles)[1]})
     return _report(k, kernel, D, causal, mask_kind, tiles)
 
 
@@ -212,7 +197,7 @@ LABEL_FLAGS = (("h", "heavy_first", "heavy-first"), ("p", "paired", "paired rows
                ("g", "gluon", "the Gluon kernel"), ("m", "mask_tma", "its mask by TMA"),
                ("r", "q_registers", "Q in registers"), ("c", "persistent", "one program an SM"),
                ("o", "o_tma", "O by TMA from its own tiles"),
-               ("u", "one_consumer", "one consumer a program"), ("x", "split_rows", "rows split among a team"))
+               ("u", "one_consumer", "one consumer a program"))
 
 
 def label(t: config.Tiles) -> str:

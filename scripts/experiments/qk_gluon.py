@@ -160,20 +160,7 @@ def bench(ns, ds, causals, labels, ablations=False, part=(0, 1), warm=False):
         torch.cuda.empty_cache()
 
 
-def _split_chunk():
-    """ATTNLAB_SPLIT_CT=k: the split-row kernel's key tiles a consumer holds (qk_softmax_split.CHUNK_TILES), for
-    timing that choice (v29) without a code change."""
-    import os
-
-    from attnlab.triton import qk_softmax_split
-
-    if os.environ.get("ATTNLAB_SPLIT_CT"):
-        qk_softmax_split.CHUNK_TILES = int(os.environ["ATTNLAB_SPLIT_CT"])
-        print(f"split-row kernel: CHUNK_TILES = {qk_softmax_split.CHUNK_TILES}", flush=True)
-
-
 def main():
-    _split_chunk()
     ap = argparse.ArgumentParser()
     ap.add_argument("--ns", default="1024,4096,16384")
     ap.add_argument("--ds", default="128,64")
