@@ -64,19 +64,25 @@ def test_the_build_and_all_its_ablations_run_one_p_kernel(hopper_dispatch, N, ke
     assert {c[0] for c in hopper_dispatch} == {kernel}
     assert [c[1:3] for c in hopper_dispatch] == [(0, False), (0, True), (0, False), (2, False), (1, False)]
     assert recorded["gluon"] is (kernel == "gluon")  # the row says which kernel wrote P
-    if kernel == "gluon":
-        assert all(c[3] == GLUON_TILES for c in hopper_dispatch)
+    if kernel == "gluon":  # the same tiles, but for how a mask comes in: by TMA where it can (v30)
+        assert [c[3] for c in hopper_dispatch[:3]] == [GLUON_TILES] * 3
+        readable = [True, N % 16 == 0]  # the additive (2-byte) mask's rows are 16-byte aligned; the boolean one's
+        assert [c[3] for c in hopper_dispatch[3:]] == [replace(GLUON_TILES, mask_tma=r) for r in readable]
 
 
-@pytest.mark.parametrize("D,causal,N,persistent", [(64, False, 512, True), (64, False, 728, False),
-                                                     (64, True, 512, True), (128, True, 1440, True),
-                                                     (128, True, 1448, False), (128, False, 512, False)])
-def test_a_persistent_entry_runs_masked_calls_one_item_a_program_and_the_row_says_so(hopper_dispatch, D, causal, N,
-                                                                                    persistent):
-    """Lab guard (v28): the persistent kernel takes unmasked calls only (qk_softmax_gluon.as_run: with a mask it
-    spills), so the build runs its short-N entry persistent and the zero_mask ablation, or a call with a mask of
-    its own, one item a program. What each launch ran is what its row records (the ablation report then notes the
-    different tiles); every other field of the tiles is the same."""
+@pytest.mark.parametrize("D,causal,N,persistent,by_tma", [(64, False, 512, True, (True, True)),
+                                                            (64, False, 728, False, (True, False)),
+                                                            (64, True, 512, True, (True, True)),
+                                                            (128, True, 1440, True, (False, False)),
+                                                            (128, True, 1448, False, (True, False)),
+                                                            (128, False, 512, False, (True, True))])
+def test_a_masked_call_runs_the_tiles_as_run_gives_and_the_row_says_so(hopper_dispatch, D, causal, N, persistent,
+                                                                       by_tma):
+    """Lab guard (v28, v30): a masked call (the zero_mask ablation's 2-byte mask, or a boolean one of the call's own)
+    brings its mask by TMA where the loader can read it (16-byte-aligned rows: a boolean mask needs N % 16 == 0)
+    and a ring of mask tiles fits beside the entry's (D = 128 one consumer: none does); it keeps a persistent entry
+    persistent only then (with the consumers' loads the persistent kernel spills). What each launch ran is what its
+    row records (the ablation report notes tiles that differ from the build's); every other field is the same."""
     if not config.interpreting():
         pytest.skip("CPU tensors reach the launcher only under the interpreter")
     from attnlab import builds
@@ -91,8 +97,11 @@ def test_a_persistent_entry_runs_masked_calls_one_item_a_program_and_the_row_say
     launch.qk_softmax(q, k, v, causal=causal, attn_mask=torch.ones(N, N, dtype=torch.bool))
     ran = [c[3] for c in hopper_dispatch]
     assert ran[:3] == recorded
-    assert [t.persistent for t in ran] == [persistent, False, persistent, False]
-    assert len({replace(t, persistent=False) for t in ran}) == 1
+    masked = [ran[1], ran[3]]
+    assert [t.mask_tma for t in masked] == list(by_tma)
+    assert [t.persistent for t in ran] == [persistent, persistent and by_tma[0], persistent, persistent and by_tma[1]]
+    assert len({replace(t, persistent=False, mask_tma=False, num_stages=2) for t in ran}) == 1
+    assert ran[0] == ran[2]
 
 
 def test_gluon_tiles_refuse_what_the_kernel_cannot_do(hopper_dispatch):
@@ -185,3 +194,54 @@ def test_q_in_registers_compiles_without_spills_and_no_table_entry_sets_it():
 def test_n_stays_an_argument():
     """As in the fused Gluon kernel: N = 1 made a constant breaks Triton 3.6's lowering with a mask."""
     assert [p.name for p in qk_softmax_gluon.qk_softmax_gluon_kernel.params if p.do_not_specialize] == ["N"]
+
+
+TWO_S3 = config.Tiles(64, 128, 4, 3, gluon=True)
+
+
+@pytest.mark.parametrize("tiles,D,mask_dtype,stages", [
+    (TWO_S3, 128, torch.bfloat16, 2),  # two consumers at D = 128: 3 K stages and 3 mask tiles do not fit, 2 do
+    (TWO_S3, 64, torch.bfloat16, 3),
+    (TWO_S3, 128, torch.bool, 2),
+    (config.Tiles(64, 128, 4, 3, gluon=True, one_consumer=True), 64, torch.bfloat16, 2),
+    (config.Tiles(64, 128, 4, 2, gluon=True, persistent=True, one_consumer=True), 128, torch.bfloat16, None),
+])
+def test_as_run_brings_a_mask_by_tma_in_the_stages_that_fit(tiles, D, mask_dtype, stages):
+    """qk_softmax_gluon.as_run (v30): the most stages (up to the entry's) whose K and mask rings fit beside Q and the
+    P buffers; None: not even 2 fit, so the consumers load the mask and the entry runs one item a program. A mask
+    TMA cannot read (rows not 16-byte aligned) takes the consumers' loads too; no mask leaves the tiles alone."""
+    N = 1024
+    mask = torch.empty(N, N, dtype=mask_dtype, device="meta").expand(2, 16, N, N)
+    if mask_dtype == torch.bool:
+        mask = mask.view(torch.uint8)
+    ran = qk_softmax_gluon.as_run(tiles, mask, D, 2)
+    if stages is None:
+        assert ran == replace(tiles, mask_tma=False, persistent=False)
+    else:
+        assert ran == replace(tiles, mask_tma=True, num_stages=stages)
+    ragged = torch.empty(1000, 1000, dtype=torch.uint8, device="meta").expand(2, 16, 1000, 1000)
+    assert qk_softmax_gluon.as_run(tiles, ragged, D, 2) == replace(tiles, mask_tma=False, persistent=False)
+    assert qk_softmax_gluon.as_run(tiles, None, D, 2) == tiles
+
+
+@pytest.mark.parametrize("tiles", ["64x128w4s2hgm", "64x128w4s3hgm", "64x128w4s2hgmc", "64x128w4s2hgmu",
+                                   "64x128w4s2hgmcu"])
+def test_masks_by_tma_compiles_within_limits_and_mask_fits_agrees_with_the_compiler(tiles):
+    """Masks by TMA (v30), boolean and additive, causal and not, D = 64 and 128: where qk_softmax_gluon.mask_fits
+    says a configuration fits, the compiler's shared memory fits the SM's share and nothing serialises; without a
+    persistent loop nothing spills (the consumers' loads spilled in the persistent kernel, v28), with one at most
+    128 bytes; where mask_fits says it does not fit, neither does the compile."""
+    from attnlab.triton.resources import parse_tiles
+
+    t = parse_tiles(tiles)
+    dims = "64" if t.one_consumer else "64,128"
+    rows = offline_compile("--kernels", "qk_softmax", "--head-dims", dims, "--causal", "0,1", "--masks", "1,2",
+                           "--tiles", tiles)
+    assert len(rows) == 4 * len(dims.split(","))
+    for r in rows:
+        fits = qk_softmax_gluon.mask_fits(t, t.num_stages, r["D"], 2, 1 if r["mask_kind"] == 1 else 2)
+        assert r["fits"] is fits, r
+        if fits:
+            assert not r["wgmma_serialised"], r
+            assert r["spill_stores"] <= (128 if t.persistent else 0), r
+

@@ -145,7 +145,7 @@ def materialised(q, k, v, *, causal=False, attn_mask=None, scale=None, ablation=
 def qk_softmax(q, k, v, *, causal=False, attn_mask=None, scale=None, ablation=None, out=None) -> torch.Tensor:
     """P = softmax(scale·QKᵀ + mask) in one kernel (S stays on chip) → memory; O = P V."""
     c = _prepare(q, k, v, causal, attn_mask, scale, ablation)
-    return qk_softmax_with(c, _qk_softmax_tiles(c.spec), ablation, out)
+    return qk_softmax_with(c, _qk_softmax_tiles(c.spec, mask=c.mask if c.mask_kind else None), ablation, out)
 
 
 def qk_softmax_with(c: _Call, chosen: Tiles, ablation: str | None = None, out=None) -> torch.Tensor:
@@ -177,12 +177,14 @@ def write_p(c: _Call, P: torch.Tensor, chosen: Tiles, no_softmax: bool = False) 
         MASK_KIND=c.mask_kind, NO_SOFTMAX=no_softmax, ONE_TILE=s.N <= t["BLOCK_N"], **c.flags, **t)
 
 
-def _qk_softmax_tiles(s: Spec, ablation: str | None = None):
+def _qk_softmax_tiles(s: Spec, ablation: str | None = None, mask: torch.Tensor | None = None):
     """The qk_softmax kernel's tiles for this case. A Gluon entry takes fp16/bf16 at D = 64 or 128 (forced tiles
     that ask for anything else are an error, as for fused); at an N it does not take (P rows TMA cannot store,
     N % 8 ≠ 0, or N below qk_softmax_gluon.MIN_N, where the Triton kernel is faster: qk_softmax_gluon.takes) the
-    key's Triton entry runs instead, for the build and its ablations alike, and the row records it. A persistent
-    entry runs one item a program under a mask (the call's own, or the zero_mask ablation's)."""
+    key's Triton entry runs instead, for the build and its ablations alike, and the row records it. Under a mask (the
+    call's own `mask` view, or for the row's record the one its spec or the zero_mask ablation implies: additive in
+    q's dtype, or boolean, broadcast over B and H) qk_softmax_gluon.as_run says how it comes in: by TMA with fewer
+    stages where the entry's do not leave room, or by the consumers' loads, one item a program."""
     chosen = _lookup("qk_softmax", s)
     if not chosen.gluon:
         return chosen
@@ -192,7 +194,10 @@ def _qk_softmax_tiles(s: Spec, ablation: str | None = None):
     if not qk_softmax_gluon.takes(s.N):
         return _lookup("qk_softmax", s, gluon=False)
     # the row says which ran, and the ablation report notes a zero_mask that ran other tiles than its base
-    return qk_softmax_gluon.as_run(chosen, s.mask_kind != "none" or ablation == "zero_mask")
+    if mask is None and (s.mask_kind != "none" or ablation == "zero_mask"):
+        dtype = torch.uint8 if s.mask_kind == "bool" else s.dtype
+        mask = torch.empty(s.N, s.N, dtype=dtype, device="meta").expand(s.B, s.H, s.N, s.N)
+    return qk_softmax_gluon.as_run(chosen, mask, s.D, s.dtype.itemsize)
 
 
 def fused(q, k, v, *, causal=False, attn_mask=None, scale=None, ablation=None, out=None) -> torch.Tensor:

@@ -16,7 +16,8 @@ matmul, exponentials and stores one after the other in every warp. Here
     pass 1 computes.
 Tiles.one_consumer puts one consumer in a program and two programs on an SM (v27); Tiles.persistent starts one program
 an SM (two with one consumer), each taking work items in turn as the persistent fused kernel does, the K ring and the
-P buffers running on from item to item (v28; unmasked calls only: as_run).
+P buffers running on from item to item (v28). A mask comes through the loader by TMA with each K tile where it can
+(v30, as the fused kernel's does since v11), in a ring beside K's; as_run says with which tiles a masked call runs.
 Scores, masks and the online max/sum are attnlab.triton.fused_gluon's functions: the same arithmetic as the fused
 kernel's, flag for flag (masks, causal, ragged N, GQA, the no_softmax ablation writing P = S).
 """
@@ -30,36 +31,51 @@ from triton.experimental.gluon import language as gl
 from triton.experimental.gluon.language.nvidia.hopper import (fence_async_shared, mbarrier, tma, warpgroup_mma,
                                                               warpgroup_mma_wait)
 
-from attnlab.triton.fused_gluon import (HEAD_DIMS, ROWS_PER_PROGRAM, _items, _needs_masks, _program, _scores,
-                                        _step_item, _tile, compiles_for, descriptor, partitions, programs_per_sm,
-                                        sm_count, tma_ready)
+from attnlab.triton.fused_gluon import (HEAD_DIMS, ROWS_PER_PROGRAM, SMEM_SPARE, _items, _mask_tile, _needs_masks,
+                                        _program, _scores, _step_item, _tile, compiles_for, descriptor,
+                                        mask_descriptor, partitions, programs_per_sm, sm_count, smem_limit, tma_ready)
 
 PBUF = gl.constexpr(2)  # P buffers per consumer: one being filled while the other's store drains
 CONSUMER_REGS = 232  # setmaxnreg of the consumer warpgroups (a multiple of 8; the loader gets 24)
 
 
 @gluon.jit
-def _load_k(r, t, k_desc, k_smem, k_full, k_empty, b, hk, BLOCK_N: gl.constexpr, STAGES: gl.constexpr):
-    """K tile t into ring position r, once every consumer has released the slot (its `empty` barrier, count ROWS)."""
+def _load_k(r, t, k_desc, k_smem, k_full, k_empty, b, hk, tma_mask, BLOCK_N: gl.constexpr, STAGES: gl.constexpr,
+            MASK_TMA: gl.constexpr):
+    """K tile t into ring position r, once every consumer has released the slot (its `empty` barrier, count ROWS);
+    under MASK_TMA the mask tile of the item's rows and these keys arrives with it, on K's barrier (tma_mask: the
+    mask's descriptor, its ring, and the box's batch, head and first row)."""
+    mask_desc, mask_smem, mb, mh, start_m = tma_mask
     st = r % STAGES
     mbarrier.wait(k_empty.index(st), ((r // STAGES) & 1) ^ 1)  # a fresh barrier passes the phase before 0
-    mbarrier.expect(k_full.index(st), k_desc.block_type.nbytes)
+    if MASK_TMA:
+        # the consumers read the slot's last mask tile with ordinary shared loads (the generic proxy): order those
+        # reads before this TMA write (the async proxy) into the same slot
+        fence_async_shared()
+        mbarrier.expect(k_full.index(st), k_desc.block_type.nbytes + mask_desc.block_type.nbytes)
+        tma.async_copy_global_to_shared(mask_desc, [mb, mh, start_m, t * BLOCK_N], k_full.index(st),
+                                        mask_smem.index(st))
+    else:
+        mbarrier.expect(k_full.index(st), k_desc.block_type.nbytes)
     tma.async_copy_global_to_shared(k_desc, [b, hk, t * BLOCK_N, 0], k_full.index(st), k_smem.index(st))
 
 
 @gluon.jit
-def _load_item(where, t0, it, q_desc, k_desc, q_smem, k_smem, bars, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr,
-               STAGES: gl.constexpr, NO_SOFTMAX: gl.constexpr, PERSISTENT: gl.constexpr, ROWS: gl.constexpr):
+def _load_item(where, t0, it, q_desc, k_desc, q_smem, k_smem, bars, tma_mask, BLOCK_M: gl.constexpr,
+               BLOCK_N: gl.constexpr, STAGES: gl.constexpr, NO_SOFTMAX: gl.constexpr, PERSISTENT: gl.constexpr,
+               ROWS: gl.constexpr, MASK_TMA: gl.constexpr, MASK_B: gl.constexpr, MASK_H: gl.constexpr):
     """The loader's share of a work item (`where`: _program's answer; this program's it-th item): each consumer's Q
     (persistent: once that consumer has released its Q buffer, after its last QKᵀ of the previous item, and after
     the item's first K tile, which can load before that), then the K tiles once per pass at ring positions t0 on.
     Returns the next item's first ring position."""
     q_bars, q_empty, k_full, k_empty = bars
     b, h, hk, start_m, n_tiles, m_head = where
+    mask_desc, mask_smem = tma_mask
+    item_mask = (mask_desc, mask_smem, b * MASK_B, h * MASK_H, start_m)
     passes = 1 if NO_SOFTMAX else 2
     first = 0
     if PERSISTENT:
-        _load_k(t0, 0, k_desc, k_smem, k_full, k_empty, b, hk, BLOCK_N, STAGES)
+        _load_k(t0, 0, k_desc, k_smem, k_full, k_empty, b, hk, item_mask, BLOCK_N, STAGES, MASK_TMA)
         first = 1
     for w in gl.static_range(ROWS):
         if PERSISTENT:
@@ -67,14 +83,15 @@ def _load_item(where, t0, it, q_desc, k_desc, q_smem, k_smem, bars, BLOCK_M: gl.
         mbarrier.expect(q_bars.index(w), q_desc.block_type.nbytes)
         tma.async_copy_global_to_shared(q_desc, [b, h, start_m + w * BLOCK_M, 0], q_bars.index(w), q_smem.index(w))
     for t in range(first, passes * n_tiles):
-        _load_k(t0 + t, t % n_tiles, k_desc, k_smem, k_full, k_empty, b, hk, BLOCK_N, STAGES)
+        _load_k(t0 + t, t % n_tiles, k_desc, k_smem, k_full, k_empty, b, hk, item_mask, BLOCK_N, STAGES, MASK_TMA)
     return t0 + passes * n_tiles
 
 
 @gluon.jit
-def _loader(q_desc, k_desc, q_smem, k_smem, bars, work, where, M, smb, smh, N, H, GROUP, BLOCK_M: gl.constexpr,
-            BLOCK_N: gl.constexpr, STAGES: gl.constexpr, CAUSAL: gl.constexpr, HEAVY_FIRST: gl.constexpr,
-            NO_SOFTMAX: gl.constexpr, PERSISTENT: gl.constexpr, ROWS: gl.constexpr):
+def _loader(q_desc, k_desc, q_smem, k_smem, bars, tma_mask, work, where, M, smb, smh, N, H, GROUP,
+            BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, STAGES: gl.constexpr, CAUSAL: gl.constexpr,
+            HEAVY_FIRST: gl.constexpr, NO_SOFTMAX: gl.constexpr, PERSISTENT: gl.constexpr, ROWS: gl.constexpr,
+            MASK_TMA: gl.constexpr, MASK_B: gl.constexpr, MASK_H: gl.constexpr):
     """One warp: Q and K of this program's work items (one item unless persistent) by TMA, K into a ring of STAGES
     slots once per pass."""
     pid, nprog, total = work
@@ -84,12 +101,12 @@ def _loader(q_desc, k_desc, q_smem, k_smem, bars, work, where, M, smb, smh, N, H
         start, end, step = _items(pid, nprog, total, CAUSAL and HEAVY_FIRST)
         for x in range(start, end, step):
             where = _step_item(x, work, M, smb, smh, N, H, GROUP, BLOCK_M, BLOCK_N, CAUSAL, HEAVY_FIRST, ROWS)
-            t0 = _load_item(where, t0, it, q_desc, k_desc, q_smem, k_smem, bars, BLOCK_M, BLOCK_N, STAGES,
-                            NO_SOFTMAX, True, ROWS)
+            t0 = _load_item(where, t0, it, q_desc, k_desc, q_smem, k_smem, bars, tma_mask, BLOCK_M, BLOCK_N, STAGES,
+                            NO_SOFTMAX, True, ROWS, MASK_TMA, MASK_B, MASK_H)
             it += 1
     else:
-        _load_item(where, 0, 0, q_desc, k_desc, q_smem, k_smem, bars, BLOCK_M, BLOCK_N, STAGES, NO_SOFTMAX, False,
-                   ROWS)
+        _load_item(where, 0, 0, q_desc, k_desc, q_smem, k_smem, bars, tma_mask, BLOCK_M, BLOCK_N, STAGES, NO_SOFTMAX,
+                   False, ROWS, MASK_TMA, MASK_B, MASK_H)
 
 
 @gluon.jit
@@ -102,11 +119,20 @@ def _next_scores(q, k_smem, k_full, t, zero_s, BLOCK_N: gl.constexpr, D: gl.cons
 
 
 @gluon.jit
-def _scores_done(s_next, k_empty, t, STAGES: gl.constexpr):
-    """Wait for ring tile t's QKᵀ and hand its K slot back to the loader."""
+def _scores_done(s_next, k_empty, t, STAGES: gl.constexpr, MASK_TMA: gl.constexpr):
+    """Wait for ring tile t's QKᵀ and hand its K slot back to the loader (under MASK_TMA only once the tile's step has
+    read the slot's mask tile too: _release)."""
     s = warpgroup_mma_wait(num_outstanding=0, deps=[s_next])
-    mbarrier.arrive(k_empty.index(t % STAGES), count=1)
+    if not MASK_TMA:
+        mbarrier.arrive(k_empty.index(t % STAGES), count=1)
     return s
+
+
+@gluon.jit
+def _release(k_empty, t, STAGES: gl.constexpr, MASK_TMA: gl.constexpr):
+    """Under MASK_TMA, hand ring tile t's slot (K and the mask tile) back once its step has read the mask."""
+    if MASK_TMA:
+        mbarrier.arrive(k_empty.index(t % STAGES), count=1)
 
 
 @gluon.jit
@@ -132,21 +158,21 @@ def _bias(m_i, l_i):
 
 
 @gluon.jit
-def _write_tile(s, j, bias, p_desc, p_smem, slot0, pbase, b, h, rows, hi, mask_rows, offs_m, cols, N, smn, qk_scale,
-                mask_scale, BLOCK_N: gl.constexpr, CAUSAL: gl.constexpr, MASK_KIND: gl.constexpr,
-                NO_SOFTMAX: gl.constexpr):
+def _write_tile(s, j, bias, p_desc, p_smem, slot0, pbase, b, h, rows, hi, mask_rows, mask_tile, offs_m, cols, N, smn,
+                qk_scale, mask_scale, BLOCK_N: gl.constexpr, CAUSAL: gl.constexpr, MASK_KIND: gl.constexpr,
+                NO_SOFTMAX: gl.constexpr, MASK_TMA: gl.constexpr):
     """P of key tile j (normalised with the row's bias, or S itself under no_softmax) into buffer
     slot0 + (pbase + j) % PBUF (pbase: the P tiles this consumer wrote for earlier items, so that the buffers
     alternate across items too), then a TMA store of it; the store that last read that buffer must have finished
     first."""
     offs_n = j * BLOCK_N + cols
     if _needs_masks(j, rows, hi, BLOCK_N, CAUSAL):
-        s = _scores(s, mask_rows, mask_rows, offs_m, offs_n, N, smn, qk_scale, mask_scale, True, CAUSAL, MASK_KIND,
-                    NO_SOFTMAX, False)
+        s = _scores(s, mask_rows, mask_tile, offs_m, offs_n, N, smn, qk_scale, mask_scale, True, CAUSAL, MASK_KIND,
+                    NO_SOFTMAX, MASK_TMA)
         p = _probabilities(s, bias, qk_scale, True, NO_SOFTMAX)
     else:
-        s = _scores(s, mask_rows, mask_rows, offs_m, offs_n, N, smn, qk_scale, mask_scale, False, CAUSAL,
-                    MASK_KIND, NO_SOFTMAX, False)
+        s = _scores(s, mask_rows, mask_tile, offs_m, offs_n, N, smn, qk_scale, mask_scale, False, CAUSAL,
+                    MASK_KIND, NO_SOFTMAX, MASK_TMA)
         p = _probabilities(s, bias, qk_scale, MASK_KIND != 0 or NO_SOFTMAX, NO_SOFTMAX)
     buf = p_smem.index(slot0 + (pbase + j) % PBUF)
     tma.store_wait(pendings=PBUF - 1)
@@ -156,65 +182,78 @@ def _write_tile(s, j, bias, p_desc, p_smem, slot0, pbase, b, h, rows, hi, mask_r
 
 
 @gluon.jit
-def _step(s, j, m_i, l_i, bias, p_desc, p_smem, slot0, pbase, b, h, rows, hi, mask_rows, offs_m, cols, N, smn,
-          qk_scale, mask_scale, WRITE: gl.constexpr, BLOCK_N: gl.constexpr, CAUSAL: gl.constexpr,
-          MASK_KIND: gl.constexpr, NO_SOFTMAX: gl.constexpr):
-    """Key tile j of a pass: pass 1 folds it into the running max and sum, pass 2 (WRITE) writes its P."""
+def _step(s, j, t, m_i, l_i, bias, p_desc, p_smem, slot0, pbase, b, h, rows, hi, masks, offs_m, cols, N, smn,
+          qk_scale, mask_scale, WRITE: gl.constexpr, BLOCK_N: gl.constexpr, STAGES: gl.constexpr,
+          CAUSAL: gl.constexpr, MASK_KIND: gl.constexpr, NO_SOFTMAX: gl.constexpr, MASK_TMA: gl.constexpr,
+          WG: gl.constexpr, ROWS: gl.constexpr):
+    """Key tile j of a pass (ring position t): pass 1 folds it into the running max and sum, pass 2 (WRITE) writes its
+    P. masks: the rows' mask pointers, the mask ring (MASK_TMA) and the K ring's `empty` barriers, on which the slot
+    goes back once its mask tile has been read."""
+    mask_rows, mask_smem, k_empty = masks
+    mask_tile = _mask_tile(mask_smem, t % STAGES, WG, MASK_TMA, ROWS)
     if WRITE:
-        _write_tile(s, j, bias, p_desc, p_smem, slot0, pbase, b, h, rows, hi, mask_rows, offs_m, cols, N, smn,
-                    qk_scale, mask_scale, BLOCK_N, CAUSAL, MASK_KIND, NO_SOFTMAX)
+        _write_tile(s, j, bias, p_desc, p_smem, slot0, pbase, b, h, rows, hi, mask_rows, mask_tile, offs_m, cols, N,
+                    smn, qk_scale, mask_scale, BLOCK_N, CAUSAL, MASK_KIND, NO_SOFTMAX, MASK_TMA)
     else:
-        p, m_i, l_i, alpha, offs_n = _tile(s, m_i, l_i, j, rows, hi, mask_rows, mask_rows, offs_m, cols, N, smn,
-                                           qk_scale, mask_scale, BLOCK_N, CAUSAL, MASK_KIND, False, False)
+        p, m_i, l_i, alpha, offs_n = _tile(s, m_i, l_i, j, rows, hi, mask_rows, mask_tile, offs_m, cols, N, smn,
+                                           qk_scale, mask_scale, BLOCK_N, CAUSAL, MASK_KIND, False, MASK_TMA)
+    _release(k_empty, t, STAGES, MASK_TMA)
     return m_i, l_i
 
 
 @gluon.jit
 def _pass(q, k_smem, k_full, k_empty, q_free, base, n_tiles, zero_s, m_i, l_i, bias, p_desc, p_smem, slot0, pbase,
-          b, h, rows, hi, mask_rows, offs_m, cols, N, smn, qk_scale, mask_scale, WRITE: gl.constexpr,
+          b, h, rows, hi, mask_rows, mask_smem, offs_m, cols, N, smn, qk_scale, mask_scale, WRITE: gl.constexpr,
           RELEASE_Q: gl.constexpr, D: gl.constexpr, BLOCK_N: gl.constexpr, STAGES: gl.constexpr,
-          CAUSAL: gl.constexpr, MASK_KIND: gl.constexpr, NO_SOFTMAX: gl.constexpr):
+          CAUSAL: gl.constexpr, MASK_KIND: gl.constexpr, NO_SOFTMAX: gl.constexpr, MASK_TMA: gl.constexpr,
+          WG: gl.constexpr, ROWS: gl.constexpr):
     """One pass over the key tiles (ring tiles base … base + n_tiles − 1), two at a time: the next tile's QKᵀ is on
     the tensor cores while this one's scores are worked on. Two at a time because the in-flight result must not be
     the value the loop carries while the previous one is still read: a one-tile loop makes the compiler copy an
     in-flight accumulator on the back edge, and ptxas then serialises every matmul (C7514; PERFORMANCE.md v12).
     Every matmul a pass starts, it waits for. RELEASE_Q: arrive on q_free once the pass's last QKᵀ has read Q (the
     persistent kernel's loader then brings the next item's Q under this pass's last tiles)."""
+    masks = (mask_rows, mask_smem, k_empty)
     s_flight = _next_scores(q, k_smem, k_full, base, zero_s, BLOCK_N, D, STAGES)
     for i in range((n_tiles - 1) // 2):
         j = 2 * i
-        s_a = _scores_done(s_flight, k_empty, base + j, STAGES)
+        s_a = _scores_done(s_flight, k_empty, base + j, STAGES, MASK_TMA)
         s_b_flight = _next_scores(q, k_smem, k_full, base + j + 1, zero_s, BLOCK_N, D, STAGES)
-        m_i, l_i = _step(s_a, j, m_i, l_i, bias, p_desc, p_smem, slot0, pbase, b, h, rows, hi, mask_rows, offs_m,
-                         cols, N, smn, qk_scale, mask_scale, WRITE, BLOCK_N, CAUSAL, MASK_KIND, NO_SOFTMAX)
-        s_b = _scores_done(s_b_flight, k_empty, base + j + 1, STAGES)
+        m_i, l_i = _step(s_a, j, base + j, m_i, l_i, bias, p_desc, p_smem, slot0, pbase, b, h, rows, hi, masks, offs_m,
+                         cols, N, smn, qk_scale, mask_scale, WRITE, BLOCK_N, STAGES, CAUSAL, MASK_KIND, NO_SOFTMAX,
+                         MASK_TMA, WG, ROWS)
+        s_b = _scores_done(s_b_flight, k_empty, base + j + 1, STAGES, MASK_TMA)
         s_flight = _next_scores(q, k_smem, k_full, base + j + 2, zero_s, BLOCK_N, D, STAGES)
-        m_i, l_i = _step(s_b, j + 1, m_i, l_i, bias, p_desc, p_smem, slot0, pbase, b, h, rows, hi, mask_rows,
-                         offs_m, cols, N, smn, qk_scale, mask_scale, WRITE, BLOCK_N, CAUSAL, MASK_KIND, NO_SOFTMAX)
+        m_i, l_i = _step(s_b, j + 1, base + j + 1, m_i, l_i, bias, p_desc, p_smem, slot0, pbase, b, h, rows, hi, masks,
+                         offs_m, cols, N, smn, qk_scale, mask_scale, WRITE, BLOCK_N, STAGES, CAUSAL, MASK_KIND,
+                         NO_SOFTMAX, MASK_TMA, WG, ROWS)
     j = 2 * ((n_tiles - 1) // 2)  # one tile left (n_tiles odd) or two
-    s_a = _scores_done(s_flight, k_empty, base + j, STAGES)
+    s_a = _scores_done(s_flight, k_empty, base + j, STAGES, MASK_TMA)
     if j + 1 < n_tiles:
         s_b_flight = _next_scores(q, k_smem, k_full, base + j + 1, zero_s, BLOCK_N, D, STAGES)
-        m_i, l_i = _step(s_a, j, m_i, l_i, bias, p_desc, p_smem, slot0, pbase, b, h, rows, hi, mask_rows, offs_m,
-                         cols, N, smn, qk_scale, mask_scale, WRITE, BLOCK_N, CAUSAL, MASK_KIND, NO_SOFTMAX)
-        s_b = _scores_done(s_b_flight, k_empty, base + j + 1, STAGES)
+        m_i, l_i = _step(s_a, j, base + j, m_i, l_i, bias, p_desc, p_smem, slot0, pbase, b, h, rows, hi, masks, offs_m,
+                         cols, N, smn, qk_scale, mask_scale, WRITE, BLOCK_N, STAGES, CAUSAL, MASK_KIND, NO_SOFTMAX,
+                         MASK_TMA, WG, ROWS)
+        s_b = _scores_done(s_b_flight, k_empty, base + j + 1, STAGES, MASK_TMA)
         if RELEASE_Q:
             mbarrier.arrive(q_free, count=1)
-        m_i, l_i = _step(s_b, j + 1, m_i, l_i, bias, p_desc, p_smem, slot0, pbase, b, h, rows, hi, mask_rows,
-                         offs_m, cols, N, smn, qk_scale, mask_scale, WRITE, BLOCK_N, CAUSAL, MASK_KIND, NO_SOFTMAX)
+        m_i, l_i = _step(s_b, j + 1, base + j + 1, m_i, l_i, bias, p_desc, p_smem, slot0, pbase, b, h, rows, hi, masks,
+                         offs_m, cols, N, smn, qk_scale, mask_scale, WRITE, BLOCK_N, STAGES, CAUSAL, MASK_KIND,
+                         NO_SOFTMAX, MASK_TMA, WG, ROWS)
     else:
         if RELEASE_Q:
             mbarrier.arrive(q_free, count=1)
-        m_i, l_i = _step(s_a, j, m_i, l_i, bias, p_desc, p_smem, slot0, pbase, b, h, rows, hi, mask_rows, offs_m,
-                         cols, N, smn, qk_scale, mask_scale, WRITE, BLOCK_N, CAUSAL, MASK_KIND, NO_SOFTMAX)
+        m_i, l_i = _step(s_a, j, base + j, m_i, l_i, bias, p_desc, p_smem, slot0, pbase, b, h, rows, hi, masks, offs_m,
+                         cols, N, smn, qk_scale, mask_scale, WRITE, BLOCK_N, STAGES, CAUSAL, MASK_KIND, NO_SOFTMAX,
+                         MASK_TMA, WG, ROWS)
     return m_i, l_i
 
 
 @gluon.jit
-def _item(where, t0, pbase, it, q_smem, k_smem, p_smem, p_desc, bars, smm, smn, N, qk_scale, mask_scale,
+def _item(where, t0, pbase, it, q_smem, k_smem, p_smem, p_desc, bars, smm, smn, mask_smem, N, qk_scale, mask_scale,
           WG: gl.constexpr, D: gl.constexpr, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, STAGES: gl.constexpr,
           CAUSAL: gl.constexpr, MASK_KIND: gl.constexpr, NO_SOFTMAX: gl.constexpr, Q_REGISTERS: gl.constexpr,
-          PERSISTENT: gl.constexpr):
+          PERSISTENT: gl.constexpr, MASK_TMA: gl.constexpr, ROWS: gl.constexpr):
     """One warpgroup's rows of a work item (`where`: _program's answer; this program's it-th item, its key tiles at
     ring positions t0 on, pbase P tiles written before it): zero tiles (causal), pass 1 (max and sum), pass 2 (P).
     Persistent: Q's buffer is released after the item's last QKᵀ. Returns the next item's (t0, pbase)."""
@@ -253,15 +292,16 @@ def _item(where, t0, pbase, it, q_smem, k_smem, p_smem, p_desc, bars, smm, smn, 
     base = t0
     if not NO_SOFTMAX:  # pass 1: the row max and sum
         m_i, l_i = _pass(q, k_smem, k_full, k_empty, q_empty.index(WG), base, n_tiles, zero_s, m_i, l_i, m_i,
-                         p_desc, p_smem, slot0, pbase, b, h, rows, hi, mask_rows, offs_m, cols, N, smn, qk_scale,
-                         mask_scale, False, False, D, BLOCK_N, STAGES, CAUSAL, MASK_KIND, NO_SOFTMAX)
+                         p_desc, p_smem, slot0, pbase, b, h, rows, hi, mask_rows, mask_smem, offs_m, cols, N, smn,
+                         qk_scale, mask_scale, False, False, D, BLOCK_N, STAGES, CAUSAL, MASK_KIND, NO_SOFTMAX,
+                         MASK_TMA, WG, ROWS)
         base = t0 + n_tiles
     bias = _bias(m_i, l_i)
     if CAUSAL:
         tma.store_wait(pendings=0)  # the zero buffer is P buffer 0, written again below
     _pass(q, k_smem, k_full, k_empty, q_empty.index(WG), base, n_tiles, zero_s, m_i, l_i, bias, p_desc, p_smem,
-          slot0, pbase, b, h, rows, hi, mask_rows, offs_m, cols, N, smn, qk_scale, mask_scale, True,
-          PERSISTENT and not Q_REGISTERS, D, BLOCK_N, STAGES, CAUSAL, MASK_KIND, NO_SOFTMAX)
+          slot0, pbase, b, h, rows, hi, mask_rows, mask_smem, offs_m, cols, N, smn, qk_scale, mask_scale, True,
+          PERSISTENT and not Q_REGISTERS, D, BLOCK_N, STAGES, CAUSAL, MASK_KIND, NO_SOFTMAX, MASK_TMA, WG, ROWS)
     return base + n_tiles, pbase + n_tiles
 
 
@@ -269,11 +309,12 @@ def _item(where, t0, pbase, it, q_smem, k_smem, p_smem, p_desc, bars, smm, smn, 
 def _consumer(q_smem, k_smem, p_smem, p_desc, bars, mask, work, where, N, H, GROUP, qk_scale, mask_scale,
               WG: gl.constexpr, D: gl.constexpr, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr,
               STAGES: gl.constexpr, CAUSAL: gl.constexpr, MASK_KIND: gl.constexpr, NO_SOFTMAX: gl.constexpr,
-              HEAVY_FIRST: gl.constexpr, Q_REGISTERS: gl.constexpr, PERSISTENT: gl.constexpr, ROWS: gl.constexpr):
+              HEAVY_FIRST: gl.constexpr, Q_REGISTERS: gl.constexpr, PERSISTENT: gl.constexpr, ROWS: gl.constexpr,
+              MASK_TMA: gl.constexpr):
     """One warpgroup: its rows of each of this program's work items (one item unless persistent), then the wait for
     its last P stores."""
     pid, nprog, total = work
-    M, smb, smh, smm, smn = mask
+    M, smb, smh, smm, smn, mask_smem = mask
     if PERSISTENT:
         t0 = 0
         pbase = 0
@@ -281,31 +322,34 @@ def _consumer(q_smem, k_smem, p_smem, p_desc, bars, mask, work, where, N, H, GRO
         start, end, step = _items(pid, nprog, total, CAUSAL and HEAVY_FIRST)
         for x in range(start, end, step):
             where = _step_item(x, work, M, smb, smh, N, H, GROUP, BLOCK_M, BLOCK_N, CAUSAL, HEAVY_FIRST, ROWS)
-            t0, pbase = _item(where, t0, pbase, it, q_smem, k_smem, p_smem, p_desc, bars, smm, smn, N, qk_scale,
-                              mask_scale, WG, D, BLOCK_M, BLOCK_N, STAGES, CAUSAL, MASK_KIND, NO_SOFTMAX,
-                              Q_REGISTERS, True)
+            t0, pbase = _item(where, t0, pbase, it, q_smem, k_smem, p_smem, p_desc, bars, smm, smn, mask_smem, N,
+                              qk_scale, mask_scale, WG, D, BLOCK_M, BLOCK_N, STAGES, CAUSAL, MASK_KIND, NO_SOFTMAX,
+                              Q_REGISTERS, True, MASK_TMA, ROWS)
             it += 1
     else:
-        _item(where, 0, 0, 0, q_smem, k_smem, p_smem, p_desc, bars, smm, smn, N, qk_scale, mask_scale, WG, D,
-              BLOCK_M, BLOCK_N, STAGES, CAUSAL, MASK_KIND, NO_SOFTMAX, Q_REGISTERS, False)
+        _item(where, 0, 0, 0, q_smem, k_smem, p_smem, p_desc, bars, smm, smn, mask_smem, N, qk_scale, mask_scale,
+              WG, D, BLOCK_M, BLOCK_N, STAGES, CAUSAL, MASK_KIND, NO_SOFTMAX, Q_REGISTERS, False, MASK_TMA, ROWS)
     tma.store_wait(pendings=0)
 
 
 # N is never made a constant (attnlab.triton.fused_gluon: N = 1 with a mask fails to compile in Triton 3.6 if it is).
 @gluon.jit(do_not_specialize=["N"])
-def qk_softmax_gluon_kernel(q_desc, k_desc, p_desc, M, smb, smh, smm, smn, N, H, GROUP, total, qk_scale, mask_scale,
-                            D: gl.constexpr, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, STAGES: gl.constexpr,
-                            CAUSAL: gl.constexpr, MASK_KIND: gl.constexpr, NO_SOFTMAX: gl.constexpr,
-                            HEAVY_FIRST: gl.constexpr, CONSUMER_REGS: gl.constexpr, num_warps: gl.constexpr,
-                            Q_REGISTERS: gl.constexpr = False, ROWS: gl.constexpr = ROWS_PER_PROGRAM,
-                            PERSISTENT: gl.constexpr = False):
+def qk_softmax_gluon_kernel(q_desc, k_desc, p_desc, M, smb, smh, smm, smn, mask_desc, N, H, GROUP, total, qk_scale,
+                            mask_scale, D: gl.constexpr, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr,
+                            STAGES: gl.constexpr, CAUSAL: gl.constexpr, MASK_KIND: gl.constexpr,
+                            NO_SOFTMAX: gl.constexpr, HEAVY_FIRST: gl.constexpr, CONSUMER_REGS: gl.constexpr,
+                            num_warps: gl.constexpr, Q_REGISTERS: gl.constexpr = False,
+                            ROWS: gl.constexpr = ROWS_PER_PROGRAM, PERSISTENT: gl.constexpr = False,
+                            MASK_TMA: gl.constexpr = False, MASK_B: gl.constexpr = 0, MASK_H: gl.constexpr = 0):
     """grid (total,) with total = cdiv(N, ROWS·BLOCK_M)·B·H work items, one a program (attnlab.triton.fused_gluon.
     _program); PERSISTENT: any smaller grid, each program taking items pid, pid + grid, … (causal with HEAVY_FIRST:
     in heavy/light pairs, fused_gluon._items). num_warps = 4; ROWS consumer warpgroups a program, 2, or 1
     (Tiles.one_consumer: two programs share an SM). q/k descriptors over (B, H or Hkv, N, D) with (1, 1, BLOCK_M or
     BLOCK_N, D) boxes; p_desc over the contiguous (B, H, N, N) P with a (1, 1, BLOCK_M, BLOCK_N) box; M the
     (B, H, N, N)-strided mask or any pointer when MASK_KIND = 0; qk_scale = scale·log2 e (natural scale under
-    NO_SOFTMAX); Q_REGISTERS: Tiles.q_registers."""
+    NO_SOFTMAX); Q_REGISTERS: Tiles.q_registers. MASK_TMA: the mask tiles come through `mask_desc`, a descriptor
+    over the mask's (B or 1, H or 1, N, N) with a (1, 1, ROWS·BLOCK_M, BLOCK_N) box (MASK_B, MASK_H: 1 where the mask
+    varies over batch, heads), into a ring of STAGES slots beside K's; else `mask_desc` is an unused placeholder."""
     dtype: gl.constexpr = q_desc.dtype
     pid = gl.program_id(0)
     nprog = gl.num_programs(0)
@@ -315,6 +359,11 @@ def qk_softmax_gluon_kernel(q_desc, k_desc, p_desc, M, smb, smh, smm, smn, N, H,
     q_smem = gl.allocate_shared_memory(dtype, [ROWS, 1, 1, BLOCK_M, D], q_desc.layout)
     k_smem = gl.allocate_shared_memory(dtype, [STAGES, 1, 1, BLOCK_N, D], k_desc.layout)
     p_smem = gl.allocate_shared_memory(dtype, [ROWS * PBUF, 1, 1, BLOCK_M, BLOCK_N], p_desc.layout)
+    if MASK_TMA:
+        mask_smem = gl.allocate_shared_memory(mask_desc.dtype, [STAGES, 1, 1, ROWS * BLOCK_M, BLOCK_N],
+                                              mask_desc.layout)
+    else:
+        mask_smem = q_smem  # never read
     q_bars = gl.allocate_shared_memory(gl.int64, [ROWS, 1], mbarrier.MBarrierLayout())
     q_empty = gl.allocate_shared_memory(gl.int64, [ROWS, 1], mbarrier.MBarrierLayout())
     k_full = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
@@ -330,27 +379,29 @@ def qk_softmax_gluon_kernel(q_desc, k_desc, p_desc, M, smb, smh, smm, smn, N, H,
     # into tensors.
     if ROWS == 1:  # one consumer (the default partition) and the loader: 8 warps launched, two programs an SM
         gl.warp_specialize([
-            (_consumer, (q_smem, k_smem, p_smem, p_desc, (q_bars, q_empty, k_full, k_empty), (M, smb, smh, smm, smn),
+            (_consumer, (q_smem, k_smem, p_smem, p_desc, (q_bars, q_empty, k_full, k_empty), (M, smb, smh, smm, smn, mask_smem),
                          (pid, nprog, total), (b, h, hk, start_m, n_tiles, m_head), N, H, GROUP, qk_scale,
                          mask_scale, 0, D, BLOCK_M, BLOCK_N, STAGES, CAUSAL, MASK_KIND, NO_SOFTMAX, HEAVY_FIRST,
-                         Q_REGISTERS, PERSISTENT, ROWS)),
-            (_loader, (q_desc, k_desc, q_smem, k_smem, (q_bars, q_empty, k_full, k_empty), (pid, nprog, total),
-                       (b, h, hk, start_m, n_tiles, m_head), M, smb, smh, N, H, GROUP, BLOCK_M, BLOCK_N, STAGES,
-                       CAUSAL, HEAVY_FIRST, NO_SOFTMAX, PERSISTENT, ROWS)),
+                         Q_REGISTERS, PERSISTENT, ROWS, MASK_TMA)),
+            (_loader, (q_desc, k_desc, q_smem, k_smem, (q_bars, q_empty, k_full, k_empty), (mask_desc, mask_smem),
+                       (pid, nprog, total), (b, h, hk, start_m, n_tiles, m_head), M, smb, smh, N, H, GROUP, BLOCK_M,
+                       BLOCK_N, STAGES, CAUSAL, HEAVY_FIRST, NO_SOFTMAX, PERSISTENT, ROWS, MASK_TMA, MASK_B,
+                       MASK_H)),
         ], [1], [24])
     else:
         gl.warp_specialize([
-            (_consumer, (q_smem, k_smem, p_smem, p_desc, (q_bars, q_empty, k_full, k_empty), (M, smb, smh, smm, smn),
+            (_consumer, (q_smem, k_smem, p_smem, p_desc, (q_bars, q_empty, k_full, k_empty), (M, smb, smh, smm, smn, mask_smem),
                          (pid, nprog, total), (b, h, hk, start_m, n_tiles, m_head), N, H, GROUP, qk_scale,
                          mask_scale, 0, D, BLOCK_M, BLOCK_N, STAGES, CAUSAL, MASK_KIND, NO_SOFTMAX, HEAVY_FIRST,
-                         Q_REGISTERS, PERSISTENT, ROWS)),
-            (_consumer, (q_smem, k_smem, p_smem, p_desc, (q_bars, q_empty, k_full, k_empty), (M, smb, smh, smm, smn),
+                         Q_REGISTERS, PERSISTENT, ROWS, MASK_TMA)),
+            (_consumer, (q_smem, k_smem, p_smem, p_desc, (q_bars, q_empty, k_full, k_empty), (M, smb, smh, smm, smn, mask_smem),
                          (pid, nprog, total), (b, h, hk, start_m, n_tiles, m_head), N, H, GROUP, qk_scale,
                          mask_scale, 1, D, BLOCK_M, BLOCK_N, STAGES, CAUSAL, MASK_KIND, NO_SOFTMAX, HEAVY_FIRST,
-                         Q_REGISTERS, PERSISTENT, ROWS)),
-            (_loader, (q_desc, k_desc, q_smem, k_smem, (q_bars, q_empty, k_full, k_empty), (pid, nprog, total),
-                       (b, h, hk, start_m, n_tiles, m_head), M, smb, smh, N, H, GROUP, BLOCK_M, BLOCK_N, STAGES,
-                       CAUSAL, HEAVY_FIRST, NO_SOFTMAX, PERSISTENT, ROWS)),
+                         Q_REGISTERS, PERSISTENT, ROWS, MASK_TMA)),
+            (_loader, (q_desc, k_desc, q_smem, k_smem, (q_bars, q_empty, k_full, k_empty), (mask_desc, mask_smem),
+                       (pid, nprog, total), (b, h, hk, start_m, n_tiles, m_head), M, smb, smh, N, H, GROUP, BLOCK_M,
+                       BLOCK_N, STAGES, CAUSAL, HEAVY_FIRST, NO_SOFTMAX, PERSISTENT, ROWS, MASK_TMA, MASK_B,
+                       MASK_H)),
         ], [4, 1], [CONSUMER_REGS, 24])
 
 
@@ -367,11 +418,32 @@ MIN_N = 512  # below it the Triton kernel runs. Session 5 had it at 1024 (the tw
 # candidate takes 3–17 % less time there in every key (session 13, calls 1 and 2). Below 512 nothing was measured.
 
 
-def as_run(tiles, masked: bool):
-    """The tiles a call runs with: Tiles.persistent (v28) serves unmasked calls only. With a mask tile loaded in the
-    consumers' loop the persistent kernel spills 0.5–1.8 KB a thread without a causal mask (offline, sm_90a: the
-    mask's pointer tile stays live across the item loop), so a masked call runs one item a program."""
-    return replace(tiles, persistent=False) if tiles.persistent and masked else tiles
+def mask_fits(tiles, stages: int, D: int, itemsize: int, mask_itemsize: int) -> bool:
+    """Whether a ring of `stages` mask tiles (ROWS·BLOCK_M × BLOCK_N elements of mask_itemsize bytes each) fits in a
+    program's shared memory beside Q, `stages` K tiles and the P buffers."""
+    rows = partitions(tiles)[0]
+    BM, BN = tiles.BLOCK_M, tiles.BLOCK_N
+    tiles_bytes = (rows * BM * D + stages * BN * D + rows * PBUF.value * BM * BN) * itemsize
+    return tiles_bytes + stages * rows * BM * BN * mask_itemsize + SMEM_SPARE <= smem_limit(tiles)
+
+
+def as_run(tiles, mask, D: int, itemsize: int):
+    """The tiles a call runs with, given its (B, H, N, N) mask view (None: no mask; a meta tensor will do):
+      * no mask: `tiles` as they are;
+      * a mask the loader can bring by TMA (fused_gluon.mask_descriptor: 1- or 2-byte elements, 16-byte-aligned
+        rows): mask_tma, its tiles arriving with K's in as many stages as fit (mask_fits; at most the entry's, at
+        least 2): with two consumers, D = 128 and a 2-byte mask, 2 of the entry's 3 (v30);
+      * any other mask, or no room even for 2 stages (one consumer at D = 128): the consumers load it, one item a
+        program (Tiles.persistent then spills 0.5–1.8 KB a thread without a causal mask: the mask's pointer tile
+        stays live across the item loop, v28)."""
+    if mask is None:
+        return tiles
+    BM, BN = tiles.BLOCK_M, tiles.BLOCK_N
+    if mask_descriptor(mask, partitions(tiles)[0] * BM, BN) is not None:
+        for stages in range(tiles.num_stages, 1, -1):
+            if mask_fits(tiles, stages, D, itemsize, mask.element_size()):
+                return replace(tiles, mask_tma=True, num_stages=stages)
+    return replace(tiles, mask_tma=False, persistent=False)
 
 
 def takes(N: int) -> bool:
@@ -383,15 +455,19 @@ def takes(N: int) -> bool:
 def launch(q, k, p, mask, mask_strides, mask_kind, *, N, H, group, qk_scale, mask_scale, causal, tiles,
            no_softmax=False) -> None:
     """Write P for checked (B, H, N, D) q and k into the contiguous (B, H, N, N) p (attnlab.triton.launch.qk_softmax
-    calls it for Tiles.gluon when `takes(N)`)."""
+    calls it for Tiles.gluon when `takes(N)`, with as_run's tiles). Tiles.mask_tma: a mask TMA can read comes
+    through the loader warp with K (v30), else by the consumers' loads."""
     BM, BN = tiles.BLOCK_M, tiles.BLOCK_N
     q, k = tma_ready(q), tma_ready(k)
     rows, maxnreg = partitions(tiles)
+    q_desc = descriptor(q, BM)
+    md = mask_descriptor(mask, rows * BM, BN) if mask_kind and tiles.mask_tma else None
+    mask_desc, vary_b, vary_h = md if md else (q_desc, 0, 0)
     total = triton.cdiv(N, rows * BM) * q.shape[0] * H
     grid = (min(total, sm_count(q.device) * programs_per_sm(tiles)) if tiles.persistent else total,)
-    qk_softmax_gluon_kernel[grid](descriptor(q, BM), descriptor(k, BN), descriptor(p, BM, BN), mask,
-                                  *mask_strides, N, H, group, total, qk_scale, mask_scale, D=q.shape[-1], BLOCK_M=BM,
-                                  BLOCK_N=BN, STAGES=tiles.num_stages, CAUSAL=causal, MASK_KIND=mask_kind,
-                                  NO_SOFTMAX=no_softmax, HEAVY_FIRST=tiles.heavy_first,
-                                  CONSUMER_REGS=CONSUMER_REGS, Q_REGISTERS=tiles.q_registers, ROWS=rows,
-                                  PERSISTENT=tiles.persistent, num_warps=4, maxnreg=maxnreg)
+    qk_softmax_gluon_kernel[grid](q_desc, descriptor(k, BN), descriptor(p, BM, BN), mask, *mask_strides, mask_desc,
+                                  N, H, group, total, qk_scale, mask_scale, D=q.shape[-1], BLOCK_M=BM, BLOCK_N=BN,
+                                  STAGES=tiles.num_stages, CAUSAL=causal, MASK_KIND=mask_kind, NO_SOFTMAX=no_softmax,
+                                  HEAVY_FIRST=tiles.heavy_first, CONSUMER_REGS=CONSUMER_REGS,
+                                  Q_REGISTERS=tiles.q_registers, ROWS=rows, PERSISTENT=tiles.persistent,
+                                  MASK_TMA=md is not None, MASK_B=vary_b, MASK_H=vary_h, num_warps=4, maxnreg=maxnreg)

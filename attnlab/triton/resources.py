@@ -129,6 +129,13 @@ def _gluon_info(kernel: str, D: int, causal: bool, tiles: config.Tiles, mask_kin
         sig["p_desc"] = mangle_type(fused_gluon.descriptor(p, tiles.BLOCK_M, tiles.BLOCK_N))
         values.update(CONSUMER_REGS=qk_softmax_gluon.CONSUMER_REGS, Q_REGISTERS=tiles.q_registers,
                       ROWS=fused_gluon.partitions(tiles)[0], PERSISTENT=tiles.persistent)
+        md = None  # with a mask and Tiles.mask_tma: an (N, N) one broadcast over batch and heads, by TMA (v30)
+        if mask_kind and tiles.mask_tma:
+            m = torch.empty(ints["N"], ints["N"], dtype=torch.uint8 if mask_kind == 1 else tdtype).expand(
+                1, ints["H"], ints["N"], ints["N"])
+            md = fused_gluon.mask_descriptor(m, fused_gluon.partitions(tiles)[0] * tiles.BLOCK_M, tiles.BLOCK_N)
+        sig["mask_desc"] = mangle_type(md[0]) if md else sig["q_desc"]
+        values.update(MASK_TMA=md is not None, MASK_B=0, MASK_H=0)
         floats = ("qk_scale", "mask_scale")
     else:
         fn = fused_gluon.fused_gluon_kernel
