@@ -158,13 +158,10 @@ def _bias(m_i, l_i):
 
 
 @gluon.jit
-def _write_tile(s, j, bias, p_desc, p_smem, slot0, pbase, b, h, rows, hi, mask_rows, mask_tile, offs_m, cols, N, smn,
-                qk_scale, mask_scale, BLOCK_N: gl.constexpr, CAUSAL: gl.constexpr, MASK_KIND: gl.constexpr,
-                NO_SOFTMAX: gl.constexpr, MASK_TMA: gl.constexpr):
-    """P of key tile j (normalised with the row's bias, or S itself under no_softmax) into buffer
-    slot0 + (pbase + j) % PBUF (pbase: the P tiles this consumer wrote for earlier items, so that the buffers
-    alternate across items too), then a TMA store of it; the store that last read that buffer must have finished
-    first."""
+def _p_tile(s, j, bias, rows, hi, mask_rows, mask_tile, offs_m, cols, N, smn, qk_scale, mask_scale,
+            BLOCK_N: gl.constexpr, CAUSAL: gl.constexpr, MASK_KIND: gl.constexpr, NO_SOFTMAX: gl.constexpr,
+            MASK_TMA: gl.constexpr):
+    """P of key tile j: normalised with the row's bias, or S itself under no_softmax."""
     offs_n = j * BLOCK_N + cols
     if _needs_masks(j, rows, hi, BLOCK_N, CAUSAL):
         s = _scores(s, mask_rows, mask_tile, offs_m, offs_n, N, smn, qk_scale, mask_scale, True, CAUSAL, MASK_KIND,
@@ -174,6 +171,14 @@ def _write_tile(s, j, bias, p_desc, p_smem, slot0, pbase, b, h, rows, hi, mask_r
         s = _scores(s, mask_rows, mask_tile, offs_m, offs_n, N, smn, qk_scale, mask_scale, False, CAUSAL,
                     MASK_KIND, NO_SOFTMAX, MASK_TMA)
         p = _probabilities(s, bias, qk_scale, MASK_KIND != 0 or NO_SOFTMAX, NO_SOFTMAX)
+    return p
+
+
+@gluon.jit
+def _store_p(p, j, p_desc, p_smem, slot0, pbase, b, h, rows, BLOCK_N: gl.constexpr):
+    """P tile j into buffer slot0 + (pbase + j) % PBUF (pbase: the P tiles this consumer wrote for earlier items, so
+    that the buffers alternate across items too), then a TMA store of it; the store that last read that buffer must
+    have finished first."""
     buf = p_smem.index(slot0 + (pbase + j) % PBUF)
     tma.store_wait(pendings=PBUF - 1)
     buf.reshape([buf.type.shape[2], buf.type.shape[3]]).store(p.to(p_desc.dtype))
@@ -192,12 +197,16 @@ def _step(s, j, t, m_i, l_i, bias, p_desc, p_smem, slot0, pbase, b, h, rows, hi,
     mask_rows, mask_smem, k_empty = masks
     mask_tile = _mask_tile(mask_smem, t % STAGES, WG, MASK_TMA, ROWS)
     if WRITE:
-        _write_tile(s, j, bias, p_desc, p_smem, slot0, pbase, b, h, rows, hi, mask_rows, mask_tile, offs_m, cols, N,
-                    smn, qk_scale, mask_scale, BLOCK_N, CAUSAL, MASK_KIND, NO_SOFTMAX, MASK_TMA)
+        p = _p_tile(s, j, bias, rows, hi, mask_rows, mask_tile, offs_m, cols, N, smn, qk_scale, mask_scale, BLOCK_N,
+                    CAUSAL, MASK_KIND, NO_SOFTMAX, MASK_TMA)
+        # the slot goes back before the wait for a free P buffer: with 2 stages, holding it through that wait kept
+        # the loader from bringing tile t + 2 (v30)
+        _release(k_empty, t, STAGES, MASK_TMA)
+        _store_p(p, j, p_desc, p_smem, slot0, pbase, b, h, rows, BLOCK_N)
     else:
         p, m_i, l_i, alpha, offs_n = _tile(s, m_i, l_i, j, rows, hi, mask_rows, mask_tile, offs_m, cols, N, smn,
                                            qk_scale, mask_scale, BLOCK_N, CAUSAL, MASK_KIND, False, MASK_TMA)
-    _release(k_empty, t, STAGES, MASK_TMA)
+        _release(k_empty, t, STAGES, MASK_TMA)
     return m_i, l_i
 
 
