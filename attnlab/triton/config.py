@@ -177,7 +177,8 @@ TABLE: dict[tuple, Tiles] = {
 # kernel from N = 512): persistent wins at the short N. D = 64 non-causal two consumers persistent at 512 (0.4856
 # against 0.5378 ms), 3.6 % at 1024, so below 724; D = 64 causal one consumer persistent at 512 (0.3484 against
 # 0.3763), below 724; D = 128 causal one consumer persistent, 2 stages, at 512 (0.2355 against 0.3012) and 1024
-# (0.3874 against 0.4247), below 1448. A masked call runs these without persistence (launch._qk_softmax_tiles).
+# (0.3874 against 0.4247), below 1448. A masked call runs these persistent only with its mask by TMA
+# (qk_softmax_gluon.as_run, v30; launch._qk_softmax_tiles).
 SHORT_N = 1024
 SHORT: dict[tuple, tuple[Tiles, int]] = {
     ("fused", "sm90", "=128", True, 2): (Tiles(64, 64, 4, 2, heavy_first=True, gluon=True, mask_tma=True,
