@@ -6,8 +6,9 @@ Each ablation (attnlab.builds.ABLATIONS) is the same kernel with one stage chang
                 over K); the bytes of S and P still move
     no_pv       PV contraction dropped, V never read: saves the matmul and the V reads; P is still read
     zero_mask   an all-zero additive (N, N) mask loaded and applied: *adds* the mask stage, so its difference from the
-                unmasked base is what applying a mask costs — loading the mask tile and adding it to every live score.
-                In a causal group both rows are causal, so it is the mask cost on the tiles a causal build visits.
+                unmasked base is what applying a mask costs — loading the mask tile and adding it to every live score
+                (qk_softmax loads it in each of its two passes, while P's writes stream through L2: PERFORMANCE.md
+                v30). In a causal group both rows are causal, so it is the mask cost on the tiles a causal build visits.
 
 The dominant stage of a shape is the one whose removal saves the most time; the mask is not a candidate (it is not a
 stage of the base program). What stays when both are removed (QKᵀ, the memory round trips) is not ablated here: see
