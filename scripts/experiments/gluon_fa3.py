@@ -27,7 +27,7 @@ from attnlab.triton.resources import parse_tiles
 def case_inputs(B, H, Hkv, N, D, dtype, var):
     """Fresh q, k, v (GQA when Hkv < H) and the variant's mask: var "layout": "bnhd" views (B, N, H, D) tensors as
     (B, H, N, D) (TMA reads them strided); "mask": "bool" hides a third of the rows entirely (O and P must be 0
-    there), "add" is an additive (B, 1, N, N) mask."""
+    there), "add" is an additive (B, 1, N, N) mask, "add_heads" an additive (1, H, N, N) one."""
     g = torch.Generator(device="cuda").manual_seed(N * 7 + D)
     if var.get("layout") == "bnhd":
         q, k, v = (torch.randn(B, N, h, D, device="cuda", dtype=dtype, generator=g).transpose(1, 2)
@@ -41,6 +41,8 @@ def case_inputs(B, H, Hkv, N, D, dtype, var):
         mask[: N // 3] = False
     elif var.get("mask") == "add":
         mask = torch.randn(B, 1, N, N, device="cuda", dtype=dtype, generator=g)
+    elif var.get("mask") == "add_heads":  # varies over heads, broadcast over the batch
+        mask = torch.randn(1, H, N, N, device="cuda", dtype=dtype, generator=g)
     return q, k, v, mask
 
 

@@ -11,7 +11,8 @@ Accuracy first, twice:
   * O through the build's entry point (attnlab.triton.launch.qk_softmax, so the dispatch is exercised) against the
     fp64 oracle (attnlab.accuracy.judge), into a NaN-poisoned output.
 Shapes: ragged N (8, 24, 136, 1000, 3000), N = 100 (not a multiple of 8), GQA, a (B, N, H, D) view, boolean masks
-hiding whole rows, additive masks, the no_softmax ablation, causal. P is checked straight from the Gluon kernel
+hiding whole rows (at N = 1024 their rows are 16-byte aligned, so TMA brings them: v30), additive masks varying over
+the batch or over the heads, the no_softmax ablation, causal. P is checked straight from the Gluon kernel
 wherever N % 8 == 0; through the build, N below qk_softmax_gluon.MIN_N or not a multiple of 8 runs the Triton kernel
 (each line says which ran).
 Then medians of CUDA-graph replays (gluon_fa3.timed) at FlashAttention's shapes (B·N = 16384, H·D = 2048), bf16:
@@ -59,10 +60,12 @@ def check(tiles, part=(0, 1)):
     shapes = [(1, 2, 2, 8, 64), (2, 3, 3, 24, 64), (1, 4, 2, 136, 128), (1, 2, 2, 100, 128), (1, 8, 2, 1000, 64),
               (1, 4, 4, 3000, 128), (2, 16, 16, 1024, 128), (2, 4, 2, 256, 128), (1, 2, 2, 4096, 64),
               (4, 16, 8, 520, 64)]  # 520: more items than SMs, an odd number of key tiles an item, GQA
-    variants = [dict(), dict(ablation="no_softmax"), dict(mask="bool"), dict(mask="add"), dict(layout="bnhd")]
+    variants = [dict(), dict(ablation="no_softmax"), dict(mask="bool"), dict(mask="add"), dict(mask="add_heads"),
+                dict(layout="bnhd")]
     for (B, H, Hkv, N, D), causal, dtype, var, t in itertools.product(
             shapes, (False, True), (torch.bfloat16, torch.float16), variants, tiles):
-        if var and (N not in (24, 100, 136, 520, 1000) or dtype != torch.bfloat16):
+        # N = 1024: a boolean mask TMA can read (16-byte rows), so v30's 1-byte mask ring runs
+        if var and (N not in (24, 100, 136, 520, 1000, 1024) or dtype != torch.bfloat16):
             continue  # each variant is its own compile
         if not mine((D, causal, dtype, tuple(var.items())), part):
             continue
