@@ -1,11 +1,12 @@
 """Kernel benchmark: our builds against FlashAttention-2 (sdpa_flash), cuDNN (sdpa_cudnn) and compiled FlexAttention.
 
-    attnlab bench [--quick] [--out DIR]      FlashAttention's convention: B·N = 16384 tokens, H·D = 2048
-    attnlab bench --autotune [--out DIR]     re-run the sweep that chose attnlab.triton.config.TABLE (attnlab.autotune)
+    attnlab bench [--quick] [--repeats K] [--out DIR]   FlashAttention's convention: B·N = 16384, H·D = 2048
+    attnlab bench --autotune [--out DIR]                re-run the sweep that chose attnlab.triton.config.TABLE
 
 Each case: the first call timed alone (compile), then triton.testing.do_bench's median (device events, L2 flushed
 between repetitions) over replays of a CUDA graph of the call (the sweep's timer; the row's `timer` says when a call
-could not be captured and was timed eagerly). TF/s count 4·B·H·N²·D FLOPs, halved for causal. Our builds are checked
+could not be captured and was timed eagerly; with --repeats K, K graphs captured afresh, their medians' median and
+range in ms, ms_min, ms_max). TF/s count 4·B·H·N²·D FLOPs, halved for causal. Our builds are checked
 against the fp64 oracle at every benchmarked shape (FlashAttention's accuracy rule, on a slice of B·H when the
 oracle would be too large). Each row also carries its build's peak allocation (a pass of its own after timing, as
 the sweep measures it) and, for compiled FlexAttention, whether anything compiled while it was timed. `qk_softmax`
@@ -18,6 +19,7 @@ import argparse
 import itertools
 import json
 import os
+import statistics
 import sys
 
 import torch
@@ -57,14 +59,17 @@ def oracle_check(name, o, q, k, v, causal):
     return measure.judge_slice(case, b, h, o, q, k, v, builds.get(name).ablation)
 
 
-def time_case(name, q, k, v, causal) -> dict:
-    """cold_s, ms (warm median), status, o (the output), timer, peak_bytes and, for a torch.compile'd build,
-    compile_note. The warm time is triton.testing.do_bench's median over replays of one CUDA graph of the call
-    (attnlab.measure.graphed, as the sweep times): at N = 512 launching a call from Python can take longer than its
-    kernels (the Gluon kernel's host side did, 2026-11-29 run 14), and the library rows launch from C++. A call that
-    cannot be captured is timed eagerly and says so in `timer`. As in the sweep, a compiled build (flex) starts each
-    shape from a reset torch._dynamo (a bench of many shapes never reaches its recompile limit) and its row says so,
-    and says if anything compiled while it was timed; peak_bytes comes from a pass of its own after the timing."""
+def time_case(name, q, k, v, causal, repeats: int = 1) -> dict:
+    """cold_s, ms (warm median), ms_min and ms_max, status, o (the output), timer, peak_bytes and, for a
+    torch.compile'd build, compile_note. The warm time is triton.testing.do_bench's median over replays of a CUDA
+    graph of the call (attnlab.measure.graphed, as the sweep times): at N = 512 launching a call from Python can take
+    longer than its kernels (the Gluon kernel's host side did, 2026-11-29 run 14), and the library rows launch from
+    C++. With `repeats` > 1 the call is captured that many times, each graph in a memory pool of its own (so its
+    buffers lie elsewhere) and timed alone: ms is the median of those medians, ms_min and ms_max their range
+    (PERFORMANCE.md, session 13: a single graph's time carries 2–7 %, partly where P lies). A call that cannot be
+    captured is timed eagerly and says so in `timer`. As in the sweep, a compiled build (flex) starts each shape from
+    a reset torch._dynamo (a bench of many shapes never reaches its recompile limit) and its row says so, and says if
+    anything compiled while it was timed; peak_bytes comes from a pass of its own after the timing."""
     import triton.testing
 
     from attnlab import builds
@@ -81,11 +86,13 @@ def time_case(name, q, k, v, causal) -> dict:
         watch = CompileWatch(b.base)
         cold, o = cold_call(fn, dev)
         watch.cold_done()
-        run_, why = graphed(fn, dev, graphs)
-        ms = triton.testing.do_bench(run_, warmup=100, rep=100, return_mode="median")
-        graphs.clear()  # the graph's pool would count in the peak below
-        out = dict(cold_s=cold, ms=ms, status="ok", o=o, timer="do_bench+graph" if run_ is not fn else
-                   f"do_bench ({why})", **watch.note())
+        times = []
+        for _ in range(repeats):
+            run_, why = graphed(fn, dev, graphs)
+            times.append(triton.testing.do_bench(run_, warmup=100, rep=100, return_mode="median"))
+            graphs.clear()  # the graph's pool: the next capture gets a fresh one, and it would count in the peak
+        out = dict(cold_s=cold, ms=statistics.median(times), ms_min=min(times), ms_max=max(times), status="ok", o=o,
+                   timer="do_bench+graph" if run_ is not fn else f"do_bench ({why})", **watch.note())
         try:  # a peak pass that runs out of memory loses the peak, not the time measured above
             out["peak_bytes"] = peak_pass(fn, dev)[0]
         except torch.OutOfMemoryError:
@@ -148,10 +155,10 @@ def run(args) -> "pandas.DataFrame":  # noqa: F821
         spec = check(q, k, v, causal=causal)
         flops = model.flops(shape)
         for name in names:
-            timed = time_case(name, q, k, v, causal)
+            timed = time_case(name, q, k, v, causal, args.repeats)
             o, ms = timed.pop("o"), timed["ms"]
             row = dict(build=name, B=B, H=H, N=N, D=D, dtype=str(dtype).removeprefix("torch."), causal=causal,
-                       **timed, tflops=flops / ms / 1e9 if ms == ms else float("nan"))
+                       repeats=args.repeats, **timed, tflops=flops / ms / 1e9 if ms == ms else float("nan"))
             if name in OURS:
                 row["tiles"] = json.dumps(launch.tile_config(name, spec))
                 if o is not None:
@@ -201,6 +208,9 @@ def ratios(df):
     qks = df[df.build == "qk_softmax"].set_index(key)
     if "floor_ms" in qks:
         out["qk_softmax_over_floor"] = qks["ms"] / qks["floor_ms"]
+        if "repeats" in qks and (qks["repeats"] > 1).any():  # the range over the graphs (--repeats)
+            out["qk_softmax_over_floor_min"] = qks["ms_min"] / qks["floor_ms"]
+            out["qk_softmax_over_floor_max"] = qks["ms_max"] / qks["floor_ms"]
     return out
 
 
@@ -211,6 +221,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--ns", default="512,1024,2048,4096,8192,16384")
     ap.add_argument("--builds", default=",".join(BUILDS))
     ap.add_argument("--quick", action="store_true", help="skip the untuned extra shapes")
+    ap.add_argument("--repeats", type=int, default=1, help="time each case in this many CUDA graphs, each captured "
+                                                           "afresh; ms is their median, ms_min/ms_max their range")
     ap.add_argument("--autotune", action="store_true", help="time tile candidates instead of benchmarking "
                                                             "(attnlab.autotune)")
     ap.add_argument("--kernels", default="fused,qk_softmax,pv", help="with --autotune: which kernels to tune")
@@ -221,6 +233,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--tiles", default=None, help="tile overrides: a tiles.json written by --autotune --out")
     ap.add_argument("--out", default=None, help="directory for bench.csv and ratios.csv (tiles.json with --autotune)")
     args = ap.parse_args(argv)
+    if args.repeats < 1:
+        print(f"attnlab bench: error: --repeats must be at least 1, got {args.repeats}", file=sys.stderr)
+        return 2
     if not torch.cuda.is_available():
         print("attnlab bench: error: needs a CUDA GPU (timing the interpreter measures Python)", file=sys.stderr)
         return 2

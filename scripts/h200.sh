@@ -94,8 +94,10 @@ autotune() {
 bench() {
   # all six builds of issue 5 (attnlab bench's default --builds); bench.csv is rewritten after every shape, so a
   # timeout keeps the rows measured
-  timeout ${BENCH_TIMEOUT:-500} python3 -m attnlab.cli bench --dtypes bfloat16,float16 --out "$out/bench" \
-    > "$out/bench.log" 2>&1
+  # BENCH_ARGS: more arguments, e.g. "--repeats 3 --dtypes bfloat16" (three graphs a case: about 3× the time, so one
+  # dtype a call)
+  timeout ${BENCH_TIMEOUT:-500} python3 -m attnlab.cli bench --dtypes bfloat16,float16 ${BENCH_ARGS:-} \
+    --out "$out/bench" > "$out/bench.log" 2>&1
   echo "bench rc=$?"; grep -v Warning "$out/bench.log" | grep -v "^  " | tail -75
 }
 gluoncheck() {

@@ -62,13 +62,13 @@ def test_run_writes_one_checked_row_per_build_and_shape(monkeypatch, tmp_path):
     monkeypatch.setattr(model, "measure_ceilings", lambda dev, dt: dict(tbps=1.0, tflops=1.0))
     monkeypatch.setattr(bench, "shapes", lambda dtypes, ns, quick: [(1, 2, 40, 16, torch.float32, True)])
 
-    def fake_time(name, q, k, v, causal):  # the real attention, a made-up time and peak
+    def fake_time(name, q, k, v, causal, repeats=1):  # the real attention, a made-up time and peak
         return dict(cold_s=0.1, ms=2.0, status="ok", o=builds.get(name).attend(q, k, v, causal=causal),
                     timer="do_bench+graph", peak_bytes=1234.0)
 
     monkeypatch.setattr(bench, "time_case", fake_time)
     args = argparse.Namespace(dtypes="float32", ns="40", builds="fused,qk_softmax,sdpa_math", quick=True,
-                              out=str(tmp_path))
+                              out=str(tmp_path), repeats=1)
     df = bench.run(args)
     assert df.build.tolist() == ["fused", "qk_softmax", "sdpa_math"] and (df.status == "ok").all()
     assert df.loc[df.build == "fused", "accurate"].item() is True
@@ -127,3 +127,41 @@ def test_a_peak_pass_out_of_memory_keeps_the_measured_time(monkeypatch):
 
     out, _ = _cpu_timing(monkeypatch, "fused", [], peak=oom)
     assert out["status"] == "ok" and out["ms"] == 1.5 and out["peak_bytes"] != out["peak_bytes"]  # NaN
+
+
+def test_repeats_time_each_case_in_fresh_graphs_and_report_their_median_and_range(monkeypatch):
+    """`attnlab bench --repeats k` (PERFORMANCE.md Next 5: one graph's time carries 2–7 %): k captures, each timed
+    alone and freed before the next; ms is the median of the k times, ms_min and ms_max their range; the ratio table
+    then gives qk_softmax over its floor at both ends. k < 1 is one clear error."""
+    import triton.testing
+
+    from attnlab import builds
+
+    captured, times = [], iter([3.0, 1.0, 2.0])
+
+    def graphed(fn, dev, graphs):
+        assert graphs == []  # the previous repeat's graph (and its pool) is gone before the next capture
+        graphs.append(object())
+        captured.append(1)
+        return fn, "stand-in"
+
+    monkeypatch.setattr(builds, "get", lambda name: _FakeBuild("fused"))
+    monkeypatch.setattr(bench, "cold_call", lambda fn, dev: (0.5, fn()))
+    monkeypatch.setattr(bench, "graphed", graphed)
+    monkeypatch.setattr(triton.testing, "do_bench", lambda fn, **kw: next(times))
+    monkeypatch.setattr(bench, "peak_pass", lambda fn, dev: (7.0, "", None))
+    q = torch.zeros(1, 1, 8, 4)
+    out = bench.time_case("fused", q, q, q, False, repeats=3)
+    assert len(captured) == 3
+    assert (out["ms"], out["ms_min"], out["ms_max"]) == (2.0, 1.0, 3.0) and out["peak_bytes"] == 7.0
+
+    key = dict(dtype="bfloat16", D=64, causal=False, N=1024, B=16, H=32)
+    rows = [dict(build="qk_softmax", ms=3.0, ms_min=2.5, ms_max=3.5, repeats=3, floor_ms=2.0, tflops=1.0, **key),
+            dict(build="sdpa_cudnn", ms=1.0, ms_min=1.0, ms_max=1.0, repeats=3, tflops=3.0, **key)]
+    r = bench.ratios(pd.DataFrame(rows)).iloc[0]
+    assert (r["qk_softmax_over_floor"], r["qk_softmax_over_floor_min"], r["qk_softmax_over_floor_max"]) == (
+        pytest.approx(1.5), pytest.approx(1.25), pytest.approx(1.75))
+    one = bench.ratios(pd.DataFrame([dict(rows[0], repeats=1)])).iloc[0]
+    assert "qk_softmax_over_floor_min" not in one  # one graph a case: no range to give
+    assert bench.main(["--repeats", "0"]) == 2
+
