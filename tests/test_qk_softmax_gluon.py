@@ -224,24 +224,27 @@ def test_as_run_brings_a_mask_by_tma_in_the_stages_that_fit(tiles, D, mask_dtype
     assert qk_softmax_gluon.as_run(tiles, None, D, 2) == tiles
 
 
-@pytest.mark.parametrize("tiles", ["64x128w4s2hgm", "64x128w4s3hgm", "64x128w4s2hgmc", "64x128w4s2hgmu",
-                                   "64x128w4s2hgmcu"])
-def test_masks_by_tma_compiles_within_limits_and_mask_fits_agrees_with_the_compiler(tiles):
-    """Masks by TMA (v30), boolean and additive, causal and not, D = 64 and 128: where qk_softmax_gluon.mask_fits
-    says a configuration fits, the compiler's shared memory fits the SM's share and nothing serialises; without a
-    persistent loop nothing spills (the consumers' loads spilled in the persistent kernel, v28), with one at most
-    128 bytes; where mask_fits says it does not fit, neither does the compile."""
+@pytest.mark.parametrize("tiles,head_dims,causal,masks", [
+    ("64x128w4s2hgm", "64,128", "0,1", "1,2"),  # two consumers, 2 stages: what as_run gives at D = 128
+    ("64x128w4s3hgm", "64,128", "0", "2"),  # 3 stages: fits at D = 64 (224 KiB), not at D = 128 (288 KiB)
+    ("64x128w4s2hgmc", "64,128", "0,1", "2"),  # persistent
+    ("64x128w4s2hgmu", "64", "1", "1,2"),  # one consumer (D = 64 causal's entry)
+    ("64x128w4s2hgmcu", "64", "1", "1,2"),  # its short-N persistent entry
+])
+def test_masks_by_tma_compiles_within_limits_and_mask_fits_agrees_with_the_compiler(tiles, head_dims, causal, masks):
+    """Masks by TMA (v30): where qk_softmax_gluon.mask_fits says a configuration fits, the compiler's shared memory
+    fits the SM's share and nothing serialises; without a persistent loop nothing spills (the consumers' loads spilled
+    in the persistent kernel, v28), with one at most 128 bytes; where mask_fits says it does not fit, neither does
+    the compile."""
     from attnlab.triton.resources import parse_tiles
 
     t = parse_tiles(tiles)
-    dims = "64" if t.one_consumer else "64,128"
-    rows = offline_compile("--kernels", "qk_softmax", "--head-dims", dims, "--causal", "0,1", "--masks", "1,2",
+    rows = offline_compile("--kernels", "qk_softmax", "--head-dims", head_dims, "--causal", causal, "--masks", masks,
                            "--tiles", tiles)
-    assert len(rows) == 4 * len(dims.split(","))
+    assert len(rows) == len(head_dims.split(",")) * len(causal.split(",")) * len(masks.split(","))
     for r in rows:
         fits = qk_softmax_gluon.mask_fits(t, t.num_stages, r["D"], 2, 1 if r["mask_kind"] == 1 else 2)
         assert r["fits"] is fits, r
         if fits:
             assert not r["wgmma_serialised"], r
             assert r["spill_stores"] <= (128 if t.persistent else 0), r
-
