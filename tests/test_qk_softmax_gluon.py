@@ -196,6 +196,21 @@ def test_n_stays_an_argument():
     assert [p.name for p in qk_softmax_gluon.qk_softmax_gluon_kernel.params if p.do_not_specialize] == ["N"]
 
 
+def test_a_mask_tma_cannot_read_runs_the_consumers_loads(hopper_dispatch):
+    """An fp32 additive mask (4-byte elements: TMA boxes here take 1 or 2) on a bf16 call reaches the launcher with
+    the consumers' loads and one item a program, though its 2-byte twin comes by TMA (launch passes the call's own
+    mask to as_run)."""
+    if not config.interpreting():
+        pytest.skip("CPU tensors reach the launcher only under the interpreter")
+    N = 512
+    q, k, v = _inputs(N, 64)
+    tiles = config.Tiles(64, 128, 4, 3, gluon=True, persistent=True)
+    with config.forced("qk_softmax", tiles):
+        for dtype in (torch.float32, torch.bfloat16):
+            launch.qk_softmax(q, k, v, attn_mask=torch.zeros(N, N, dtype=dtype))
+    assert [c[3] for c in hopper_dispatch] == [replace(tiles, persistent=False), replace(tiles, mask_tma=True)]
+
+
 TWO_S3 = config.Tiles(64, 128, 4, 3, gluon=True)
 
 
