@@ -616,19 +616,26 @@ def tma_ready(x: torch.Tensor) -> torch.Tensor:
     return x if ok else torch.empty(x.shape, dtype=x.dtype, device=x.device).copy_(x)
 
 
-def mask_descriptor(mask: torch.Tensor, rows: int, cols: int):
-    """(descriptor, varies over batch, varies over heads) for a (B, H, N, N)-strided mask view that TMA can read
-    (1- or 2-byte elements, unit column stride, 16-byte-aligned base and row stride), else None. Broadcast batch or
-    head dims (stride 0) become dims of size 1, whose coordinate the kernel pins to 0."""
-    from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
-
+def tma_can_read(mask: torch.Tensor) -> bool:
+    """Whether TMA can read a (B, H, N, N)-strided mask view: 1- or 2-byte elements, unit column stride, 16-byte-aligned
+    base and row stride, and batch and head strides that are 0 (broadcast) or 16-byte multiples."""
     esz = mask.element_size()
     sb, sh, sm, sn = mask.stride()
-    B, H, N, _ = mask.shape
     if esz > 2 or sn != 1 or mask.data_ptr() % 16 or (sm * esz) % 16 or sm == 0:
+        return False
+    return not any(s and (s * esz) % 16 for s in (sb, sh))
+
+
+def mask_descriptor(mask: torch.Tensor, rows: int, cols: int):
+    """(descriptor, varies over batch, varies over heads) for a (B, H, N, N)-strided mask view that TMA can read
+    (tma_can_read), else None. Broadcast batch or head dims (stride 0) become dims of size 1, whose coordinate the
+    kernel pins to 0."""
+    from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
+
+    if not tma_can_read(mask):
         return None
-    if any(s and (s * esz) % 16 for s in (sb, sh)):
-        return None
+    sb, sh, sm, _ = mask.stride()
+    B, H, N, _ = mask.shape
     vary_b, vary_h = int(sb != 0), int(sh != 0)
     sh_, shape_h = (sh, H) if vary_h else (N * sm, 1)
     sb_, shape_b = (sb, B) if vary_b else (shape_h * sh_, 1)

@@ -195,8 +195,7 @@ def _qk_softmax_tiles(s: Spec, ablation: str | None = None, mask: torch.Tensor |
         return _lookup("qk_softmax", s, gluon=False)
     # the row says which ran, and the ablation report notes a zero_mask that ran other tiles than its base
     if mask is None and (s.mask_kind != "none" or ablation == "zero_mask"):
-        dtype = torch.uint8 if s.mask_kind == "bool" else s.dtype
-        mask = torch.empty(s.N, s.N, dtype=dtype, device="meta").expand(s.B, s.H, s.N, s.N)
+        mask = _meta_mask(s, torch.uint8 if s.mask_kind == "bool" else s.dtype)
     return qk_softmax_gluon.as_run(chosen, mask, s.D, s.dtype.itemsize)
 
 
@@ -265,5 +264,11 @@ def _fused_tiles_run(s: Spec, ablation: str | None) -> Tiles:
 
     mask, kind = None, 0
     if ablation == "zero_mask":  # the additive mask it brings: builds._zero_mask's, broadcast over B and H
-        mask, kind = torch.empty(s.N, s.N, dtype=s.dtype, device="meta").expand(s.B, s.H, s.N, s.N), 2
+        mask, kind = _meta_mask(s, s.dtype), 2
     return replace(t, o_tma=fused_gluon.paths(t, mask, kind, s.D, s.dtype.itemsize)[1])
+
+
+def _meta_mask(s: Spec, dtype: torch.dtype) -> torch.Tensor:
+    """For a row's record: the (N, N) mask the lab passes (builds._zero_mask's), broadcast to (B, H, N, N), with no
+    storage (its strides and dtype are what decide how a kernel reads it)."""
+    return torch.empty(s.N, s.N, dtype=dtype, device="meta").expand(s.B, s.H, s.N, s.N)

@@ -33,7 +33,8 @@ from triton.experimental.gluon.language.nvidia.hopper import (fence_async_shared
 
 from attnlab.triton.fused_gluon import (HEAD_DIMS, ROWS_PER_PROGRAM, SMEM_SPARE, _items, _mask_tile, _needs_masks,
                                         _program, _scores, _step_item, _tile, compiles_for, descriptor,
-                                        mask_descriptor, partitions, programs_per_sm, sm_count, smem_limit, tma_ready)
+                                        mask_descriptor, partitions, programs_per_sm, sm_count, smem_limit,
+                                        tma_can_read, tma_ready)
 
 PBUF = gl.constexpr(2)  # P buffers per consumer: one being filled while the other's store drains
 CONSUMER_REGS = 232  # setmaxnreg of the consumer warpgroups (a multiple of 8; the loader gets 24)
@@ -442,16 +443,15 @@ def mask_fits(tiles, stages: int, D: int, itemsize: int, mask_itemsize: int) -> 
 def as_run(tiles, mask, D: int, itemsize: int):
     """The tiles a call runs with, given its (B, H, N, N) mask view (None: no mask; a meta tensor will do):
       * no mask: `tiles` as they are;
-      * a mask the loader can bring by TMA (fused_gluon.mask_descriptor: 1- or 2-byte elements, 16-byte-aligned
-        rows): mask_tma, its tiles arriving with K's in as many stages as fit (mask_fits; at most the entry's, at
-        least 2): with two consumers, D = 128 and a 2-byte mask, 2 of the entry's 3 (v30);
+      * a mask the loader can bring by TMA (fused_gluon.tma_can_read: 1- or 2-byte elements, 16-byte-aligned rows):
+        mask_tma, its tiles arriving with K's in as many stages as fit (mask_fits; at most the entry's, at least 2):
+        with two consumers, D = 128 and a 2-byte mask, 2 of the entry's 3 (v30);
       * any other mask, or no room even for 2 stages (one consumer at D = 128): the consumers load it, one item a
         program (Tiles.persistent then spills 0.5–1.8 KB a thread without a causal mask: the mask's pointer tile
         stays live across the item loop, v28)."""
     if mask is None:
         return tiles
-    BM, BN = tiles.BLOCK_M, tiles.BLOCK_N
-    if mask_descriptor(mask, partitions(tiles)[0] * BM, BN) is not None:
+    if tma_can_read(mask):
         for stages in range(tiles.num_stages, 1, -1):
             if mask_fits(tiles, stages, D, itemsize, mask.element_size()):
                 return replace(tiles, mask_tma=True, num_stages=stages)

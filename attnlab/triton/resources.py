@@ -121,6 +121,10 @@ def _gluon_info(kernel: str, D: int, causal: bool, tiles: config.Tiles, mask_kin
     sig, constexprs = {}, {}
     values = dict(D=D, BLOCK_M=tiles.BLOCK_M, BLOCK_N=tiles.BLOCK_N, STAGES=tiles.num_stages, CAUSAL=causal,
                   MASK_KIND=mask_kind, NO_SOFTMAX=False, HEAVY_FIRST=tiles.heavy_first, num_warps=4)
+    m = None  # with a mask: an (N, N) one broadcast over batch and heads, as the zero_mask ablation passes
+    if mask_kind:
+        m = torch.empty(ints["N"], ints["N"], dtype=torch.uint8 if mask_kind == 1 else tdtype).expand(
+            1, ints["H"], ints["N"], ints["N"])
     if kernel == "qk_softmax":
         fn = qk_softmax_gluon.qk_softmax_gluon_kernel
         sig["q_desc"] = mangle_type(fused_gluon.descriptor(x, tiles.BLOCK_M))
@@ -129,10 +133,8 @@ def _gluon_info(kernel: str, D: int, causal: bool, tiles: config.Tiles, mask_kin
         sig["p_desc"] = mangle_type(fused_gluon.descriptor(p, tiles.BLOCK_M, tiles.BLOCK_N))
         values.update(CONSUMER_REGS=qk_softmax_gluon.CONSUMER_REGS, Q_REGISTERS=tiles.q_registers,
                       ROWS=fused_gluon.partitions(tiles)[0], PERSISTENT=tiles.persistent)
-        md = None  # with a mask and Tiles.mask_tma: an (N, N) one broadcast over batch and heads, by TMA (v30)
-        if mask_kind and tiles.mask_tma:
-            m = torch.empty(ints["N"], ints["N"], dtype=torch.uint8 if mask_kind == 1 else tdtype).expand(
-                1, ints["H"], ints["N"], ints["N"])
+        md = None  # with Tiles.mask_tma the mask comes by TMA (v30)
+        if m is not None and tiles.mask_tma:
             md = fused_gluon.mask_descriptor(m, fused_gluon.partitions(tiles)[0] * tiles.BLOCK_M, tiles.BLOCK_N)
         sig["mask_desc"] = mangle_type(md[0]) if md else sig["q_desc"]
         values.update(MASK_TMA=md is not None, MASK_B=0, MASK_H=0)
@@ -147,10 +149,6 @@ def _gluon_info(kernel: str, D: int, causal: bool, tiles: config.Tiles, mask_kin
     sig["M"] = "*u8" if mask_kind == 1 else f"*{dtype}"
     if kernel == "fused":
         run_as = replace(tiles, mask_tma=bool(flags.pop("MASK_TMA", tiles.mask_tma)))
-        m = None  # with a mask: an (N, N) one broadcast over batch and heads, as the zero_mask ablation passes
-        if mask_kind:
-            m = torch.empty(ints["N"], ints["N"], dtype=torch.uint8 if mask_kind == 1 else tdtype).expand(
-                1, ints["H"], ints["N"], ints["N"])
         md, o_tma = fused_gluon.paths(run_as, m, mask_kind, D, tdtype.itemsize)
         sig["mask_desc"] = mangle_type(md[0]) if md else sig["q_desc"]  # else the placeholder the launcher passes
         values.update(NO_PV=False, MASK_TMA=md is not None, MASK_B=0, MASK_H=0,
