@@ -12,6 +12,10 @@ def test_materialised_and_qk_softmax_stages_come_from_their_kernels():
     assert list(t.ms) == [1.0, 2.0, 1.0] and list(t.share) == [0.25, 0.5, 0.25]
     t = kernels.stage_table({"qk_softmax_kernel": 3.0, "pv_kernel": 1.0}, "qk_softmax")
     assert list(t.share) == [0.75, 0.25]
+    # the Gluon P kernel, and the Triton kernel's re-write of flagged rows after it (Tiles.fixed_reference): one stage
+    t = kernels.stage_table({"qk_softmax_gluon_kernel": 2.5, "qk_softmax_kernel": 0.5, "pv_kernel": 1.0}, "qk_softmax")
+    assert list(t.kernel) == ["qk_softmax_gluon_kernel + qk_softmax_kernel", "pv_kernel"]
+    assert list(t.ms) == [3.0, 1.0]
     with pytest.raises(ValueError, match="not an ablation"):  # its kernels are not the stages the labels name
         kernels.stage_table({"qk_softmax_kernel": 3.0, "pv_kernel": 1.0}, "qk_softmax-no_pv")
 
@@ -31,11 +35,11 @@ def test_missing_kernels_and_library_builds_are_clear_errors():
 
 def test_the_stage_table_names_the_kernels_the_launchers_launch():
     """If a kernel is renamed, the mapping must follow: the names are the Triton functions' own."""
-    from attnlab.triton import materialised, pv, qk_softmax
+    from attnlab.triton import materialised, pv, qk_softmax, qk_softmax_gluon
 
     launched = {materialised.scores_kernel.__name__, materialised.softmax_kernel.__name__, pv.pv_kernel.__name__,
-                qk_softmax.qk_softmax_kernel.__name__}
-    assert {k for stages in kernels.STAGES.values() for k, _ in stages} == launched
+                qk_softmax.qk_softmax_kernel.__name__, qk_softmax_gluon.qk_softmax_gluon_kernel.__name__}
+    assert {k for stages in kernels.STAGES.values() for names, _ in stages for k in names} == launched
 
 
 def test_kernel_times_needs_cuda():

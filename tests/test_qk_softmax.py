@@ -73,3 +73,27 @@ def test_p_matches_an_fp32_softmax(tiles, one_tile, variant, one_tile_flags):
         assert (p[:, :, 5] == 0).all()
     if variant == "causal":
         assert (p.float().triu(1) == 0).all()
+
+
+@pytest.mark.parametrize("variant", ["plain", "causal", "bool"])
+def test_the_repair_rewrites_the_blocks_of_flagged_rows_and_only_those(variant):
+    """Tiles.fixed_reference: the Gluon kernel's pass 1 flags the rows its fixed reference leaves wrong, and this
+    kernel (REPAIR) re-writes every block with a flagged row. Here a flagged row's block holds NaN and must come out
+    right; a block with no flag holds a sentinel and must keep it."""
+    if not config.interpreting():
+        pytest.skip("CPU tensors reach the kernel only under the interpreter")
+    N, H = 100, 2
+    q, k, v = rand_qkv(B=1, H=H, Hkv=H, N=N, D=32, dtype=torch.float16, seed=3)
+    causal, mask = variant == "causal", _mask(variant, N)
+    c = launch._prepare(q, k, v, causal, mask, None, None)
+    p = torch.full((1, H, N, N), 7.0, dtype=q.dtype)  # TWO_PASSES' blocks are 32 rows: 0–31, 32–63, 64–95, 96–99
+    flags = torch.zeros(H * N, dtype=torch.int8)
+    for h, row in ((0, 5), (1, 97)):  # a row of the first block of head 0 and of the ragged last block of head 1
+        flags[h * N + row] = 1
+        block = slice(row // 32 * 32, min(N, row // 32 * 32 + 32))
+        p[0, h, block] = float("nan")
+    launch._triton_p(c, p, TWO_PASSES, config.LOG2E, False, flags)
+    ref = reference_p(q, k, causal, mask, False)
+    for h, block in ((0, slice(0, 32)), (1, slice(96, 100))):
+        torch.testing.assert_close(p[0, h, block].float(), ref[0, h, block], rtol=2e-3, atol=1e-5)
+    assert (p[0, 0, 32:] == 7.0).all() and (p[0, 1, :96] == 7.0).all(), "a block without a flagged row was written"

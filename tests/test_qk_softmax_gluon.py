@@ -24,7 +24,7 @@ def hopper_dispatch(monkeypatch):
     calls = []
 
     def gluon_launch(q, k, p, mask, mask_strides, mask_kind, **kw):
-        calls.append(("gluon", mask_kind, kw["no_softmax"], kw["tiles"]))
+        calls.append(("gluon", mask_kind, kw["no_softmax"], kw["tiles"], kw.get("flags")))
 
     class Kernel:
         def __init__(self, name):
@@ -33,7 +33,7 @@ def hopper_dispatch(monkeypatch):
         def __getitem__(self, grid):
             if self.name == "pv":
                 return lambda *a, **kw: None
-            return lambda *a, **kw: calls.append(("triton", kw["MASK_KIND"], kw["NO_SOFTMAX"], None))
+            return lambda *a, **kw: calls.append(("triton", kw["MASK_KIND"], kw["NO_SOFTMAX"], None, kw.get("FLAGS")))
 
     monkeypatch.setattr(config, "family", lambda device: "sm90")
     monkeypatch.setattr(qk_softmax_gluon, "launch", gluon_launch)
@@ -68,6 +68,32 @@ def test_the_build_and_all_its_ablations_run_one_p_kernel(hopper_dispatch, N, ke
         assert [c[3] for c in hopper_dispatch[:3]] == [GLUON_TILES] * 3
         readable = [True, N % 16 == 0]  # the additive (2-byte) mask's rows are 16-byte aligned; the boolean one's
         assert [c[3] for c in hopper_dispatch[3:]] == [replace(GLUON_TILES, mask_tma=r) for r in readable]
+
+
+def test_a_fixed_reference_hands_its_flags_to_the_triton_kernels_rewrite(hopper_dispatch):
+    """Tiles.fixed_reference: the Gluon kernel gets a B·H·N int8 tensor for its rows' verdicts, and the key's Triton
+    kernel then re-writes the flagged rows' blocks from the same tensor (REPAIR); under no_softmax (no pass 1) the
+    Gluon kernel runs alone and gets none."""
+    if not config.interpreting():
+        pytest.skip("CPU tensors reach the launcher only under the interpreter")
+    q, k, v = _inputs(1024)
+    with config.forced("qk_softmax", replace(GLUON_TILES, fixed_reference=True)):
+        for ablation, mask in ((None, None), (None, torch.zeros(1024, 1024, dtype=q.dtype)), ("no_softmax", None)):
+            launch.qk_softmax(q, k, v, causal=False, ablation=ablation, attn_mask=mask)
+    assert [c[:3] for c in hopper_dispatch] == [("gluon", 0, False), ("triton", 0, False), ("gluon", 2, False),
+                                                ("triton", 2, False), ("gluon", 0, True)]
+    for gluon, repair in ((0, 1), (2, 3)):
+        flags = hopper_dispatch[gluon][4]
+        assert flags.dtype == torch.int8 and flags.numel() == 2 * 1024 and hopper_dispatch[repair][4] is flags
+    assert hopper_dispatch[4][4] is None
+
+
+def test_a_fixed_reference_without_flags_is_refused():
+    q = torch.zeros(1, 2, 1024, 128, dtype=torch.bfloat16)
+    p = torch.zeros(1, 2, 1024, 1024, dtype=torch.bfloat16)
+    with pytest.raises(ValueError, match="needs flags, a B·H·N = 2048 int8 tensor, got None"):
+        qk_softmax_gluon.launch(q, q, p, p, (0, 0, 0, 0), 0, N=1024, H=2, group=1, qk_scale=1.0, mask_scale=1.0,
+                                causal=False, tiles=replace(GLUON_TILES, fixed_reference=True))
 
 
 @pytest.mark.parametrize("D,causal,N,persistent,by_tma", [(64, False, 512, True, (True, True)),

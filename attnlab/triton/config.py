@@ -54,13 +54,19 @@ class Tiles:
     # and one's start and end run under the other's work (PERFORMANCE.md v23; label suffix `u`). In the qk_softmax
     # kernel it pays the same way, under a causal mask at short N (v27; not where it was aimed, non-causal long N).
     one_consumer: bool = False
+    # Gluon qk_softmax kernel only: pass 1 sums each row's exponentials against a fixed reference, the max of its
+    # first key tile, instead of a running max (no max, no rescale in the loop, so a tile's exponentials need not
+    # wait for its max). A row whose sum then overflows (a later score 2^128 above the reference), is 0 (a first
+    # tile the mask hides, the rest too small to register, or a row hidden entirely) or NaN is flagged, and the
+    # Triton kernel re-writes the flagged rows' blocks after it (PERFORMANCE.md v31; label suffix `f`).
+    fixed_reference: bool = False
 
     def as_dict(self) -> dict:
         return asdict(self)
 
 
 # the fields only the Gluon kernels read
-GLUON_ONLY = ("gluon", "mask_tma", "q_registers", "persistent", "o_tma", "one_consumer")
+GLUON_ONLY = ("gluon", "mask_tma", "q_registers", "persistent", "o_tma", "one_consumer", "fixed_reference")
 
 
 def interpreting() -> bool:

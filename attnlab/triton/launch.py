@@ -160,21 +160,35 @@ def qk_softmax_with(c: _Call, chosen: Tiles, ablation: str | None = None, out=No
 def write_p(c: _Call, P: torch.Tensor, chosen: Tiles, no_softmax: bool = False) -> None:
     """The qk_softmax build's first kernel with `chosen` tiles: P = softmax(scale·QKᵀ + mask) into the contiguous
     (B, H, N, N) P (S itself under the no_softmax ablation). The Gluon kernel for a Gluon entry, at any N (the build
-    sends only the N it takes, _qk_softmax_tiles; its own check sends others), else the Triton kernel."""
+    sends only the N it takes, _qk_softmax_tiles; its own check sends others), else the Triton kernel. Under
+    Tiles.fixed_reference the Gluon kernel flags the rows its pass 1 leaves wrong, and the key's Triton kernel then
+    re-writes their blocks (a second launch, which returns at once where nothing is flagged)."""
     s = c.spec
     log_scale = 1.0 if no_softmax else LOG2E  # softmax in exp2 units; the copy ablation writes S itself
     if chosen.gluon:  # the warp-specialised kernel (sm90, 16-bit), for the build and its ablations and masks alike
         from attnlab.triton import qk_softmax_gluon
 
+        flags = None
+        if chosen.fixed_reference and not no_softmax:
+            flags = torch.empty(s.B * s.H * s.N, dtype=torch.int8, device=s.device)
         qk_softmax_gluon.launch(c.q, c.k, P, c.mask, c.mask_strides, c.mask_kind, N=s.N, H=s.H, group=s.group,
                                 qk_scale=s.scale * log_scale, mask_scale=log_scale, causal=s.causal, tiles=chosen,
-                                no_softmax=no_softmax)
+                                no_softmax=no_softmax, flags=flags)
+        if flags is not None:
+            _triton_p(c, P, _lookup("qk_softmax", s, gluon=False), log_scale, no_softmax, flags)
         return
+    _triton_p(c, P, chosen, log_scale, no_softmax)
+
+
+def _triton_p(c: _Call, P: torch.Tensor, chosen: Tiles, log_scale: float, no_softmax: bool, flags=None) -> None:
+    """The Triton P kernel with `chosen` tiles: every block of P, or (flags) only those with a flagged row."""
+    s = c.spec
     t = _triton_args(chosen)
+    repair = {} if flags is None else dict(FLAGS=flags, REPAIR=True)
     _qks.qk_softmax_kernel[_grid_m(s, t["BLOCK_M"])](
         c.q, c.k, P, c.mask, *c.q.stride()[:3], *c.k.stride()[:3], *c.mask_strides,
         s.N, s.H, s.group, s.scale * log_scale, log_scale,
-        MASK_KIND=c.mask_kind, NO_SOFTMAX=no_softmax, ONE_TILE=s.N <= t["BLOCK_N"], **c.flags, **t)
+        MASK_KIND=c.mask_kind, NO_SOFTMAX=no_softmax, ONE_TILE=s.N <= t["BLOCK_N"], **repair, **c.flags, **t)
 
 
 def _qk_softmax_tiles(s: Spec, ablation: str | None = None, mask: torch.Tensor | None = None):

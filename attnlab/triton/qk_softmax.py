@@ -17,9 +17,12 @@ def qk_softmax_kernel(Q, K, P, M,
                       N, H, GROUP, qk_scale, mask_scale,
                       D: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
                       CAUSAL: tl.constexpr, MASK_KIND: tl.constexpr, NO_SOFTMAX: tl.constexpr,
-                      IEEE: tl.constexpr, UPCAST: tl.constexpr, ONE_TILE: tl.constexpr = False):
+                      IEEE: tl.constexpr, UPCAST: tl.constexpr, ONE_TILE: tl.constexpr = False,
+                      FLAGS=None, REPAIR: tl.constexpr = False):
     # grid: (cdiv(N, BLOCK_M), B·H). P is contiguous (B, H, N, N) in the input dtype. ONE_TILE: N ≤ BLOCK_N (the
     # launcher's promise), so pass 1 is skipped and pass 2's one tile takes its statistics from itself.
+    # REPAIR: after the Gluon kernel's pass 1 against a fixed reference (Tiles.fixed_reference), only the blocks with
+    # a row flagged in FLAGS (B·H·N int8, 1 = its P is wrong) are written, every row of them; the rest return at once.
     # Scores are in log2 units (qk_scale = scale · log2 e) so the softmax uses exp2; NO_SOFTMAX passes the natural
     # scale and writes P = S (masked entries 0): no statistics pass, no exp, no normalisation.
     start_m = tl.program_id(0)
@@ -27,6 +30,10 @@ def qk_softmax_kernel(Q, K, P, M,
     b = bh // H
     h = bh % H
     offs_m = start_m * BLOCK_M + tl.arange(0, BLOCK_M)
+    if REPAIR:
+        flagged = tl.load(FLAGS + bh * N + offs_m, mask=offs_m < N, other=0)
+        if tl.max(flagged.to(tl.int32), 0) == 0:
+            return
     offs_d = tl.arange(0, BLOCK_D)
     q = load_rows(Q + b * sqb + h * sqh + offs_m[:, None] * sqn + offs_d[None, :], offs_m, offs_d, N, D,
                   True, BLOCK_D != D)

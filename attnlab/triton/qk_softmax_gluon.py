@@ -25,6 +25,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
+import torch
 import triton
 from triton.experimental import gluon
 from triton.experimental.gluon import language as gl
@@ -176,6 +177,40 @@ def _p_tile(s, j, bias, rows, hi, mask_rows, mask_tile, offs_m, cols, N, smn, qk
 
 
 @gluon.jit
+def _ref_tile(s, j, m_i, l_i, rows, hi, mask_rows, mask_tile, offs_m, cols, N, smn, qk_scale, mask_scale,
+              BLOCK_N: gl.constexpr, CAUSAL: gl.constexpr, MASK_KIND: gl.constexpr, MASK_TMA: gl.constexpr):
+    """Pass 1's key tile j against a fixed reference (Tiles.fixed_reference, v31): m_i is the max of the row's first
+    key tile (0 where the mask hides that tile entirely), taken at j = 0 and then left as it is; l_i sums
+    2^(s − m_i). No max and no rescale in the loop, so a tile's exponentials do not wait for its max; _flag_rows
+    says which rows that leaves wrong."""
+    offs_n = j * BLOCK_N + cols
+    if _needs_masks(j, rows, hi, BLOCK_N, CAUSAL) or MASK_KIND != 0:  # _scores scales a masked tile itself
+        s = _scores(s, mask_rows, mask_tile, offs_m, offs_n, N, smn, qk_scale, mask_scale,
+                    _needs_masks(j, rows, hi, BLOCK_N, CAUSAL), CAUSAL, MASK_KIND, False, MASK_TMA)
+        if j == 0:
+            m_first = gl.max(s, axis=1)
+            m_i = gl.where(m_first == float("-inf"), 0.0, m_first)
+        p = gl.exp2(s - m_i[:, None])
+    else:
+        s = _scores(s, mask_rows, mask_tile, offs_m, offs_n, N, smn, qk_scale, mask_scale, False, CAUSAL, MASK_KIND,
+                    False, MASK_TMA)
+        if j == 0:
+            m_i = gl.max(s, axis=1) * qk_scale
+        p = gl.exp2(s * qk_scale - m_i[:, None])
+    return m_i, l_i + gl.sum(p, axis=1)
+
+
+@gluon.jit
+def _flag_rows(l_i, offs_m, flags, bh, N):
+    """After a pass 1 against a fixed reference: 1 for each row whose sum is not a positive finite number (it
+    overflowed, a score 2^128 or more above the reference; it is 0, the row hidden entirely or everything after a
+    hidden first tile too small to register; or NaN), else 0, into the row's byte of `flags` (B·H·N of them). The
+    Triton kernel re-writes the blocks of the flagged rows after this kernel (attnlab.triton.launch.write_p)."""
+    good = (l_i > 0.0) & (l_i < float("inf"))
+    gl.store(flags + bh * N + offs_m, gl.where(good, 0, 1).to(gl.int8), mask=offs_m < N)
+
+
+@gluon.jit
 def _store_p(p, j, p_desc, p_smem, slot0, pbase, b, h, rows, BLOCK_N: gl.constexpr):
     """P tile j into buffer slot0 + (pbase + j) % PBUF (pbase: the P tiles this consumer wrote for earlier items, so
     that the buffers alternate across items too), then a TMA store of it; the store that last read that buffer must
@@ -191,10 +226,11 @@ def _store_p(p, j, p_desc, p_smem, slot0, pbase, b, h, rows, BLOCK_N: gl.constex
 def _step(s, j, t, m_i, l_i, bias, p_desc, p_smem, slot0, pbase, b, h, rows, hi, masks, offs_m, cols, N, smn,
           qk_scale, mask_scale, WRITE: gl.constexpr, BLOCK_N: gl.constexpr, STAGES: gl.constexpr,
           CAUSAL: gl.constexpr, MASK_KIND: gl.constexpr, NO_SOFTMAX: gl.constexpr, MASK_TMA: gl.constexpr,
-          WG: gl.constexpr, ROWS: gl.constexpr):
-    """Key tile j of a pass (ring position t): pass 1 folds it into the running max and sum, pass 2 (WRITE) writes its
-    P. masks: the rows' mask pointers, the mask ring (MASK_TMA) and the K ring's `empty` barriers, on which the slot
-    goes back once its mask tile has been read."""
+          WG: gl.constexpr, ROWS: gl.constexpr, REF1: gl.constexpr):
+    """Key tile j of a pass (ring position t): pass 1 folds it into the running max and sum (REF1: into the sum
+    against a fixed reference, _ref_tile), pass 2 (WRITE) writes its P. masks: the rows' mask pointers, the mask
+    ring (MASK_TMA) and the K ring's `empty` barriers, on which the slot goes back once its mask tile has been
+    read."""
     mask_rows, mask_smem, k_empty = masks
     mask_tile = _mask_tile(mask_smem, t % STAGES, WG, MASK_TMA, ROWS)
     if WRITE:
@@ -204,6 +240,10 @@ def _step(s, j, t, m_i, l_i, bias, p_desc, p_smem, slot0, pbase, b, h, rows, hi,
         # the loader from bringing tile t + 2 (v30)
         _release(k_empty, t, STAGES, MASK_TMA)
         _store_p(p, j, p_desc, p_smem, slot0, pbase, b, h, rows, BLOCK_N)
+    elif REF1:
+        m_i, l_i = _ref_tile(s, j, m_i, l_i, rows, hi, mask_rows, mask_tile, offs_m, cols, N, smn, qk_scale,
+                             mask_scale, BLOCK_N, CAUSAL, MASK_KIND, MASK_TMA)
+        _release(k_empty, t, STAGES, MASK_TMA)
     else:
         p, m_i, l_i, alpha, offs_n = _tile(s, m_i, l_i, j, rows, hi, mask_rows, mask_tile, offs_m, cols, N, smn,
                                            qk_scale, mask_scale, BLOCK_N, CAUSAL, MASK_KIND, False, MASK_TMA)
@@ -216,7 +256,7 @@ def _pass(q, k_smem, k_full, k_empty, q_free, base, n_tiles, zero_s, m_i, l_i, b
           b, h, rows, hi, mask_rows, mask_smem, offs_m, cols, N, smn, qk_scale, mask_scale, WRITE: gl.constexpr,
           RELEASE_Q: gl.constexpr, D: gl.constexpr, BLOCK_N: gl.constexpr, STAGES: gl.constexpr,
           CAUSAL: gl.constexpr, MASK_KIND: gl.constexpr, NO_SOFTMAX: gl.constexpr, MASK_TMA: gl.constexpr,
-          WG: gl.constexpr, ROWS: gl.constexpr):
+          WG: gl.constexpr, ROWS: gl.constexpr, REF1: gl.constexpr):
     """One pass over the key tiles (ring tiles base … base + n_tiles − 1), two at a time: the next tile's QKᵀ is on
     the tensor cores while this one's scores are worked on. Two at a time because the in-flight result must not be
     the value the loop carries while the previous one is still read: a one-tile loop makes the compiler copy an
@@ -231,42 +271,45 @@ def _pass(q, k_smem, k_full, k_empty, q_free, base, n_tiles, zero_s, m_i, l_i, b
         s_b_flight = _next_scores(q, k_smem, k_full, base + j + 1, zero_s, BLOCK_N, D, STAGES)
         m_i, l_i = _step(s_a, j, base + j, m_i, l_i, bias, p_desc, p_smem, slot0, pbase, b, h, rows, hi, masks, offs_m,
                          cols, N, smn, qk_scale, mask_scale, WRITE, BLOCK_N, STAGES, CAUSAL, MASK_KIND, NO_SOFTMAX,
-                         MASK_TMA, WG, ROWS)
+                         MASK_TMA, WG, ROWS, REF1)
         s_b = _scores_done(s_b_flight, k_empty, base + j + 1, STAGES, MASK_TMA)
         s_flight = _next_scores(q, k_smem, k_full, base + j + 2, zero_s, BLOCK_N, D, STAGES)
         m_i, l_i = _step(s_b, j + 1, base + j + 1, m_i, l_i, bias, p_desc, p_smem, slot0, pbase, b, h, rows, hi, masks,
                          offs_m, cols, N, smn, qk_scale, mask_scale, WRITE, BLOCK_N, STAGES, CAUSAL, MASK_KIND,
-                         NO_SOFTMAX, MASK_TMA, WG, ROWS)
+                         NO_SOFTMAX, MASK_TMA, WG, ROWS, REF1)
     j = 2 * ((n_tiles - 1) // 2)  # one tile left (n_tiles odd) or two
     s_a = _scores_done(s_flight, k_empty, base + j, STAGES, MASK_TMA)
     if j + 1 < n_tiles:
         s_b_flight = _next_scores(q, k_smem, k_full, base + j + 1, zero_s, BLOCK_N, D, STAGES)
         m_i, l_i = _step(s_a, j, base + j, m_i, l_i, bias, p_desc, p_smem, slot0, pbase, b, h, rows, hi, masks, offs_m,
                          cols, N, smn, qk_scale, mask_scale, WRITE, BLOCK_N, STAGES, CAUSAL, MASK_KIND, NO_SOFTMAX,
-                         MASK_TMA, WG, ROWS)
+                         MASK_TMA, WG, ROWS, REF1)
         s_b = _scores_done(s_b_flight, k_empty, base + j + 1, STAGES, MASK_TMA)
         if RELEASE_Q:
             mbarrier.arrive(q_free, count=1)
         m_i, l_i = _step(s_b, j + 1, base + j + 1, m_i, l_i, bias, p_desc, p_smem, slot0, pbase, b, h, rows, hi, masks,
                          offs_m, cols, N, smn, qk_scale, mask_scale, WRITE, BLOCK_N, STAGES, CAUSAL, MASK_KIND,
-                         NO_SOFTMAX, MASK_TMA, WG, ROWS)
+                         NO_SOFTMAX, MASK_TMA, WG, ROWS, REF1)
     else:
         if RELEASE_Q:
             mbarrier.arrive(q_free, count=1)
         m_i, l_i = _step(s_a, j, base + j, m_i, l_i, bias, p_desc, p_smem, slot0, pbase, b, h, rows, hi, masks, offs_m,
                          cols, N, smn, qk_scale, mask_scale, WRITE, BLOCK_N, STAGES, CAUSAL, MASK_KIND, NO_SOFTMAX,
-                         MASK_TMA, WG, ROWS)
+                         MASK_TMA, WG, ROWS, REF1)
     return m_i, l_i
 
 
 @gluon.jit
-def _item(where, t0, pbase, it, q_smem, k_smem, p_smem, p_desc, bars, smm, smn, mask_smem, N, qk_scale, mask_scale,
-          WG: gl.constexpr, D: gl.constexpr, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, STAGES: gl.constexpr,
-          CAUSAL: gl.constexpr, MASK_KIND: gl.constexpr, NO_SOFTMAX: gl.constexpr, Q_REGISTERS: gl.constexpr,
-          PERSISTENT: gl.constexpr, MASK_TMA: gl.constexpr, ROWS: gl.constexpr):
+def _item(where, t0, pbase, it, q_smem, k_smem, p_smem, p_desc, bars, smm, smn, mask_smem, flagging, N, qk_scale,
+          mask_scale, WG: gl.constexpr, D: gl.constexpr, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr,
+          STAGES: gl.constexpr, CAUSAL: gl.constexpr, MASK_KIND: gl.constexpr, NO_SOFTMAX: gl.constexpr,
+          Q_REGISTERS: gl.constexpr, PERSISTENT: gl.constexpr, MASK_TMA: gl.constexpr, ROWS: gl.constexpr,
+          REF1: gl.constexpr):
     """One warpgroup's rows of a work item (`where`: _program's answer; this program's it-th item, its key tiles at
-    ring positions t0 on, pbase P tiles written before it): zero tiles (causal), pass 1 (max and sum), pass 2 (P).
-    Persistent: Q's buffer is released after the item's last QKᵀ. Returns the next item's (t0, pbase)."""
+    ring positions t0 on, pbase P tiles written before it): zero tiles (causal), pass 1 (max and sum; REF1: the
+    sum against a fixed reference, then the rows it leaves wrong flagged in `flagging`'s flags, B·H·N bytes, whose
+    H it carries), pass 2 (P). Persistent: Q's buffer is released after the item's last QKᵀ. Returns the next item's
+    (t0, pbase)."""
     q_bars, q_empty, k_full, k_empty = bars
     b, h, hk, start_m, n_tiles, m_head = where
     s_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1],
@@ -304,23 +347,27 @@ def _item(where, t0, pbase, it, q_smem, k_smem, p_smem, p_desc, bars, smm, smn, 
         m_i, l_i = _pass(q, k_smem, k_full, k_empty, q_empty.index(WG), base, n_tiles, zero_s, m_i, l_i, m_i,
                          p_desc, p_smem, slot0, pbase, b, h, rows, hi, mask_rows, mask_smem, offs_m, cols, N, smn,
                          qk_scale, mask_scale, False, False, D, BLOCK_N, STAGES, CAUSAL, MASK_KIND, NO_SOFTMAX,
-                         MASK_TMA, WG, ROWS)
+                         MASK_TMA, WG, ROWS, REF1)
         base = t0 + n_tiles
+        if REF1:
+            flags, H = flagging
+            _flag_rows(l_i, offs_m, flags, (b * H + h).to(gl.int64), N)
     bias = _bias(m_i, l_i)
     if CAUSAL:
         tma.store_wait(pendings=0)  # the zero buffer is P buffer 0, written again below
     _pass(q, k_smem, k_full, k_empty, q_empty.index(WG), base, n_tiles, zero_s, m_i, l_i, bias, p_desc, p_smem,
           slot0, pbase, b, h, rows, hi, mask_rows, mask_smem, offs_m, cols, N, smn, qk_scale, mask_scale, True,
-          PERSISTENT and not Q_REGISTERS, D, BLOCK_N, STAGES, CAUSAL, MASK_KIND, NO_SOFTMAX, MASK_TMA, WG, ROWS)
+          PERSISTENT and not Q_REGISTERS, D, BLOCK_N, STAGES, CAUSAL, MASK_KIND, NO_SOFTMAX, MASK_TMA, WG, ROWS,
+          False)
     return base + n_tiles, pbase + n_tiles
 
 
 @gluon.jit
-def _consumer(q_smem, k_smem, p_smem, p_desc, bars, mask, work, where, N, H, GROUP, qk_scale, mask_scale,
+def _consumer(q_smem, k_smem, p_smem, p_desc, bars, mask, work, where, flags, N, H, GROUP, qk_scale, mask_scale,
               WG: gl.constexpr, D: gl.constexpr, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr,
               STAGES: gl.constexpr, CAUSAL: gl.constexpr, MASK_KIND: gl.constexpr, NO_SOFTMAX: gl.constexpr,
               HEAVY_FIRST: gl.constexpr, Q_REGISTERS: gl.constexpr, PERSISTENT: gl.constexpr, ROWS: gl.constexpr,
-              MASK_TMA: gl.constexpr):
+              MASK_TMA: gl.constexpr, REF1: gl.constexpr):
     """One warpgroup: its rows of each of this program's work items (one item unless persistent), then the wait for
     its last P stores."""
     pid, nprog, total = work
@@ -332,25 +379,27 @@ def _consumer(q_smem, k_smem, p_smem, p_desc, bars, mask, work, where, N, H, GRO
         start, end, step = _items(pid, nprog, total, CAUSAL and HEAVY_FIRST)
         for x in range(start, end, step):
             where = _step_item(x, work, M, smb, smh, N, H, GROUP, BLOCK_M, BLOCK_N, CAUSAL, HEAVY_FIRST, ROWS)
-            t0, pbase = _item(where, t0, pbase, it, q_smem, k_smem, p_smem, p_desc, bars, smm, smn, mask_smem, N,
-                              qk_scale, mask_scale, WG, D, BLOCK_M, BLOCK_N, STAGES, CAUSAL, MASK_KIND, NO_SOFTMAX,
-                              Q_REGISTERS, True, MASK_TMA, ROWS)
+            t0, pbase = _item(where, t0, pbase, it, q_smem, k_smem, p_smem, p_desc, bars, smm, smn, mask_smem,
+                              (flags, H), N, qk_scale, mask_scale, WG, D, BLOCK_M, BLOCK_N, STAGES, CAUSAL,
+                              MASK_KIND, NO_SOFTMAX, Q_REGISTERS, True, MASK_TMA, ROWS, REF1)
             it += 1
     else:
-        _item(where, 0, 0, 0, q_smem, k_smem, p_smem, p_desc, bars, smm, smn, mask_smem, N, qk_scale, mask_scale,
-              WG, D, BLOCK_M, BLOCK_N, STAGES, CAUSAL, MASK_KIND, NO_SOFTMAX, Q_REGISTERS, False, MASK_TMA, ROWS)
+        _item(where, 0, 0, 0, q_smem, k_smem, p_smem, p_desc, bars, smm, smn, mask_smem, (flags, H), N, qk_scale,
+              mask_scale, WG, D, BLOCK_M, BLOCK_N, STAGES, CAUSAL, MASK_KIND, NO_SOFTMAX, Q_REGISTERS, False,
+              MASK_TMA, ROWS, REF1)
     tma.store_wait(pendings=0)
 
 
 # N is never made a constant (attnlab.triton.fused_gluon: N = 1 with a mask fails to compile in Triton 3.6 if it is).
 @gluon.jit(do_not_specialize=["N"])
-def qk_softmax_gluon_kernel(q_desc, k_desc, p_desc, M, smb, smh, smm, smn, mask_desc, N, H, GROUP, total, qk_scale,
-                            mask_scale, D: gl.constexpr, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr,
+def qk_softmax_gluon_kernel(q_desc, k_desc, p_desc, M, smb, smh, smm, smn, mask_desc, flags, N, H, GROUP, total,
+                            qk_scale, mask_scale, D: gl.constexpr, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr,
                             STAGES: gl.constexpr, CAUSAL: gl.constexpr, MASK_KIND: gl.constexpr,
                             NO_SOFTMAX: gl.constexpr, HEAVY_FIRST: gl.constexpr, CONSUMER_REGS: gl.constexpr,
                             num_warps: gl.constexpr, Q_REGISTERS: gl.constexpr = False,
                             ROWS: gl.constexpr = ROWS_PER_PROGRAM, PERSISTENT: gl.constexpr = False,
-                            MASK_TMA: gl.constexpr = False, MASK_B: gl.constexpr = 0, MASK_H: gl.constexpr = 0):
+                            MASK_TMA: gl.constexpr = False, MASK_B: gl.constexpr = 0, MASK_H: gl.constexpr = 0,
+                            REF1: gl.constexpr = False):
     """grid (total,) with total = cdiv(N, ROWS·BLOCK_M)·B·H work items, one a program (attnlab.triton.fused_gluon.
     _program); PERSISTENT: any smaller grid, each program taking items pid, pid + grid, … (causal with HEAVY_FIRST:
     in heavy/light pairs, fused_gluon._items). num_warps = 4; ROWS consumer warpgroups a program, 2, or 1
@@ -359,7 +408,9 @@ def qk_softmax_gluon_kernel(q_desc, k_desc, p_desc, M, smb, smh, smm, smn, mask_
     (B, H, N, N)-strided mask or any pointer when MASK_KIND = 0; qk_scale = scale·log2 e (natural scale under
     NO_SOFTMAX); Q_REGISTERS: Tiles.q_registers. MASK_TMA: the mask tiles come through `mask_desc`, a descriptor
     over the mask's (B or 1, H or 1, N, N) with a (1, 1, ROWS·BLOCK_M, BLOCK_N) box (MASK_B, MASK_H: 1 where the mask
-    varies over batch, heads), into a ring of STAGES slots beside K's; else `mask_desc` is an unused placeholder."""
+    varies over batch, heads), into a ring of STAGES slots beside K's; else `mask_desc` is an unused placeholder.
+    REF1: pass 1 against a fixed reference (Tiles.fixed_reference), each row's verdict into `flags` (B·H·N int8, 1 =
+    re-write; _flag_rows); else `flags` is an unused placeholder."""
     dtype: gl.constexpr = q_desc.dtype
     pid = gl.program_id(0)
     nprog = gl.num_programs(0)
@@ -391,9 +442,9 @@ def qk_softmax_gluon_kernel(q_desc, k_desc, p_desc, M, smb, smh, smm, smn, mask_
         gl.warp_specialize([
             (_consumer, (q_smem, k_smem, p_smem, p_desc, (q_bars, q_empty, k_full, k_empty),
                          (M, smb, smh, smm, smn, mask_smem),
-                         (pid, nprog, total), (b, h, hk, start_m, n_tiles, m_head), N, H, GROUP, qk_scale,
+                         (pid, nprog, total), (b, h, hk, start_m, n_tiles, m_head), flags, N, H, GROUP, qk_scale,
                          mask_scale, 0, D, BLOCK_M, BLOCK_N, STAGES, CAUSAL, MASK_KIND, NO_SOFTMAX, HEAVY_FIRST,
-                         Q_REGISTERS, PERSISTENT, ROWS, MASK_TMA)),
+                         Q_REGISTERS, PERSISTENT, ROWS, MASK_TMA, REF1)),
             (_loader, (q_desc, k_desc, q_smem, k_smem, (q_bars, q_empty, k_full, k_empty), (mask_desc, mask_smem),
                        (pid, nprog, total), (b, h, hk, start_m, n_tiles, m_head), M, smb, smh, N, H, GROUP, BLOCK_M,
                        BLOCK_N, STAGES, CAUSAL, HEAVY_FIRST, NO_SOFTMAX, PERSISTENT, ROWS, MASK_TMA, MASK_B,
@@ -403,14 +454,14 @@ def qk_softmax_gluon_kernel(q_desc, k_desc, p_desc, M, smb, smh, smm, smn, mask_
         gl.warp_specialize([
             (_consumer, (q_smem, k_smem, p_smem, p_desc, (q_bars, q_empty, k_full, k_empty),
                          (M, smb, smh, smm, smn, mask_smem),
-                         (pid, nprog, total), (b, h, hk, start_m, n_tiles, m_head), N, H, GROUP, qk_scale,
+                         (pid, nprog, total), (b, h, hk, start_m, n_tiles, m_head), flags, N, H, GROUP, qk_scale,
                          mask_scale, 0, D, BLOCK_M, BLOCK_N, STAGES, CAUSAL, MASK_KIND, NO_SOFTMAX, HEAVY_FIRST,
-                         Q_REGISTERS, PERSISTENT, ROWS, MASK_TMA)),
+                         Q_REGISTERS, PERSISTENT, ROWS, MASK_TMA, REF1)),
             (_consumer, (q_smem, k_smem, p_smem, p_desc, (q_bars, q_empty, k_full, k_empty),
                          (M, smb, smh, smm, smn, mask_smem),
-                         (pid, nprog, total), (b, h, hk, start_m, n_tiles, m_head), N, H, GROUP, qk_scale,
+                         (pid, nprog, total), (b, h, hk, start_m, n_tiles, m_head), flags, N, H, GROUP, qk_scale,
                          mask_scale, 1, D, BLOCK_M, BLOCK_N, STAGES, CAUSAL, MASK_KIND, NO_SOFTMAX, HEAVY_FIRST,
-                         Q_REGISTERS, PERSISTENT, ROWS, MASK_TMA)),
+                         Q_REGISTERS, PERSISTENT, ROWS, MASK_TMA, REF1)),
             (_loader, (q_desc, k_desc, q_smem, k_smem, (q_bars, q_empty, k_full, k_empty), (mask_desc, mask_smem),
                        (pid, nprog, total), (b, h, hk, start_m, n_tiles, m_head), M, smb, smh, N, H, GROUP, BLOCK_M,
                        BLOCK_N, STAGES, CAUSAL, HEAVY_FIRST, NO_SOFTMAX, PERSISTENT, ROWS, MASK_TMA, MASK_B,
@@ -465,10 +516,17 @@ def takes(N: int) -> bool:
 
 
 def launch(q, k, p, mask, mask_strides, mask_kind, *, N, H, group, qk_scale, mask_scale, causal, tiles,
-           no_softmax=False) -> None:
+           no_softmax=False, flags=None) -> None:
     """Write P for checked (B, H, N, D) q and k into the contiguous (B, H, N, N) p (attnlab.triton.launch.qk_softmax
     calls it for Tiles.gluon when `takes(N)`, with as_run's tiles). Tiles.mask_tma: a mask TMA can read comes
-    through the loader warp with K (v30), else by the consumers' loads."""
+    through the loader warp with K (v30), else by the consumers' loads. Tiles.fixed_reference (not under
+    no_softmax, which has no pass 1): pass 1 against a fixed reference, each row's verdict into `flags` (B·H·N int8,
+    the caller's: 1 where the row's P is wrong and must be re-written, attnlab.triton.launch.write_p)."""
+    ref1 = tiles.fixed_reference and not no_softmax
+    if ref1 and (flags is None or flags.dtype != torch.int8 or flags.numel() != q.shape[0] * H * N):
+        got = None if flags is None else (flags.dtype, flags.numel())
+        raise ValueError(f"tiles {tiles}: a pass 1 against a fixed reference needs flags, a B·H·N = "
+                         f"{q.shape[0] * H * N} int8 tensor, got {got}")
     BM, BN = tiles.BLOCK_M, tiles.BLOCK_N
     q, k = tma_ready(q), tma_ready(k)
     rows, maxnreg = partitions(tiles)
@@ -478,8 +536,10 @@ def launch(q, k, p, mask, mask_strides, mask_kind, *, N, H, group, qk_scale, mas
     total = triton.cdiv(N, rows * BM) * q.shape[0] * H
     grid = (min(total, sm_count(q.device) * programs_per_sm(tiles)) if tiles.persistent else total,)
     qk_softmax_gluon_kernel[grid](q_desc, descriptor(k, BN), descriptor(p, BM, BN), mask, *mask_strides, mask_desc,
-                                  N, H, group, total, qk_scale, mask_scale, D=q.shape[-1], BLOCK_M=BM, BLOCK_N=BN,
+                                  flags if ref1 else p, N, H, group, total, qk_scale, mask_scale, D=q.shape[-1],
+                                  BLOCK_M=BM, BLOCK_N=BN,
                                   STAGES=tiles.num_stages, CAUSAL=causal, MASK_KIND=mask_kind, NO_SOFTMAX=no_softmax,
                                   HEAVY_FIRST=tiles.heavy_first, CONSUMER_REGS=CONSUMER_REGS,
                                   Q_REGISTERS=tiles.q_registers, ROWS=rows, PERSISTENT=tiles.persistent,
-                                  MASK_TMA=md is not None, MASK_B=vary_b, MASK_H=vary_h, num_warps=4, maxnreg=maxnreg)
+                                  MASK_TMA=md is not None, MASK_B=vary_b, MASK_H=vary_h, REF1=ref1, num_warps=4,
+                                  maxnreg=maxnreg)

@@ -55,7 +55,7 @@ def compile_info(kernel: str, D: int, causal: bool, tiles: config.Tiles, mask_ki
     values = dict(D=D, BLOCK_D=config.head_dim_bucket(D), BLOCK_M=tiles.BLOCK_M, BLOCK_N=tiles.BLOCK_N,
                   CAUSAL=causal, MASK_KIND=mask_kind, NO_SOFTMAX=False, NO_PV=False, IEEE=dtype == "fp32",
                   UPCAST=False, TMA=tiles.tma, HEAVY_FIRST=tiles.heavy_first, PAIRED=tiles.paired,
-                  STAGES=tiles.num_stages, ONE_TILE=n <= tiles.BLOCK_N,
+                  STAGES=tiles.num_stages, ONE_TILE=n <= tiles.BLOCK_N, REPAIR=False,
                   ROWS_16B=rows_16b(n, DTYPES[dtype]))
     values.update(flags)
     constexprs = {n: values[n] for n in constexpr_names}
@@ -67,6 +67,11 @@ def compile_info(kernel: str, D: int, causal: bool, tiles: config.Tiles, mask_ki
         elif a in ("DK", "DV") and values["TMA"]:  # a (B·Hkv, N, D) descriptor with one tile's box
             sig[a] = f"tensordesc<{dtype}[1,{tiles.BLOCK_N},{values['BLOCK_D']}]>"
             continue
+        elif a == "FLAGS":  # the repair's row flags (qk_softmax, REPAIR); a launch without passes nothing: None
+            if values.get("REPAIR"):
+                sig[a] = "*i8"
+            else:
+                sig[a], constexprs[a] = "constexpr", None
         elif POINTERS.match(a):
             sig[a] = "*u8" if (a == "M" and mask_kind == 1) else f"*{dtype}"
             div16.append(a)  # the caching allocator aligns every tensor to far more than 16 bytes
@@ -137,7 +142,8 @@ def _gluon_info(kernel: str, D: int, causal: bool, tiles: config.Tiles, mask_kin
         if m is not None and tiles.mask_tma:
             md = fused_gluon.mask_descriptor(m, fused_gluon.partitions(tiles)[0] * tiles.BLOCK_M, tiles.BLOCK_N)
         sig["mask_desc"] = mangle_type(md[0]) if md else sig["q_desc"]
-        values.update(MASK_TMA=md is not None, MASK_B=0, MASK_H=0)
+        values.update(MASK_TMA=md is not None, MASK_B=0, MASK_H=0, REF1=tiles.fixed_reference)
+        sig["flags"] = "*i8" if tiles.fixed_reference else f"*{dtype}"  # else the placeholder the launcher passes: P
         floats = ("qk_scale", "mask_scale")
     else:
         fn = fused_gluon.fused_gluon_kernel
@@ -202,7 +208,8 @@ LABEL_FLAGS = (("h", "heavy_first", "heavy-first"), ("p", "paired", "paired rows
                ("g", "gluon", "the Gluon kernel"), ("m", "mask_tma", "its mask by TMA"),
                ("r", "q_registers", "Q in registers"), ("c", "persistent", "one program an SM"),
                ("o", "o_tma", "O by TMA from its own tiles"),
-               ("u", "one_consumer", "one consumer a program"))
+               ("u", "one_consumer", "one consumer a program"),
+               ("f", "fixed_reference", "pass 1 against a fixed reference"))
 
 
 def label(t: config.Tiles) -> str:

@@ -27,7 +27,9 @@ from attnlab.triton.resources import parse_tiles
 def case_inputs(B, H, Hkv, N, D, dtype, var):
     """Fresh q, k, v (GQA when Hkv < H) and the variant's mask: var "layout": "bnhd" views (B, N, H, D) tensors as
     (B, H, N, D) (TMA reads them strided); "mask": "bool" hides a third of the rows entirely (O and P must be 0
-    there), "add" is an additive (B, 1, N, N) mask, "add_heads" an additive (1, H, N, N) one."""
+    there), "add" is an additive (B, 1, N, N) mask, "add_heads" an additive (1, H, N, N) one; "bool_first" and
+    "first_low" (masks) and "scale" (q and k scaled) are the cases a pass 1 against the first key tile's max leaves
+    wrong (Tiles.fixed_reference: a first tile hidden, or far below the row's max)."""
     g = torch.Generator(device="cuda").manual_seed(N * 7 + D)
     if var.get("layout") == "bnhd":
         q, k, v = (torch.randn(B, N, h, D, device="cuda", dtype=dtype, generator=g).transpose(1, 2)
@@ -35,8 +37,17 @@ def case_inputs(B, H, Hkv, N, D, dtype, var):
     else:
         q = torch.randn(B, H, N, D, device="cuda", dtype=dtype, generator=g)
         k, v = (torch.randn(B, Hkv, N, D, device="cuda", dtype=dtype, generator=g) for _ in range(2))
+    if "scale" in var:  # scores var["scale"]² as large: rows whose max lies far above their first key tile's
+        q, k = q * var["scale"], k * var["scale"]
     mask = None
-    if var.get("mask") == "bool":
+    if var.get("mask") == "bool_first":  # the first 200 keys hidden from every row, a third of the rows hidden whole
+        mask = torch.rand(N, N, device="cuda", generator=g) > 0.3
+        mask[:, :200] = False
+        mask[: N // 3] = False
+    elif var.get("mask") == "first_low":  # every other row: its first 128 keys 30000 below the rest (finite)
+        mask = torch.zeros(B, 1, N, N, device="cuda", dtype=dtype)
+        mask[:, :, ::2, :128] = -30000.0
+    elif var.get("mask") == "bool":
         mask = torch.rand(N, N, device="cuda", generator=g) > 0.3
         mask[: N // 3] = False
     elif var.get("mask") == "add":
