@@ -11,7 +11,8 @@ against the fp64 oracle at every benchmarked shape (FlashAttention's accuracy ru
 oracle would be too large). Each row also carries its build's peak allocation (a pass of its own after timing, as
 the sweep measures it) and, for compiled FlexAttention, whether anything compiled while it was timed. `qk_softmax`
 is also set against its floor: P written once and read once at the run's measured copy bandwidth, plus QKᵀ at the
-run's measured matmul rate.
+run's measured matmul rate. It prints the ratios of every shape, then `summary`: issue 5's table at FlashAttention's
+shapes, its targets counted, the untuned shapes apart.
 """
 from __future__ import annotations
 
@@ -214,6 +215,53 @@ def ratios(df):
     return out
 
 
+# issue 5's view of a ratios table: (column, heading) in the order printed, then its targets
+SUMMARY = (("fused_TFs", "fused TF/s"), ("fused_vs_sdpa_flash", "fused / flash"),
+           ("fused_vs_sdpa_cudnn", "fused / cuDNN"), ("fused_vs_flex", "fused / flex"),
+           ("qk_softmax_vs_sdpa_flash", "qk / flash"), ("qk_softmax_vs_sdpa_cudnn", "qk / cuDNN"),
+           ("materialised_vs_sdpa_flash", "mat / flash"), ("materialised_vs_sdpa_cudnn", "mat / cuDNN"),
+           ("qk_softmax_over_floor", "qk / floor"))
+
+
+def summary(r) -> str:
+    """The ratios table (`ratios`) as issue 5 reads it: at FlashAttention's shapes one line per (dtype, D, causal)
+    with each column of SUMMARY across N; the issue's targets counted there; the shapes nobody tunes for apart."""
+    flat = r.reset_index()
+    fa = flat[(flat.B * flat.N == TOKENS) & (flat.H * flat.D == WIDTH)]
+    cols = [(c, head) for c, head in SUMMARY if c in flat]
+    ns = sorted(fa.N.unique())
+    lines = [f"FlashAttention's shapes (B·N = {TOKENS}, H·D = {WIDTH}), N = {', '.join(map(str, ns))}; ratios are "
+             "library time / ours (> 1: ours faster), qk / floor is ours / floor",
+             "| dtype | D | causal | " + " | ".join(head for _, head in cols) + " |",
+             "|---" * (3 + len(cols)) + "|"]
+    for (dtype, D, causal), g in fa.groupby(["dtype", "D", "causal"]):
+        g = g.set_index("N").reindex(ns)
+        cells = [" ".join("—" if v != v else f"{v:.0f}" if c.endswith("_TFs") else f"{v:.2f}" for v in g[c])
+                 for c, _ in cols]
+        lines.append(f"| {dtype} | {D} | {'yes' if causal else 'no'} | " + " | ".join(cells) + " |")
+
+    def count(what, values, ok):
+        values = values.dropna()
+        if len(values):
+            lines.append(f"{what}: {int(ok(values).sum())} of {len(values)} (smallest {values.min():.3f})")
+
+    if "fused_vs_sdpa_flash" in fa:
+        count("fused ≥ 1.0× sdpa_flash at N ≥ 1024", fa[fa.N >= 1024].fused_vs_sdpa_flash, lambda v: v >= 1.0)
+    if "fused_vs_sdpa_cudnn" in fa:
+        count("fused ≥ 0.9× sdpa_cudnn", fa.fused_vs_sdpa_cudnn, lambda v: v >= 0.9)
+    if "qk_softmax_over_floor" in fa:
+        count("qk_softmax ≤ 1.25× its floor", fa.qk_softmax_over_floor, lambda v: v <= 1.25)
+        if "qk_softmax_over_floor_min" in fa:  # --repeats: the same count at each case's fastest graph
+            count("  at each case's fastest graph", fa.qk_softmax_over_floor_min, lambda v: v <= 1.25)
+    other = flat.drop(fa.index)
+    if len(other):
+        lines.append("Shapes nobody tunes for:")
+        for _, row in other.iterrows():
+            lines.append(f"  {row['dtype']} D={row.D} causal={row.causal} N={row.N} B={row.B} H={row.H}: " + ", ".join(
+                f"{head} {row[c]:.0f}" if c.endswith("_TFs") else f"{head} {row[c]:.2f}" for c, head in cols))
+    return "\n".join(lines)
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="attnlab bench", description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -265,6 +313,7 @@ def main(argv: list[str] | None = None) -> int:
 
     with pd.option_context("display.width", 250, "display.max_columns", 30, "display.max_rows", 500):
         print(r.to_string(float_format=lambda x: f"{x:.2f}"))
+    print(summary(r))
     bad = df[(df.get("accurate") == False)]  # noqa: E712 - NaN for library rows
     if len(bad):
         print("ACCURACY FAILURES:\n" + bad.to_string())

@@ -49,6 +49,26 @@ def test_ratios_are_library_time_over_ours():
     assert r["qk_softmax_over_floor"] == pytest.approx(1.5)
 
 
+def test_the_summary_reads_the_ratios_as_the_issue_does():
+    """One line per (dtype, D, causal) at FlashAttention's shapes with each ratio across N, the targets counted
+    there (fused against FA2 only from N = 1024), and the shapes nobody tunes for apart, not counted."""
+    rows = []
+    for N, B, H, fused, flash, cudnn, qk in ((512, 32, 32, 1.0, 0.9, 0.8, 2.6), (1024, 16, 32, 2.0, 2.2, 2.1, 4.8),
+                                             (3000, 5, 32, 4.0, 5.0, 3.0, 9.0)):
+        case = dict(dtype="bfloat16", D=64, causal=False, N=N, B=B, H=H)
+        rows += [dict(build=b, ms=ms, tflops=10 / ms, **case)
+                 for b, ms in (("fused", fused), ("sdpa_flash", flash), ("sdpa_cudnn", cudnn), ("qk_softmax", qk))]
+        rows[-1].update(floor_ms=2.0, repeats=3, ms_min=qk * 0.9, ms_max=qk * 1.1)
+    text = bench.summary(bench.ratios(pd.DataFrame(rows)))
+    table = [line for line in text.splitlines() if line.startswith("| bfloat16")]
+    assert table == ["| bfloat16 | 64 | no | 10 5 | 0.90 1.10 | 0.80 1.05 | 0.35 0.46 | 0.31 0.44 | 1.30 2.40 |"]
+    assert "fused ≥ 1.0× sdpa_flash at N ≥ 1024: 1 of 1 (smallest 1.100)" in text  # N = 512's 0.90 not counted
+    assert "fused ≥ 0.9× sdpa_cudnn: 1 of 2 (smallest 0.800)" in text
+    assert "qk_softmax ≤ 1.25× its floor: 0 of 2 (smallest 1.300)" in text
+    assert "  at each case's fastest graph: 1 of 2 (smallest 1.170)" in text  # 2.6 · 0.9 / 2
+    assert "  bfloat16 D=64 causal=False N=3000 B=5 H=32: fused TF/s 2, fused / flash 1.25" in text
+
+
 def test_run_writes_one_checked_row_per_build_and_shape(monkeypatch, tmp_path):
     """bench.run's plumbing on the CPU: the GPU-only pieces (timer, clock spin-up, ceilings) stood in for."""
     import argparse
