@@ -22,10 +22,12 @@ import json
 import os
 import statistics
 import sys
+import time
 
 import torch
 
 from attnlab import model
+from attnlab.load import LoadLog
 from attnlab.measure import CompileWatch, cold_call, graphed, make_inputs, one_line, peak_pass, spin_up
 
 TOKENS, WIDTH = 16384, 2048
@@ -60,9 +62,10 @@ def oracle_check(name, o, q, k, v, causal):
     return measure.judge_slice(case, b, h, o, q, k, v, builds.get(name).ablation)
 
 
-def time_case(name, q, k, v, causal, repeats: int = 1) -> dict:
-    """cold_s, ms (warm median), ms_min and ms_max, status, o (the output), timer, peak_bytes and, for a
-    torch.compile'd build, compile_note. The warm time is triton.testing.do_bench's median over replays of a CUDA
+def time_case(name, q, k, v, causal, repeats: int = 1, load=None) -> dict:
+    """cold_s, ms (warm median), ms_min and ms_max, status, o (the output), timer, peak_bytes, for a
+    torch.compile'd build compile_note, and with `load` (an open attnlab.load.LoadLog) the card's clock, power and
+    clock-event reasons over the timed graphs. The warm time is triton.testing.do_bench's median over replays of a CUDA
     graph of the call (attnlab.measure.graphed, as the sweep times): at N = 512 launching a call from Python can take
     longer than its kernels (the Gluon kernel's host side did, 2026-11-29 run 14), and the library rows launch from
     C++. With `repeats` > 1 the call is captured that many times, each graph in a memory pool of its own (so its
@@ -87,13 +90,15 @@ def time_case(name, q, k, v, causal, repeats: int = 1) -> dict:
         watch = CompileWatch(b.base)
         cold, o = cold_call(fn, dev)
         watch.cold_done()
-        times = []
+        times, t0 = [], time.time()
         for _ in range(repeats):
             run_, why = graphed(fn, dev, graphs)
             times.append(triton.testing.do_bench(run_, warmup=100, rep=100, return_mode="median"))
             graphs.clear()  # the graph's pool: the next capture gets a fresh one, and it would count in the peak
         out = dict(cold_s=cold, ms=statistics.median(times), ms_min=min(times), ms_max=max(times), status="ok", o=o,
                    timer="do_bench+graph" if run_ is not fn else f"do_bench ({why})", **watch.note())
+        if load is not None:
+            out.update(load.window(t0, time.time()))
         try:  # a peak pass that runs out of memory loses the peak, not the time measured above
             out["peak_bytes"] = peak_pass(fn, dev)[0]
         except torch.OutOfMemoryError:
@@ -137,10 +142,6 @@ def recorded_label(tiles_json, kernel: str) -> str:
 def run(args) -> "pandas.DataFrame":  # noqa: F821
     import pandas as pd
 
-    from attnlab.builds import OURS
-    from attnlab.triton import launch
-    from attnlab.validate import check
-
     dtypes = [getattr(torch, d) for d in args.dtypes.split(",")]
     ns = [int(n) for n in args.ns.split(",")]
     names = args.builds.split(",")
@@ -150,37 +151,49 @@ def run(args) -> "pandas.DataFrame":  # noqa: F821
         print("ceilings:", {str(k): v for k, v in ceilings.items()}, flush=True)
     rows = []
     spin_up(torch.device("cuda"), 1.0)
-    for B, H, N, D, dtype, causal in shapes(dtypes, ns, args.quick):
-        shape = _case("fused", B, H, N, D, dtype, causal)
-        q, k, v = make_inputs(shape)  # the harness's inputs: random normal, seeded by the shape
-        spec = check(q, k, v, causal=causal)
-        flops = model.flops(shape)
-        for name in names:
-            timed = time_case(name, q, k, v, causal, args.repeats)
-            o, ms = timed.pop("o"), timed["ms"]
-            row = dict(build=name, B=B, H=H, N=N, D=D, dtype=str(dtype).removeprefix("torch."), causal=causal,
-                       repeats=args.repeats, **timed, tflops=flops / ms / 1e9 if ms == ms else float("nan"))
-            if name in OURS:
-                row["tiles"] = json.dumps(launch.tile_config(name, spec))
-                if o is not None:
-                    verdict = oracle_check(name, o, q, k, v, causal)
-                    row.update(err=verdict.err, err_limit=verdict.limit, accurate=verdict.ok)
-            if name == "qk_softmax":
-                row["floor_ms"] = qk_softmax_floor_ms(B, H, N, D, dtype, causal, ceilings[dtype])
-            rows.append(row)
-            del o
-        del q, k, v
-        torch.cuda.empty_cache()
-        print(f"  {dtype} D={D} causal={causal} N={N} B={B} H={H}: " + ", ".join(
-            f"{r['build']} {r['tflops']:.0f}" for r in rows[-len(names):]), flush=True)
-        if args.out:
-            pd.DataFrame(rows).to_csv(os.path.join(args.out, "bench.csv"), index=False)
+    with LoadLog("cuda") as load:  # each row's clock, power and clock-event reasons while it was timed
+        for B, H, N, D, dtype, causal in shapes(dtypes, ns, args.quick):
+            bench_shape(B, H, N, D, dtype, causal, names, ceilings.get(dtype), args, load, rows)
+            if args.out:
+                pd.DataFrame(rows).to_csv(os.path.join(args.out, "bench.csv"), index=False)
     return pd.DataFrame(rows)
+
+
+def bench_shape(B, H, N, D, dtype, causal, names, ceil, args, load, rows: list) -> None:
+    """Every build of `names` at one shape, each row appended to `rows` as it is measured (ceil: the dtype's
+    ceilings, for qk_softmax's floor)."""
+    from attnlab.builds import OURS
+    from attnlab.triton import launch
+    from attnlab.validate import check
+
+    shape = _case("fused", B, H, N, D, dtype, causal)
+    q, k, v = make_inputs(shape)  # the harness's inputs: random normal, seeded by the shape
+    spec = check(q, k, v, causal=causal)
+    flops = model.flops(shape)
+    for name in names:
+        timed = time_case(name, q, k, v, causal, args.repeats, load)
+        o, ms = timed.pop("o"), timed["ms"]
+        row = dict(build=name, B=B, H=H, N=N, D=D, dtype=str(dtype).removeprefix("torch."), causal=causal,
+                   repeats=args.repeats, **timed, tflops=flops / ms / 1e9 if ms == ms else float("nan"))
+        if name in OURS:
+            row["tiles"] = json.dumps(launch.tile_config(name, spec))
+            if o is not None:
+                verdict = oracle_check(name, o, q, k, v, causal)
+                row.update(err=verdict.err, err_limit=verdict.limit, accurate=verdict.ok)
+        if name == "qk_softmax":
+            row["floor_ms"] = qk_softmax_floor_ms(B, H, N, D, dtype, causal, ceil)
+        rows.append(row)
+        del o
+    del q, k, v
+    torch.cuda.empty_cache()
+    print(f"  {dtype} D={D} causal={causal} N={N} B={B} H={H}: " + ", ".join(
+        f"{r['build']} {r['tflops']:.0f}" for r in rows[-len(names):]), flush=True)
 
 
 def ratios(df):
     """Each of our builds over each library row, per shape: time ratio library_ms / ours_ms (> 1: ours is faster);
-    which kernel (Gluon or Triton) wrote fused's O and qk_softmax's P; qk_softmax over its floor."""
+    which kernel (Gluon or Triton) wrote fused's O and qk_softmax's P; qk_softmax over its floor; each build's median
+    SM clock while it was timed, where the rows have it."""
     import pandas as pd
 
     from attnlab.builds import OURS
@@ -202,6 +215,11 @@ def ratios(df):
     for name in BUILDS:  # the bench's order: ours fused first, then the libraries
         if name in tf:
             out[f"{name}_TFs"] = tf[name]
+    if "sm_clock_mhz" in df:  # the clock each build ran at (attnlab.load): under a power cap, builds differ in it
+        mhz = df.pivot_table(index=key, columns="build", values="sm_clock_mhz")
+        for name in BUILDS:
+            if name in mhz:
+                out[f"{name}_MHz"] = mhz[name]
     for ours in (b for b in BUILDS if b in OURS):
         for lib in LIBRARY:
             if ours in ms and lib in ms:
@@ -220,7 +238,8 @@ SUMMARY = (("fused_TFs", "fused TF/s"), ("fused_vs_sdpa_flash", "fused / flash")
            ("fused_vs_sdpa_cudnn", "fused / cuDNN"), ("fused_vs_flex", "fused / flex"),
            ("qk_softmax_vs_sdpa_flash", "qk / flash"), ("qk_softmax_vs_sdpa_cudnn", "qk / cuDNN"),
            ("materialised_vs_sdpa_flash", "mat / flash"), ("materialised_vs_sdpa_cudnn", "mat / cuDNN"),
-           ("qk_softmax_over_floor", "qk / floor"))
+           ("qk_softmax_over_floor", "qk / floor"), ("fused_MHz", "fused MHz"), ("qk_softmax_MHz", "qk MHz"),
+           ("sdpa_cudnn_MHz", "cuDNN MHz"))
 
 
 def summary(r) -> str:
@@ -236,7 +255,7 @@ def summary(r) -> str:
              "|---" * (3 + len(cols)) + "|"]
     for (dtype, D, causal), g in fa.groupby(["dtype", "D", "causal"]):
         g = g.set_index("N").reindex(ns)
-        cells = [" ".join("—" if v != v else f"{v:.0f}" if c.endswith("_TFs") else f"{v:.2f}" for v in g[c])
+        cells = [" ".join("—" if v != v else f"{v:.0f}" if c.endswith(("_TFs", "_MHz")) else f"{v:.2f}" for v in g[c])
                  for c, _ in cols]
         lines.append(f"| {dtype} | {D} | {'yes' if causal else 'no'} | " + " | ".join(cells) + " |")
 
@@ -258,7 +277,7 @@ def summary(r) -> str:
         lines.append("Shapes nobody tunes for:")
         for _, row in other.iterrows():
             lines.append(f"  {row['dtype']} D={row.D} causal={row.causal} N={row.N} B={row.B} H={row.H}: " + ", ".join(
-                f"{head} {row[c]:.0f}" if c.endswith("_TFs") else f"{head} {row[c]:.2f}" for c, head in cols))
+                f"{head} {row[c]:.0f}" if c.endswith(("_TFs", "_MHz")) else f"{head} {row[c]:.2f}" for c, head in cols))
     return "\n".join(lines)
 
 

@@ -447,11 +447,12 @@ def _error(case: Case, build, q, k, v, o, budget: int) -> dict:
 
 
 def measure(case: Case, *, ceilings: dict, reps_ms: float = 100.0, warmup_ms: float = 25.0, min_reps: int = 5,
-            ref_budget_bytes: int = REF_BUDGET, seed: int = 0, run_id: str = "") -> dict:
+            ref_budget_bytes: int = REF_BUDGET, seed: int = 0, run_id: str = "", load=None) -> dict:
     """Measure one case; always return a complete row (a failing build is a status, never an exception).
 
-    `ceilings` is model.measure_ceilings' dict for the run. An unknown build name raises ValueError: that is the
-    caller's mistake, not a measurement."""
+    `ceilings` is model.measure_ceilings' dict for the run. `load`: an open attnlab.load.LoadLog, whose samples over
+    the timed repetitions give the row's clock, power and clock-event reasons. An unknown build name raises
+    ValueError: that is the caller's mistake, not a measurement."""
     build = builds.get(case.build)
     row = base_row(case, ceilings=ceilings, run_id=run_id)
     dev = torch.device(case.device)
@@ -479,8 +480,11 @@ def measure(case: Case, *, ceilings: dict, reps_ms: float = 100.0, warmup_ms: fl
         # The graph is freed inside _time_call, before any eager call below: while it lives, its pool holds the
         # call's intermediates (S and P) and the eager calls need their own (sdpa_math at N = 16384 ran out of the
         # H200's memory that way in run 9).
+        t0 = time.time()
         times, row["timer"], why = _time_call(step, acc, calls, dev, warmup_ms=warmup_ms, reps_ms=reps_ms,
                                               min_reps=min_reps)
+        if load is not None:
+            row.update(load.window(t0, time.time()))
         graphed_ok = row["timer"].endswith("+graph")
         row["checksum"] = acc.item() / calls[0]  # the one read of acc
         row.update(ms=statistics.median(times), ms_p20=_pct(times, 20), ms_p80=_pct(times, 80), reps=len(times))

@@ -31,6 +31,11 @@ COLUMNS = {
     "timing_note": "'' or why `ms` may not be the kernels' time: 'graph capture failed ...' (timed eagerly), and "
                    "then 'host-bound: ...' when issuing a call takes half the measured time or more (the GPU may "
                    "wait on Python, so `ms` overstates the kernels)",
+    "sm_clock_mhz": "median SM clock (MHz) of the card, sampled every 50 ms while the case was timed (attnlab.load; "
+                    "NaN on a CPU or where the driver's NVML cannot be read)",
+    "power_w": "median board power (W) over the same samples",
+    "clock_reasons": "every clock-event reason those samples gave, e.g. 'software power cap' (the clock held below "
+                     "its maximum to stay under the card's power limit); '' for none or unknown",
     "peak_bytes": "peak allocation above what was allocated before the call (NaN where unknowable)",
     "peak_note": "why peak_bytes is NaN (e.g. 'n/a: CPU has no allocator statistics')",
     "hold_bytes": "predicted bytes the build must hold at once: O, plus S and P (materialised) or P (qk_softmax)",
@@ -57,15 +62,20 @@ COLUMNS = {
             "whose two rows were measured by different code",
 }
 
+# Columns added after results files were first written: a file without them (and otherwise of this schema) is
+# still read, these columns then unknown; a sweep does not append to it (attnlab.sweep.read_results, run).
+LATER = ("sm_clock_mhz", "power_w", "clock_reasons")
+
 # The type of every column, for writing and reading results files (attnlab.sweep.read_results). "int" columns are
 # always known (reps is 0 when nothing was timed); unknown "float"s are NaN; unknown "str"s are ''.
 TYPES = {
     **{c: "str" for c in ("run_id", "case_id", "build", "family", "base", "ablation", "dtype", "mask", "device",
                           "device_name", "status", "timer", "peak_note", "alloc_flag", "err_note", "tiles",
-                          "compile_note", "started", "code", "timing_note")},
+                          "compile_note", "started", "code", "timing_note", "clock_reasons")},
     **{c: "int" for c in ("B", "H", "Hkv", "N", "D", "reps", "hold_bytes", "flops", "bytes_moved")},
     **{c: "float" for c in ("host_ms", "cold_s", "ms", "ms_p20", "ms_p80", "consume_ms", "peak_bytes", "err", "err_limit",
                             "checksum", "tflops", "tbps", "pct_flops", "pct_bw", "ceiling_tflops", "ceiling_tbps")},
+    **{c: "float" for c in ("sm_clock_mhz", "power_w")},
     "causal": "bool",
 }
 assert set(TYPES) == set(COLUMNS), set(TYPES) ^ set(COLUMNS)

@@ -40,7 +40,8 @@ import torch
 import yaml
 
 from attnlab import builds, measure as _measure, model, provenance
-from attnlab.schema import COLUMNS, TYPES
+from attnlab.load import LoadLog
+from attnlab.schema import COLUMNS, LATER, TYPES
 from attnlab.validate import DTYPES, MAX_HEAD_DIM
 
 RESULTS = "results.csv"
@@ -293,8 +294,10 @@ def _repair(path: Path) -> None:
                 os.fsync(f.fileno())
 
 
-def read_results(path) -> pd.DataFrame:
-    """A results file as a typed table (attnlab.schema.TYPES): complete lines only, causal as bool."""
+def read_results(path, *, appendable: bool = False) -> pd.DataFrame:
+    """A results file as a typed table (attnlab.schema.TYPES): complete lines only, causal as bool. A file written
+    before schema.LATER's columns existed reads with them unknown, unless `appendable` (a sweep about to add rows of
+    the whole schema to it)."""
     path = Path(path)
     if path.is_dir():
         path = path / RESULTS
@@ -302,13 +305,18 @@ def read_results(path) -> pd.DataFrame:
     if not text:
         return pd.DataFrame({c: pd.Series(dtype=_PANDAS[TYPES[c]]) for c in COLUMNS})
     records = list(csv.reader(io.StringIO(text)))
-    if records[0] != list(COLUMNS):
+    older = [c for c in COLUMNS if c not in LATER]
+    if records[0] != list(COLUMNS) and (appendable or records[0] != older):
         raise ValueError(f"{path} has columns of another schema ({sorted(set(records[0]) ^ set(COLUMNS))} differ): "
                          "measure into a fresh out_dir")
-    short = [i + 1 for i, r in enumerate(records) if len(r) != len(COLUMNS)]
+    short = [i + 1 for i, r in enumerate(records) if len(r) != len(records[0])]
     if short:  # cannot happen through append_row; say where rather than read a shifted table
-        raise ValueError(f"{path}: line(s) {short[:5]} do not have the schema's {len(COLUMNS)} fields")
+        raise ValueError(f"{path}: line(s) {short[:5]} do not have the header's {len(records[0])} fields")
     df = pd.read_csv(io.StringIO(text), dtype=str, keep_default_na=False)
+    for c in LATER:
+        if c not in df:
+            df[c] = ""
+    df = df[list(COLUMNS)]
     for c in COLUMNS:
         kind = TYPES[c]
         if kind == "float":
@@ -350,7 +358,7 @@ def run(params, out_dir=None, *, progress: bool = True) -> pd.DataFrame:
     out.mkdir(parents=True, exist_ok=True)
     results, prov_path = out / RESULTS, out / PROVENANCE
     try:
-        done = set(read_results(results)["case_id"])
+        done = set(read_results(results, appendable=True)["case_id"])
     except ValueError as e:
         raise ParamsError("out_dir", str(out), f"cannot be resumed: {e}") from None
     prov = json.loads(prov_path.read_text()) if prov_path.exists() else {}
@@ -379,18 +387,20 @@ def run(params, out_dir=None, *, progress: bool = True) -> pd.DataFrame:
 
         bar = tqdm(todo, total=len(cases), initial=len(cases) - len(todo), unit="case", disable=not progress,
                    dynamic_ncols=True)
-        for case in bar:
-            bar.set_description_str(case.case_id)
-            kw = dict(ceilings=ceilings, run_id=out.name)
-            try:
-                row = _measure.measure(case, reps_ms=p["reps_ms"], warmup_ms=p["warmup_ms"], min_reps=p["min_reps"],
-                                       ref_budget_bytes=int(p["ref_budget_gib"] * model.GiB), seed=p["seed"], **kw)
-            except Exception as e:  # measure turns build failures into rows; this is a failure of measure itself
-                row = _measure.rates(_measure.base_row(case, **kw))
-                row["status"] = _measure.failure_status(e, row["hold_bytes"])
-                _measure.release(torch.device(device))  # measure frees after its own failures; this one escaped it
-            append_row(results, row)
-            session["measured"] += 1
+        with LoadLog(device) as log:  # each row's clock, power and clock-event reasons while it was timed
+            for case in bar:
+                bar.set_description_str(case.case_id)
+                kw = dict(ceilings=ceilings, run_id=out.name)
+                try:
+                    row = _measure.measure(case, reps_ms=p["reps_ms"], warmup_ms=p["warmup_ms"],
+                                           min_reps=p["min_reps"], seed=p["seed"], load=log,
+                                           ref_budget_bytes=int(p["ref_budget_gib"] * model.GiB), **kw)
+                except Exception as e:  # measure turns build failures into rows; this is a failure of measure itself
+                    row = _measure.rates(_measure.base_row(case, **kw))
+                    row["status"] = _measure.failure_status(e, row["hold_bytes"])
+                    _measure.release(torch.device(device))  # measure frees after its own failures; not this one
+                append_row(results, row)
+                session["measured"] += 1
         bar.close()
         finished = True
     finally:

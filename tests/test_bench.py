@@ -82,7 +82,10 @@ def test_run_writes_one_checked_row_per_build_and_shape(monkeypatch, tmp_path):
     monkeypatch.setattr(model, "measure_ceilings", lambda dev, dt: dict(tbps=1.0, tflops=1.0))
     monkeypatch.setattr(bench, "shapes", lambda dtypes, ns, quick: [(1, 2, 40, 16, torch.float32, True)])
 
-    def fake_time(name, q, k, v, causal, repeats=1):  # the real attention, a made-up time and peak
+    logs = []
+
+    def fake_time(name, q, k, v, causal, repeats=1, load=None):  # the real attention, a made-up time and peak
+        logs.append(load)
         return dict(cold_s=0.1, ms=2.0, status="ok", o=builds.get(name).attend(q, k, v, causal=causal),
                     timer="do_bench+graph", peak_bytes=1234.0)
 
@@ -97,6 +100,7 @@ def test_run_writes_one_checked_row_per_build_and_shape(monkeypatch, tmp_path):
     assert (df.timer == "do_bench+graph").all()  # each row says how it was timed
     assert (df.peak_bytes == 1234.0).all()  # each row carries its build's peak allocation
     assert (tmp_path / "bench.csv").exists()
+    assert len(logs) == 3 and logs[0] is logs[2] and logs[0].note.startswith("no GPU")  # one load log, inert here
 
 
 class _FakeBuild:

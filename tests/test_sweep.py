@@ -274,6 +274,24 @@ def test_results_of_another_schema_are_not_resumed(tmp_path):
     assert not (out / sweep.PROVENANCE).exists()
 
 
+def test_results_written_before_the_clock_columns_read_but_are_not_appended_to(tmp_path):
+    """Runs measured before schema.LATER's columns (sm_clock_mhz, power_w, clock_reasons) existed still render:
+    those columns read as unknown. A sweep does not add rows of the whole schema to such a file."""
+    from attnlab.schema import LATER
+
+    out = tmp_path / "run"
+    df = sweep.run({**TINY, "builds": ["fused"], "seq_lens": [32]}, out)
+    assert df.sm_clock_mhz.isna().all() and (df.clock_reasons == "").all()  # a CPU: nothing to sample
+    old = df.drop(columns=list(LATER))
+    old.to_csv(out / sweep.RESULTS, index=False)
+    back = sweep.read_results(out)
+    assert list(back.columns) == list(COLUMNS) and back.sm_clock_mhz.isna().all() and len(back) == len(df)
+    assert back.ms.tolist() == pytest.approx(df.ms.tolist())
+    lacking = r"columns of another schema \(\['clock_reasons', 'power_w', 'sm_clock_mhz'\] differ\)"
+    with pytest.raises(ParamsError, match="cannot be resumed: .* " + lacking):
+        sweep.run({**TINY, "builds": ["fused"], "seq_lens": [32, 64]}, out)
+
+
 def test_read_results_of_an_empty_run_is_typed(tmp_path):
     df = sweep.read_results(tmp_path / "nothing.csv")
     assert list(df.columns) == list(COLUMNS) and df.empty and df["causal"].dtype == bool
