@@ -33,7 +33,8 @@ COLUMNS = {
                    "wait on Python, so `ms` overstates the kernels)",
     "sm_clock_mhz": "median SM clock (MHz) of the card, sampled every 50 ms while the case was timed (attnlab.load; "
                     "NaN on a CPU or where the driver's NVML cannot be read)",
-    "power_w": "median board power (W) over the same samples",
+    "power_w": "median board power (W) NVML gave over the same samples (its reading is itself an average over up "
+               "to a second, so short cases read low)",
     "clock_reasons": "every clock-event reason those samples gave, e.g. 'software power cap' (the clock held below "
                      "its maximum to stay under the card's power limit); '' for none or unknown",
     "peak_bytes": "peak allocation above what was allocated before the call (NaN where unknowable)",
