@@ -70,3 +70,18 @@ def test_a_host_bound_time_is_noted_beside_its_ratio():
     note = "host-bound: issuing a call takes 0.5 ms on the host against 0.6 ms measured"
     t = report.speedup(frame(row("materialised", 4.0), row("flex", 0.6, timing_note=note))).set_index("build")
     assert note in t.loc["flex", "note"]
+
+
+def test_builds_timed_at_different_clocks_say_so_beside_their_ratio():
+    """A card at its power cap lowers its clock by how much a build draws (attnlab.load): a ratio between two rows
+    whose clocks differ by more than 5 % says it includes the clock. Rows within 5 %, or without a clock, stay
+    silent."""
+    cap = "software power cap"
+    df = frame(row("materialised", 4.0, sm_clock_mhz=1500.0, clock_reasons=cap),
+               row("fused", 1.0, sm_clock_mhz=1700.0, clock_reasons=cap),
+               row("qk_softmax", 2.0, sm_clock_mhz=1540.0, clock_reasons=cap), row("sdpa_flash", 0.8))
+    t = report.speedup(df).set_index("build")
+    assert t.loc["fused", "x_vs_materialised"] == 4.0  # the number stays; the note makes it honest
+    assert t.loc["fused", "note"] == ("ran at SM clocks 13% apart at B=1 H=8 N=1000 D=64 (materialised 1500 MHz, "
+                                      "fused 1700 MHz; software power cap): Δ includes the clock, not the work alone")
+    assert t.loc["qk_softmax", "note"] == "" and t.loc["sdpa_flash", "note"] == ""

@@ -84,6 +84,7 @@ def ablation_table(results: pd.DataFrame, base: str = "fused") -> pd.DataFrame:
             "noise_ms": noise,
             "dominant": dominant,
             "note": groups.notes(*whys, why, groups.same_code(found, [base, *(f"{base}-{a}" for a in ms)], shape),
+                                 groups.same_clock(found, [base, *(f"{base}-{a}" for a in ms)], shape),
                                  *_other_tiles(found, base, shape)),
         })
     return pd.DataFrame(rows, columns=[*groups.LEADING, *COLUMNS])

@@ -71,6 +71,7 @@ def attribution(results: pd.DataFrame) -> pd.DataFrame:
                 "noise_ms": noise,
                 "note": groups.notes(why_from, why_to, why_bw, why_mm, within, outweighs,
                                      groups.same_code(found, (src, dst), shape),
-                                     groups.same_implementation(found, (src, dst), shape)),
+                                     groups.same_implementation(found, (src, dst), shape),
+                                     groups.same_clock(found, (src, dst), shape)),
             })
     return pd.DataFrame(rows, columns=[*groups.LEADING, *COLUMNS])

@@ -143,6 +143,25 @@ def same_code(found: dict, builds, shape: tuple) -> str:
     return f"measured by different code at {where(shape)}: " + ", ".join(f"{b} {c}" for b, c in codes.items())
 
 
+# Two builds' median SM clocks may differ by this share before a ratio between them says it includes the clock.
+CLOCK_SHARE = 0.05
+
+
+def same_clock(found: dict, builds, shape: tuple) -> str:
+    """'' or a note that the rows of `builds` at shape ran at SM clocks more than CLOCK_SHARE apart (attnlab.load: a
+    card at its power limit lowers its clock, by how much depends on the build's draw): their difference then
+    includes the clock, not the work alone. Rows without a clock (a CPU, older runs) are not compared."""
+    clocks = {b: float(found[(b, shape)].get("sm_clock_mhz", math.nan)) for b in builds if (b, shape) in found}
+    clocks = {b: c for b, c in clocks.items() if c > 0}  # NaN compares False
+    if len(clocks) < 2 or max(clocks.values()) <= (1 + CLOCK_SHARE) * min(clocks.values()):
+        return ""
+    reasons = dict.fromkeys(r for b in clocks for r in str(found[(b, shape)].get("clock_reasons", "")).split(" + ")
+                            if r and r != "nan")
+    return (f"ran at SM clocks {max(clocks.values()) / min(clocks.values()) - 1:.0%} apart at {where(shape)} ("
+            + ", ".join(f"{b} {c:.0f} MHz" for b, c in clocks.items()) + (f"; {', '.join(reasons)}" if reasons else "")
+            + "): Δ includes the clock, not the work alone")
+
+
 def same_implementation(found: dict, builds, shape: tuple) -> str:
     """'' or a note that the rows of `builds` at shape ran kernels written differently (a Gluon kernel on one side,
     Triton on the other): their difference is then the boundary plus a different implementation, not the boundary

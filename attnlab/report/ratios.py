@@ -36,5 +36,6 @@ def speedup(results: pd.DataFrame, baseline: str = "materialised", builds=None) 
             ms, why = groups.net_ms(found, build, shape)
             rows.append({**groups.leading(dtype, causal, shape), "build": build, "ms": ms,
                          f"{baseline}_ms": base_ms, ratio: base_ms / ms if ms > 0 else math.nan,
-                         "note": groups.notes(why_base, why, groups.same_code(found, (baseline, build), shape))})
+                         "note": groups.notes(why_base, why, groups.same_code(found, (baseline, build), shape),
+                                              groups.same_clock(found, (baseline, build), shape))})
     return pd.DataFrame(rows, columns=[*groups.LEADING, "build", "ms", f"{baseline}_ms", ratio, "note"])
