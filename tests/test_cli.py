@@ -186,3 +186,15 @@ def test_params_file_names_match_the_model_in_any_case_and_never_a_vendor_word(t
         (tmp_path / f).write_text("")
     assert cli.params_for("NVIDIA H100 80GB HBM3", tmp_path)[0] == tmp_path / "H100.yaml"
     assert cli.params_for("NVIDIA A10", tmp_path)[0] == tmp_path / "gpu.yaml"  # not nvidia.yaml
+
+
+def test_a_real_sweep_renders_with_report_even_where_n_equals_d(tmp_path, capsys):
+    """As a user meets it: a CPU sweep, then `attnlab report` on its directory. params/cpu.yaml has N = D = 64,
+    where the S step predicts no memory saving (S is the size of O); the table says so instead of dividing by 0."""
+    out = tmp_path / "out"
+    p = params_file(tmp_path, seq_lens=[16, 32], head_dims=[16], causal=[False], builds=["ours"])
+    assert cli.main(["sweep", "--params", str(p), "--out", str(out), "--quiet"]) == 0
+    assert cli.main(["report", str(out)]) == 0
+    tables = (out / "tables.txt").read_text()
+    assert "no saving predicted at B=1 H=2 N=16 D=16" in tables
+    assert (out / "figures.html").exists()

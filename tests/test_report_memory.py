@@ -41,3 +41,15 @@ def test_a_builds_allocation_warning_reaches_the_note():
     s, p = report.memory_table(df).to_dict("records")
     assert (s["saved_bytes"], s["predicted_bytes"]) == (30_976_000, 14_976_000)  # twice what it should: flagged
     assert s["note"] == p["note"] == f"qk_softmax: {flag}"
+
+
+def test_no_s_saving_is_predicted_where_n_is_at_most_d_and_the_ratio_says_nothing():
+    """At N = D the S the first step stops holding is the size of the O it keeps (the CPU grid has N = 64, D = 64):
+    its prediction is 0, its ratio NaN with a note, not a division by zero."""
+    df = frame(*(row(b, N=64, peak_bytes=pk) for b, pk in (("materialised", 131_072), ("qk_softmax", 131_072),
+                                                            ("fused", 65_536))))
+    s, p = report.memory_table(df).to_dict("records")
+    assert s["predicted_bytes"] == 0 and math.isnan(s["saved_over_predicted"])
+    assert s["note"] == ("no saving predicted at B=1 H=8 N=64 D=64: the S this step stops holding is no larger than "
+                         "the O it keeps (N ≤ D)")
+    assert p["saved_over_predicted"] == 65_536 / p["predicted_bytes"] and p["note"] == ""

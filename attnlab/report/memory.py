@@ -7,6 +7,8 @@ holds something its name says it does not.
 """
 from __future__ import annotations
 
+import math
+
 import pandas as pd
 
 from attnlab.report import boundaries as bd
@@ -48,10 +50,14 @@ def memory_table(results: pd.DataFrame) -> pd.DataFrame:
             from_peak, why_from = groups.value(found, src, shape, "peak_bytes")
             to_peak, why_to = groups.value(found, dst, shape, "peak_bytes")
             saved = from_peak - to_peak
+            # the S step keeps O where it drops S: at N ≤ D that is no saving at all, and a ratio to it means nothing
+            none = (f"no saving predicted at {groups.where(shape)}: the {HELD[boundary]} this step stops holding is "
+                    "no larger than the O it keeps (N ≤ D)") if predicted <= 0 else ""
             rows.append({
                 **groups.leading(dtype, causal, shape), "boundary": boundary, "from_build": src, "to_build": dst,
                 "from_peak_bytes": from_peak, "to_peak_bytes": to_peak, "saved_bytes": saved,
-                "tensor": HELD[boundary], "predicted_bytes": predicted, "saved_over_predicted": saved / predicted,
-                "note": groups.notes(why_from, why_to, *_flags(found, (src, dst), shape)),
+                "tensor": HELD[boundary], "predicted_bytes": predicted,
+                "saved_over_predicted": saved / predicted if predicted > 0 else math.nan,
+                "note": groups.notes(why_from, why_to, none, *_flags(found, (src, dst), shape)),
             })
     return pd.DataFrame(rows, columns=[*groups.LEADING, *COLUMNS])
