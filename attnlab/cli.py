@@ -3,7 +3,8 @@
     attnlab sweep --params params/cpu.yaml [--out DIR]   measure a grid into DIR (resumes when DIR has results)
     attnlab check [...]                                  the correctness gate alone (attnlab.gate)
     attnlab bench [...]                                  kernel benchmark and autotune (attnlab.bench)
-    attnlab run [--out DIR]                              the main job: the gate, then the sweep for this device
+    attnlab run [--out DIR]                              the main job: the gate, the sweep for this device, and
+                                                         its report (DIR/tables.txt, DIR/figures.html)
     attnlab report DIR                                   every table of DIR/results.csv (DIR/tables.txt) and its
                                                          figures (DIR/figures.html, draws offline)
 
@@ -41,11 +42,13 @@ def parser() -> argparse.ArgumentParser:
     for name, (module, about) in DELEGATED.items():
         sub.add_parser(name, help=about, add_help=False,
                        description=f"{about}. Arguments go to {module}.main; `attnlab {name} --help` lists them.")
-    run = sub.add_parser("run", help="the main job: correctness gate, then the sweep for the best device present",
+    run = sub.add_parser("run", help="the main job: correctness gate, the sweep for the best device present, and "
+                                     "its report",
                          description="Run the correctness gate; if it passes, sweep the params for this machine into "
                                      "outputs/<gpu-or-cpu>/<timestamp>/: params/<gpu>.yaml when a file is named "
                                      "for the GPU (h200.yaml on an NVIDIA H200), else params/gpu.yaml; "
-                                     "params/cpu.yaml without a GPU.")
+                                     "params/cpu.yaml without a GPU. Then write its report there (tables.txt, "
+                                     "figures.html), as `attnlab report` does.")
     run.add_argument("--out", metavar="DIR", help="output directory instead of outputs/<gpu-or-cpu>/<timestamp>")
     report = sub.add_parser("report", help="every table (speedup, attribution, memory, ablations) of a results dir",
                             description="Read DIR/results.csv; print the tables of attnlab.report per (dtype, "
@@ -56,7 +59,7 @@ def parser() -> argparse.ArgumentParser:
     return top
 
 
-def _report(directory: str, baseline: str) -> int:
+def _report(directory: str, baseline: str, echo: bool = True) -> int:
     from attnlab import sweep
     from attnlab.report.figures import to_html
     from attnlab.report.text import figures, render
@@ -72,7 +75,8 @@ def _report(directory: str, baseline: str) -> int:
         return _error(f"report: {e}")
     (Path(directory) / "tables.txt").write_text(text)
     (Path(directory) / "figures.html").write_text(page)
-    print(text)
+    print(text if echo else f"attnlab: the report's tables in {directory}/tables.txt, its figures in "
+                            f"{directory}/figures.html")
     return 0
 
 
@@ -94,20 +98,21 @@ def _delegate(command: str, rest: list[str]) -> int:
     return int(main(rest) or 0)
 
 
-def _sweep(params, out, quiet: bool) -> int:
+def _sweep(params, out, quiet: bool) -> tuple[int, str | None]:
+    """The sweep's exit code and output directory (None where it did not finish)."""
     from attnlab import sweep
 
     try:
         df = sweep.run(params, out_dir=out, progress=not quiet)
     except sweep.ParamsError as e:
-        return _error(str(e))
+        return _error(str(e)), None
     except KeyboardInterrupt:
         print("attnlab: interrupted; finished rows are kept: re-run with the same --out to resume", file=sys.stderr)
-        return 130
+        return 130, None
     bad = df[df["status"] != "ok"]
     note = "" if bad.empty else f" ({len(bad)} not ok: see their status column)"
     print(f"attnlab: {len(df)} rows in {df.attrs['out_dir']}/{sweep.RESULTS}{note}")
-    return 0
+    return 0, df.attrs["out_dir"]
 
 
 def main(argv=None) -> int:
@@ -119,7 +124,7 @@ def main(argv=None) -> int:
     except SystemExit as e:  # --help (0) and usage errors (2): return the code instead of exiting
         return int(e.code or 0)
     if args.command == "sweep":
-        return _sweep(args.params, args.out, args.quiet)
+        return _sweep(args.params, args.out, args.quiet)[0]
     if args.command == "report":
         return _report(args.dir, args.baseline)
     # run: the gate first; timings of a build that fails it would describe a wrong program
@@ -132,7 +137,8 @@ def main(argv=None) -> int:
         return code
     params, why = params_for(torch.cuda.get_device_name() if torch.cuda.is_available() else None)
     print(f"attnlab: {why}", flush=True)
-    return _sweep(params, args.out, False)
+    code, where = _sweep(params, args.out, False)
+    return code or _report(where, "materialised", echo=False)  # what the run measured, as tables and figures
 
 
 def params_for(device_name: str | None, folder: Path | None = None) -> tuple[Path, str]:

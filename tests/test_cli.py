@@ -135,13 +135,16 @@ def test_run_gates_then_sweeps_the_params_for_this_device(monkeypatch, capsys):
         df.attrs["out_dir"] = "outputs/cpu/x"
         return df
 
+    reported = []
     monkeypatch.setattr(sweep, "run", fake_run)
+    monkeypatch.setattr(cli, "_report", lambda where, baseline, echo=True: reported.append((where, echo)) or 0)
     assert cli.main(["run"]) == 0
     assert gate == [[]]
     expected, why = cli.params_for(torch.cuda.get_device_name() if torch.cuda.is_available() else None)
     assert swept == [(expected, None)]  # None: sweep's default out_dir, below
     assert swept[0][0].exists()
     assert f"attnlab: {why}" in capsys.readouterr().out
+    assert reported == [("outputs/cpu/x", False)]  # then the run's report, into its own directory
 
 
 @pytest.mark.parametrize("name, file", [(None, "cpu.yaml"), ("NVIDIA H200", "h200.yaml"),
@@ -196,5 +199,6 @@ def test_a_real_sweep_renders_with_report_even_where_n_equals_d(tmp_path, capsys
     assert cli.main(["sweep", "--params", str(p), "--out", str(out), "--quiet"]) == 0
     assert cli.main(["report", str(out)]) == 0
     tables = (out / "tables.txt").read_text()
+    assert tables in capsys.readouterr().out  # `attnlab report` prints them; `attnlab run` names the files
     assert "no saving predicted at B=1 H=2 N=16 D=16" in tables
     assert (out / "figures.html").exists()
