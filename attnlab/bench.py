@@ -64,8 +64,9 @@ def oracle_check(name, o, q, k, v, causal):
 
 def time_case(name, q, k, v, causal, repeats: int = 1, load=None) -> dict:
     """cold_s, ms (warm median), ms_min and ms_max, status, o (the output), timer, peak_bytes, for a
-    torch.compile'd build compile_note, and with `load` (an open attnlab.load.LoadLog) the card's clock, power and
-    clock-event reasons over the timed graphs. The warm time is triton.testing.do_bench's median over replays of a CUDA
+    torch.compile'd build compile_note, graph_ms (each graph's time, JSON), and with `load` (an open
+    attnlab.load.LoadLog) the card's clock, power and clock-event reasons over the timed graphs, and each graph's
+    own clock (graph_mhz, JSON). The warm time is triton.testing.do_bench's median over replays of a CUDA
     graph of the call (attnlab.measure.graphed, as the sweep times): at N = 512 launching a call from Python can take
     longer than its kernels (the Gluon kernel's host side did, 2026-11-29 run 14), and the library rows launch from
     C++. With `repeats` > 1 the call is captured that many times, each graph in a memory pool of its own (so its
@@ -90,15 +91,19 @@ def time_case(name, q, k, v, causal, repeats: int = 1, load=None) -> dict:
         watch = CompileWatch(b.base)
         cold, o = cold_call(fn, dev)
         watch.cold_done()
-        times, t0 = [], time.time()
+        times, clocks, t0 = [], [], time.time()
         for _ in range(repeats):
             run_, why = graphed(fn, dev, graphs)
+            t1 = time.time()
             times.append(triton.testing.do_bench(run_, warmup=100, rep=100, return_mode="median"))
+            if load is not None:  # each graph's own clock: a slow graph at a low clock is the power cap, not the graph
+                clocks.append(load.window(t1, time.time())["sm_clock_mhz"])
             graphs.clear()  # the graph's pool: the next capture gets a fresh one, and it would count in the peak
         out = dict(cold_s=cold, ms=statistics.median(times), ms_min=min(times), ms_max=max(times), status="ok", o=o,
-                   timer="do_bench+graph" if run_ is not fn else f"do_bench ({why})", **watch.note())
+                   timer="do_bench+graph" if run_ is not fn else f"do_bench ({why})", **watch.note(),
+                   graph_ms=json.dumps([round(t, 5) for t in times]))
         if load is not None:
-            out.update(load.window(t0, time.time()))
+            out.update(load.window(t0, time.time()), graph_mhz=json.dumps(clocks))
         try:  # a peak pass that runs out of memory loses the peak, not the time measured above
             out["peak_bytes"] = peak_pass(fn, dev)[0]
         except torch.OutOfMemoryError:

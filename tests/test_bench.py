@@ -178,6 +178,7 @@ def test_repeats_time_each_case_in_fresh_graphs_and_report_their_median_and_rang
     out = bench.time_case("fused", q, q, q, False, repeats=3)
     assert len(captured) == 3
     assert (out["ms"], out["ms_min"], out["ms_max"]) == (2.0, 1.0, 3.0) and out["peak_bytes"] == 7.0
+    assert out["graph_ms"] == "[3.0, 1.0, 2.0]"  # each graph's own time, in the order timed
 
     key = dict(dtype="bfloat16", D=64, causal=False, N=1024, B=16, H=32)
     rows = [dict(build="qk_softmax", ms=3.0, ms_min=2.5, ms_max=3.5, repeats=3, floor_ms=2.0, tflops=1.0, **key),

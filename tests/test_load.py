@@ -1,5 +1,6 @@
 """attnlab.load: the card's clock, power and clock-event reasons sampled while cases are timed. NVML needs a GPU;
 here a stand-in reader takes its place, and the log without a GPU is checked to be inert (NaN, '')."""
+import json
 import math
 import time
 
@@ -65,6 +66,7 @@ def test_the_bench_rows_carry_the_clock_and_the_ratio_table_each_builds(monkeypa
     with load.LoadLog("cpu", period_ms=5, reader=lambda: (1485, 692.0, 0x4)) as log:
         out = bench.time_case("fused", q, q, q, False, repeats=2, load=log)
     assert (out["sm_clock_mhz"], out["power_w"], out["clock_reasons"]) == (1485.0, 692.0, "software power cap")
+    assert json.loads(out["graph_ms"]) == [1.0, 1.0] and json.loads(out["graph_mhz"]) == [1485.0, 1485.0]
 
     key = dict(dtype="bfloat16", D=64, causal=False, N=1024, B=16, H=32)
     rows = [dict(build="qk_softmax", ms=3.0, floor_ms=2.0, tflops=1.0, sm_clock_mhz=1485.0, **key),
