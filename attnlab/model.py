@@ -119,6 +119,8 @@ def measure_ceilings(device, dtype) -> dict:
     kernel's bytes_moved / time compares with it directly. Matmul: a square product in the run's dtype (fp32 with
     torch's default, i.e. no TF32). On CUDA the copy is 1 GiB (far past any L2) and the product 8192³, timed by
     do_bench; on CPU small versions (32 MiB, 512³, perf_counter medians) keep it under a couple of seconds.
+    copy_mhz and matmul_mhz: the median SM clock while each was timed (attnlab.load; None without a GPU), since a
+    card at its power limit runs each workload at a clock of its own.
     """
     device = torch.device(device)
     dt = dtype if isinstance(dtype, torch.dtype) else getattr(torch, dtype)
@@ -130,8 +132,16 @@ def measure_ceilings(device, dtype) -> dict:
     a = torch.randn(n, n, device=device, dtype=dt)
     b = torch.randn(n, n, device=device, dtype=dt)
     timer = _cuda_median_ms if cuda else _cpu_median_ms
-    copy_ms = timer(lambda: dst.copy_(src))
-    mm_ms = timer(lambda: torch.mm(a, b))
+    from attnlab.load import LoadLog
+
+    with LoadLog(device) as log:  # the clock each was measured at: a build drawing more power runs at a lower one
+        t0 = time.time()
+        copy_ms = timer(lambda: dst.copy_(src))
+        t1 = time.time()
+        mm_ms = timer(lambda: torch.mm(a, b))
+        t2 = time.time()
+        clocks = dict(copy_mhz=log.window(t0, t1)["sm_clock_mhz"], matmul_mhz=log.window(t1, t2)["sm_clock_mhz"])
+    clocks = {k: v if v == v else None for k, v in clocks.items()}  # None, not NaN: provenance.json stays JSON
     del src, dst, a, b
     if cuda:
         torch.cuda.empty_cache()
@@ -143,4 +153,5 @@ def measure_ceilings(device, dtype) -> dict:
         dtype=str(dt).removeprefix("torch."),
         device=str(device),
         timer="do_bench" if cuda else "perf_counter",
+        **clocks,
     )
