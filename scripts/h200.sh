@@ -32,6 +32,8 @@
 #   qkbench   its timing against the Triton kernel at N = 1024 and 4096 (QK_TILES; QK_NS other N, QK_ARGS e.g.
 #             "--ds 128 --causal 0"), compiled first in four processes
 #   qkrepeat  the qk_softmax build timed in rounds in one process (scripts/experiments/qk_repeat.py; QKREP_ARGS)
+#   power     each build replayed back to back for POWER_SECONDS (default 4) while the clock is sampled
+#             (scripts/experiments/power_probe.py: median clock, power and clock-event reasons per build; session 15)
 #   qkprobe   the P kernel alone at N = 4096 non-causal, D = 128 and 64, as it is and with pass 1 changed
 #             (scripts/experiments/qk_exp_probe.py: none, pass1 = exponentials as FMAs, ref1 = no running max,
 #             ref1-fake = both; session 12's call 1)
@@ -159,6 +161,10 @@ ncu_source() {
   "${ncu:-ncu}" -i "$out/src.ncu-rep" --page raw --csv > "$out/ncu_raw.csv" 2>&1; echo "raw rc=$?"
   "${ncu:-ncu}" -i "$out/src.ncu-rep" --page source --print-source sass --csv > "$out/ncu_sass.csv" 2>&1
   echo "sass rc=$?"; wc -c "$out"/ncu_*.csv "$out/src.ncu-rep"; gzip -f "$out/ncu_sass.csv"; rm -f "$out/src.ncu-rep"
+}
+power() {
+  (cd scripts/experiments && timeout 150 python3 power_probe.py --seconds ${POWER_SECONDS:-4}) > "$out/power.log" 2>&1
+  echo "power rc=$?"; grep -a "^power" "$out/power.log"
 }
 qkprobe() {
   local d f
