@@ -71,9 +71,9 @@ def test_the_build_and_all_its_ablations_run_one_p_kernel(hopper_dispatch, N, ke
 
 
 def test_a_fixed_reference_hands_its_flags_to_the_triton_kernels_rewrite(hopper_dispatch):
-    """Tiles.fixed_reference: the Gluon kernel gets a B·H·N int8 tensor for its rows' verdicts, and the key's Triton
-    kernel then re-writes the flagged rows' blocks from the same tensor (REPAIR); under no_softmax (no pass 1) the
-    Gluon kernel runs alone and gets none."""
+    """Tiles.fixed_reference: the Gluon kernel gets a B·H·N int8 tensor for its rows' verdicts, and the Triton
+    kernel then re-writes the flagged rows' blocks from the same tensor (REPAIR, with launch.REPAIR_TILES); under
+    no_softmax (no pass 1) the Gluon kernel runs alone and gets none."""
     if not config.interpreting():
         pytest.skip("CPU tensors reach the launcher only under the interpreter")
     q, k, v = _inputs(1024)

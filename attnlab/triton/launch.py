@@ -161,8 +161,8 @@ def write_p(c: _Call, P: torch.Tensor, chosen: Tiles, no_softmax: bool = False) 
     """The qk_softmax build's first kernel with `chosen` tiles: P = softmax(scale·QKᵀ + mask) into the contiguous
     (B, H, N, N) P (S itself under the no_softmax ablation). The Gluon kernel for a Gluon entry, at any N (the build
     sends only the N it takes, _qk_softmax_tiles; its own check sends others), else the Triton kernel. Under
-    Tiles.fixed_reference the Gluon kernel flags the rows its pass 1 leaves wrong, and the key's Triton kernel then
-    re-writes their blocks (a second launch, which returns at once where nothing is flagged)."""
+    Tiles.fixed_reference the Gluon kernel flags the rows its pass 1 leaves wrong, and the Triton kernel then
+    re-writes their blocks with REPAIR_TILES (a second launch, which returns at once where nothing is flagged)."""
     s = c.spec
     log_scale = 1.0 if no_softmax else LOG2E  # softmax in exp2 units; the copy ablation writes S itself
     if chosen.gluon:  # the warp-specialised kernel (sm90, 16-bit), for the build and its ablations and masks alike

@@ -184,9 +184,10 @@ def _ref_tile(s, j, m_i, l_i, rows, hi, mask_rows, mask_tile, offs_m, cols, N, s
     2^(s − m_i). No max and no rescale in the loop, so a tile's exponentials do not wait for its max; _flag_rows
     says which rows that leaves wrong."""
     offs_n = j * BLOCK_N + cols
-    if _needs_masks(j, rows, hi, BLOCK_N, CAUSAL) or MASK_KIND != 0:  # _scores scales a masked tile itself
-        s = _scores(s, mask_rows, mask_tile, offs_m, offs_n, N, smn, qk_scale, mask_scale,
-                    _needs_masks(j, rows, hi, BLOCK_N, CAUSAL), CAUSAL, MASK_KIND, False, MASK_TMA)
+    masked = _needs_masks(j, rows, hi, BLOCK_N, CAUSAL)
+    if masked or MASK_KIND != 0:  # _scores scales a masked tile itself
+        s = _scores(s, mask_rows, mask_tile, offs_m, offs_n, N, smn, qk_scale, mask_scale, masked, CAUSAL, MASK_KIND,
+                    False, MASK_TMA)
         if j == 0:
             m_first = gl.max(s, axis=1)
             m_i = gl.where(m_first == float("-inf"), 0.0, m_first)
@@ -537,8 +538,8 @@ def launch(q, k, p, mask, mask_strides, mask_kind, *, N, H, group, qk_scale, mas
     grid = (min(total, sm_count(q.device) * programs_per_sm(tiles)) if tiles.persistent else total,)
     qk_softmax_gluon_kernel[grid](q_desc, descriptor(k, BN), descriptor(p, BM, BN), mask, *mask_strides, mask_desc,
                                   flags if ref1 else p, N, H, group, total, qk_scale, mask_scale, D=q.shape[-1],
-                                  BLOCK_M=BM, BLOCK_N=BN,
-                                  STAGES=tiles.num_stages, CAUSAL=causal, MASK_KIND=mask_kind, NO_SOFTMAX=no_softmax,
+                                  BLOCK_M=BM, BLOCK_N=BN, STAGES=tiles.num_stages, CAUSAL=causal, MASK_KIND=mask_kind,
+                                  NO_SOFTMAX=no_softmax,
                                   HEAVY_FIRST=tiles.heavy_first, CONSUMER_REGS=CONSUMER_REGS,
                                   Q_REGISTERS=tiles.q_registers, ROWS=rows, PERSISTENT=tiles.persistent,
                                   MASK_TMA=md is not None, MASK_B=vary_b, MASK_H=vary_h, REF1=ref1, num_warps=4,
