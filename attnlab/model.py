@@ -41,6 +41,7 @@ import time
 import torch
 
 from attnlab import builds
+from attnlab.load import LoadLog
 from attnlab.report.boundaries import SOFTMAX_ROW_MAX, boundary_bytes, nn_bytes
 
 GiB = 1 << 30
@@ -132,8 +133,6 @@ def measure_ceilings(device, dtype) -> dict:
     a = torch.randn(n, n, device=device, dtype=dt)
     b = torch.randn(n, n, device=device, dtype=dt)
     timer = _cuda_median_ms if cuda else _cpu_median_ms
-    from attnlab.load import LoadLog
-
     with LoadLog(device) as log:  # the clock each was measured at: a build drawing more power runs at a lower one
         t0 = time.time()
         copy_ms = timer(lambda: dst.copy_(src))

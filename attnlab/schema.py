@@ -75,8 +75,8 @@ TYPES = {
                           "compile_note", "started", "code", "timing_note", "clock_reasons")},
     **{c: "int" for c in ("B", "H", "Hkv", "N", "D", "reps", "hold_bytes", "flops", "bytes_moved")},
     **{c: "float" for c in ("host_ms", "cold_s", "ms", "ms_p20", "ms_p80", "consume_ms", "peak_bytes", "err", "err_limit",
-                            "checksum", "tflops", "tbps", "pct_flops", "pct_bw", "ceiling_tflops", "ceiling_tbps")},
-    **{c: "float" for c in ("sm_clock_mhz", "power_w")},
+                            "checksum", "tflops", "tbps", "pct_flops", "pct_bw", "ceiling_tflops", "ceiling_tbps",
+                            "sm_clock_mhz", "power_w")},
     "causal": "bool",
 }
 assert set(TYPES) == set(COLUMNS), set(TYPES) ^ set(COLUMNS)
