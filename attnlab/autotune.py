@@ -33,8 +33,9 @@ def candidates(kernel: str) -> list[Tiles]:
     base = [(128, 64, 8, 3), (128, 128, 8, 3), (128, 64, 4, 3), (64, 64, 4, 3), (128, 128, 8, 2), (128, 64, 8, 2)]
     narrow = [Tiles(128, 64, 4, 3), Tiles(128, 64, 8, 3), Tiles(64, 64, 4, 3), Tiles(128, 128, 8, 3),
               Tiles(64, 32, 4, 2), Tiles(128, 32, 4, 3)]
-    if kernel == "pv":
-        return narrow
+    if kernel == "pv":  # and its Gluon kernel (v32): 2 or 3 stages, two consumers a program or one (two an SM)
+        return narrow + [Tiles(64, n, 4, s, heavy_first=h, gluon=True, one_consumer=u)
+                         for n, s in ((128, 2), (128, 3), (64, 4)) for h in (False, True) for u in (False, True)]
     if kernel == "qk_softmax":  # its Gluon kernel (v12), 2 or 3 stages of the K ring, two consumers a program or one
         # (v27: two programs an SM; at D = 128 only 2 stages leave room for the second), one item a program or
         # persistent (v28)

@@ -16,14 +16,15 @@ import torch
 
 # the kernels (as Triton names them) of each stage, per build; the order is the order of launch. qk_softmax's P
 # stage is the Gluon kernel where it runs (sm90, D = 64 or 128, 16-bit), the Triton kernel elsewhere, or both: under
-# Tiles.fixed_reference the Triton kernel then re-writes the blocks of the rows the Gluon kernel flagged.
+# Tiles.fixed_reference the Triton kernel then re-writes the blocks of the rows the Gluon kernel flagged. The PV stage
+# is one PV kernel or the other (attnlab.triton.pv_gluon where a Gluon entry takes the case, attnlab.triton.pv else).
 STAGES = {
     "materialised": [(("scores_kernel",), "S = scale·QKᵀ (+mask), written to memory"),
                      (("softmax_kernel",), "P = softmax(S), S read and P written"),
-                     (("pv_kernel",), "O = P V, P read")],
+                     (("pv_gluon_kernel", "pv_kernel"), "O = P V, P read")],
     "qk_softmax": [(("qk_softmax_gluon_kernel", "qk_softmax_kernel"),
                     "P = softmax(scale·QKᵀ + mask) (two QKᵀ passes), P written"),
-                   (("pv_kernel",), "O = P V, P read")],
+                   (("pv_gluon_kernel", "pv_kernel"), "O = P V, P read")],
 }
 
 

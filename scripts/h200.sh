@@ -34,6 +34,12 @@
 #   qkrepeat  the qk_softmax build timed in rounds in one process (scripts/experiments/qk_repeat.py; QKREP_ARGS)
 #   power     each build replayed back to back for POWER_SECONDS (default 4) while the clock is sampled
 #             (scripts/experiments/power_probe.py: median clock, power and clock-event reasons per build; session 15)
+#   pvcheck   the Gluon PV kernel's own check (scripts/experiments/pv_gluon.py --check-only) in eight processes at once
+#             (PV_TILES: tile labels, default 64x128w4s3hg,64x128w4s2hg,64x128w4s2hgu)
+#   pvbench   the PV kernel alone and the qk_softmax build with each PV candidate against the Triton PV kernel
+#             (PV_TILES; PV_ARGS e.g. "--ns 4096 --ds 128")
+#   pvgate    the gate (as `gate`) for the builds that read P, with the first of PV_TILES as every 16-bit D = 64 and
+#             128 PV entry (an autotune-style tiles file, attnlab.triton.config.load_overrides)
 #   qkprobe   the P kernel alone at N = 4096 non-causal, D = 128 and 64, as it is and with pass 1 changed
 #             (scripts/experiments/qk_exp_probe.py: none, pass1 = exponentials as FMAs, ref1 = no running max,
 #             ref1-fake = both; session 12's call 1)
@@ -179,6 +185,35 @@ qkprobe() {
 qkrepeat() {
   timeout 300 python3 scripts/experiments/qk_repeat.py ${QKREP_ARGS:-} > "$out/qkrepeat.log" 2>&1
   echo "qkrepeat rc=$?"; grep -av Warning "$out/qkrepeat.log" | tail -70
+}
+pvcheck() {
+  local start=$(date +%s) k
+  for k in 0 1 2 3 4 5 6 7; do
+    timeout 240 python3 scripts/experiments/pv_gluon.py --check-only --tiles "${PV_TILES:-64x128w4s3hg,64x128w4s2hg,64x128w4s2hgu}" \
+      --part $k/8 > "$out/pvcheck$k.log" 2>&1 &
+  done
+  wait
+  cat "$out"/pvcheck?.log > "$out/pvcheck.log" && rm "$out"/pvcheck?.log
+  echo "pvcheck wall=$(( $(date +%s) - start )) s"
+  grep -a "^check:\|BAD\|Error" "$out/pvcheck.log" | cut -c1-300 | head -40
+}
+pvbench() {
+  timeout ${PVBENCH_TIMEOUT:-280} python3 scripts/experiments/pv_gluon.py --skip-check \
+    --tiles "${PV_TILES:-64x128w4s3hg,64x128w4s2hg,64x128w4s2hgu}" ${PV_ARGS:-} > "$out/pvbench.log" 2>&1
+  echo "pvbench rc=$?"; grep -a "^time\|^ceil\|Error" "$out/pvbench.log" | tail -150
+}
+pvgate() {
+  python3 - "${PV_TILES:-64x128w4s3hg}" > "$out/pv_tiles.json" <<'PY'
+import json, sys
+from attnlab.triton.resources import parse_tiles
+t = parse_tiles(sys.argv[1].split(",")[0])
+print(json.dumps([dict(kernel="pv", family="sm90", D=f"={d}", causal=c, itemsize=2, tiles=t.as_dict())
+                  for d in (64, 128) for c in (False, True)]))
+PY
+  timeout 300 python3 -m attnlab.cli check --ns 512,1000 --dtypes bfloat16,float16 --tiles "$out/pv_tiles.json" \
+    --builds materialised,qk_softmax,qk_softmax-no_pv,materialised-no_pv --jobs 4 --out "$out/pvgate.csv" \
+    > "$out/pvgate.log" 2>&1
+  echo "pvgate rc=$?"; tail -12 "$out/pvgate.log"
 }
 stages() {
   timeout 120 python3 - > "$out/stages.log" 2>&1 <<'PY'

@@ -78,9 +78,9 @@ def _lookup(kernel: str, spec: Spec, gluon: bool = True) -> Tiles:
 
 
 def _tiles(kernel: str, spec: Spec) -> dict:
-    """A kernel's tiles as launch arguments (for kernels other than fused, without the fields only fused reads)."""
-    t = _lookup(kernel, spec)
-    return t.as_dict() if kernel == "fused" else _triton_args(t)
+    """A Triton kernel's tiles as launch arguments (the scores kernel's: the others choose theirs in _pv_tiles,
+    _qk_softmax_tiles and fused)."""
+    return _triton_args(_lookup(kernel, spec))
 
 
 def _triton_args(t) -> dict:
@@ -110,14 +110,39 @@ def _out(spec: Spec, out) -> torch.Tensor:
 
 
 def _pv(c: _Call, p: torch.Tensor, ablation, out) -> torch.Tensor:
-    """O = P V (or, under no_pv, O = Σ_n P[:, n]·n/N broadcast over D) from P in device memory."""
+    """O = P V (or, under no_pv, O = Σ_n P[:, n]·n/N broadcast over D) from P in device memory: the Gluon kernel
+    where _pv_tiles picks it, else the Triton one."""
     s = c.spec
     o = _out(s, out)
-    t = _tiles("pv", s)
+    chosen = _pv_tiles(s)
+    if chosen.gluon:
+        from attnlab.triton import pv_gluon
+
+        pv_gluon.launch(p, c.v, o, N=s.N, H=s.H, group=s.group, inv_n=1.0 / s.N, causal=s.causal, tiles=chosen,
+                        no_pv=ablation == "no_pv")
+        return o
+    t = _triton_args(chosen)
     _pv_mod.pv_kernel[_grid_m(s, t["BLOCK_M"])](
         p, c.v, o, *c.v.stride()[:3], *o.stride()[:3], s.N, s.H, s.group, 1.0 / s.N,
         NO_PV=ablation == "no_pv", STAGES=t["num_stages"], ROWS_16B=rows_16b(s.N, p.dtype), **c.flags, **t)
     return o
+
+
+def _pv_tiles(s: Spec) -> Tiles:
+    """The PV kernel's tiles for this case: a Gluon entry (attnlab.triton.pv_gluon; the table has them for fp16/bf16
+    at D = 64 and 128 only, forced tiles that ask for another dtype or D are an error, as for fused) at N % 8 == 0,
+    where TMA can read P's rows; at other N the key's Triton entry. No ablation enters: the build and its no_pv
+    ablation run the same kernel, and the row records it (tile_config)."""
+    chosen = _lookup("pv", s)
+    if chosen.gluon:
+        from attnlab.triton import fused_gluon, pv_gluon
+
+        if not fused_gluon.compiles_for(s.dtype, s.D):
+            raise ValueError(f"tiles {chosen}: the Gluon PV kernel needs fp16 or bf16 and D = 64 or 128 (its TMA boxes "
+                             f"are exactly D wide), got {s.dtype} and D = {s.D}")
+        if not pv_gluon.takes(s.N, s.dtype, s.D):
+            return _lookup("pv", s, gluon=False)
+    return chosen
 
 
 def materialised(q, k, v, *, causal=False, attn_mask=None, scale=None, ablation=None, out=None) -> torch.Tensor:
@@ -268,7 +293,8 @@ def _kv_descriptors(c: _Call, t: dict):
 def tile_config(build: str, spec: Spec, ablation: str | None = None) -> dict:
     """The tiles each kernel of a build (or of its ablation) uses for this case: recorded in every result row."""
     kernels = {"materialised": ("scores", "pv"), "qk_softmax": ("qk_softmax", "pv"), "fused": ("fused",)}[build]
-    chosen = {"qk_softmax": lambda s: _qk_softmax_tiles(s, ablation), "fused": lambda s: _fused_tiles_run(s, ablation)}
+    chosen = {"qk_softmax": lambda s: _qk_softmax_tiles(s, ablation), "fused": lambda s: _fused_tiles_run(s, ablation),
+              "pv": _pv_tiles}
     return {kn: (chosen[kn](spec) if kn in chosen else _lookup(kn, spec)).as_dict() for kn in kernels}
 
 

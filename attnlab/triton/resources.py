@@ -43,7 +43,7 @@ def compile_info(kernel: str, D: int, causal: bool, tiles: config.Tiles, mask_ki
                  dtype: str = "bf16", n: int = 4096, **flags) -> dict:
     """Shared memory, registers, stack and spill bytes of one kernel configuration compiled for sm_90a. `flags`
     set other constexprs (e.g. NO_PV=True for the ablation)."""
-    if kernel in ("fused", "qk_softmax") and tiles.gluon:
+    if kernel in ("fused", "qk_softmax", "pv") and tiles.gluon:
         return _gluon_info(kernel, D, causal, tiles, mask_kind, dtype, n, **flags)
     from attnlab.triton.launch import rows_16b  # the launcher's rule, so the compile is the one a call makes
 
@@ -113,12 +113,12 @@ def _report(k, kernel, D, causal, mask_kind, tiles) -> dict:
 
 def _gluon_info(kernel: str, D: int, causal: bool, tiles: config.Tiles, mask_kind: int, dtype: str, n: int,
                 **flags) -> dict:
-    """compile_info for a Gluon kernel (fused or qk_softmax): its descriptors typed as the launcher makes them for
+    """compile_info for a Gluon kernel (fused, qk_softmax or pv): its descriptors typed as the launcher makes them for
     contiguous (B, H, N, D) tensors at sequence length n, the mask's int strides specialised as _int_args does."""
     from triton.experimental.gluon._runtime import GluonASTSource
     from triton.runtime.jit import mangle_type
 
-    from attnlab.triton import fused_gluon, qk_softmax_gluon
+    from attnlab.triton import fused_gluon, pv_gluon, qk_softmax_gluon
 
     tdtype = DTYPES[dtype]
     ints = _int_args(D, mask_kind, N=n)
@@ -130,7 +130,17 @@ def _gluon_info(kernel: str, D: int, causal: bool, tiles: config.Tiles, mask_kin
     if mask_kind:
         m = torch.empty(ints["N"], ints["N"], dtype=torch.uint8 if mask_kind == 1 else tdtype).expand(
             1, ints["H"], ints["N"], ints["N"])
-    if kernel == "qk_softmax":
+    if kernel == "pv":
+        fn = pv_gluon.pv_gluon_kernel
+        p = torch.empty(1, ints["H"], ints["N"], ints["N"], dtype=tdtype)
+        sig["p_desc"] = mangle_type(fused_gluon.descriptor(p, tiles.BLOCK_M, tiles.BLOCK_N))
+        sig["v_desc"] = mangle_type(fused_gluon.descriptor(x, tiles.BLOCK_N))
+        sig["o_ptr"] = f"*{dtype}"
+        del values["MASK_KIND"], values["NO_SOFTMAX"]
+        values.update(NO_PV=False, HEAVY_FIRST=causal and tiles.heavy_first, CONSUMER_REGS=fused_gluon.CONSUMER_REGS,
+                      ROWS=fused_gluon.partitions(tiles)[0])
+        floats = ("inv_n",)
+    elif kernel == "qk_softmax":
         fn = qk_softmax_gluon.qk_softmax_gluon_kernel
         sig["q_desc"] = mangle_type(fused_gluon.descriptor(x, tiles.BLOCK_M))
         sig["k_desc"] = mangle_type(fused_gluon.descriptor(x, tiles.BLOCK_N))
@@ -152,7 +162,8 @@ def _gluon_info(kernel: str, D: int, causal: bool, tiles: config.Tiles, mask_kin
             sig[a] = mangle_type(fused_gluon.descriptor(x, rows))
         sig["o_ptr"] = f"*{dtype}"
         floats = ("qk_scale", "mask_scale", "inv_n")
-    sig["M"] = "*u8" if mask_kind == 1 else f"*{dtype}"
+    if kernel != "pv":
+        sig["M"] = "*u8" if mask_kind == 1 else f"*{dtype}"
     if kernel == "fused":
         run_as = replace(tiles, mask_tma=bool(flags.pop("MASK_TMA", tiles.mask_tma)))
         md, o_tma = fused_gluon.paths(run_as, m, mask_kind, D, tdtype.itemsize)
@@ -160,8 +171,11 @@ def _gluon_info(kernel: str, D: int, causal: bool, tiles: config.Tiles, mask_kin
         values.update(NO_PV=False, MASK_TMA=md is not None, MASK_B=0, MASK_H=0,
                       CONSUMER_REGS=fused_gluon.CONSUMER_REGS, PERSISTENT=tiles.persistent,
                       ROWS=fused_gluon.partitions(tiles)[0], O_TMA=o_tma)
-    sig["total"] = "i32"
-    for a in ("smb", "smh", "smm", "smn", "N", "H", "GROUP") + (("sob", "soh", "son") if kernel == "fused" else ()):
+    ints_named = ("sob", "soh", "son", "N", "H", "GROUP") if kernel == "pv" else (
+        ("smb", "smh", "smm", "smn", "N", "H", "GROUP") + (("sob", "soh", "son") if kernel == "fused" else ()))
+    if kernel != "pv":
+        sig["total"] = "i32"
+    for a in ints_named:
         if _becomes_constant(fn, a, ints[a]):
             sig[a], constexprs[a] = "constexpr", 1
         else:

@@ -1,0 +1,121 @@
+"""The PV kernel in Gluon (attnlab.triton.pv_gluon) without a GPU: which calls take it, that a build and its no_pv
+ablation take the same PV kernel, what the rows record, and that it compiles for sm_90a within the SM's limits.
+
+Its arithmetic is checked on the GPU (scripts/experiments/pv_gluon.py: O from a NaN-poisoned buffer against P·V in
+fp64 from the same P, every case; `attnlab check`); here the compile runs offline in a child process.
+"""
+import pytest
+import torch
+
+from attnlab.triton import config, launch, pv_gluon
+from tests.conftest import offline_compile
+
+GLUON_PV = config.Tiles(64, 128, 4, 3, gluon=True)
+
+
+@pytest.fixture
+def pv_dispatch(monkeypatch):
+    """Pretend the CPU tensors sit on an sm90 GPU and record which PV kernel the launcher starts (the P kernels,
+    which these tests do not ask about, run nowhere)."""
+    calls = []
+
+    class Kernel:
+        def __init__(self, name):
+            self.name = name
+
+        def __getitem__(self, grid):
+            if self.name == "pv":
+                return lambda *a, **kw: calls.append(("triton", kw["NO_PV"], kw["BLOCK_M"]))
+            return lambda *a, **kw: None
+
+    monkeypatch.setattr(config, "family", lambda device: "sm90")
+    monkeypatch.setattr(pv_gluon, "launch", lambda p, v, o, **kw: calls.append(("gluon", kw["no_pv"], kw["tiles"])))
+    monkeypatch.setattr(launch._pv_mod, "pv_kernel", Kernel("pv"))
+    monkeypatch.setattr(launch._qks, "qk_softmax_kernel", Kernel("qk"))
+    monkeypatch.setattr(launch._mat, "scores_kernel", Kernel("scores"))
+    monkeypatch.setattr(launch._mat, "softmax_kernel", Kernel("softmax"))
+    # the qk_softmax P kernel: its Triton entry (the Gluon one would start the Gluon P kernel, stubbed out above
+    # only for PV)
+    monkeypatch.setattr(launch, "write_p", lambda *a, **kw: None)
+    return calls
+
+
+def _inputs(N, D=128, dtype=torch.bfloat16):
+    return [torch.randn(1, 2, N, D, dtype=dtype) for _ in range(3)]
+
+
+@pytest.mark.parametrize("build", ["qk_softmax", "materialised"])
+@pytest.mark.parametrize("N,D,dtype,kernel", [(1024, 128, torch.bfloat16, "gluon"), (1000, 64, torch.float16, "gluon"),
+                                              (8, 128, torch.bfloat16, "gluon"), (1020, 128, torch.bfloat16, "triton"),
+                                              (1, 64, torch.bfloat16, "triton")])
+def test_a_build_and_its_no_pv_ablation_run_one_pv_kernel(pv_dispatch, build, N, D, dtype, kernel):
+    """Lab guard: the no_pv saving is a difference against the build, so the ablation flag never moves a call to the
+    other PV kernel. The case decides it: the Gluon kernel takes 16-bit P at D = 64 or 128 with N % 8 == 0 (TMA
+    reads P's rows only when they are 16-byte aligned); every other case runs the key's Triton entry, never the
+    forced Gluon tiles."""
+    if not config.interpreting():
+        pytest.skip("CPU tensors reach the launcher only under the interpreter")
+    q, k, v = _inputs(N, D, dtype)
+    fn = getattr(launch, build)
+    with config.forced("pv", GLUON_PV):
+        for ablation in (None, "no_pv"):
+            fn(q, k, v, ablation=ablation)
+    assert [c[0] for c in pv_dispatch] == [kernel, kernel]
+    assert [c[1] for c in pv_dispatch] == [False, True]
+    if kernel == "gluon":
+        assert pv_dispatch[0][2] == GLUON_PV
+    else:  # the real table's Triton entry for the case, not the forced tiles
+        assert pv_dispatch[0][2] == config.lookup("pv", "sm90", D, False, dtype.itemsize, gluon=False).BLOCK_M
+
+
+@pytest.mark.parametrize("D,dtype", [(80, torch.bfloat16), (128, torch.float32)])
+def test_forced_gluon_pv_tiles_refuse_a_case_the_kernel_cannot_compile(pv_dispatch, D, dtype):
+    """One clear error naming the constraint, never a silent switch to the Triton kernel (the table itself holds
+    Gluon PV entries only for 16-bit inputs at D = 64 and 128)."""
+    if not config.interpreting():
+        pytest.skip("CPU tensors reach the launcher only under the interpreter")
+    q, k, v = _inputs(512, D, dtype)
+    with config.forced("pv", GLUON_PV), pytest.raises(ValueError, match="Gluon PV kernel needs fp16 or bf16 and D = 64"):
+        launch.qk_softmax(q, k, v)
+    assert pv_dispatch == []
+
+
+def test_the_rows_record_the_pv_kernel_that_ran(pv_dispatch):
+    """tile_config names the PV tiles the launch uses: the Gluon entry where it takes the case, the Triton one
+    where it does not (N % 8 ≠ 0)."""
+    from attnlab.validate import check
+
+    with config.forced("pv", GLUON_PV):
+        for N, gluon in ((1024, True), (1020, False)):
+            q, k, v = _inputs(N)
+            spec = check(q, k, v)
+            for build in ("qk_softmax", "materialised"):
+                for ablation in (None, "no_pv"):
+                    assert launch.tile_config(build, spec, ablation)["pv"]["gluon"] is gluon
+
+
+def test_the_cases_the_kernel_takes():
+    assert pv_gluon.takes(4096, torch.bfloat16, 128) and pv_gluon.takes(3000, torch.float16, 64)
+    assert not pv_gluon.takes(1020, torch.bfloat16, 128)  # P's rows 2040 bytes: not 16-byte aligned
+    assert not pv_gluon.takes(4096, torch.float32, 128)
+    assert not pv_gluon.takes(4096, torch.bfloat16, 80)
+
+
+@pytest.mark.parametrize("flags", [None, "NO_PV=1"])
+def test_every_variant_compiles_for_sm90_within_limits(flags):
+    """Two consumers with 2 or 3 stages, 64-wide keys with 4, one consumer a program (two programs an SM): shared
+    memory within the program's share, no spills, no serialised wgmma, at D = 64 and 128, causal or not, for the
+    build and its no_pv ablation."""
+    tiles = "64x128w4s2g,64x128w4s3g,64x64w4s4hg,64x128w4s2gu,64x64w4s3hgu"
+    rows = offline_compile("--kernels", "pv", "--head-dims", "64,128", "--causal", "0,1", "--tiles", tiles,
+                           *(("--flags", flags) if flags else ()))
+    assert len(rows) == 2 * 2 * 5
+    for r in rows:
+        assert r["fits"], r
+        assert r["spill_stores"] == 0 and r["spill_loads"] == 0, r
+        assert not r["wgmma_serialised"], r
+    # the ablation never loads V: its shared memory is P's ring alone
+    by = {(r["D"], r["causal"], r["tiles"]): r["smem_kib"] for r in rows}
+    stages_p = 3 * 2 * 64 * 128 * 2 / 1024  # 64x128w4s3g: three slots of two consumers' P boxes
+    v = 0 if flags else 3 * 128 * 128 * 2 / 1024
+    assert by[(128, False, "64x128w4s3g")] == pytest.approx(stages_p + v, abs=1)
