@@ -103,13 +103,13 @@ def test_the_cases_the_kernel_takes():
 
 @pytest.mark.parametrize("flags", [None, "NO_PV=1"])
 def test_every_variant_compiles_for_sm90_within_limits(flags):
-    """Two consumers with 2 or 3 stages, 64-wide keys with 4, one consumer a program (two programs an SM): shared
-    memory within the program's share, no spills, no serialised wgmma, at D = 64 and 128, causal or not, for the
-    build and its no_pv ablation."""
-    tiles = "64x128w4s2g,64x128w4s3g,64x64w4s4hg,64x128w4s2gu,64x64w4s3hgu"
+    """Two consumers with 2 or 3 stages, 64-wide keys with 6, 128-row consumers, one consumer a program (two programs
+    an SM), one item a program or persistent: shared memory within the program's share, no spills, no serialised
+    wgmma, at D = 64 and 128, causal or not, for the build and its no_pv ablation."""
+    tiles = "64x128w4s2g,64x128w4s3g,64x64w4s6hgc,128x64w4s4hgc,64x128w4s2gcu,64x64w4s3hgu"
     rows = offline_compile("--kernels", "pv", "--head-dims", "64,128", "--causal", "0,1", "--tiles", tiles,
                            *(("--flags", flags) if flags else ()))
-    assert len(rows) == 2 * 2 * 5
+    assert len(rows) == 2 * 2 * 6
     for r in rows:
         assert r["fits"], r
         assert r["spill_stores"] == 0 and r["spill_loads"] == 0, r

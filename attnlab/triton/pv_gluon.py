@@ -24,7 +24,8 @@ from triton.experimental import gluon
 from triton.experimental.gluon import language as gl
 from triton.experimental.gluon.language.nvidia.hopper import mbarrier, tma, warpgroup_mma, warpgroup_mma_wait
 
-from attnlab.triton.fused_gluon import CONSUMER_REGS, _program, compiles_for, descriptor, partitions, tma_ready
+from attnlab.triton.fused_gluon import (CONSUMER_REGS, _item_at, _items, _program, compiles_for, descriptor, partitions,
+                                        programs_per_sm, sm_count, tma_ready)
 
 
 def takes(N: int, dtype: torch.dtype, D: int) -> bool:
@@ -34,69 +35,104 @@ def takes(N: int, dtype: torch.dtype, D: int) -> bool:
 
 
 @gluon.jit
-def _loader(p_desc, v_desc, p_smem, v_smem, full, empty, b, h, hk, start_m, n_tiles, BLOCK_M: gl.constexpr,
-            BLOCK_N: gl.constexpr, STAGES: gl.constexpr, NO_PV: gl.constexpr, ROWS: gl.constexpr):
-    """One warp: key tile j's P box of each consumer's rows, and V's rows j (never under no_pv), into ring slot
-    j % STAGES once every consumer has released it (its `empty` barrier, count ROWS)."""
-    for j in range(n_tiles):
-        st = j % STAGES
-        mbarrier.wait(empty.index(st), ((j // STAGES) & 1) ^ 1)  # a fresh barrier passes the phase before 0
-        if NO_PV:
-            mbarrier.expect(full.index(st), ROWS * p_desc.block_type.nbytes)
-        else:
-            mbarrier.expect(full.index(st), ROWS * p_desc.block_type.nbytes + v_desc.block_type.nbytes)
-            tma.async_copy_global_to_shared(v_desc, [b, hk, j * BLOCK_N, 0], full.index(st), v_smem.index(st))
-        for w in gl.static_range(ROWS):
-            tma.async_copy_global_to_shared(p_desc, [b, h, start_m + w * BLOCK_M, j * BLOCK_N], full.index(st),
-                                            p_smem.index(st * ROWS + w))
+def _where(x, work, o_ptr, N, H, GROUP, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, CAUSAL: gl.constexpr,
+           HEAVY_FIRST: gl.constexpr, ROWS: gl.constexpr, PERSISTENT: gl.constexpr):
+    """(b, h, hk, start_m, n_tiles) of step x of a program's loop over _items' range: fused_gluon._program's order
+    (persistent and causal with heavy_first: heavy/light pairs, v24). Its mask head is unused here (no mask: O's
+    pointer stands in for M)."""
+    pid, nprog, total = work
+    b, h, hk, start_m, n_tiles, unused = _program(_item_at(x, pid, nprog, CAUSAL and HEAVY_FIRST and PERSISTENT),
+                                                  o_ptr, 0, 0, N, H, GROUP, BLOCK_M, BLOCK_N, CAUSAL, HEAVY_FIRST,
+                                                  ROWS, PERSISTENT)
+    return b, h, hk, start_m, n_tiles
 
 
 @gluon.jit
-def _consumer(p_smem, v_smem, full, empty, o_ptr, sob, soh, son, b, h, start_m, n_tiles, N, inv_n, WG: gl.constexpr,
+def _loader(p_desc, v_desc, p_smem, v_smem, full, empty, work, o_ptr, N, H, GROUP, BLOCK_M: gl.constexpr,
+            BLOCK_N: gl.constexpr, STAGES: gl.constexpr, CAUSAL: gl.constexpr, NO_PV: gl.constexpr,
+            HEAVY_FIRST: gl.constexpr, ROWS: gl.constexpr, PERSISTENT: gl.constexpr):
+    """One warp: for each of the program's items, key tile j's P box of each consumer's rows and V's rows j (never
+    under no_pv) into the ring, position r running on from item to item, once every consumer has released the slot
+    (its `empty` barrier, count ROWS)."""
+    pid, nprog, total = work
+    start, end, step = _items(pid, nprog, total, CAUSAL and HEAVY_FIRST and PERSISTENT)
+    r = 0
+    for x in range(start, end, step):
+        b, h, hk, start_m, n_tiles = _where(x, work, o_ptr, N, H, GROUP, BLOCK_M, BLOCK_N, CAUSAL, HEAVY_FIRST, ROWS,
+                                            PERSISTENT)
+        for j in range(n_tiles):
+            st = r % STAGES
+            mbarrier.wait(empty.index(st), ((r // STAGES) & 1) ^ 1)  # a fresh barrier passes the phase before 0
+            if NO_PV:
+                mbarrier.expect(full.index(st), ROWS * p_desc.block_type.nbytes)
+            else:
+                mbarrier.expect(full.index(st), ROWS * p_desc.block_type.nbytes + v_desc.block_type.nbytes)
+                tma.async_copy_global_to_shared(v_desc, [b, hk, j * BLOCK_N, 0], full.index(st), v_smem.index(st))
+            for w in gl.static_range(ROWS):
+                tma.async_copy_global_to_shared(p_desc, [b, h, start_m + w * BLOCK_M, j * BLOCK_N], full.index(st),
+                                                p_smem.index(st * ROWS + w))
+            r += 1
+
+
+@gluon.jit
+def _consumer(p_smem, v_smem, full, empty, work, o_ptr, sob, soh, son, N, H, GROUP, inv_n, WG: gl.constexpr,
               D: gl.constexpr, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, STAGES: gl.constexpr,
-              NO_PV: gl.constexpr, ROWS: gl.constexpr):
-    """One warpgroup: O of its BLOCK_M rows, accumulated over the key tiles, then stored (rows past N dropped)."""
+              CAUSAL: gl.constexpr, NO_PV: gl.constexpr, HEAVY_FIRST: gl.constexpr, ROWS: gl.constexpr,
+              PERSISTENT: gl.constexpr):
+    """One warpgroup: for each of the program's items, O of its BLOCK_M rows accumulated over the key tiles, then
+    stored from registers (rows past N dropped) while the loader already brings the next item's tiles."""
     o_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1], instr_shape=[16, D, 16])
-    rows = start_m + WG * BLOCK_M
-    if NO_PV:  # ablation: O = Σ_n P[:, n]·n/N (attnlab.triton.tiles.no_pv_step), each P tile read from shared memory
-        s_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1],
-                                                           instr_shape=[16, BLOCK_N, 16])
-        part = gl.zeros([BLOCK_M, BLOCK_N], gl.float32, s_layout)
-        cols = gl.arange(0, BLOCK_N, gl.SliceLayout(0, s_layout))
-        for j in range(n_tiles):
-            st = j % STAGES
-            mbarrier.wait(full.index(st), (j // STAGES) & 1)
-            p = p_smem.index(st * ROWS + WG).reshape([BLOCK_M, BLOCK_N]).load(s_layout)
-            mbarrier.arrive(empty.index(st), count=1)
-            part = part + p.to(gl.float32) * ((j * BLOCK_N + cols).to(gl.float32) * inv_n)[None, :]
-        o = (gl.convert_layout(gl.sum(part, axis=1), gl.SliceLayout(1, o_layout))[:, None]
-             + gl.zeros([BLOCK_M, D], gl.float32, o_layout))
-    else:
-        o = gl.zeros([BLOCK_M, D], gl.float32, o_layout)
-        for j in range(n_tiles):
-            st = j % STAGES
-            mbarrier.wait(full.index(st), (j // STAGES) & 1)
-            o = warpgroup_mma(p_smem.index(st * ROWS + WG).reshape([BLOCK_M, BLOCK_N]),
-                              v_smem.index(st).reshape([BLOCK_N, D]), o, is_async=True)
-            o = warpgroup_mma_wait(num_outstanding=1, deps=[o])  # tile j-1's matmul is done: its slot is free
-            if j > 0:
-                mbarrier.arrive(empty.index((j - 1) % STAGES), count=1)
-        o = warpgroup_mma_wait(num_outstanding=0, deps=[o])
-    offs_m = rows + gl.arange(0, BLOCK_M, gl.SliceLayout(1, o_layout))
-    offs_d = gl.arange(0, D, gl.SliceLayout(0, o_layout))
-    o_rows = o_ptr + b.to(gl.int64) * sob + h.to(gl.int64) * soh + offs_m.to(gl.int64) * son
-    gl.store(o_rows[:, None] + offs_d[None, :], o.to(o_ptr.dtype.element_ty), mask=(offs_m < N)[:, None])
+    s_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1],
+                                                       instr_shape=[16, BLOCK_N, 16])
+    pid, nprog, total = work
+    start, end, step = _items(pid, nprog, total, CAUSAL and HEAVY_FIRST and PERSISTENT)
+    r = 0
+    for x in range(start, end, step):
+        b, h, hk, start_m, n_tiles = _where(x, work, o_ptr, N, H, GROUP, BLOCK_M, BLOCK_N, CAUSAL, HEAVY_FIRST, ROWS,
+                                            PERSISTENT)
+        if NO_PV:  # ablation: O = Σ_n P[:, n]·n/N (attnlab.triton.tiles.no_pv_step), P tiles read from shared memory
+            part = gl.zeros([BLOCK_M, BLOCK_N], gl.float32, s_layout)
+            cols = gl.arange(0, BLOCK_N, gl.SliceLayout(0, s_layout))
+            for j in range(n_tiles):
+                st = r % STAGES
+                mbarrier.wait(full.index(st), (r // STAGES) & 1)
+                p = p_smem.index(st * ROWS + WG).reshape([BLOCK_M, BLOCK_N]).load(s_layout)
+                mbarrier.arrive(empty.index(st), count=1)
+                part = part + p.to(gl.float32) * ((j * BLOCK_N + cols).to(gl.float32) * inv_n)[None, :]
+                r += 1
+            o = (gl.convert_layout(gl.sum(part, axis=1), gl.SliceLayout(1, o_layout))[:, None]
+                 + gl.zeros([BLOCK_M, D], gl.float32, o_layout))
+        else:
+            o = gl.zeros([BLOCK_M, D], gl.float32, o_layout)
+            for j in range(n_tiles):
+                st = r % STAGES
+                mbarrier.wait(full.index(st), (r // STAGES) & 1)
+                o = warpgroup_mma(p_smem.index(st * ROWS + WG).reshape([BLOCK_M, BLOCK_N]),
+                                  v_smem.index(st).reshape([BLOCK_N, D]), o, is_async=True)
+                o = warpgroup_mma_wait(num_outstanding=1, deps=[o])  # the previous tile's matmul is done
+                if j > 0:
+                    mbarrier.arrive(empty.index((r - 1) % STAGES), count=1)
+                r += 1
+            o = warpgroup_mma_wait(num_outstanding=0, deps=[o])
+            mbarrier.arrive(empty.index((r - 1) % STAGES), count=1)  # the item's last slot (the ring runs on)
+        rows = start_m + WG * BLOCK_M
+        offs_m = rows + gl.arange(0, BLOCK_M, gl.SliceLayout(1, o_layout))
+        offs_d = gl.arange(0, D, gl.SliceLayout(0, o_layout))
+        o_rows = o_ptr + b.to(gl.int64) * sob + h.to(gl.int64) * soh + offs_m.to(gl.int64) * son
+        gl.store(o_rows[:, None] + offs_d[None, :], o.to(o_ptr.dtype.element_ty), mask=(offs_m < N)[:, None])
 
 
 # N is never made a constant (as in fused_gluon_kernel: Triton specialises an int argument equal to 1).
 @gluon.jit(do_not_specialize=["N"])
-def pv_gluon_kernel(p_desc, v_desc, o_ptr, sob, soh, son, N, H, GROUP, inv_n, D: gl.constexpr,
+def pv_gluon_kernel(p_desc, v_desc, o_ptr, sob, soh, son, N, H, GROUP, total, inv_n, D: gl.constexpr,
                     BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, STAGES: gl.constexpr, CAUSAL: gl.constexpr,
                     NO_PV: gl.constexpr, HEAVY_FIRST: gl.constexpr, CONSUMER_REGS: gl.constexpr,
-                    num_warps: gl.constexpr, ROWS: gl.constexpr):
-    """grid (cdiv(N, ROWS·BLOCK_M)·B·H,), one work item (ROWS·BLOCK_M rows of a head) a program, in
-    fused_gluon._program's order. p_desc over P's (B, H, N, N) with a (1, 1, BLOCK_M, BLOCK_N) box; v_desc over V's
-    (B, Hkv, N, D) with (1, 1, BLOCK_N, D); O a (B, H, N, D)-strided pointer with unit last stride."""
+                    num_warps: gl.constexpr, ROWS: gl.constexpr, PERSISTENT: gl.constexpr):
+    """grid (total,) with total = cdiv(N, ROWS·BLOCK_M)·B·H work items (ROWS·BLOCK_M rows of a head), one a program;
+    PERSISTENT: a smaller grid (one program an SM, two with one consumer), each program taking items pid,
+    pid + grid, … (in heavy/light pairs when causal with HEAVY_FIRST), its ring running on from item to item.
+    p_desc over P's (B, H, N, N) with a (1, 1, BLOCK_M, BLOCK_N) box; v_desc over V's (B, Hkv, N, D) with
+    (1, 1, BLOCK_N, D); O a (B, H, N, D)-strided pointer with unit last stride."""
     dtype: gl.constexpr = p_desc.dtype
     p_smem = gl.allocate_shared_memory(dtype, [STAGES * ROWS, 1, 1, BLOCK_M, BLOCK_N], p_desc.layout)
     v_smem = gl.allocate_shared_memory(dtype, [STAGES, 1, 1, BLOCK_N, D], v_desc.layout)  # unused under no_pv
@@ -105,37 +141,38 @@ def pv_gluon_kernel(p_desc, v_desc, o_ptr, sob, soh, son, N, H, GROUP, inv_n, D:
     for i in gl.static_range(STAGES):
         mbarrier.init(full.index(i), count=1)
         mbarrier.init(empty.index(i), count=ROWS)
-    # _program's mask head (its last answer) is unused: there is no mask here, so O's pointer stands in for M
-    b, h, hk, start_m, n_tiles, unused = _program(gl.program_id(0), o_ptr, 0, 0, N, H, GROUP, BLOCK_M, BLOCK_N,
-                                                  CAUSAL, HEAVY_FIRST, ROWS)
+    pid = gl.program_id(0)
+    nprog = gl.num_programs(0)
     # Each partition's arguments are written out where it is named (a tuple assigned to a name turns its constexprs
     # into tensors), so the one- and two-consumer forms are spelled out apart.
     if ROWS == 1:
         gl.warp_specialize([
-            (_consumer, (p_smem, v_smem, full, empty, o_ptr, sob, soh, son, b, h, start_m, n_tiles, N, inv_n, 0, D,
-                         BLOCK_M, BLOCK_N, STAGES, NO_PV, ROWS)),
-            (_loader, (p_desc, v_desc, p_smem, v_smem, full, empty, b, h, hk, start_m, n_tiles, BLOCK_M, BLOCK_N,
-                       STAGES, NO_PV, ROWS)),
+            (_consumer, (p_smem, v_smem, full, empty, (pid, nprog, total), o_ptr, sob, soh, son, N, H, GROUP, inv_n,
+                         0, D, BLOCK_M, BLOCK_N, STAGES, CAUSAL, NO_PV, HEAVY_FIRST, ROWS, PERSISTENT)),
+            (_loader, (p_desc, v_desc, p_smem, v_smem, full, empty, (pid, nprog, total), o_ptr, N, H, GROUP, BLOCK_M,
+                       BLOCK_N, STAGES, CAUSAL, NO_PV, HEAVY_FIRST, ROWS, PERSISTENT)),
         ], [1], [24])
     else:
         gl.warp_specialize([
-            (_consumer, (p_smem, v_smem, full, empty, o_ptr, sob, soh, son, b, h, start_m, n_tiles, N, inv_n, 0, D,
-                         BLOCK_M, BLOCK_N, STAGES, NO_PV, ROWS)),
-            (_consumer, (p_smem, v_smem, full, empty, o_ptr, sob, soh, son, b, h, start_m, n_tiles, N, inv_n, 1, D,
-                         BLOCK_M, BLOCK_N, STAGES, NO_PV, ROWS)),
-            (_loader, (p_desc, v_desc, p_smem, v_smem, full, empty, b, h, hk, start_m, n_tiles, BLOCK_M, BLOCK_N,
-                       STAGES, NO_PV, ROWS)),
+            (_consumer, (p_smem, v_smem, full, empty, (pid, nprog, total), o_ptr, sob, soh, son, N, H, GROUP, inv_n,
+                         0, D, BLOCK_M, BLOCK_N, STAGES, CAUSAL, NO_PV, HEAVY_FIRST, ROWS, PERSISTENT)),
+            (_consumer, (p_smem, v_smem, full, empty, (pid, nprog, total), o_ptr, sob, soh, son, N, H, GROUP, inv_n,
+                         1, D, BLOCK_M, BLOCK_N, STAGES, CAUSAL, NO_PV, HEAVY_FIRST, ROWS, PERSISTENT)),
+            (_loader, (p_desc, v_desc, p_smem, v_smem, full, empty, (pid, nprog, total), o_ptr, N, H, GROUP, BLOCK_M,
+                       BLOCK_N, STAGES, CAUSAL, NO_PV, HEAVY_FIRST, ROWS, PERSISTENT)),
         ], [4, 1], [CONSUMER_REGS, 24])
 
 
 def launch(p, v, o, *, N, H, group, inv_n, causal, tiles, no_pv=False) -> None:
     """Run the kernel on a contiguous (B, H, N, N) P (16-byte aligned rows: takes()) and a checked (B, Hkv, N, D) V
-    into O (B, H, N, D), with Tiles' BLOCK_M (rows a consumer), BLOCK_N, num_stages, one_consumer and heavy_first
-    (causal: the longest rows first)."""
+    into O (B, H, N, D), with Tiles' BLOCK_M (rows a consumer), BLOCK_N, num_stages, one_consumer, persistent and
+    heavy_first (causal: the longest rows first)."""
     BM, BN = tiles.BLOCK_M, tiles.BLOCK_N
     rows, maxnreg = partitions(tiles)
     total = triton.cdiv(N, rows * BM) * p.shape[0] * H
-    pv_gluon_kernel[(total,)](descriptor(p, BM, BN), descriptor(tma_ready(v), BN), o, *o.stride()[:3], N, H, group,
-                              inv_n, D=v.shape[-1], BLOCK_M=BM, BLOCK_N=BN, STAGES=tiles.num_stages, CAUSAL=causal,
-                              NO_PV=no_pv, HEAVY_FIRST=causal and tiles.heavy_first, CONSUMER_REGS=CONSUMER_REGS,
-                              num_warps=4, maxnreg=maxnreg, ROWS=rows)
+    grid = min(total, sm_count(p.device) * programs_per_sm(tiles)) if tiles.persistent else total
+    pv_gluon_kernel[(grid,)](descriptor(p, BM, BN), descriptor(tma_ready(v), BN), o, *o.stride()[:3], N, H, group,
+                             total, inv_n, D=v.shape[-1], BLOCK_M=BM, BLOCK_N=BN, STAGES=tiles.num_stages,
+                             CAUSAL=causal, NO_PV=no_pv, HEAVY_FIRST=causal and tiles.heavy_first,
+                             CONSUMER_REGS=CONSUMER_REGS, num_warps=4, maxnreg=maxnreg, ROWS=rows,
+                             PERSISTENT=tiles.persistent)

@@ -138,7 +138,7 @@ def _gluon_info(kernel: str, D: int, causal: bool, tiles: config.Tiles, mask_kin
         sig["o_ptr"] = f"*{dtype}"
         del values["MASK_KIND"], values["NO_SOFTMAX"]
         values.update(NO_PV=False, HEAVY_FIRST=causal and tiles.heavy_first, CONSUMER_REGS=fused_gluon.CONSUMER_REGS,
-                      ROWS=fused_gluon.partitions(tiles)[0])
+                      ROWS=fused_gluon.partitions(tiles)[0], PERSISTENT=tiles.persistent)
         floats = ("inv_n",)
     elif kernel == "qk_softmax":
         fn = qk_softmax_gluon.qk_softmax_gluon_kernel
@@ -173,8 +173,7 @@ def _gluon_info(kernel: str, D: int, causal: bool, tiles: config.Tiles, mask_kin
                       ROWS=fused_gluon.partitions(tiles)[0], O_TMA=o_tma)
     ints_named = ("sob", "soh", "son", "N", "H", "GROUP") if kernel == "pv" else (
         ("smb", "smh", "smm", "smn", "N", "H", "GROUP") + (("sob", "soh", "son") if kernel == "fused" else ()))
-    if kernel != "pv":
-        sig["total"] = "i32"
+    sig["total"] = "i32"
     for a in ints_named:
         if _becomes_constant(fn, a, ints[a]):
             sig[a], constexprs[a] = "constexpr", 1
