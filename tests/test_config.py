@@ -11,12 +11,14 @@ def test_forced_tiles_apply_inside_the_block_and_restore_after():
     """The autotune sweep relies on this: a forced candidate must be the one the launcher uses."""
     q, k, v = rand_qkv(N=8, D=16)
     spec = check(q, k, v)
-    before, pv_before = launch._tiles("fused", spec), launch._tiles("pv", spec)
+    before, pv_before = launch._lookup("fused", spec), launch._pv_tiles(spec)
     cand = config.Tiles(16, 16, 8, 3)
     with config.forced("fused", cand):
-        assert launch._tiles("fused", spec) == cand.as_dict()
-        assert launch._tiles("pv", spec) == pv_before  # other kernels untouched
-    assert launch._tiles("fused", spec) == before
+        assert launch._lookup("fused", spec) == cand
+        assert launch._pv_tiles(spec) == pv_before  # other kernels untouched
+    with config.forced("pv", cand):
+        assert launch._pv_tiles(spec) == cand
+    assert launch._lookup("fused", spec) == before
 
 
 def test_table_lookup_by_family_head_dim_and_dtype():
