@@ -33,9 +33,11 @@ def candidates(kernel: str) -> list[Tiles]:
     base = [(128, 64, 8, 3), (128, 128, 8, 3), (128, 64, 4, 3), (64, 64, 4, 3), (128, 128, 8, 2), (128, 64, 8, 2)]
     narrow = [Tiles(128, 64, 4, 3), Tiles(128, 64, 8, 3), Tiles(64, 64, 4, 3), Tiles(128, 128, 8, 3),
               Tiles(64, 32, 4, 2), Tiles(128, 32, 4, 3)]
-    if kernel == "pv":  # and its Gluon kernel (v32): 2 or 3 stages, two consumers a program or one (two an SM)
-        return narrow + [Tiles(64, n, 4, s, heavy_first=h, gluon=True, one_consumer=u)
-                         for n, s in ((128, 2), (128, 3), (64, 4)) for h in (False, True) for u in (False, True)]
+    if kernel == "pv":  # and its Gluon kernel (v32, v32b): one item a program or persistent, 64- or 128-row
+        # consumers, two consumers a program or one (two programs an SM), as many stages as fit at D = 128
+        gluon = [(64, 128, 3, False), (64, 64, 6, False), (128, 64, 4, False), (64, 128, 2, True)]
+        return narrow + [Tiles(m, n, 4, s, heavy_first=h, gluon=True, persistent=c, one_consumer=u)
+                         for m, n, s, u in gluon for h in (False, True) for c in (False, True)]
     if kernel == "qk_softmax":  # its Gluon kernel (v12), 2 or 3 stages of the K ring, two consumers a program or one
         # (v27: two programs an SM; at D = 128 only 2 stages leave room for the second), one item a program or
         # persistent (v28)
@@ -108,7 +110,8 @@ def pick(results, family: str, itemsize: int, incumbent=None) -> list[dict]:
         now = (lambda gluon, n=None: incumbent(kernel, int(D), bool(causal), gluon, n)) if incumbent else (
             lambda gluon, n=None: None)
         longest = {t: ms_by_n[t][max(ms_by_n[t])] for t in finite.index}
-        winners = [_best(finite, now(True), longest)]
+        # a sweep without Gluon candidates speaks to the key's Triton entry only: that is its incumbent
+        winners = [_best(finite, now(any(t.gluon for t in finite.index)), longest)]
         triton_ones = finite[[not t.gluon for t in finite.index]]
         if winners[0].gluon and len(triton_ones):
             winners.append(_best(triton_ones, now(False), longest))

@@ -1,6 +1,7 @@
 """The autotune sweep's choice (attnlab.autotune.pick) and its candidate lists; the GPU timing itself runs on the
 device (`attnlab bench --autotune`)."""
 import json
+from dataclasses import replace
 import math
 
 import pandas as pd
@@ -168,7 +169,8 @@ def test_the_sweep_on_the_h200_keeps_the_table():
     bounds = {(e["kernel"], e["D"], e["causal"]): e["below"] for e in entries if e.get("short")}
     assert bounds == {("fused", "=64", True): 1448, ("fused", "=128", True): 724, ("qk_softmax", "=128", True): 1448,
                       ("qk_softmax", "=64", False): 724, ("qk_softmax", "=64", True): 724}
-    assert len(config.SHORT) == 5
+    pv_short = {key: entry for key, entry in config.SHORT.items() if key[0] == "pv"}  # session 16's, below
+    assert len(config.SHORT) == 5 + len(pv_short)
     for e in entries:  # a short entry just below its bound, the key's main one without N and from the bound on
         D = int(str(e["D"]).lstrip("="))
         below = bounds.get((e["kernel"], e["D"], e["causal"]))
@@ -176,6 +178,35 @@ def test_the_sweep_on_the_h200_keeps_the_table():
         for n in ns:
             assert config.Tiles(**e["tiles"]) == config.lookup(e["kernel"], "sm90", D, e["causal"], 2,
                                                                gluon=isinstance(e["D"], str), N=n), (e, n)
+
+
+def test_the_gluon_pv_entries_are_what_session_16s_pv_runs_say():
+    """The Gluon PV entries came from scripts/experiments/pv_gluon.py (session 16, call 2: the PV kernel alone and the
+    qk_softmax build with each candidate against the Triton entry, bf16, N = 512 … 16384), not from an autotune
+    sweep: per D, the candidate with the lowest qk_softmax build time at N = 16384 summed over causal and not, each
+    faster than the Triton entry's build there; it ties the Triton kernel at 4096 and loses below, so SHORT keeps
+    the Triton entries (the sweep's, session 8) below 5793, the geometric middle of 4096 and the next N, 8192."""
+    from pathlib import Path
+
+    log = Path(__file__).resolve().parents[1] / "outputs" / "h200" / "2026-12-01-s16-call2" / "pvbench.log"
+    build = {}
+    for line in log.read_text().splitlines():
+        f = line.split()
+        if line.startswith("time ") and f[4].startswith("build_"):
+            build[(int(f[1]), bool(int(f[2])), int(f[3]), f[4][len("build_"):])] = float(f[5])
+    for D in (64, 128):
+        cands = {lbl for (d, _, n, lbl) in build if d == D and lbl != "triton_table"}
+        best = min(cands, key=lambda lbl: build[(D, False, 16384, lbl)] + build[(D, True, 16384, lbl)])
+        for causal in (False, True):
+            t = config.lookup("pv", "sm90", D, causal, 2, N=16384)
+            assert t.gluon and t.persistent
+            assert label(replace(t, heavy_first=True)) == best, (D, causal, label(t), best)
+            assert build[(D, causal, 16384, best)] < build[(D, causal, 16384, "triton_table")]
+            short, below = config.SHORT[("pv", "sm90", f"={D}", causal, 2)]
+            assert below == round(math.sqrt(4096 * 8192))
+            assert short == config.lookup("pv", "sm90", D, causal, 2, gluon=False)
+            assert config.lookup("pv", "sm90", D, causal, 2, N=below - 1) == short
+            assert config.lookup("pv", "sm90", D, causal, 2, N=below) == t
 
 
 def test_a_challenger_that_wins_the_score_at_short_n_only_goes_to_short():
@@ -264,7 +295,7 @@ def test_short_entries_serve_below_their_bound_are_forced_away_and_follow_an_ove
     monkeypatch.setattr(config, "SHORT", config.SHORT)
     config.load_overrides(str(path))
     # the file tunes fused and has no short entry: fused's go, the kernels it does not tune keep theirs
-    assert {key[0] for key in config.SHORT} == {"qk_softmax"}
+    assert {key[0] for key in config.SHORT} == {"qk_softmax", "pv"}
     assert config.lookup("fused", "sm90", 128, True, 2, N=512) == parse_tiles("64x128w4s2hgm")
     path.write_text(json.dumps([dict(entry, tiles=parse_tiles("64x128w4s2hgm").as_dict()),
                                 dict(entry, tiles=parse_tiles("64x64w4s2hgmu").as_dict(), short=True)]))

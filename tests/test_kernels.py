@@ -27,7 +27,7 @@ def test_the_fused_kernels_stages_are_refused_and_the_ablations_named(build):
 
 
 def test_missing_kernels_and_library_builds_are_clear_errors():
-    with pytest.raises(ValueError, match="lacks softmax_kernel, pv_kernel for materialised"):
+    with pytest.raises(ValueError, match="lacks softmax_kernel, pv_gluon_kernel or pv_kernel for materialised"):
         kernels.stage_table({"scores_kernel": 1.0}, "materialised")
     with pytest.raises(ValueError, match="got 'sdpa_flash'"):
         kernels.stage_table({}, "sdpa_flash")
@@ -35,10 +35,11 @@ def test_missing_kernels_and_library_builds_are_clear_errors():
 
 def test_the_stage_table_names_the_kernels_the_launchers_launch():
     """If a kernel is renamed, the mapping must follow: the names are the Triton functions' own."""
-    from attnlab.triton import materialised, pv, qk_softmax, qk_softmax_gluon
+    from attnlab.triton import materialised, pv, pv_gluon, qk_softmax, qk_softmax_gluon
 
     launched = {materialised.scores_kernel.__name__, materialised.softmax_kernel.__name__, pv.pv_kernel.__name__,
-                qk_softmax.qk_softmax_kernel.__name__, qk_softmax_gluon.qk_softmax_gluon_kernel.__name__}
+                pv_gluon.pv_gluon_kernel.__name__, qk_softmax.qk_softmax_kernel.__name__,
+                qk_softmax_gluon.qk_softmax_gluon_kernel.__name__}
     assert {k for stages in kernels.STAGES.values() for names, _ in stages for k in names} == launched
 
 
