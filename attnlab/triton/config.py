@@ -154,11 +154,10 @@ TABLE: dict[tuple, Tiles] = {
     ("qk_softmax", "sm90", 64, False, 2): Tiles(128, 64, 8, 3),
     ("qk_softmax", "sm90", 128, False, 2): Tiles(128, 64, 4, 3),
     ("qk_softmax", "sm90", "any", True, 2): Tiles(64, 64, 4, 3),
-    # pv at D = 64 and 128 exactly: the persistent Gluon kernel (v32b; session 16, call 2, `outputs/h200/
-    # 2026-12-01-s16-call2`, bf16, PV alone at N = 16384 against the Triton entry: D = 128 128×64 s4 2.381 / 1.262 ms
-    # against 2.581 / 1.414 (non-causal / causal), D = 64 64×128 s3 4.249 / 2.203 against 4.420 / 2.343; the build
-    # 0.5–3 % faster). At N = 4096 it ties the Triton kernel (±3 %) and below loses up to 25 %: SHORT keeps the
-    # Triton entries there.
+    # pv at D = 64 and 128 exactly: the persistent Gluon kernel (v32b). Session 16's autotune (`outputs/h200/
+    # 2026-12-01-s16-call8`, the PV kernel under qk_softmax-no_softmax, N = 512 … 16384, bf16) chose these over the
+    # Triton entries below: within 1–2 % of them up to N = 4096, 2–5 % faster at 16384 (D = 128 non-causal 5.107
+    # against 5.198 ms); its short entries (SHORT) keep the Triton kernel at the short N where it wins.
     ("pv", "sm90", "=128", False, 2): Tiles(128, 64, 4, 4, gluon=True, persistent=True),
     ("pv", "sm90", "=128", True, 2): Tiles(128, 64, 4, 4, heavy_first=True, gluon=True, persistent=True),
     ("pv", "sm90", "=64", False, 2): Tiles(64, 128, 4, 3, gluon=True, persistent=True),
@@ -194,14 +193,13 @@ TABLE: dict[tuple, Tiles] = {
 # 0.3763), below 724; D = 128 causal one consumer persistent, 2 stages, at 512 (0.2355 against 0.3012) and 1024
 # (0.3874 against 0.4247), below 1448. A masked call runs these persistent only with its mask by TMA
 # (qk_softmax_gluon.as_run, v30; launch._qk_softmax_tiles).
-# Session 16's PV runs (`-s16-call2`, N = 512, 1024, 4096, 16384): the Gluon PV kernel wins at 16384 only (ties at
-# 4096), so the Triton entries serve below 5793, the geometric middle of 4096 and 8192.
+# Session 16's autotune of pv (`-s16-call8`): the Triton kernel below 724 at D = 64 causal and D = 128 non-causal,
+# and below 2048 at D = 128 causal (0.2093 / 0.3406 ms at N = 512 / 1024 against the Gluon entry's 0.2471 / 0.3761).
 SHORT_N = 1024
 SHORT: dict[tuple, tuple[Tiles, int]] = {
-    ("pv", "sm90", "=128", False, 2): (Tiles(128, 64, 8, 3), 5793),
-    ("pv", "sm90", "=128", True, 2): (Tiles(128, 64, 8, 3), 5793),
-    ("pv", "sm90", "=64", False, 2): (Tiles(128, 64, 8, 3), 5793),
-    ("pv", "sm90", "=64", True, 2): (Tiles(64, 64, 4, 3), 5793),
+    ("pv", "sm90", 64, True, 2): (Tiles(64, 64, 4, 3), 724),
+    ("pv", "sm90", 128, False, 2): (Tiles(128, 64, 8, 3), 724),
+    ("pv", "sm90", 128, True, 2): (Tiles(128, 64, 8, 3), 2048),
     ("fused", "sm90", "=128", True, 2): (Tiles(64, 64, 4, 2, heavy_first=True, gluon=True, mask_tma=True,
                                                persistent=True, o_tma=True, one_consumer=True), 724),
     ("fused", "sm90", "=64", True, 2): (Tiles(64, 128, 4, 2, heavy_first=True, gluon=True, mask_tma=True,
