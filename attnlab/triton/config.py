@@ -154,14 +154,12 @@ TABLE: dict[tuple, Tiles] = {
     ("qk_softmax", "sm90", 64, False, 2): Tiles(128, 64, 8, 3),
     ("qk_softmax", "sm90", 128, False, 2): Tiles(128, 64, 4, 3),
     ("qk_softmax", "sm90", "any", True, 2): Tiles(64, 64, 4, 3),
-    # pv at D = 64 and 128 exactly: the persistent Gluon kernel (v32b). Session 16's autotune (`outputs/h200/
-    # 2026-12-01-s16-call8`, the PV kernel under qk_softmax-no_softmax, N = 512 … 16384, bf16) chose these over the
-    # Triton entries below: within 1–2 % of them up to N = 4096, 2–5 % faster at 16384 (D = 128 non-causal 5.107
-    # against 5.198 ms); its short entries (SHORT) keep the Triton kernel at the short N where it wins.
+    # pv at D = 128 exactly, non-causal: the persistent Gluon kernel (v32b). Session 16's autotune of pv (`outputs/
+    # h200/2026-12-01-s16-call8`, the PV kernel under qk_softmax-no_softmax, N = 512 … 16384, bf16), scored with the
+    # Triton entries below as incumbents: 128×64 s4 scores 1.012 against 128×64 w8 s3's 1.022 (5.107 against 5.198
+    # ms at N = 16384); at D = 64 and under a causal mask the Gluon candidates came within TIE of the Triton entries
+    # (or behind), which stay. SHORT keeps the Triton kernel below N = 724.
     ("pv", "sm90", "=128", False, 2): Tiles(128, 64, 4, 4, gluon=True, persistent=True),
-    ("pv", "sm90", "=128", True, 2): Tiles(128, 64, 4, 4, heavy_first=True, gluon=True, persistent=True),
-    ("pv", "sm90", "=64", False, 2): Tiles(64, 128, 4, 3, gluon=True, persistent=True),
-    ("pv", "sm90", "=64", True, 2): Tiles(64, 128, 4, 3, heavy_first=True, gluon=True, persistent=True),
     # pv at D = 64 causal: 64×64 w4 s3, 1–2 % faster than 128×64 w8 at every N of session 8's sweep (call 4: score
     # 1.002 against 1.014); elsewhere 128×64 w8 s3 within the sweep's noise of the best.
     ("pv", "sm90", 64, True, 2): Tiles(64, 64, 4, 3),
@@ -193,13 +191,11 @@ TABLE: dict[tuple, Tiles] = {
 # 0.3763), below 724; D = 128 causal one consumer persistent, 2 stages, at 512 (0.2355 against 0.3012) and 1024
 # (0.3874 against 0.4247), below 1448. A masked call runs these persistent only with its mask by TMA
 # (qk_softmax_gluon.as_run, v30; launch._qk_softmax_tiles).
-# Session 16's autotune of pv (`-s16-call8`): the Triton kernel below 724 at D = 64 causal and D = 128 non-causal,
-# and below 2048 at D = 128 causal (0.2093 / 0.3406 ms at N = 512 / 1024 against the Gluon entry's 0.2471 / 0.3761).
+# Session 16's autotune of pv (`-s16-call8`): under the Gluon PV entry (D = 128 non-causal) the Triton kernel below
+# 724 (0.2448 ms at N = 512 against 0.2613).
 SHORT_N = 1024
 SHORT: dict[tuple, tuple[Tiles, int]] = {
-    ("pv", "sm90", 64, True, 2): (Tiles(64, 64, 4, 3), 724),
     ("pv", "sm90", 128, False, 2): (Tiles(128, 64, 8, 3), 724),
-    ("pv", "sm90", 128, True, 2): (Tiles(128, 64, 8, 3), 2048),
     ("fused", "sm90", "=128", True, 2): (Tiles(64, 64, 4, 2, heavy_first=True, gluon=True, mask_tma=True,
                                                persistent=True, o_tma=True, one_consumer=True), 724),
     ("fused", "sm90", "=64", True, 2): (Tiles(64, 128, 4, 2, heavy_first=True, gluon=True, mask_tma=True,
