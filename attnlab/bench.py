@@ -209,14 +209,15 @@ def ratios(df):
     tf = df.pivot_table(index=key, columns="build", values="tflops")
     out = pd.DataFrame(index=ms.index)
     if "tiles" in df:  # the Gluon kernel (sm90, 16-bit, some D and N) or the Triton one, from the row's tiles,
-        # and its tile label (the table's entry can change with N: config.SHORT)
-        for ours in ("fused", "qk_softmax"):
+        # and its tile label (the table's entry can change with N: config.SHORT): fused's kernel, qk_softmax's P
+        # kernel and the PV kernel it shares with materialised
+        for ours, kernel in (("fused", "fused"), ("qk_softmax", "qk_softmax"), ("qk_softmax", "pv")):
             rows = df[df.build == ours].set_index(key)
             if len(rows):
-                out[f"{ours}_kernel"] = [kernel_label(rows.tiles.get(i), ours) if i in rows.index else ""
-                                         for i in out.index]
-                out[f"{ours}_tiles"] = [recorded_label(rows.tiles.get(i), ours) if i in rows.index else ""
-                                        for i in out.index]
+                out[f"{kernel}_kernel"] = [kernel_label(rows.tiles.get(i), kernel) if i in rows.index else ""
+                                           for i in out.index]
+                out[f"{kernel}_tiles"] = [recorded_label(rows.tiles.get(i), kernel) if i in rows.index else ""
+                                          for i in out.index]
     for name in BUILDS:  # the bench's order: ours fused first, then the libraries
         if name in tf:
             out[f"{name}_TFs"] = tf[name]

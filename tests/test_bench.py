@@ -32,10 +32,13 @@ def test_ratios_are_library_time_over_ours():
     rows.append(dict(build="qk_softmax", dtype="bfloat16", D=64, causal=False, N=1024, B=16, H=32, ms=3.0,
                      tflops=33.3, floor_ms=2.0))
     rows[0]["tiles"] = '{"fused": {"BLOCK_M": 64, "BLOCK_N": 128, "gluon": true}}'
-    rows[-1]["tiles"] = '{"pv": {"gluon": false}, "qk_softmax": {"gluon": false}}'
+    rows[-1]["tiles"] = ('{"pv": {"BLOCK_M": 128, "BLOCK_N": 64, "num_stages": 4, "gluon": true, "persistent": true}, '
+                         '"qk_softmax": {"gluon": false}}')
     r = bench.ratios(pd.DataFrame(rows)).iloc[0]
-    assert (r["fused_kernel"], r["qk_softmax_kernel"]) == ("gluon", "triton")  # which kernels ran, beside the ratios
-    assert (r["fused_tiles"], r["qk_softmax_tiles"]) == ("64x128w4s2g", "")  # and with which tiles (qk's: none)
+    # which kernels ran, beside the ratios: fused's, qk_softmax's P kernel and the PV kernel
+    assert (r["fused_kernel"], r["qk_softmax_kernel"], r["pv_kernel"]) == ("gluon", "triton", "gluon")
+    # and with which tiles (qk's: none recorded)
+    assert (r["fused_tiles"], r["qk_softmax_tiles"], r["pv_tiles"]) == ("64x128w4s2g", "", "128x64w4s4gc")
     assert bench.recorded_label('{"fused": {"BLOCK_M": 64, "BLOCK_N": 64, "persistent": true, "gone": 1}}',
                                 "fused") == ""  # a field this version does not have
     assert bench.recorded_label(float("nan"), "fused") == ""

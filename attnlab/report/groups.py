@@ -7,6 +7,7 @@ never averaged or silently picked.
 """
 from __future__ import annotations
 
+import json
 import math
 
 import numpy as np
@@ -165,15 +166,29 @@ def same_clock(found: dict, builds, shape: tuple) -> str:
 def same_implementation(found: dict, builds, shape: tuple) -> str:
     """'' or a note that the rows of `builds` at shape ran kernels written differently (a Gluon kernel on one side,
     Triton on the other): their difference is then the boundary plus a different implementation, not the boundary
-    alone (on Hopper, qk_softmax and fused take warp-specialised Gluon kernels at some D while materialised does not)."""
-    from attnlab.triton.config import kernel_label
-
-    kinds = {b: kernel_label(found[(b, shape)].get("tiles"), None) for b in builds if (b, shape) in found}
-    kinds = {b: k for b, k in kinds.items() if k}
+    alone (on Hopper, qk_softmax and fused take warp-specialised Gluon kernels at some D while materialised does not).
+    A kernel every compared row runs with the same tiles (materialised's and qk_softmax's shared PV kernel, Gluon at
+    some shapes since session 16) is left out: it is in both sides of the difference, so it says nothing about it."""
+    recorded = {b: _tiles_of(found[(b, shape)].get("tiles")) for b in builds if (b, shape) in found}
+    recorded = {b: r for b, r in recorded.items() if r}
+    shared = {k for k, t in next(iter(recorded.values()), {}).items()
+              if all(r.get(k) == t for r in recorded.values())} if len(recorded) > 1 else set()
+    kinds = {b: ("gluon" if any(t.get("gluon") for k, t in r.items() if k not in shared) else "triton")
+             for b, r in recorded.items() if any(k not in shared for k in r)}
     if len(set(kinds.values())) <= 1:
         return ""
     return (f"kernels written differently at {where(shape)} (" + ", ".join(f"{b} {k}" for b, k in kinds.items())
             + "): Δ includes the implementation, not the boundary alone")
+
+
+def _tiles_of(tiles_json) -> dict:
+    """A row's recorded tiles (attnlab.triton.launch.tile_config's JSON) as {kernel: tiles dict}; {} where the row
+    records none (a library build, an older run)."""
+    try:
+        recorded = json.loads(tiles_json)
+    except (TypeError, ValueError):
+        return {}
+    return {k: t for k, t in recorded.items() if isinstance(t, dict)} if isinstance(recorded, dict) else {}
 
 
 def notes(*parts: str) -> str:
