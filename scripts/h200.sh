@@ -40,6 +40,9 @@
 #             (PV_TILES; PV_ARGS e.g. "--ns 4096 --ds 128")
 #   pvgate    the gate (as `gate`) for the builds that read P, with the first of PV_TILES as every 16-bit D = 64 and
 #             128 PV entry (an autotune-style tiles file, attnlab.triton.config.load_overrides)
+#   pvab      the table's Gluon PV entry against the Triton one in one call: qk_softmax and materialised, bf16,
+#             --repeats 3, at PVAB_NS (default 1024,4096,16384), as the table has it, with the Triton PV entry forced by
+#             an override file, then as the table has it again (the keys without a Gluon entry are the run's control)
 #   qkprobe   the P kernel alone at N = 4096 non-causal, D = 128 and 64, as it is and with pass 1 changed
 #             (scripts/experiments/qk_exp_probe.py: none, pass1 = exponentials as FMAs, ref1 = no running max,
 #             ref1-fake = both; session 12's call 1)
@@ -214,6 +217,21 @@ PY
     --builds materialised,qk_softmax,qk_softmax-no_pv,materialised-no_pv --jobs 4 --out "$out/pvgate.csv" \
     > "$out/pvgate.log" 2>&1
   echo "pvgate rc=$?"; tail -12 "$out/pvgate.log"
+}
+pvab() {
+  python3 - > "$out/pv_triton.json" <<'PY'
+import json
+from attnlab.triton import config
+print(json.dumps([dict(kernel="pv", family="sm90", D=f"={d}", causal=c, itemsize=2,
+                       tiles=config.lookup("pv", "sm90", d, c, 2, gluon=False).as_dict())
+                  for d in (64, 128) for c in (False, True)]))
+PY
+  local run args="--quick --builds qk_softmax,materialised --dtypes bfloat16 --repeats 3 --ns ${PVAB_NS:-1024,4096,16384}"
+  for run in table triton table2; do
+    timeout 180 python3 -m attnlab.cli bench $args $([ $run = triton ] && echo --tiles "$out/pv_triton.json") \
+      --out "$out/pvab_$run" > "$out/pvab_$run.log" 2>&1
+    echo "pvab $run rc=$?"; grep -a "^| bfloat16\|≤ 1.25" "$out/pvab_$run.log"
+  done
 }
 stages() {
   timeout 120 python3 - > "$out/stages.log" 2>&1 <<'PY'
