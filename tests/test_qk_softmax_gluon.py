@@ -9,7 +9,7 @@ from dataclasses import replace
 import pytest
 import torch
 
-from attnlab.triton import config, launch, qk_softmax_gluon
+from attnlab.triton import config, launch, pv_gluon, qk_softmax_gluon
 from attnlab.triton.resources import label
 from attnlab.validate import check
 from tests.conftest import offline_compile
@@ -20,7 +20,7 @@ GLUON_TILES = config.Tiles(64, 128, 4, 2, gluon=True)
 @pytest.fixture
 def hopper_dispatch(monkeypatch):
     """Pretend the CPU tensors sit on an sm90 GPU; record which P kernel the launcher starts (the PV kernel, which
-    both share, is not run)."""
+    both share, is not run: neither the Triton one nor, where the table takes it, the Gluon one)."""
     calls = []
 
     def gluon_launch(q, k, p, mask, mask_strides, mask_kind, **kw):
@@ -39,6 +39,7 @@ def hopper_dispatch(monkeypatch):
     monkeypatch.setattr(qk_softmax_gluon, "launch", gluon_launch)
     monkeypatch.setattr(launch._qks, "qk_softmax_kernel", Kernel("qk"))
     monkeypatch.setattr(launch._pv_mod, "pv_kernel", Kernel("pv"))
+    monkeypatch.setattr(pv_gluon, "launch", lambda *a, **kw: None)
     return calls
 
 
