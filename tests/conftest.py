@@ -33,6 +33,18 @@ def offline_compile(*args: str, timeout: int = 600) -> list[dict]:
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 
+class KernelStandIn:
+    """In place of a @triton.jit or @gluon.jit kernel for tests that pretend to be on a GPU: `kernel[grid](*args,
+    **kw)` runs nothing and hands the grid and the arguments by name (positional ones named by `names`, the kernel's
+    arg_names) to `record`, when given: which launch a call reached, with which flags and grid."""
+
+    def __init__(self, record=None, names=()):
+        self.record, self.names = record, names
+
+    def __getitem__(self, grid):
+        return lambda *args, **kw: self.record(grid, {**dict(zip(self.names, args)), **kw}) if self.record else None
+
+
 def poisoned_out(q):
     """An output buffer full of NaN: any element a kernel fails to write stays NaN and fails the check."""
     return torch.full_like(q, float("nan"))

@@ -11,7 +11,7 @@ import pytest
 import torch
 
 from attnlab.triton import config, fused_gluon, launch
-from tests.conftest import offline_compile
+from tests.conftest import KernelStandIn, offline_compile
 
 
 @pytest.mark.parametrize("D,dtype,causal,gluon", [
@@ -214,14 +214,9 @@ def test_the_mask_by_tma_variant_compiles_within_limits():
 @pytest.fixture
 def gluon_launches(monkeypatch):
     """The Gluon kernel stood in for on a 132-SM GPU: each launch appends (grid, its arguments and keywords by name)."""
-    names = fused_gluon.fused_gluon_kernel.arg_names
     launched = []
-
-    class Kernel:
-        def __getitem__(self, grid):
-            return lambda *a, **kw: launched.append((grid, {**dict(zip(names, a)), **kw}))
-
-    monkeypatch.setattr(fused_gluon, "fused_gluon_kernel", Kernel())
+    monkeypatch.setattr(fused_gluon, "fused_gluon_kernel", KernelStandIn(
+        lambda grid, call: launched.append((grid, call)), fused_gluon.fused_gluon_kernel.arg_names))
     monkeypatch.setattr(fused_gluon, "sm_count", lambda device: 132)
     return launched
 

@@ -8,7 +8,8 @@ import pytest
 import torch
 
 from attnlab.triton import config, launch, pv_gluon
-from tests.conftest import offline_compile
+from attnlab.triton.resources import parse_tiles
+from tests.conftest import KernelStandIn, offline_compile
 
 GLUON_PV = config.Tiles(64, 128, 4, 3, gluon=True)
 
@@ -18,25 +19,14 @@ def pv_dispatch(monkeypatch):
     """Pretend the CPU tensors sit on an sm90 GPU and record which PV kernel the launcher starts (the P kernels,
     which these tests do not ask about, run nowhere)."""
     calls = []
-
-    class Kernel:
-        def __init__(self, name):
-            self.name = name
-
-        def __getitem__(self, grid):
-            if self.name == "pv":
-                return lambda *a, **kw: calls.append(("triton", kw["NO_PV"], kw["BLOCK_M"]))
-            return lambda *a, **kw: None
-
     monkeypatch.setattr(config, "family", lambda device: "sm90")
     monkeypatch.setattr(pv_gluon, "launch", lambda p, v, o, **kw: calls.append(("gluon", kw["no_pv"], kw["tiles"])))
-    monkeypatch.setattr(launch._pv_mod, "pv_kernel", Kernel("pv"))
-    monkeypatch.setattr(launch._qks, "qk_softmax_kernel", Kernel("qk"))
-    monkeypatch.setattr(launch._mat, "scores_kernel", Kernel("scores"))
-    monkeypatch.setattr(launch._mat, "softmax_kernel", Kernel("softmax"))
-    # the qk_softmax P kernel: its Triton entry (the Gluon one would start the Gluon P kernel, stubbed out above
-    # only for PV)
-    monkeypatch.setattr(launch, "write_p", lambda *a, **kw: None)
+    monkeypatch.setattr(launch._pv_mod, "pv_kernel",
+                        KernelStandIn(lambda grid, kw: calls.append(("triton", kw["NO_PV"], kw["BLOCK_M"]))))
+    for module, name in ((launch._qks, "qk_softmax_kernel"), (launch._mat, "scores_kernel"),
+                         (launch._mat, "softmax_kernel")):
+        monkeypatch.setattr(module, name, KernelStandIn())
+    monkeypatch.setattr(launch, "write_p", lambda *a, **kw: None)  # qk_softmax's P kernel, Gluon or Triton
     return calls
 
 
@@ -119,3 +109,28 @@ def test_every_variant_compiles_for_sm90_within_limits(flags):
     stages_p = 3 * 2 * 64 * 128 * 2 / 1024  # 64x128w4s3g: three slots of two consumers' P boxes
     v = 0 if flags else 3 * 128 * 128 * 2 / 1024
     assert by[(128, False, "64x128w4s3g")] == pytest.approx(stages_p + v, abs=1)
+
+
+def test_a_launch_counts_every_item_and_a_persistent_one_has_one_program_an_sm(monkeypatch):
+    """The grid and what the kernel is told: cdiv(N, rows a program) items of each of B·H heads, one program an item,
+    or Tiles.persistent: as many programs as SMs (twice as many with one consumer: two an SM), each taking items in
+    turn up to `total`; heavy-first only under a causal mask (the order cannot matter otherwise)."""
+    launched = []
+    monkeypatch.setattr(pv_gluon, "pv_gluon_kernel", KernelStandIn(lambda grid, call: launched.append((grid, call)),
+                                                                   pv_gluon.pv_gluon_kernel.arg_names))
+    monkeypatch.setattr(pv_gluon, "sm_count", lambda device: 132)
+    B, H, D = 2, 16, 128
+    cases = ((512, "128x64w4s4gc", False), (512, "128x64w4s4hgc", True), (1000, "64x128w4s3g", False),
+             (8192, "64x128w4s2hgcu", True), (64, "128x64w4s4gc", False))
+    for N, tiles, causal in cases:
+        p = torch.zeros(B, H, N, N, dtype=torch.bfloat16)
+        v = torch.zeros(B, H, N, D, dtype=torch.bfloat16)
+        pv_gluon.launch(p, v, torch.empty_like(v), N=N, H=H, group=1, inv_n=1.0 / N, causal=causal,
+                        tiles=parse_tiles(tiles))
+    got = [(grid, c["total"], c["PERSISTENT"], c["ROWS"], c["HEAVY_FIRST"], c["BLOCK_M"], c["STAGES"])
+           for grid, c in launched]
+    assert got == [((64,), 64, True, 2, False, 128, 4),  # 2 row blocks of 256 × 32 heads: fewer than the SMs
+                   ((64,), 64, True, 2, True, 128, 4),
+                   ((256,), 256, False, 2, False, 64, 3),  # one item a program: cdiv(1000, 128) × 32
+                   ((264,), 4096, True, 1, True, 64, 2),  # one consumer: two programs an SM, 128 × 32 items
+                   ((32,), 32, True, 2, False, 128, 4)]

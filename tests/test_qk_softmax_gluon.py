@@ -12,7 +12,7 @@ import torch
 from attnlab.triton import config, launch, pv_gluon, qk_softmax_gluon
 from attnlab.triton.resources import label
 from attnlab.validate import check
-from tests.conftest import offline_compile
+from tests.conftest import KernelStandIn, offline_compile
 
 GLUON_TILES = config.Tiles(64, 128, 4, 2, gluon=True)
 
@@ -26,19 +26,11 @@ def hopper_dispatch(monkeypatch):
     def gluon_launch(q, k, p, mask, mask_strides, mask_kind, **kw):
         calls.append(("gluon", mask_kind, kw["no_softmax"], kw["tiles"], kw.get("flags")))
 
-    class Kernel:
-        def __init__(self, name):
-            self.name = name
-
-        def __getitem__(self, grid):
-            if self.name == "pv":
-                return lambda *a, **kw: None
-            return lambda *a, **kw: calls.append(("triton", kw["MASK_KIND"], kw["NO_SOFTMAX"], None, kw.get("FLAGS")))
-
     monkeypatch.setattr(config, "family", lambda device: "sm90")
     monkeypatch.setattr(qk_softmax_gluon, "launch", gluon_launch)
-    monkeypatch.setattr(launch._qks, "qk_softmax_kernel", Kernel("qk"))
-    monkeypatch.setattr(launch._pv_mod, "pv_kernel", Kernel("pv"))
+    monkeypatch.setattr(launch._qks, "qk_softmax_kernel", KernelStandIn(
+        lambda grid, kw: calls.append(("triton", kw["MASK_KIND"], kw["NO_SOFTMAX"], None, kw.get("FLAGS")))))
+    monkeypatch.setattr(launch._pv_mod, "pv_kernel", KernelStandIn())
     monkeypatch.setattr(pv_gluon, "launch", lambda *a, **kw: None)
     return calls
 
