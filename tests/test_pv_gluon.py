@@ -7,7 +7,7 @@ fp64 from the same P, every case; `attnlab check`); here the compile runs offlin
 import pytest
 import torch
 
-from attnlab.triton import config, launch, pv_gluon
+from attnlab.triton import config, fused_gluon, launch, pv_gluon
 from attnlab.triton.resources import parse_tiles
 from tests.conftest import KernelStandIn, offline_compile
 
@@ -85,10 +85,11 @@ def test_the_rows_record_the_pv_kernel_that_ran(pv_dispatch):
 
 
 def test_the_cases_the_kernel_takes():
-    assert pv_gluon.takes(4096, torch.bfloat16, 128) and pv_gluon.takes(3000, torch.float16, 64)
-    assert not pv_gluon.takes(1020, torch.bfloat16, 128)  # P's rows 2040 bytes: not 16-byte aligned
-    assert not pv_gluon.takes(4096, torch.float32, 128)
-    assert not pv_gluon.takes(4096, torch.bfloat16, 80)
+    assert pv_gluon.takes(4096) and pv_gluon.takes(3000)
+    assert not pv_gluon.takes(1020)  # P's rows 2040 bytes: not 16-byte aligned
+    # the dtypes and D it compiles for: fp32 and D = 80 are refused (test_forced_gluon_pv_tiles_refuse_…)
+    assert not fused_gluon.compiles_for(torch.float32, 128)
+    assert not fused_gluon.compiles_for(torch.bfloat16, 80)
 
 
 @pytest.mark.parametrize("flags", [None, "NO_PV=1"])

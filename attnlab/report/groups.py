@@ -7,7 +7,6 @@ never averaged or silently picked.
 """
 from __future__ import annotations
 
-import json
 import math
 
 import numpy as np
@@ -169,7 +168,9 @@ def same_implementation(found: dict, builds, shape: tuple) -> str:
     alone (on Hopper, qk_softmax and fused take warp-specialised Gluon kernels at some D while materialised does not).
     A kernel every compared row runs with the same tiles (materialised's and qk_softmax's shared PV kernel, Gluon at
     some shapes since session 16) is left out: it is in both sides of the difference, so it says nothing about it."""
-    recorded = {b: _tiles_of(found[(b, shape)].get("tiles")) for b in builds if (b, shape) in found}
+    from attnlab.triton.config import recorded_tiles
+
+    recorded = {b: recorded_tiles(found[(b, shape)].get("tiles")) for b in builds if (b, shape) in found}
     recorded = {b: r for b, r in recorded.items() if r}
     shared = {k for k, t in next(iter(recorded.values()), {}).items()
               if all(r.get(k) == t for r in recorded.values())} if len(recorded) > 1 else set()
@@ -179,16 +180,6 @@ def same_implementation(found: dict, builds, shape: tuple) -> str:
         return ""
     return (f"kernels written differently at {where(shape)} (" + ", ".join(f"{b} {k}" for b, k in kinds.items())
             + "): Δ includes the implementation, not the boundary alone")
-
-
-def _tiles_of(tiles_json) -> dict:
-    """A row's recorded tiles (attnlab.triton.launch.tile_config's JSON) as {kernel: tiles dict}; {} where the row
-    records none (a library build, an older run)."""
-    try:
-        recorded = json.loads(tiles_json)
-    except (TypeError, ValueError):
-        return {}
-    return {k: t for k, t in recorded.items() if isinstance(t, dict)} if isinstance(recorded, dict) else {}
 
 
 def notes(*parts: str) -> str:

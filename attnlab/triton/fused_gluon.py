@@ -43,6 +43,16 @@ def compiles_for(dtype: torch.dtype, D: int) -> bool:
     return dtype in (torch.float16, torch.bfloat16) and D in HEAD_DIMS
 
 
+def check_case(tiles, dtype: torch.dtype, D: int, kernel: str = "") -> None:
+    """ValueError unless the Gluon kernels compile for this dtype and head dim (compiles_for): a table entry for one
+    is keyed "=64" or "=128", forced tiles can ask for anything. `kernel` names it in the message (fused's says
+    none)."""
+    if not compiles_for(dtype, D):
+        raise ValueError(f"tiles {tiles}: the Gluon {kernel + ' ' if kernel else ''}kernel needs fp16 or bf16 and "
+                         f"D = {' or '.join(map(str, HEAD_DIMS))} (its TMA boxes are exactly D wide), got {dtype} and "
+                         f"D = {D}")
+
+
 @gluon.jit
 def _scores(s, mask_rows, mask_tile, offs_m, offs_n, N, smn, qk_scale, mask_scale, MASKED: gl.constexpr,
             CAUSAL: gl.constexpr, MASK_KIND: gl.constexpr, NO_SOFTMAX: gl.constexpr, MASK_TMA: gl.constexpr):

@@ -137,10 +137,8 @@ def _pv_tiles(s: Spec) -> Tiles:
     if chosen.gluon:
         from attnlab.triton import fused_gluon, pv_gluon
 
-        if not fused_gluon.compiles_for(s.dtype, s.D):
-            raise ValueError(f"tiles {chosen}: the Gluon PV kernel needs fp16 or bf16 and D = 64 or 128 (its TMA boxes "
-                             f"are exactly D wide), got {s.dtype} and D = {s.D}")
-        if not pv_gluon.takes(s.N, s.dtype, s.D):
+        fused_gluon.check_case(chosen, s.dtype, s.D, "PV")
+        if not pv_gluon.takes(s.N):
             return _lookup("pv", s, gluon=False)
     return chosen
 
@@ -232,9 +230,9 @@ def _qk_softmax_tiles(s: Spec, ablation: str | None = None, mask: torch.Tensor |
     chosen = _lookup("qk_softmax", s)
     if not chosen.gluon:
         return chosen
-    from attnlab.triton import qk_softmax_gluon
+    from attnlab.triton import fused_gluon, qk_softmax_gluon
 
-    qk_softmax_gluon.check_case(chosen, s.dtype, s.D)
+    fused_gluon.check_case(chosen, s.dtype, s.D, "qk_softmax")
     if not qk_softmax_gluon.takes(s.N):
         return _lookup("qk_softmax", s, gluon=False)
     # the row says which ran, and the ablation report notes a zero_mask that ran other tiles than its base
@@ -254,9 +252,7 @@ def fused(q, k, v, *, causal=False, attn_mask=None, scale=None, ablation=None, o
     if chosen.gluon:  # the warp-specialised kernel (sm90, 16-bit), for the build and all its ablations and masks
         from attnlab.triton import fused_gluon
 
-        if not fused_gluon.compiles_for(s.dtype, s.D):
-            raise ValueError(f"tiles {chosen}: the Gluon kernel needs fp16 or bf16 and D = 64 or 128 (its TMA boxes "
-                             f"are exactly D wide), got {s.dtype} and D = {s.D}")
+        fused_gluon.check_case(chosen, s.dtype, s.D)
 
         fused_gluon.launch(c.q, c.k, c.v, o, c.mask, c.mask_strides, c.mask_kind, N=s.N, H=s.H, group=s.group,
                            qk_scale=s.scale * log_scale, mask_scale=log_scale, inv_n=1.0 / s.N, causal=causal,

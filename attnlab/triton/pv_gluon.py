@@ -18,20 +18,19 @@ difference against the same program. Gluon has no CPU interpreter: CI compiles t
 """
 from __future__ import annotations
 
-import torch
 import triton
 from triton.experimental import gluon
 from triton.experimental.gluon import language as gl
 from triton.experimental.gluon.language.nvidia.hopper import mbarrier, tma, warpgroup_mma, warpgroup_mma_wait
 
-from attnlab.triton.fused_gluon import (CONSUMER_REGS, _item_at, _items, _program, compiles_for, descriptor, partitions,
-                                        programs_per_sm, sm_count, tma_ready)
+from attnlab.triton.fused_gluon import (CONSUMER_REGS, _item_at, _items, _program, descriptor, partitions, programs_per_sm,
+                                        sm_count, tma_ready)
 
 
-def takes(N: int, dtype: torch.dtype, D: int) -> bool:
-    """Whether this kernel runs the case: it compiles for the dtype and D (fused_gluon.compiles_for), and P's rows
-    are 16-byte aligned (N % 8 == 0 in a 2-byte dtype), which a TMA descriptor over P needs."""
-    return compiles_for(dtype, D) and N % 8 == 0
+def takes(N: int) -> bool:
+    """Whether this kernel reads P at sequence length N (for a dtype and D it compiles for: fused_gluon.check_case):
+    TMA reads P's rows only when they are 16-byte aligned, N % 8 == 0 for 16-bit P."""
+    return N % 8 == 0
 
 
 @gluon.jit

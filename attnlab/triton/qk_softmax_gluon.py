@@ -32,10 +32,9 @@ from triton.experimental.gluon import language as gl
 from triton.experimental.gluon.language.nvidia.hopper import (fence_async_shared, mbarrier, tma, warpgroup_mma,
                                                               warpgroup_mma_wait)
 
-from attnlab.triton.fused_gluon import (HEAD_DIMS, ROWS_PER_PROGRAM, SMEM_SPARE, _items, _mask_tile, _needs_masks,
-                                        _program, _scores, _step_item, _tile, compiles_for, descriptor,
-                                        mask_descriptor, partitions, programs_per_sm, sm_count, smem_limit,
-                                        tma_can_read, tma_ready)
+from attnlab.triton.fused_gluon import (ROWS_PER_PROGRAM, SMEM_SPARE, _items, _mask_tile, _needs_masks, _program,
+                                        _scores, _step_item, _tile, descriptor, mask_descriptor, partitions,
+                                        programs_per_sm, sm_count, smem_limit, tma_can_read, tma_ready)
 
 PBUF = gl.constexpr(2)  # P buffers per consumer: one being filled while the other's store drains
 CONSUMER_REGS = 232  # setmaxnreg of the consumer warpgroups (a multiple of 8; the loader gets 24)
@@ -468,14 +467,6 @@ def qk_softmax_gluon_kernel(q_desc, k_desc, p_desc, M, smb, smh, smm, smn, mask_
                        BLOCK_N, STAGES, CAUSAL, HEAVY_FIRST, NO_SOFTMAX, PERSISTENT, ROWS, MASK_TMA, MASK_B,
                        MASK_H)),
         ], [4, 1], [CONSUMER_REGS, 24])
-
-
-def check_case(tiles, dtype, D: int) -> None:
-    """ValueError unless the kernel compiles for this dtype and head dim (a table entry for it is keyed "=64" or
-    "=128"; forced tiles can ask for anything)."""
-    if not compiles_for(dtype, D):
-        raise ValueError(f"tiles {tiles}: the Gluon qk_softmax kernel needs fp16 or bf16 and D in {HEAD_DIMS} (its "
-                         f"TMA boxes are exactly D wide), got {dtype} and D = {D}")
 
 
 MIN_N = 512  # below it the Triton kernel runs. Session 5 had it at 1024 (the two-consumer kernel's build ran 0.80–1.06×
