@@ -67,12 +67,12 @@ PY
 }
 warm() {
   local start=$(date +%s)
-  timeout 300 python3 -m attnlab.warm --params params/h200.yaml --jobs 4 > "$out/warm.log" 2>&1
+  timeout ${WARM_TIMEOUT:-300} python3 -m attnlab.warm --params params/h200.yaml --jobs 4 > "$out/warm.log" 2>&1
   echo "warm rc=$? wall=$(( $(date +%s) - start )) s"; grep -a "^warm\|failed" "$out/warm.log" | head -12
 }
 sweep() {
   local start=$(date +%s)
-  timeout 330 python3 -m attnlab.cli sweep --params params/h200.yaml --out "$out/sweep" --quiet > "$out/sweep.log" 2>&1
+  timeout ${SWEEP_TIMEOUT:-330} python3 -m attnlab.cli sweep --params params/h200.yaml --out "$out/sweep" --quiet > "$out/sweep.log" 2>&1
   echo "sweep rc=$? wall=$(( $(date +%s) - start )) s"; tail -2 "$out/sweep.log"
 }
 selfcheck() {

@@ -56,3 +56,28 @@ def test_bad_arguments_get_one_clear_error(params, capsys):
         g.write(f.read().replace("seq_lens: [16, 24]", "seq_lens: [0]"))
     assert warm.main(["--params", bad]) == 2
     assert "seq_lens" in capsys.readouterr().err  # the params' own error, before any child starts
+
+
+def test_one_triton_cache_for_our_kernels_and_torch_compile(tmp_path):
+    """torch._inductor (compiled FlexAttention) points TRITON_CACHE_DIR at a directory of its own when the variable is
+    unset, process-wide; our kernels compiled after it would then miss what the warm step compiled. Importing our
+    kernels names Triton's own directory first, so inductor's rule (cache_dir_utils.triton_cache_dir, what its
+    autotuner sets) and Triton's cache both land there. Checked in a fresh process with the variable unset."""
+    import json
+    import os
+    import subprocess
+    import sys
+
+    env = {k: v for k, v in os.environ.items() if k not in ("TRITON_CACHE_DIR", "TRITON_HOME")}
+    env["HOME"] = str(tmp_path)
+    code = ("import json, os, attnlab.triton, triton\n"
+            "from torch._inductor.runtime.cache_dir_utils import triton_cache_dir\n"
+            "print(json.dumps([os.environ.get('TRITON_CACHE_DIR'), triton.knobs.cache.dir, triton_cache_dir(0)]))")
+    env_dir, triton_dir, inductor_dir = json.loads(
+        subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True)
+        .stdout.strip().splitlines()[-1])
+    assert env_dir == triton_dir == inductor_dir == os.path.join(str(tmp_path), ".triton", "cache")
+    # and a directory the user names is left alone
+    env["TRITON_CACHE_DIR"] = str(tmp_path / "mine")
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True)
+    assert json.loads(out.stdout.strip().splitlines()[-1]) == [str(tmp_path / "mine")] * 3
