@@ -1,16 +1,18 @@
-"""Compile our kernels for a params grid before its sweep, several processes at once (opt-in, not yet timed on a GPU).
+"""Compile our kernels for a params grid before its sweep, several processes at once (`attnlab run` does this first
+on a GPU; by hand:
 
     python -m attnlab.warm --params params/h200.yaml [--jobs 4]     then: attnlab sweep --params params/h200.yaml
 
 On a fresh GPU machine most of a sweep's first minutes are Triton compiling our kernels (a Gluon variant takes
-10–20 s), one after another in the sweep's one process. Triton keeps what it compiles in its on-disk cache, keyed by
+3–10 s), one after another in the sweep's one process. Triton keeps what it compiles in its on-disk cache, keyed by
 the kernel, its constants and its arguments' specialisation (alignment, divisibility by 16), so a process that runs
-the same build on the same shapes leaves the sweep nothing to compile. This runs each of our builds and their
-ablations once on each shape of the params grid (the sweep's own inputs: attnlab.measure.make_inputs), the cases
-dealt among `jobs` child processes; nothing is timed and nothing is written but Triton's cache. Library builds are
-left out: their kernels ship compiled, and FlexAttention compiles inside the process that times it. A case that
-fails here (out of memory with several processes on one GPU, say) is reported and skipped: the sweep compiles it.
-PERFORMANCE.md's Next says what to time before `attnlab sweep` does this itself.
+the same build on the same shapes leaves the sweep nothing to compile (attnlab.triton keeps that one cache when
+torch.compile would move it). This runs each of our builds and their ablations once on each shape of the params grid
+(the sweep's own inputs: attnlab.measure.make_inputs), the cases dealt among `jobs` child processes; nothing is timed
+and nothing is written but Triton's cache. Library builds are left out: their kernels ship compiled, and
+FlexAttention compiles inside the process that times it. A case that fails here (out of memory with several
+processes on one GPU, say) is reported and skipped: the sweep compiles it. Session 17, fresh H200, params/h200.yaml:
+66–88 s here, after which the sweep's first calls took 30 s in all (FlexAttention's compiles).
 """
 from __future__ import annotations
 

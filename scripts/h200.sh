@@ -7,7 +7,7 @@
 # Steps, each under its own timeout so a slow one cannot take the others' results with it:
 #   probe     one graph-timed case each of fused, flex, sdpa_cudnn, materialised (later steps skipped if it fails)
 #   warm      python -m attnlab.warm: our builds once on each of the sweep's shapes in four processes, so that the
-#             sweep after it compiles nothing (not yet timed: run `STEPS="warm sweep"` on a fresh machine)
+#             sweep after it compiles nothing (`attnlab run` does it on a GPU; session 17: 66-88 s)
 #   sweep     attnlab sweep params/h200.yaml, timed (issue 3: the whole grid in ≤ 5 minutes; issue 4: attribution)
 #   selfcheck python -m attnlab.selfcheck (issue 3: harness vs an independent event timer within 3 %, twice within 2 %)
 #   gate      attnlab check at N = 512 (+ GQA, D = 80 and 256) for our builds and their ablations, bf16 and fp16

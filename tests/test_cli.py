@@ -147,6 +147,40 @@ def test_run_gates_then_sweeps_the_params_for_this_device(monkeypatch, capsys):
     assert reported == [("outputs/cpu/x", False)]  # then the run's report, into its own directory
 
 
+def test_run_on_a_gpu_compiles_our_kernels_in_parallel_before_the_sweep(monkeypatch, capsys):
+    """On a GPU the run warms Triton's cache (attnlab.warm) with the params it sweeps, after the gate and before
+    the sweep; a case that failed to warm is said, and the sweep still runs. Without a GPU nothing is warmed."""
+    from attnlab import warm
+
+    fake_module(monkeypatch, "attnlab.gate")
+    order = []
+
+    def fake_run(params, out_dir=None, progress=True):
+        order.append(("sweep", Path(params).name))
+        df = pd.DataFrame({"status": ["ok"]})
+        df.attrs["out_dir"] = "outputs/h200/x"
+        return df
+
+    monkeypatch.setattr(sweep, "run", fake_run)
+    monkeypatch.setattr(cli, "_report", lambda where, baseline, echo=True: 0)
+    monkeypatch.setattr(warm, "warm", lambda params, jobs: order.append(("warm", Path(params).name, jobs))
+                        or ["warm part 0/4: 3 cases run, 0 failed", "warm part 1/4: 2 cases run, 1 failed",
+                            "  failed case-x: OutOfMemoryError: CUDA out of memory"])
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "get_device_name", lambda *a: "NVIDIA H200")
+    assert cli.main(["run"]) == 0
+    assert order == [("warm", "h200.yaml", cli.WARM_JOBS), ("sweep", "h200.yaml")]
+    out = capsys.readouterr().out
+    assert "our kernels compiled for the sweep in" in out
+    assert "attnlab: warm: warm part 1/4: 2 cases run, 1 failed" in out and "failed case-x: OutOfMemoryError" in out
+    assert "part 0/4" not in out  # a part that warmed everything is not repeated
+
+    order.clear()
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    assert cli.main(["run"]) == 0
+    assert order == [("sweep", "cpu.yaml")]
+
+
 @pytest.mark.parametrize("name, file", [(None, "cpu.yaml"), ("NVIDIA H200", "h200.yaml"),
                                         ("NVIDIA H200 NVL", "h200.yaml"), ("NVIDIA A100-SXM4-80GB", "gpu.yaml"),
                                         ("NVIDIA GeForce RTX 4090", "gpu.yaml")])

@@ -1,5 +1,5 @@
 """attnlab.warm: our builds run once per shape of a params grid in child processes, so that Triton's cache is full
-before the sweep (its time on a GPU is not asserted: PERFORMANCE.md's Next says it is still to be measured)."""
+before the sweep (its time on a GPU is not asserted; PERFORMANCE.md has what it measured there)."""
 import pytest
 
 from attnlab import builds, sweep, warm
