@@ -42,7 +42,9 @@
 #             128 PV entry (an autotune-style tiles file, attnlab.triton.config.load_overrides)
 #   pvab      the table's Gluon PV entry against the Triton one in one call: qk_softmax and materialised, bf16,
 #             --repeats 3, at PVAB_NS (default 1024,4096,16384), as the table has it, with the Triton PV entry forced by
-#             an override file, then as the table has it again (the keys without a Gluon entry are the run's control)
+#             an override file, then as the table has it again (the keys without a Gluon entry are the run's control);
+#             PVAB_RUNS picks the runs, in order, from table, triton, table2 and interim (session 16's interim PV
+#             entries: scripts/experiments/pv_s16_interim.json, the Gluon PV kernel at every key from N = 5793)
 #   qkprobe   the P kernel alone at N = 4096 non-causal, D = 128 and 64, as it is and with pass 1 changed
 #             (scripts/experiments/qk_exp_probe.py: none, pass1 = exponentials as FMAs, ref1 = no running max,
 #             ref1-fake = both; session 12's call 1)
@@ -227,9 +229,11 @@ print(json.dumps([dict(kernel="pv", family="sm90", D=f"={d}", causal=c, itemsize
                   for d in (64, 128) for c in (False, True)]))
 PY
   local run args="--quick --builds qk_softmax,materialised --dtypes bfloat16 --repeats 3 --ns ${PVAB_NS:-1024,4096,16384}"
-  for run in table triton table2; do
-    timeout 180 python3 -m attnlab.cli bench $args $([ $run = triton ] && echo --tiles "$out/pv_triton.json") \
-      --out "$out/pvab_$run" > "$out/pvab_$run.log" 2>&1
+  local tiles
+  for run in ${PVAB_RUNS:-table triton table2}; do
+    case $run in triton) tiles="--tiles $out/pv_triton.json";;
+                 interim) tiles="--tiles scripts/experiments/pv_s16_interim.json";; *) tiles="";; esac
+    timeout 180 python3 -m attnlab.cli bench $args $tiles --out "$out/pvab_$run" > "$out/pvab_$run.log" 2>&1
     echo "pvab $run rc=$?"; grep -a "^| bfloat16\|≤ 1.25" "$out/pvab_$run.log"
   done
 }

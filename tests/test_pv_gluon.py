@@ -135,3 +135,28 @@ def test_a_launch_counts_every_item_and_a_persistent_one_has_one_program_an_sm(m
                    ((256,), 256, False, 2, False, 64, 3),  # one item a program: cdiv(1000, 128) × 32
                    ((264,), 4096, True, 1, True, 64, 2),  # one consumer: two programs an SM, 128 × 32 items
                    ((32,), 32, True, 2, False, 128, 4)]
+
+
+def test_the_interim_override_file_is_what_session_16s_calls_3_and_4_ran(monkeypatch):
+    """scripts/experiments/pv_s16_interim.json (h200.sh's `PVAB_RUNS=... interim`) must put the PV tiles that
+    session 16's interim table ran back in front of the table: the Gluon kernel at every (D, causal) key from
+    N = 5793, the Triton entries below. Checked against the tiles the issue-5 bench recorded in its rows."""
+    import json
+    from pathlib import Path
+
+    import pandas as pd
+
+    root = Path(__file__).resolve().parent.parent
+    rows = pd.read_csv(root / "outputs/h200/2026-12-01-s16-call3/bench/bench.csv")
+    rows = rows[rows.build == "qk_softmax"]
+    monkeypatch.setattr(config, "TABLE", config.TABLE)
+    monkeypatch.setattr(config, "SHORT", config.SHORT)
+    config.load_overrides(str(root / "scripts/experiments/pv_s16_interim.json"))
+    checked = 0
+    for _, row in rows.iterrows():
+        ran = config.Tiles(**json.loads(row.tiles)["pv"])
+        assert config.lookup("pv", "sm90", int(row.D), bool(row.causal), 2, N=int(row.N)) == ran, row.case_id
+        assert ran.gluon == (row.N >= 5793)
+        checked += 1
+    assert checked == len(rows) and {(d, c) for d, c in zip(rows.D, rows.causal)} == {(64, False), (64, True),
+                                                                                        (128, False), (128, True)}
