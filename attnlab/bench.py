@@ -135,11 +135,11 @@ def qk_softmax_floor_ms(B, H, N, D, dtype, causal, ceil):
 def recorded_label(tiles_json, kernel: str) -> str:
     """The tile label (attnlab.triton.resources.label, e.g. 64x128w4s2hgmco) of `kernel`'s tiles in a row's recorded
     tiles; '' where the row records none, or tiles of fields this version no longer has."""
-    from attnlab.triton.config import Tiles
+    from attnlab.triton.config import Tiles, recorded_tiles
     from attnlab.triton.resources import label
 
     try:
-        return label(Tiles(**json.loads(tiles_json)[kernel]))
+        return label(Tiles(**recorded_tiles(tiles_json)[kernel]))
     except (TypeError, ValueError, KeyError):
         return ""
 
