@@ -165,7 +165,8 @@ def test_run_on_a_gpu_compiles_our_kernels_in_parallel_before_the_sweep(monkeypa
     monkeypatch.setattr(cli, "_report", lambda where, baseline, echo=True: 0)
     monkeypatch.setattr(warm, "warm", lambda params, jobs: order.append(("warm", Path(params).name, jobs))
                         or ["warm part 0/4: 3 cases run, 0 failed", "warm part 1/4: 2 cases run, 1 failed",
-                            "  failed case-x: OutOfMemoryError: CUDA out of memory"])
+                            "  failed case-x: OutOfMemoryError: CUDA out of memory",
+                            "warm part 2/4: 0 cases run, 10 failed"])
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
     monkeypatch.setattr(torch.cuda, "get_device_name", lambda *a: "NVIDIA H200")
     assert cli.main(["run"]) == 0
@@ -173,6 +174,7 @@ def test_run_on_a_gpu_compiles_our_kernels_in_parallel_before_the_sweep(monkeypa
     out = capsys.readouterr().out
     assert "our kernels compiled for the sweep in" in out
     assert "attnlab: warm: warm part 1/4: 2 cases run, 1 failed" in out and "failed case-x: OutOfMemoryError" in out
+    assert "attnlab: warm: warm part 2/4: 0 cases run, 10 failed" in out
     assert "part 0/4" not in out  # a part that warmed everything is not repeated
 
     order.clear()
