@@ -116,11 +116,13 @@ def _sweep(params, out, quiet: bool) -> tuple[int, str | None]:
     return 0, df.attrs["out_dir"]
 
 
-WARM_JOBS = 4  # processes compiling at once before a GPU sweep
+# Processes at once on a GPU machine for `attnlab run`'s gate (attnlab check --jobs) and warm step: most of both is
+# Triton compiling, one CPU core a process (the gate in four: 47 s against 135-179 s in one, PERFORMANCE.md session 7).
+GPU_JOBS = 4
 
 
 def _warm(params) -> None:
-    """On a GPU, before `attnlab run`'s sweep: our kernels compiled for its grid in WARM_JOBS processes at once
+    """On a GPU, before `attnlab run`'s sweep: our kernels compiled for its grid in GPU_JOBS processes at once
     (attnlab.warm), so the sweep, one process, loads them from Triton's cache instead of compiling each in turn.
     Session 17 on a fresh H200: the warm step 66-88 s; the sweep after it spent 30 s in first calls (FlexAttention's
     own compiles) where one without it spent 137 s more compiling ours. A case that fails here is only reported: the
@@ -128,9 +130,9 @@ def _warm(params) -> None:
     from attnlab import warm
 
     t0 = time.perf_counter()
-    lines = warm.warm(str(params), WARM_JOBS)
+    lines = warm.warm(str(params), GPU_JOBS)
     print(f"attnlab: our kernels compiled for the sweep in {time.perf_counter() - t0:.0f} s "
-          f"({WARM_JOBS} processes: python -m attnlab.warm)", flush=True)
+          f"({GPU_JOBS} processes: python -m attnlab.warm)", flush=True)
     for line in lines:
         if not re.fullmatch(r"warm part \d+/\d+: \d+ cases run, 0 failed", line.strip()):  # only news is said
             print(f"attnlab: warm: {line.strip()}", flush=True)
@@ -151,12 +153,13 @@ def main(argv=None) -> int:
     # run: the gate first; timings of a build that fails it would describe a wrong program
     import importlib
 
-    code = int(importlib.import_module("attnlab.gate").main([]) or 0)  # as _delegate loads it (tests replace it)
+    gpu = torch.cuda.get_device_name() if torch.cuda.is_available() else None
+    gate_args = ["--jobs", str(GPU_JOBS)] if gpu else []  # on a GPU the gate's time is compiling: share it out
+    code = int(importlib.import_module("attnlab.gate").main(gate_args) or 0)  # as _delegate loads it (tests replace it)
     if code:
         print("attnlab: the correctness gate failed; not sweeping (attnlab sweep runs the sweep anyway)",
               file=sys.stderr)
         return code
-    gpu = torch.cuda.get_device_name() if torch.cuda.is_available() else None
     params, why = params_for(gpu)
     print(f"attnlab: {why}", flush=True)
     if gpu:

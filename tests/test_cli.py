@@ -148,11 +148,12 @@ def test_run_gates_then_sweeps_the_params_for_this_device(monkeypatch, capsys):
 
 
 def test_run_on_a_gpu_compiles_our_kernels_in_parallel_before_the_sweep(monkeypatch, capsys):
-    """On a GPU the run warms Triton's cache (attnlab.warm) with the params it sweeps, after the gate and before
-    the sweep; a case that failed to warm is said, and the sweep still runs. Without a GPU nothing is warmed."""
+    """On a GPU the run's gate shares its shapes among GPU_JOBS processes, and the run warms Triton's cache
+    (attnlab.warm) with the params it sweeps, after the gate and before the sweep; a case that failed to warm is
+    said, and the sweep still runs. Without a GPU the gate runs in one process and nothing is warmed."""
     from attnlab import warm
 
-    fake_module(monkeypatch, "attnlab.gate")
+    gate = fake_module(monkeypatch, "attnlab.gate")
     order = []
 
     def fake_run(params, out_dir=None, progress=True):
@@ -170,7 +171,8 @@ def test_run_on_a_gpu_compiles_our_kernels_in_parallel_before_the_sweep(monkeypa
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
     monkeypatch.setattr(torch.cuda, "get_device_name", lambda *a: "NVIDIA H200")
     assert cli.main(["run"]) == 0
-    assert order == [("warm", "h200.yaml", cli.WARM_JOBS), ("sweep", "h200.yaml")]
+    assert gate == [["--jobs", str(cli.GPU_JOBS)]]  # the gate's compiles shared among processes too
+    assert order == [("warm", "h200.yaml", cli.GPU_JOBS), ("sweep", "h200.yaml")]
     out = capsys.readouterr().out
     assert "our kernels compiled for the sweep in" in out
     assert "attnlab: warm: warm part 1/4: 2 cases run, 1 failed" in out and "failed case-x: OutOfMemoryError" in out
@@ -178,9 +180,10 @@ def test_run_on_a_gpu_compiles_our_kernels_in_parallel_before_the_sweep(monkeypa
     assert "part 0/4" not in out  # a part that warmed everything is not repeated
 
     order.clear()
+    gate.clear()
     monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
     assert cli.main(["run"]) == 0
-    assert order == [("sweep", "cpu.yaml")]
+    assert order == [("sweep", "cpu.yaml")] and gate == [[]]
 
 
 @pytest.mark.parametrize("name, file", [(None, "cpu.yaml"), ("NVIDIA H200", "h200.yaml"),
