@@ -117,7 +117,8 @@ def _sweep(params, out, quiet: bool) -> tuple[int, str | None]:
 
 
 # Processes at once on a GPU machine for `attnlab run`'s gate (attnlab check --jobs) and warm step: most of both is
-# Triton compiling, one CPU core a process (h200.sh's gate at N = 512: 47 s in four against 135-179 s in one, session 7).
+# Triton compiling, one CPU core a process (h200.sh's gate at N = 512: 47 s in four against 135-179 s in one,
+# session 7).
 GPU_JOBS = 4
 
 
