@@ -8,6 +8,7 @@
 #   probe     one graph-timed case each of fused, flex, sdpa_cudnn, materialised (later steps skipped if it fails)
 #   warm      python -m attnlab.warm: our builds once on each of the sweep's shapes in four processes, so that the
 #             sweep after it compiles nothing (`attnlab run` does it on a GPU; session 17: 66-88 s)
+#   labrun    attnlab run (what `make run` runs after its install step: gate, warm, sweep, report), timed end to end
 #   sweep     attnlab sweep params/h200.yaml, timed (issue 3: the whole grid in ≤ 5 minutes; issue 4: attribution)
 #   selfcheck python -m attnlab.selfcheck (issue 3: harness vs an independent event timer within 3 %, twice within 2 %)
 #   gate      attnlab check at N = 512 (+ GQA, D = 80 and 256) for our builds and their ablations, bf16 and fp16
@@ -71,6 +72,13 @@ warm() {
   local start=$(date +%s)
   timeout ${WARM_TIMEOUT:-300} python3 -m attnlab.warm --params params/h200.yaml --jobs 4 > "$out/warm.log" 2>&1
   echo "warm rc=$? wall=$(( $(date +%s) - start )) s"; grep -a "^warm\|failed" "$out/warm.log" | head -12
+}
+labrun() {
+  # `attnlab run` as `make run` runs it (the device has no network for make's pip step): the gate in four processes,
+  # the warm step, the sweep of params/h200.yaml, its report; timed end to end (on a fresh machine: Next 3)
+  local start=$(date +%s)
+  timeout ${RUN_TIMEOUT:-590} python3 -m attnlab.cli run --out "$out/run" > "$out/run.log" 2>&1
+  echo "labrun rc=$? wall=$(( $(date +%s) - start )) s"; grep -a "^attnlab\|^gate:" "$out/run.log" | tail -8
 }
 sweep() {
   local start=$(date +%s)
