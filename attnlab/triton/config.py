@@ -60,19 +60,13 @@ class Tiles:
     # tile the mask hides, the rest too small to register, or a row hidden entirely) or NaN is flagged, and the
     # Triton kernel re-writes the flagged rows' blocks after it (PERFORMANCE.md v31; label suffix `f`).
     fixed_reference: bool = False
-    # Gluon qk_softmax kernel only, non-causal without a mask: persistent over units of qk_softmax_gluon.CHAIN
-    # consecutive row blocks of a head, each item's pass 2 run beside the next item's pass 1 over the same K tiles
-    # (count + 1 passes for count items instead of 2·count; PERFORMANCE.md v33; label suffix `n`). Causal, masked
-    # and no_softmax calls run the same tiles unchained (qk_softmax_gluon.as_run).
-    chained: bool = False
 
     def as_dict(self) -> dict:
         return asdict(self)
 
 
 # the fields only the Gluon kernels read
-GLUON_ONLY = ("gluon", "mask_tma", "q_registers", "persistent", "o_tma", "one_consumer", "fixed_reference",
-              "chained")
+GLUON_ONLY = ("gluon", "mask_tma", "q_registers", "persistent", "o_tma", "one_consumer", "fixed_reference")
 
 
 def interpreting() -> bool:

@@ -92,21 +92,11 @@ def _load_item(where, t0, it, q_desc, k_desc, q_smem, k_smem, bars, tma_mask, BL
 def _loader(q_desc, k_desc, q_smem, k_smem, bars, tma_mask, work, where, M, smb, smh, N, H, GROUP,
             BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, STAGES: gl.constexpr, CAUSAL: gl.constexpr,
             HEAVY_FIRST: gl.constexpr, NO_SOFTMAX: gl.constexpr, PERSISTENT: gl.constexpr, ROWS: gl.constexpr,
-            MASK_TMA: gl.constexpr, MASK_B: gl.constexpr, MASK_H: gl.constexpr, CHAINED: gl.constexpr,
-            QBUF: gl.constexpr, CHAIN: gl.constexpr):
-    """One warp: Q and K of this program's work items (one item unless persistent; CHAINED: its units, _load_unit)
-    by TMA, K into a ring of STAGES slots once per pass."""
+            MASK_TMA: gl.constexpr, MASK_B: gl.constexpr, MASK_H: gl.constexpr):
+    """One warp: Q and K of this program's work items (one item unless persistent) by TMA, K into a ring of STAGES
+    slots once per pass."""
     pid, nprog, total = work
-    if CHAINED:
-        t0 = 0
-        qn = 0
-        n_blocks = gl.cdiv(N, ROWS * BLOCK_M)
-        for u in range(pid, _units(total, n_blocks, CHAIN), nprog):
-            b, h, hk, start_m, n_tiles, count = _unit(u, n_blocks, M, smb, smh, N, H, GROUP, BLOCK_M, BLOCK_N, ROWS,
-                                                      CHAIN)
-            t0, qn = _load_unit(b, h, hk, start_m, n_tiles, count, t0, qn, q_desc, k_desc, q_smem, k_smem, bars,
-                                tma_mask, BLOCK_M, BLOCK_N, STAGES, ROWS, QBUF)
-    elif PERSISTENT:
+    if PERSISTENT:
         t0 = 0
         it = 0
         start, end, step = _items(pid, nprog, total, CAUSAL and HEAVY_FIRST)
@@ -373,178 +363,16 @@ def _item(where, t0, pbase, it, q_smem, k_smem, p_smem, p_desc, bars, smm, smn, 
 
 
 @gluon.jit
-def _units(total, n_blocks, CHAIN: gl.constexpr):
-    """Tiles.chained: the work units of a grid of `total` items (n_blocks row blocks a head): each head's row blocks
-    in runs of CHAIN (the last run of a head shorter where CHAIN does not divide n_blocks)."""
-    return (total // n_blocks) * gl.cdiv(n_blocks, CHAIN)
-
-
-@gluon.jit
-def _unit(u, n_blocks, M, smb, smh, N, H, GROUP, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, ROWS: gl.constexpr,
-          CHAIN: gl.constexpr):
-    """Where unit u lies: batch, head, k/v head and first row of its first item (fused_gluon._program), the key tiles
-    of an item, and its item count. Units run through a head before the next, as items do, so the programs at work
-    at once share a few heads' K in L2."""
-    runs = gl.cdiv(n_blocks, CHAIN)
-    first = (u % runs) * CHAIN
-    b, h, hk, start_m, n_tiles, m_head = _program((u // runs) * n_blocks + first, M, smb, smh, N, H, GROUP, BLOCK_M,
-                                                  BLOCK_N, False, False, ROWS, True)
-    return b, h, hk, start_m, n_tiles, gl.minimum(CHAIN, n_blocks - first)
-
-
-@gluon.jit
-def _q_view(q_smem, qn, WG: gl.constexpr, QBUF: gl.constexpr, BLOCK_M: gl.constexpr, D: gl.constexpr):
-    """Tiles.chained: this warpgroup's Q of the program's qn-th item (QBUF buffers a warpgroup, in turn)."""
-    return q_smem.index(WG * QBUF + qn % QBUF).reshape([BLOCK_M, D])
-
-
-@gluon.jit
-def _wait_q(q_bars, qn, WG: gl.constexpr, QBUF: gl.constexpr):
-    mbarrier.wait(q_bars.index(WG * QBUF + qn % QBUF), (qn // QBUF) & 1)
-
-
-@gluon.jit
-def _load_q(qn, q_desc, q_smem, q_bars, q_empty, b, h, start_m, BLOCK_M: gl.constexpr, ROWS: gl.constexpr,
-            QBUF: gl.constexpr):
-    """Tiles.chained: each warpgroup's Q of the program's qn-th item into its buffer qn % QBUF, once the warpgroup has
-    released the item that had it."""
-    for w in gl.static_range(ROWS):
-        slot = w * QBUF + qn % QBUF
-        mbarrier.wait(q_empty.index(slot), ((qn // QBUF) & 1) ^ 1)
-        mbarrier.expect(q_bars.index(slot), q_desc.block_type.nbytes)
-        tma.async_copy_global_to_shared(q_desc, [b, h, start_m + w * BLOCK_M, 0], q_bars.index(slot),
-                                        q_smem.index(slot))
-
-
-@gluon.jit
-def _load_unit(b, h, hk, start_m, n_tiles, count, t0, qn, q_desc, k_desc, q_smem, k_smem, bars, tma_mask,
-               BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, STAGES: gl.constexpr, ROWS: gl.constexpr,
-               QBUF: gl.constexpr):
-    """The loader's share of a unit of `count` items (_chain): K's tiles once a pass, count + 1 passes, and each
-    item's Q before the pass that first reads it (after that pass's first K tile, which can load while the Q buffer
-    is still in use). Returns the next unit's ring position and Q count."""
-    q_bars, q_empty, k_full, k_empty = bars
-    mask_desc, mask_smem = tma_mask
-    no_mask = (mask_desc, mask_smem, 0, 0, 0)
-    for i in range(count + 1):
-        _load_k(t0, 0, k_desc, k_smem, k_full, k_empty, b, hk, no_mask, BLOCK_N, STAGES, False)
-        if i < count:
-            _load_q(qn + i, q_desc, q_smem, q_bars, q_empty, b, h, start_m + i * ROWS * BLOCK_M, BLOCK_M, ROWS, QBUF)
-        for t in range(1, n_tiles):
-            _load_k(t0 + t, t, k_desc, k_smem, k_full, k_empty, b, hk, no_mask, BLOCK_N, STAGES, False)
-        t0 += n_tiles
-    return t0, qn + count
-
-
-@gluon.jit
-def _chained_pass(qa, qb, k_smem, k_full, k_empty, qa_free, base, n_tiles, zero_s, bias, m_b, l_b, p_desc, p_smem,
-                  slot0, pbase, b, h, rows_a, rows_b, offs_a, offs_b, mask_rows, mask_smem, cols, N, smn, qk_scale,
-                  mask_scale, D: gl.constexpr, BLOCK_N: gl.constexpr, STAGES: gl.constexpr, WG: gl.constexpr,
-                  ROWS: gl.constexpr):
-    """Tiles.chained: item a's pass 2 (its P, with its rows' bias) and item b's pass 1 (the running max m_b and sum
-    l_b) over the same key tiles, both QKᵀ of a tile from one K slot. The next tile's QKᵀ for a is on the tensor
-    cores while b's scores are worked on, and b's while a's P is computed and stored; the value carried round the
-    loop (a's matmul in flight) is issued only once a's previous scores are dead, so no copy of an in-flight
-    accumulator is needed (_pass). Q of a is released once its last QKᵀ is done."""
-    masks = (mask_rows, mask_smem, k_empty)
-    a_flight = _next_scores(qa, k_smem, k_full, base, zero_s, BLOCK_N, D, STAGES)
-    for j in range(n_tiles - 1):
-        t = base + j
-        s_a = warpgroup_mma_wait(num_outstanding=0, deps=[a_flight])
-        b_flight = warpgroup_mma(qb, k_smem.index(t % STAGES).reshape([BLOCK_N, D]).permute((1, 0)), zero_s,
-                                 use_acc=False, is_async=True)
-        _step(s_a, j, t, m_b, l_b, bias, p_desc, p_smem, slot0, pbase, b, h, rows_a, N, masks, offs_a, cols, N, smn,
-              qk_scale, mask_scale, True, BLOCK_N, STAGES, False, 0, False, False, WG, ROWS, False)
-        s_b = warpgroup_mma_wait(num_outstanding=0, deps=[b_flight])
-        mbarrier.arrive(k_empty.index(t % STAGES), count=1)
-        a_flight = _next_scores(qa, k_smem, k_full, t + 1, zero_s, BLOCK_N, D, STAGES)
-        m_b, l_b = _step(s_b, j, t, m_b, l_b, bias, p_desc, p_smem, slot0, pbase, b, h, rows_b, N, masks, offs_b, cols,
-                         N, smn, qk_scale, mask_scale, False, BLOCK_N, STAGES, False, 0, False, False, WG, ROWS, False)
-    j = n_tiles - 1
-    t = base + j
-    s_a = warpgroup_mma_wait(num_outstanding=0, deps=[a_flight])
-    mbarrier.arrive(qa_free, count=1)
-    b_flight = warpgroup_mma(qb, k_smem.index(t % STAGES).reshape([BLOCK_N, D]).permute((1, 0)), zero_s,
-                             use_acc=False, is_async=True)
-    _step(s_a, j, t, m_b, l_b, bias, p_desc, p_smem, slot0, pbase, b, h, rows_a, N, masks, offs_a, cols, N, smn,
-          qk_scale, mask_scale, True, BLOCK_N, STAGES, False, 0, False, False, WG, ROWS, False)
-    s_b = warpgroup_mma_wait(num_outstanding=0, deps=[b_flight])
-    mbarrier.arrive(k_empty.index(t % STAGES), count=1)
-    m_b, l_b = _step(s_b, j, t, m_b, l_b, bias, p_desc, p_smem, slot0, pbase, b, h, rows_b, N, masks, offs_b, cols,
-                     N, smn, qk_scale, mask_scale, False, BLOCK_N, STAGES, False, 0, False, False, WG, ROWS, False)
-    return m_b, l_b
-
-
-@gluon.jit
-def _chain(unit, t0, qn, pbase, q_smem, k_smem, p_smem, p_desc, bars, smm, smn, mask_smem, N, qk_scale, mask_scale,
-           WG: gl.constexpr, D: gl.constexpr, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, STAGES: gl.constexpr,
-           ROWS: gl.constexpr, QBUF: gl.constexpr):
-    """Tiles.chained (non-causal, no mask, v33): one warpgroup's rows of a unit's `count` items, consecutive row
-    blocks of one head, in count + 1 passes over its keys instead of 2·count: item 0's pass 1 alone, then item i's
-    pass 2 beside item i + 1's pass 1 (_chained_pass: the two read the same K tiles), then the last item's pass 2
-    alone. Returns the next unit's ring position, Q count and P tile count."""
-    q_bars, q_empty, k_full, k_empty = bars
-    b, h, hk, start_m, n_tiles, count = unit
-    s_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1],
-                                                       instr_shape=[16, BLOCK_N, 16])
-    row_s: gl.constexpr = gl.SliceLayout(1, s_layout)
-    step: gl.constexpr = ROWS * BLOCK_M
-    rows = start_m + WG * BLOCK_M
-    offs_m = rows + gl.arange(0, BLOCK_M, row_s)
-    cols = gl.arange(0, BLOCK_N, gl.SliceLayout(0, s_layout))
-    mask_rows = offs_m.to(gl.int64) * smm  # no mask: never read
-    zero_s = gl.zeros([BLOCK_M, BLOCK_N], gl.float32, s_layout)
-    slot0: gl.constexpr = WG * PBUF
-    _wait_q(q_bars, qn, WG, QBUF)
-    m_i = gl.full([BLOCK_M], -float("inf"), gl.float32, row_s)
-    l_i = gl.zeros([BLOCK_M], gl.float32, row_s)
-    m_i, l_i = _pass(_q_view(q_smem, qn, WG, QBUF, BLOCK_M, D), k_smem, k_full, k_empty, q_empty.index(0), t0,
-                     n_tiles, zero_s, m_i, l_i, m_i, p_desc, p_smem, slot0, pbase, b, h, rows, N, mask_rows,
-                     mask_smem, offs_m, cols, N, smn, qk_scale, mask_scale, False, False, D, BLOCK_N, STAGES, False,
-                     0, False, False, WG, ROWS, False)
-    t0 += n_tiles
-    for i in range(count - 1):
-        bias = _bias(m_i, l_i)
-        _wait_q(q_bars, qn + i + 1, WG, QBUF)
-        m_i, l_i = _chained_pass(_q_view(q_smem, qn + i, WG, QBUF, BLOCK_M, D),
-                                 _q_view(q_smem, qn + i + 1, WG, QBUF, BLOCK_M, D), k_smem, k_full, k_empty,
-                                 q_empty.index(WG * QBUF + (qn + i) % QBUF), t0, n_tiles, zero_s, bias,
-                                 gl.full([BLOCK_M], -float("inf"), gl.float32, row_s),
-                                 gl.zeros([BLOCK_M], gl.float32, row_s), p_desc, p_smem, slot0, pbase, b, h,
-                                 rows + i * step, rows + (i + 1) * step, offs_m + i * step, offs_m + (i + 1) * step,
-                                 mask_rows, mask_smem, cols, N, smn, qk_scale, mask_scale, D, BLOCK_N, STAGES, WG,
-                                 ROWS)
-        t0 += n_tiles
-        pbase += n_tiles
-    last = qn + count - 1
-    _pass(_q_view(q_smem, last, WG, QBUF, BLOCK_M, D), k_smem, k_full, k_empty,
-          q_empty.index(WG * QBUF + last % QBUF), t0, n_tiles, zero_s, m_i, l_i, _bias(m_i, l_i), p_desc, p_smem,
-          slot0, pbase, b, h, rows + (count - 1) * step, N, mask_rows, mask_smem, offs_m + (count - 1) * step, cols,
-          N, smn, qk_scale, mask_scale, True, True, D, BLOCK_N, STAGES, False, 0, False, False, WG, ROWS, False)
-    return t0 + n_tiles, qn + count, pbase + n_tiles
-
-
-@gluon.jit
 def _consumer(q_smem, k_smem, p_smem, p_desc, bars, mask, work, where, flags, N, H, GROUP, qk_scale, mask_scale,
               WG: gl.constexpr, D: gl.constexpr, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr,
               STAGES: gl.constexpr, CAUSAL: gl.constexpr, MASK_KIND: gl.constexpr, NO_SOFTMAX: gl.constexpr,
               HEAVY_FIRST: gl.constexpr, Q_REGISTERS: gl.constexpr, PERSISTENT: gl.constexpr, ROWS: gl.constexpr,
-              MASK_TMA: gl.constexpr, REF1: gl.constexpr, CHAINED: gl.constexpr, QBUF: gl.constexpr,
-              CHAIN: gl.constexpr):
-    """One warpgroup: its rows of each of this program's work items (one item unless persistent; CHAINED: its units,
-    _chain), then the wait for its last P stores."""
+              MASK_TMA: gl.constexpr, REF1: gl.constexpr):
+    """One warpgroup: its rows of each of this program's work items (one item unless persistent), then the wait for
+    its last P stores."""
     pid, nprog, total = work
     M, smb, smh, smm, smn, mask_smem = mask
-    if CHAINED:
-        t0 = 0
-        qn = 0
-        pbase = 0
-        n_blocks = gl.cdiv(N, ROWS * BLOCK_M)
-        for u in range(pid, _units(total, n_blocks, CHAIN), nprog):
-            unit = _unit(u, n_blocks, M, smb, smh, N, H, GROUP, BLOCK_M, BLOCK_N, ROWS, CHAIN)
-            t0, qn, pbase = _chain(unit, t0, qn, pbase, q_smem, k_smem, p_smem, p_desc, bars, smm, smn, mask_smem, N,
-                                   qk_scale, mask_scale, WG, D, BLOCK_M, BLOCK_N, STAGES, ROWS, QBUF)
-    elif PERSISTENT:
+    if PERSISTENT:
         t0 = 0
         pbase = 0
         it = 0
@@ -571,8 +399,7 @@ def qk_softmax_gluon_kernel(q_desc, k_desc, p_desc, M, smb, smh, smm, smn, mask_
                             num_warps: gl.constexpr, Q_REGISTERS: gl.constexpr = False,
                             ROWS: gl.constexpr = ROWS_PER_PROGRAM, PERSISTENT: gl.constexpr = False,
                             MASK_TMA: gl.constexpr = False, MASK_B: gl.constexpr = 0, MASK_H: gl.constexpr = 0,
-                            REF1: gl.constexpr = False, CHAINED: gl.constexpr = False, QBUF: gl.constexpr = 1,
-                            CHAIN: gl.constexpr = 1):
+                            REF1: gl.constexpr = False):
     """grid (total,) with total = cdiv(N, ROWS·BLOCK_M)·B·H work items, one a program (attnlab.triton.fused_gluon.
     _program); PERSISTENT: any smaller grid, each program taking items pid, pid + grid, … (causal with HEAVY_FIRST:
     in heavy/light pairs, fused_gluon._items). num_warps = 4; ROWS consumer warpgroups a program, 2, or 1
@@ -583,15 +410,14 @@ def qk_softmax_gluon_kernel(q_desc, k_desc, p_desc, M, smb, smh, smm, smn, mask_
     over the mask's (B or 1, H or 1, N, N) with a (1, 1, ROWS·BLOCK_M, BLOCK_N) box (MASK_B, MASK_H: 1 where the mask
     varies over batch, heads), into a ring of STAGES slots beside K's; else `mask_desc` is an unused placeholder.
     REF1: pass 1 against a fixed reference (Tiles.fixed_reference), each row's verdict into `flags` (B·H·N int8, 1 =
-    re-write; _flag_rows); else `flags` is an unused placeholder. CHAINED (Tiles.chained; non-causal, no mask, not
-    no_softmax or REF1): the grid persistent over units of CHAIN items (_chain), QBUF Q buffers a warpgroup."""
+    re-write; _flag_rows); else `flags` is an unused placeholder."""
     dtype: gl.constexpr = q_desc.dtype
     pid = gl.program_id(0)
     nprog = gl.num_programs(0)
     b, h, hk, start_m, n_tiles, m_head = _program(pid, M, smb, smh, N, H, GROUP, BLOCK_M, BLOCK_N, CAUSAL,
                                                   HEAVY_FIRST, ROWS)  # one item a program; persistent: its own
 
-    q_smem = gl.allocate_shared_memory(dtype, [ROWS * QBUF, 1, 1, BLOCK_M, D], q_desc.layout)
+    q_smem = gl.allocate_shared_memory(dtype, [ROWS, 1, 1, BLOCK_M, D], q_desc.layout)
     k_smem = gl.allocate_shared_memory(dtype, [STAGES, 1, 1, BLOCK_N, D], k_desc.layout)
     p_smem = gl.allocate_shared_memory(dtype, [ROWS * PBUF, 1, 1, BLOCK_M, BLOCK_N], p_desc.layout)
     if MASK_TMA:
@@ -599,11 +425,11 @@ def qk_softmax_gluon_kernel(q_desc, k_desc, p_desc, M, smb, smh, smm, smn, mask_
                                               mask_desc.layout)
     else:
         mask_smem = q_smem  # never read
-    q_bars = gl.allocate_shared_memory(gl.int64, [ROWS * QBUF, 1], mbarrier.MBarrierLayout())
-    q_empty = gl.allocate_shared_memory(gl.int64, [ROWS * QBUF, 1], mbarrier.MBarrierLayout())
+    q_bars = gl.allocate_shared_memory(gl.int64, [ROWS, 1], mbarrier.MBarrierLayout())
+    q_empty = gl.allocate_shared_memory(gl.int64, [ROWS, 1], mbarrier.MBarrierLayout())
     k_full = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
     k_empty = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
-    for i in gl.static_range(ROWS * QBUF):
+    for i in gl.static_range(ROWS):
         mbarrier.init(q_bars.index(i), count=1)
         mbarrier.init(q_empty.index(i), count=1)
     for i in gl.static_range(STAGES):
@@ -618,11 +444,11 @@ def qk_softmax_gluon_kernel(q_desc, k_desc, p_desc, M, smb, smh, smm, smn, mask_
                          (M, smb, smh, smm, smn, mask_smem),
                          (pid, nprog, total), (b, h, hk, start_m, n_tiles, m_head), flags, N, H, GROUP, qk_scale,
                          mask_scale, 0, D, BLOCK_M, BLOCK_N, STAGES, CAUSAL, MASK_KIND, NO_SOFTMAX, HEAVY_FIRST,
-                         Q_REGISTERS, PERSISTENT, ROWS, MASK_TMA, REF1, CHAINED, QBUF, CHAIN)),
+                         Q_REGISTERS, PERSISTENT, ROWS, MASK_TMA, REF1)),
             (_loader, (q_desc, k_desc, q_smem, k_smem, (q_bars, q_empty, k_full, k_empty), (mask_desc, mask_smem),
                        (pid, nprog, total), (b, h, hk, start_m, n_tiles, m_head), M, smb, smh, N, H, GROUP, BLOCK_M,
                        BLOCK_N, STAGES, CAUSAL, HEAVY_FIRST, NO_SOFTMAX, PERSISTENT, ROWS, MASK_TMA, MASK_B,
-                       MASK_H, CHAINED, QBUF, CHAIN)),
+                       MASK_H)),
         ], [1], [24])
     else:
         gl.warp_specialize([
@@ -630,16 +456,16 @@ def qk_softmax_gluon_kernel(q_desc, k_desc, p_desc, M, smb, smh, smm, smn, mask_
                          (M, smb, smh, smm, smn, mask_smem),
                          (pid, nprog, total), (b, h, hk, start_m, n_tiles, m_head), flags, N, H, GROUP, qk_scale,
                          mask_scale, 0, D, BLOCK_M, BLOCK_N, STAGES, CAUSAL, MASK_KIND, NO_SOFTMAX, HEAVY_FIRST,
-                         Q_REGISTERS, PERSISTENT, ROWS, MASK_TMA, REF1, CHAINED, QBUF, CHAIN)),
+                         Q_REGISTERS, PERSISTENT, ROWS, MASK_TMA, REF1)),
             (_consumer, (q_smem, k_smem, p_smem, p_desc, (q_bars, q_empty, k_full, k_empty),
                          (M, smb, smh, smm, smn, mask_smem),
                          (pid, nprog, total), (b, h, hk, start_m, n_tiles, m_head), flags, N, H, GROUP, qk_scale,
                          mask_scale, 1, D, BLOCK_M, BLOCK_N, STAGES, CAUSAL, MASK_KIND, NO_SOFTMAX, HEAVY_FIRST,
-                         Q_REGISTERS, PERSISTENT, ROWS, MASK_TMA, REF1, CHAINED, QBUF, CHAIN)),
+                         Q_REGISTERS, PERSISTENT, ROWS, MASK_TMA, REF1)),
             (_loader, (q_desc, k_desc, q_smem, k_smem, (q_bars, q_empty, k_full, k_empty), (mask_desc, mask_smem),
                        (pid, nprog, total), (b, h, hk, start_m, n_tiles, m_head), M, smb, smh, N, H, GROUP, BLOCK_M,
                        BLOCK_N, STAGES, CAUSAL, HEAVY_FIRST, NO_SOFTMAX, PERSISTENT, ROWS, MASK_TMA, MASK_B,
-                       MASK_H, CHAINED, QBUF, CHAIN)),
+                       MASK_H)),
         ], [4, 1], [CONSUMER_REGS, 24])
 
 
@@ -657,34 +483,7 @@ def mask_fits(tiles, stages: int, D: int, itemsize: int, mask_itemsize: int) -> 
     return tiles_bytes + stages * rows * BM * BN * mask_itemsize + SMEM_SPARE <= smem_limit(tiles)
 
 
-CHAIN = 4  # items a unit under Tiles.chained (v33): count + 1 passes for count items, and K read count + 1 times a
-# unit (the programs at work share a few heads' K in L2, as without chaining)
-
-
-def qbufs(tiles, D: int, itemsize: int) -> int:
-    """Q buffers a consumer warpgroup has under Tiles.chained: 3 where they fit beside the K ring and the P buffers
-    (the next item's Q then loads a whole pass before it is read), else 2 (it loads once the item two back has
-    released its buffer, at the end of the pass before the one that reads it); 1 unchained."""
-    if not tiles.chained:
-        return 1
-    rows = partitions(tiles)[0]
-    BM, BN = tiles.BLOCK_M, tiles.BLOCK_N
-    for q in (3, 2):
-        if (rows * q * BM * D + tiles.num_stages * BN * D + rows * PBUF.value * BM * BN) * itemsize + SMEM_SPARE <= (
-                smem_limit(tiles)):
-            return q
-    raise ValueError(f"tiles {tiles}: two Q buffers a consumer, {tiles.num_stages} K stages and the P buffers do not "
-                     f"fit in shared memory at D = {D}")
-
-
-def chains(tiles, causal: bool, masked: bool, no_softmax: bool) -> bool:
-    """Whether a call runs Tiles.chained as asked: only non-causal, without a mask, with a pass 1 of its own (not the
-    no_softmax ablation, not Tiles.fixed_reference) and Q from shared memory."""
-    return (tiles.chained and not (causal or masked or no_softmax or tiles.fixed_reference or tiles.q_registers)
-            and not tiles.one_consumer)
-
-
-def as_run(tiles, mask, D: int, itemsize: int, causal: bool = False, no_softmax: bool = False):
+def as_run(tiles, mask, D: int, itemsize: int):
     """The tiles a call runs with, given its (B, H, N, N) mask view (None: no mask; a meta tensor will do):
       * no mask: `tiles` as they are;
       * a mask the loader can bring by TMA (fused_gluon.tma_can_read: 1- or 2-byte elements, 16-byte-aligned rows):
@@ -692,11 +491,7 @@ def as_run(tiles, mask, D: int, itemsize: int, causal: bool = False, no_softmax:
         with two consumers, D = 128 and a 2-byte mask, 2 of the entry's 3 (v30);
       * any other mask, or no room even for 2 stages (one consumer at D = 128): the consumers load it, one item a
         program (Tiles.persistent then spills 0.5–1.8 KB a thread without a causal mask: the mask's pointer tile
-        stays live across the item loop, v28).
-    Tiles.chained stays only where `chains` says so (no mask, not causal, not no_softmax): other calls run the same
-    tiles unchained (one item a program unless Tiles.persistent), and the row records that."""
-    if tiles.chained and not chains(tiles, causal, mask is not None, no_softmax):
-        tiles = replace(tiles, chained=False)
+        stays live across the item loop, v28)."""
     if mask is None:
         return tiles
     if tma_can_read(mask):
@@ -719,8 +514,6 @@ def launch(q, k, p, mask, mask_strides, mask_kind, *, N, H, group, qk_scale, mas
     through the loader warp with K (v30), else by the consumers' loads. Tiles.fixed_reference (not under
     no_softmax, which has no pass 1): pass 1 against a fixed reference, each row's verdict into `flags` (B·H·N int8,
     the caller's: 1 where the row's P is wrong and must be re-written, attnlab.triton.launch.write_p)."""
-    if tiles.chained and not chains(tiles, causal, bool(mask_kind), no_softmax):
-        tiles = replace(tiles, chained=False)  # as as_run gives them, for callers that pass a candidate as it is
     ref1 = tiles.fixed_reference and not no_softmax
     if ref1 and (flags is None or flags.dtype != torch.int8 or flags.numel() != q.shape[0] * H * N):
         got = None if flags is None else (flags.dtype, flags.numel())
@@ -732,16 +525,13 @@ def launch(q, k, p, mask, mask_strides, mask_kind, *, N, H, group, qk_scale, mas
     q_desc = descriptor(q, BM)
     md = mask_descriptor(mask, rows * BM, BN) if mask_kind and tiles.mask_tma else None
     mask_desc, vary_b, vary_h = md if md else (q_desc, 0, 0)
-    n_blocks = triton.cdiv(N, rows * BM)
-    total = n_blocks * q.shape[0] * H
-    work = q.shape[0] * H * triton.cdiv(n_blocks, CHAIN) if tiles.chained else total  # units, or items
-    grid = (min(work, sm_count(q.device) * programs_per_sm(tiles)) if tiles.persistent or tiles.chained else work,)
+    total = triton.cdiv(N, rows * BM) * q.shape[0] * H
+    grid = (min(total, sm_count(q.device) * programs_per_sm(tiles)) if tiles.persistent else total,)
     qk_softmax_gluon_kernel[grid](q_desc, descriptor(k, BN), descriptor(p, BM, BN), mask, *mask_strides, mask_desc,
                                   flags if ref1 else p, N, H, group, total, qk_scale, mask_scale, D=q.shape[-1],
                                   BLOCK_M=BM, BLOCK_N=BN, STAGES=tiles.num_stages, CAUSAL=causal, MASK_KIND=mask_kind,
                                   NO_SOFTMAX=no_softmax,
                                   HEAVY_FIRST=tiles.heavy_first, CONSUMER_REGS=CONSUMER_REGS,
                                   Q_REGISTERS=tiles.q_registers, ROWS=rows, PERSISTENT=tiles.persistent,
-                                  MASK_TMA=md is not None, MASK_B=vary_b, MASK_H=vary_h, REF1=ref1,
-                                  CHAINED=tiles.chained, QBUF=qbufs(tiles, q.shape[-1], q.element_size()),
-                                  CHAIN=CHAIN if tiles.chained else 1, num_warps=4, maxnreg=maxnreg)
+                                  MASK_TMA=md is not None, MASK_B=vary_b, MASK_H=vary_h, REF1=ref1, num_warps=4,
+                                  maxnreg=maxnreg)
