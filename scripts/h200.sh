@@ -52,7 +52,9 @@
 set -u
 out=${OUT:-h200-out}
 mkdir -p "$out"
-export PYTHONPATH=$PWD PYTHONUNBUFFERED=1
+# the caller's PYTHONPATH kept after ours: wheels installed for the report (plotly) into a --target dir (session 18's
+# labrun lost its report to this line's old form, which replaced it)
+export PYTHONPATH=$PWD${PYTHONPATH:+:$PYTHONPATH} PYTHONUNBUFFERED=1
 OURS=materialised,qk_softmax,fused,fused-no_softmax,fused-no_pv,fused-zero_mask,qk_softmax-no_pv,materialised-no_pv,qk_softmax-zero_mask,qk_softmax-no_softmax
 nvidia-smi --query-gpu=name,clocks.sm,clocks.mem,power.draw,temperature.gpu,clocks_event_reasons.active --format=csv
 
