@@ -170,7 +170,10 @@ def run(kernels: list[str], dtype: torch.dtype, ns: list[int], out: str | None =
     from attnlab.measure import make_inputs, spin_up
     from attnlab.triton import config
 
-    plan = {"fused": "fused", "qk_softmax": "qk_softmax", "pv": "qk_softmax-no_softmax"}  # the build that runs it
+    # the build each kernel is timed in: pv in the qk_softmax build it serves (session 18; session 16 timed it under
+    # qk_softmax-no_softmax, whose P kernel is cheaper, and the build-level A/B of session 18's call 3 disagreed with
+    # that sweep at D = 64 and under a causal mask: PERFORMANCE.md, session 18)
+    plan = {"fused": "fused", "qk_softmax": "qk_softmax", "pv": "qk_softmax"}
     rows = []
     dev = torch.device("cuda")
     spin_up(dev, 1.0)
