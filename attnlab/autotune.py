@@ -158,6 +158,16 @@ def _short_entry(rows, winner, ms_by_n, now):
     return fast, score, round(math.sqrt(n * after))
 
 
+def rotated(cands: list, case: int) -> list:
+    """The candidates in the order case number `case` times them: the list turned by one place a case, so that no
+    candidate is always timed first or last. The card's clock drifts under its power cap while a case's candidates
+    run back to back; in a fixed order the last ones (the Gluon candidates, listed after the Triton ones) always ran
+    at the end of that drift (session 18: the same Gluon PV kernel 1–3 % ahead of the Triton one at D = 128 causal,
+    N ≥ 8192, in one call and 4–5 % behind it, timed last, in the next)."""
+    k = case % len(cands) if cands else 0
+    return cands[k:] + cands[:k]
+
+
 def run(kernels: list[str], dtype: torch.dtype, ns: list[int], out: str | None = None,
         only: list[Tiles] | None = None) -> list[dict]:
     """Time the candidates (or `only` these) of each kernel on the GPU; returns pick()'s entries. A failure is a
@@ -180,10 +190,10 @@ def run(kernels: list[str], dtype: torch.dtype, ns: list[int], out: str | None =
     for kernel in kernels:
         build = plan[kernel]
         cands = only if only is not None else candidates(kernel)
-        for D, causal, N in itertools.product((64, 128), (False, True), ns):
+        for case, (D, causal, N) in enumerate(itertools.product((64, 128), (False, True), ns)):
             q, k, v = make_inputs(_case(build, TOKENS // N, WIDTH // D, N, D, dtype, causal))
             first = len(rows)
-            for t in cands:
+            for t in rotated(cands, case):
                 if t.heavy_first and not causal:  # every block does the same work: the order cannot matter
                     continue
                 with config.forced(kernel, t):

@@ -122,6 +122,37 @@ def test_the_sweep_loop_records_failures_and_writes_every_candidate(tmp_path, mo
                               short=True, below=1024)
 
 
+def test_each_case_times_the_candidates_in_a_turned_order(tmp_path, monkeypatch):
+    """No candidate is always timed first or last (the card's clock drifts under its power cap within a case): case i
+    starts at candidate i mod len, every candidate is timed once a case, and over as many cases as candidates each
+    one holds each place once."""
+    import torch
+
+    from attnlab import measure
+    from attnlab.accuracy import Verdict
+
+    cands = [parse_tiles(x) for x in ("128x64w8s3", "64x64w4s3", "128x128w8s3")]
+    order = []
+
+    def time_case(build, q, k, v, causal):
+        order.append(config.tiles("fused", torch.device("cpu"), q.shape[-1], causal, q.dtype))
+        return dict(status="ok", ms=1.0, o=None)
+
+    monkeypatch.setattr(bench, "time_case", time_case)
+    monkeypatch.setattr(bench, "oracle_check", lambda name, o, *a: Verdict(0.0, 0.0, 1.0, True))
+    monkeypatch.setattr(measure, "spin_up", lambda *a: None)
+    monkeypatch.setattr(measure, "make_inputs", lambda case: [torch.zeros(1, 1, case.N, case.D)] * 3)
+    monkeypatch.setattr(torch.cuda, "empty_cache", lambda: None)
+    monkeypatch.setattr(config, "family", lambda dev: "sm90")
+    autotune.run(["fused"], torch.bfloat16, [512, 1024, 2048], str(tmp_path), only=cands)
+    cases = [order[i:i + 3] for i in range(0, len(order), 3)]
+    assert len(cases) == 2 * 2 * 3  # D × causal × N
+    assert all(sorted(map(str, c)) == sorted(map(str, cands)) for c in cases)
+    assert [c[0] for c in cases[:3]] == cands  # case i starts at candidate i mod 3
+    assert all({str(c[place]) for c in cases[:3]} == set(map(str, cands)) for place in range(3))
+    assert [autotune.rotated(cands, 4)[0], autotune.rotated([], 2)] == [cands[1], []]
+
+
 def test_the_table_entry_stays_unless_beaten_by_more_than_noise():
     """Scores within TIE of the best are noise: the incumbent (the table's entry now) stays; beaten by more, it goes.
     Under a Gluon winner the Triton entry follows the same rule with the table's Triton incumbent."""
