@@ -60,17 +60,13 @@ class Tiles:
     # tile the mask hides, the rest too small to register, or a row hidden entirely) or NaN is flagged, and the
     # Triton kernel re-writes the flagged rows' blocks after it (PERFORMANCE.md v31; label suffix `f`).
     fixed_reference: bool = False
-    # Gluon qk_softmax kernel only: two QKᵀ in flight a consumer while a tile is worked on, three accumulators in turn
-    # (PERFORMANCE.md v34; label suffix `d`). Meant for 64-wide key tiles, where three accumulators fit.
-    deep: bool = False
 
     def as_dict(self) -> dict:
         return asdict(self)
 
 
 # the fields only the Gluon kernels read
-GLUON_ONLY = ("gluon", "mask_tma", "q_registers", "persistent", "o_tma", "one_consumer", "fixed_reference",
-              "deep")
+GLUON_ONLY = ("gluon", "mask_tma", "q_registers", "persistent", "o_tma", "one_consumer", "fixed_reference")
 
 
 def interpreting() -> bool:

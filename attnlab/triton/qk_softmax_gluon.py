@@ -30,7 +30,7 @@ import triton
 from triton.experimental import gluon
 from triton.experimental.gluon import language as gl
 from triton.experimental.gluon.language.nvidia.hopper import (fence_async_shared, mbarrier, tma, warpgroup_mma,
-                                                              warpgroup_mma_init, warpgroup_mma_wait)
+                                                              warpgroup_mma_wait)
 
 from attnlab.triton.fused_gluon import (ROWS_PER_PROGRAM, SMEM_SPARE, _items, _mask_tile, _needs_masks, _program,
                                         _scores, _step_item, _tile, descriptor, mask_descriptor, partitions,
@@ -300,67 +300,11 @@ def _pass(q, k_smem, k_full, k_empty, q_free, base, n_tiles, zero_s, m_i, l_i, b
 
 
 @gluon.jit
-def _done_one_left(s_flight, s_next, k_empty, t, STAGES: gl.constexpr, MASK_TMA: gl.constexpr):
-    """Tiles.deep: wait for ring tile t's QKᵀ while the next one (s_next) stays in flight (wgmma groups complete in
-    order; both are the wait's dependencies, so the compiler keeps the one still in flight untouched), and hand its K
-    slot back as _scores_done does."""
-    s, s_next = warpgroup_mma_wait(num_outstanding=1, deps=[s_flight, s_next])
-    if not MASK_TMA:
-        mbarrier.arrive(k_empty.index(t % STAGES), count=1)
-    return s, warpgroup_mma_init(s_next)  # still in flight: the wait hands it back as a tensor
-
-
-@gluon.jit
-def _pass_deep(q, k_smem, k_full, k_empty, q_free, base, n_tiles, zero_s, m_i, l_i, bias, p_desc, p_smem, slot0,
-               pbase, b, h, rows, hi, mask_rows, mask_smem, offs_m, cols, N, smn, qk_scale, mask_scale,
-               WRITE: gl.constexpr, RELEASE_Q: gl.constexpr, D: gl.constexpr, BLOCK_N: gl.constexpr,
-               STAGES: gl.constexpr, CAUSAL: gl.constexpr, MASK_KIND: gl.constexpr, NO_SOFTMAX: gl.constexpr,
-               MASK_TMA: gl.constexpr, WG: gl.constexpr, ROWS: gl.constexpr, REF1: gl.constexpr):
-    """_pass with two QKᵀ in flight while a tile is worked on (Tiles.deep, v34), four tiles a step: the step issues
-    tiles j and j + 1, then works on each tile while the next two are on the tensor cores, and ends with none in
-    flight. Nothing in flight crosses the loop's back edge: a matmul carried in flight round a loop with a
-    `wait_group 1` in it made ptxas serialise every matmul (C7514), where one waited for within the step did not (the
-    other consumer's matmuls fill the step's first wait). The last n_tiles % 4 tiles go one at a time."""
-    masks = (mask_rows, mask_smem, k_empty)
-    for i in range(n_tiles // 4):
-        j = 4 * i
-        fa = _next_scores(q, k_smem, k_full, base + j, zero_s, BLOCK_N, D, STAGES)
-        fb = _next_scores(q, k_smem, k_full, base + j + 1, zero_s, BLOCK_N, D, STAGES)
-        sa, fb = _done_one_left(fa, fb, k_empty, base + j, STAGES, MASK_TMA)
-        fc = _next_scores(q, k_smem, k_full, base + j + 2, zero_s, BLOCK_N, D, STAGES)
-        m_i, l_i = _step(sa, j, base + j, m_i, l_i, bias, p_desc, p_smem, slot0, pbase, b, h, rows, hi, masks,
-                         offs_m, cols, N, smn, qk_scale, mask_scale, WRITE, BLOCK_N, STAGES, CAUSAL, MASK_KIND,
-                         NO_SOFTMAX, MASK_TMA, WG, ROWS, REF1)
-        sb, fc = _done_one_left(fb, fc, k_empty, base + j + 1, STAGES, MASK_TMA)
-        fd = _next_scores(q, k_smem, k_full, base + j + 3, zero_s, BLOCK_N, D, STAGES)
-        m_i, l_i = _step(sb, j + 1, base + j + 1, m_i, l_i, bias, p_desc, p_smem, slot0, pbase, b, h, rows, hi,
-                         masks, offs_m, cols, N, smn, qk_scale, mask_scale, WRITE, BLOCK_N, STAGES, CAUSAL, MASK_KIND,
-                         NO_SOFTMAX, MASK_TMA, WG, ROWS, REF1)
-        sc, fd = _done_one_left(fc, fd, k_empty, base + j + 2, STAGES, MASK_TMA)
-        m_i, l_i = _step(sc, j + 2, base + j + 2, m_i, l_i, bias, p_desc, p_smem, slot0, pbase, b, h, rows, hi,
-                         masks, offs_m, cols, N, smn, qk_scale, mask_scale, WRITE, BLOCK_N, STAGES, CAUSAL, MASK_KIND,
-                         NO_SOFTMAX, MASK_TMA, WG, ROWS, REF1)
-        sd = _scores_done(fd, k_empty, base + j + 3, STAGES, MASK_TMA)
-        m_i, l_i = _step(sd, j + 3, base + j + 3, m_i, l_i, bias, p_desc, p_smem, slot0, pbase, b, h, rows, hi,
-                         masks, offs_m, cols, N, smn, qk_scale, mask_scale, WRITE, BLOCK_N, STAGES, CAUSAL, MASK_KIND,
-                         NO_SOFTMAX, MASK_TMA, WG, ROWS, REF1)
-    for j in range(4 * (n_tiles // 4), n_tiles):
-        s = _scores_done(_next_scores(q, k_smem, k_full, base + j, zero_s, BLOCK_N, D, STAGES), k_empty, base + j,
-                         STAGES, MASK_TMA)
-        m_i, l_i = _step(s, j, base + j, m_i, l_i, bias, p_desc, p_smem, slot0, pbase, b, h, rows, hi, masks,
-                         offs_m, cols, N, smn, qk_scale, mask_scale, WRITE, BLOCK_N, STAGES, CAUSAL, MASK_KIND,
-                         NO_SOFTMAX, MASK_TMA, WG, ROWS, REF1)
-    if RELEASE_Q:
-        mbarrier.arrive(q_free, count=1)
-    return m_i, l_i
-
-
-@gluon.jit
 def _item(where, t0, pbase, it, q_smem, k_smem, p_smem, p_desc, bars, smm, smn, mask_smem, flagging, N, qk_scale,
           mask_scale, WG: gl.constexpr, D: gl.constexpr, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr,
           STAGES: gl.constexpr, CAUSAL: gl.constexpr, MASK_KIND: gl.constexpr, NO_SOFTMAX: gl.constexpr,
           Q_REGISTERS: gl.constexpr, PERSISTENT: gl.constexpr, MASK_TMA: gl.constexpr, ROWS: gl.constexpr,
-          REF1: gl.constexpr, DEEP: gl.constexpr):
+          REF1: gl.constexpr):
     """One warpgroup's rows of a work item (`where`: _program's answer; this program's it-th item, its key tiles at
     ring positions t0 on, pbase P tiles written before it): zero tiles (causal), pass 1 (max and sum; REF1: the
     sum against a fixed reference, then the rows it leaves wrong flagged in `flagging`'s flags, B·H·N bytes, whose
@@ -400,16 +344,10 @@ def _item(where, t0, pbase, it, q_smem, k_smem, p_smem, p_desc, bars, smm, smn, 
     l_i = gl.zeros([BLOCK_M], gl.float32, row_s)
     base = t0
     if not NO_SOFTMAX:  # pass 1: the row max and sum
-        if DEEP:
-            m_i, l_i = _pass_deep(q, k_smem, k_full, k_empty, q_empty.index(WG), base, n_tiles, zero_s, m_i, l_i,
-                                  m_i, p_desc, p_smem, slot0, pbase, b, h, rows, hi, mask_rows, mask_smem, offs_m,
-                                  cols, N, smn, qk_scale, mask_scale, False, False, D, BLOCK_N, STAGES, CAUSAL,
-                                  MASK_KIND, NO_SOFTMAX, MASK_TMA, WG, ROWS, REF1)
-        else:
-            m_i, l_i = _pass(q, k_smem, k_full, k_empty, q_empty.index(WG), base, n_tiles, zero_s, m_i, l_i, m_i,
-                             p_desc, p_smem, slot0, pbase, b, h, rows, hi, mask_rows, mask_smem, offs_m, cols, N,
-                             smn, qk_scale, mask_scale, False, False, D, BLOCK_N, STAGES, CAUSAL, MASK_KIND,
-                             NO_SOFTMAX, MASK_TMA, WG, ROWS, REF1)
+        m_i, l_i = _pass(q, k_smem, k_full, k_empty, q_empty.index(WG), base, n_tiles, zero_s, m_i, l_i, m_i,
+                         p_desc, p_smem, slot0, pbase, b, h, rows, hi, mask_rows, mask_smem, offs_m, cols, N, smn,
+                         qk_scale, mask_scale, False, False, D, BLOCK_N, STAGES, CAUSAL, MASK_KIND, NO_SOFTMAX,
+                         MASK_TMA, WG, ROWS, REF1)
         base = t0 + n_tiles
         if REF1:
             flags, H = flagging
@@ -417,16 +355,10 @@ def _item(where, t0, pbase, it, q_smem, k_smem, p_smem, p_desc, bars, smm, smn, 
     bias = _bias(m_i, l_i)
     if CAUSAL:
         tma.store_wait(pendings=0)  # the zero buffer is P buffer 0, written again below
-    if DEEP:
-        _pass_deep(q, k_smem, k_full, k_empty, q_empty.index(WG), base, n_tiles, zero_s, m_i, l_i, bias, p_desc, p_smem,
-                   slot0, pbase, b, h, rows, hi, mask_rows, mask_smem, offs_m, cols, N, smn, qk_scale, mask_scale, True,
-                   PERSISTENT and not Q_REGISTERS, D, BLOCK_N, STAGES, CAUSAL, MASK_KIND, NO_SOFTMAX, MASK_TMA, WG, ROWS,
-                   False)
-    else:
-        _pass(q, k_smem, k_full, k_empty, q_empty.index(WG), base, n_tiles, zero_s, m_i, l_i, bias, p_desc, p_smem,
-              slot0, pbase, b, h, rows, hi, mask_rows, mask_smem, offs_m, cols, N, smn, qk_scale, mask_scale, True,
-              PERSISTENT and not Q_REGISTERS, D, BLOCK_N, STAGES, CAUSAL, MASK_KIND, NO_SOFTMAX, MASK_TMA, WG, ROWS,
-              False)
+    _pass(q, k_smem, k_full, k_empty, q_empty.index(WG), base, n_tiles, zero_s, m_i, l_i, bias, p_desc, p_smem,
+          slot0, pbase, b, h, rows, hi, mask_rows, mask_smem, offs_m, cols, N, smn, qk_scale, mask_scale, True,
+          PERSISTENT and not Q_REGISTERS, D, BLOCK_N, STAGES, CAUSAL, MASK_KIND, NO_SOFTMAX, MASK_TMA, WG, ROWS,
+          False)
     return base + n_tiles, pbase + n_tiles
 
 
@@ -435,7 +367,7 @@ def _consumer(q_smem, k_smem, p_smem, p_desc, bars, mask, work, where, flags, N,
               WG: gl.constexpr, D: gl.constexpr, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr,
               STAGES: gl.constexpr, CAUSAL: gl.constexpr, MASK_KIND: gl.constexpr, NO_SOFTMAX: gl.constexpr,
               HEAVY_FIRST: gl.constexpr, Q_REGISTERS: gl.constexpr, PERSISTENT: gl.constexpr, ROWS: gl.constexpr,
-              MASK_TMA: gl.constexpr, REF1: gl.constexpr, DEEP: gl.constexpr):
+              MASK_TMA: gl.constexpr, REF1: gl.constexpr):
     """One warpgroup: its rows of each of this program's work items (one item unless persistent), then the wait for
     its last P stores."""
     pid, nprog, total = work
@@ -449,12 +381,12 @@ def _consumer(q_smem, k_smem, p_smem, p_desc, bars, mask, work, where, flags, N,
             where = _step_item(x, work, M, smb, smh, N, H, GROUP, BLOCK_M, BLOCK_N, CAUSAL, HEAVY_FIRST, ROWS)
             t0, pbase = _item(where, t0, pbase, it, q_smem, k_smem, p_smem, p_desc, bars, smm, smn, mask_smem,
                               (flags, H), N, qk_scale, mask_scale, WG, D, BLOCK_M, BLOCK_N, STAGES, CAUSAL,
-                              MASK_KIND, NO_SOFTMAX, Q_REGISTERS, True, MASK_TMA, ROWS, REF1, DEEP)
+                              MASK_KIND, NO_SOFTMAX, Q_REGISTERS, True, MASK_TMA, ROWS, REF1)
             it += 1
     else:
         _item(where, 0, 0, 0, q_smem, k_smem, p_smem, p_desc, bars, smm, smn, mask_smem, (flags, H), N, qk_scale,
               mask_scale, WG, D, BLOCK_M, BLOCK_N, STAGES, CAUSAL, MASK_KIND, NO_SOFTMAX, Q_REGISTERS, False,
-              MASK_TMA, ROWS, REF1, DEEP)
+              MASK_TMA, ROWS, REF1)
     tma.store_wait(pendings=0)
 
 
@@ -467,7 +399,7 @@ def qk_softmax_gluon_kernel(q_desc, k_desc, p_desc, M, smb, smh, smm, smn, mask_
                             num_warps: gl.constexpr, Q_REGISTERS: gl.constexpr = False,
                             ROWS: gl.constexpr = ROWS_PER_PROGRAM, PERSISTENT: gl.constexpr = False,
                             MASK_TMA: gl.constexpr = False, MASK_B: gl.constexpr = 0, MASK_H: gl.constexpr = 0,
-                            REF1: gl.constexpr = False, DEEP: gl.constexpr = False):
+                            REF1: gl.constexpr = False):
     """grid (total,) with total = cdiv(N, ROWS·BLOCK_M)·B·H work items, one a program (attnlab.triton.fused_gluon.
     _program); PERSISTENT: any smaller grid, each program taking items pid, pid + grid, … (causal with HEAVY_FIRST:
     in heavy/light pairs, fused_gluon._items). num_warps = 4; ROWS consumer warpgroups a program, 2, or 1
@@ -478,8 +410,7 @@ def qk_softmax_gluon_kernel(q_desc, k_desc, p_desc, M, smb, smh, smm, smn, mask_
     over the mask's (B or 1, H or 1, N, N) with a (1, 1, ROWS·BLOCK_M, BLOCK_N) box (MASK_B, MASK_H: 1 where the mask
     varies over batch, heads), into a ring of STAGES slots beside K's; else `mask_desc` is an unused placeholder.
     REF1: pass 1 against a fixed reference (Tiles.fixed_reference), each row's verdict into `flags` (B·H·N int8, 1 =
-    re-write; _flag_rows); else `flags` is an unused placeholder. DEEP: two QKᵀ in flight a consumer (Tiles.deep,
-    _pass_deep)."""
+    re-write; _flag_rows); else `flags` is an unused placeholder."""
     dtype: gl.constexpr = q_desc.dtype
     pid = gl.program_id(0)
     nprog = gl.num_programs(0)
@@ -513,7 +444,7 @@ def qk_softmax_gluon_kernel(q_desc, k_desc, p_desc, M, smb, smh, smm, smn, mask_
                          (M, smb, smh, smm, smn, mask_smem),
                          (pid, nprog, total), (b, h, hk, start_m, n_tiles, m_head), flags, N, H, GROUP, qk_scale,
                          mask_scale, 0, D, BLOCK_M, BLOCK_N, STAGES, CAUSAL, MASK_KIND, NO_SOFTMAX, HEAVY_FIRST,
-                         Q_REGISTERS, PERSISTENT, ROWS, MASK_TMA, REF1, DEEP)),
+                         Q_REGISTERS, PERSISTENT, ROWS, MASK_TMA, REF1)),
             (_loader, (q_desc, k_desc, q_smem, k_smem, (q_bars, q_empty, k_full, k_empty), (mask_desc, mask_smem),
                        (pid, nprog, total), (b, h, hk, start_m, n_tiles, m_head), M, smb, smh, N, H, GROUP, BLOCK_M,
                        BLOCK_N, STAGES, CAUSAL, HEAVY_FIRST, NO_SOFTMAX, PERSISTENT, ROWS, MASK_TMA, MASK_B,
@@ -525,12 +456,12 @@ def qk_softmax_gluon_kernel(q_desc, k_desc, p_desc, M, smb, smh, smm, smn, mask_
                          (M, smb, smh, smm, smn, mask_smem),
                          (pid, nprog, total), (b, h, hk, start_m, n_tiles, m_head), flags, N, H, GROUP, qk_scale,
                          mask_scale, 0, D, BLOCK_M, BLOCK_N, STAGES, CAUSAL, MASK_KIND, NO_SOFTMAX, HEAVY_FIRST,
-                         Q_REGISTERS, PERSISTENT, ROWS, MASK_TMA, REF1, DEEP)),
+                         Q_REGISTERS, PERSISTENT, ROWS, MASK_TMA, REF1)),
             (_consumer, (q_smem, k_smem, p_smem, p_desc, (q_bars, q_empty, k_full, k_empty),
                          (M, smb, smh, smm, smn, mask_smem),
                          (pid, nprog, total), (b, h, hk, start_m, n_tiles, m_head), flags, N, H, GROUP, qk_scale,
                          mask_scale, 1, D, BLOCK_M, BLOCK_N, STAGES, CAUSAL, MASK_KIND, NO_SOFTMAX, HEAVY_FIRST,
-                         Q_REGISTERS, PERSISTENT, ROWS, MASK_TMA, REF1, DEEP)),
+                         Q_REGISTERS, PERSISTENT, ROWS, MASK_TMA, REF1)),
             (_loader, (q_desc, k_desc, q_smem, k_smem, (q_bars, q_empty, k_full, k_empty), (mask_desc, mask_smem),
                        (pid, nprog, total), (b, h, hk, start_m, n_tiles, m_head), M, smb, smh, N, H, GROUP, BLOCK_M,
                        BLOCK_N, STAGES, CAUSAL, HEAVY_FIRST, NO_SOFTMAX, PERSISTENT, ROWS, MASK_TMA, MASK_B,
@@ -602,5 +533,5 @@ def launch(q, k, p, mask, mask_strides, mask_kind, *, N, H, group, qk_scale, mas
                                   NO_SOFTMAX=no_softmax,
                                   HEAVY_FIRST=tiles.heavy_first, CONSUMER_REGS=CONSUMER_REGS,
                                   Q_REGISTERS=tiles.q_registers, ROWS=rows, PERSISTENT=tiles.persistent,
-                                  MASK_TMA=md is not None, MASK_B=vary_b, MASK_H=vary_h, REF1=ref1,
-                                  DEEP=tiles.deep, num_warps=4, maxnreg=maxnreg)
+                                  MASK_TMA=md is not None, MASK_B=vary_b, MASK_H=vary_h, REF1=ref1, num_warps=4,
+                                  maxnreg=maxnreg)

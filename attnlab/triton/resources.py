@@ -152,7 +152,7 @@ def _gluon_info(kernel: str, D: int, causal: bool, tiles: config.Tiles, mask_kin
         if m is not None and tiles.mask_tma:
             md = fused_gluon.mask_descriptor(m, fused_gluon.partitions(tiles)[0] * tiles.BLOCK_M, tiles.BLOCK_N)
         sig["mask_desc"] = mangle_type(md[0]) if md else sig["q_desc"]
-        values.update(MASK_TMA=md is not None, MASK_B=0, MASK_H=0, REF1=tiles.fixed_reference, DEEP=tiles.deep)
+        values.update(MASK_TMA=md is not None, MASK_B=0, MASK_H=0, REF1=tiles.fixed_reference)
         sig["flags"] = "*i8" if tiles.fixed_reference else f"*{dtype}"  # else the placeholder the launcher passes: P
         floats = ("qk_scale", "mask_scale")
     else:
@@ -222,8 +222,7 @@ LABEL_FLAGS = (("h", "heavy_first", "heavy-first"), ("p", "paired", "paired rows
                ("r", "q_registers", "Q in registers"), ("c", "persistent", "one program an SM"),
                ("o", "o_tma", "O by TMA from its own tiles"),
                ("u", "one_consumer", "one consumer a program"),
-               ("f", "fixed_reference", "pass 1 against a fixed reference"),
-               ("d", "deep", "two QKᵀ in flight a consumer"))
+               ("f", "fixed_reference", "pass 1 against a fixed reference"))
 
 
 def label(t: config.Tiles) -> str:
