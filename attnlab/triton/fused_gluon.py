@@ -412,12 +412,13 @@ def _item_at(x, pid, nprog, PAIRS: gl.constexpr):
 
 @gluon.jit
 def _step_item(x, work, M, smb, smh, N, H, GROUP, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, CAUSAL: gl.constexpr,
-               HEAVY_FIRST: gl.constexpr, ROWS: gl.constexpr):
-    """Where step x of a persistent program's loop (_items' range) lies: _program of its work item, taken in pairs
-    under a causal mask with HEAVY_FIRST (the loader and every consumer walk the same items)."""
+               HEAVY_FIRST: gl.constexpr, ROWS: gl.constexpr, PERSISTENT: gl.constexpr = True):
+    """Where step x of a program's loop over _items' range lies: _program of its work item, taken in pairs under a
+    causal mask with HEAVY_FIRST when PERSISTENT (the loader and every consumer walk the same items). Not PERSISTENT
+    (the PV kernel's one item a program): x is the program's item itself."""
     pid, nprog, total = work
-    return _program(_item_at(x, pid, nprog, CAUSAL and HEAVY_FIRST), M, smb, smh, N, H, GROUP, BLOCK_M, BLOCK_N,
-                    CAUSAL, HEAVY_FIRST, ROWS, True)
+    return _program(_item_at(x, pid, nprog, CAUSAL and HEAVY_FIRST and PERSISTENT), M, smb, smh, N, H, GROUP, BLOCK_M,
+                    BLOCK_N, CAUSAL, HEAVY_FIRST, ROWS, PERSISTENT)
 
 
 @gluon.jit

@@ -23,7 +23,7 @@ from triton.experimental import gluon
 from triton.experimental.gluon import language as gl
 from triton.experimental.gluon.language.nvidia.hopper import mbarrier, tma, warpgroup_mma, warpgroup_mma_wait
 
-from attnlab.triton.fused_gluon import (CONSUMER_REGS, _item_at, _items, _program, descriptor, partitions, programs_per_sm,
+from attnlab.triton.fused_gluon import (CONSUMER_REGS, _items, _step_item, descriptor, partitions, programs_per_sm,
                                         sm_count, tma_ready)
 
 
@@ -31,19 +31,6 @@ def takes(N: int) -> bool:
     """Whether this kernel reads P at sequence length N (for a dtype and D it compiles for: fused_gluon.check_case):
     TMA reads P's rows only when they are 16-byte aligned, N % 8 == 0 for 16-bit P."""
     return N % 8 == 0
-
-
-@gluon.jit
-def _where(x, work, o_ptr, N, H, GROUP, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, CAUSAL: gl.constexpr,
-           HEAVY_FIRST: gl.constexpr, ROWS: gl.constexpr, PERSISTENT: gl.constexpr):
-    """(b, h, hk, start_m, n_tiles) of step x of a program's loop over _items' range: fused_gluon._program's order
-    (persistent and causal with heavy_first: heavy/light pairs, v24). Its mask head is unused here (no mask: O's
-    pointer stands in for M)."""
-    pid, nprog, total = work
-    b, h, hk, start_m, n_tiles, unused = _program(_item_at(x, pid, nprog, CAUSAL and HEAVY_FIRST and PERSISTENT),
-                                                  o_ptr, 0, 0, N, H, GROUP, BLOCK_M, BLOCK_N, CAUSAL, HEAVY_FIRST,
-                                                  ROWS, PERSISTENT)
-    return b, h, hk, start_m, n_tiles
 
 
 @gluon.jit
@@ -57,8 +44,9 @@ def _loader(p_desc, v_desc, p_smem, v_smem, full, empty, work, o_ptr, N, H, GROU
     start, end, step = _items(pid, nprog, total, CAUSAL and HEAVY_FIRST and PERSISTENT)
     r = 0
     for x in range(start, end, step):
-        b, h, hk, start_m, n_tiles = _where(x, work, o_ptr, N, H, GROUP, BLOCK_M, BLOCK_N, CAUSAL, HEAVY_FIRST, ROWS,
-                                            PERSISTENT)
+        # no mask: O's pointer stands in for _program's M, and the mask head it returns is unused
+        b, h, hk, start_m, n_tiles, unused = _step_item(x, work, o_ptr, 0, 0, N, H, GROUP, BLOCK_M, BLOCK_N, CAUSAL,
+                                                        HEAVY_FIRST, ROWS, PERSISTENT)
         for j in range(n_tiles):
             st = r % STAGES
             mbarrier.wait(empty.index(st), ((r // STAGES) & 1) ^ 1)  # a fresh barrier passes the phase before 0
@@ -87,8 +75,9 @@ def _consumer(p_smem, v_smem, full, empty, work, o_ptr, sob, soh, son, N, H, GRO
     start, end, step = _items(pid, nprog, total, CAUSAL and HEAVY_FIRST and PERSISTENT)
     r = 0
     for x in range(start, end, step):
-        b, h, hk, start_m, n_tiles = _where(x, work, o_ptr, N, H, GROUP, BLOCK_M, BLOCK_N, CAUSAL, HEAVY_FIRST, ROWS,
-                                            PERSISTENT)
+        # no mask: O's pointer stands in for _program's M, and the mask head it returns is unused
+        b, h, hk, start_m, n_tiles, unused = _step_item(x, work, o_ptr, 0, 0, N, H, GROUP, BLOCK_M, BLOCK_N, CAUSAL,
+                                                        HEAVY_FIRST, ROWS, PERSISTENT)
         if NO_PV:  # ablation: O = Σ_n P[:, n]·n/N (attnlab.triton.tiles.no_pv_step), P tiles read from shared memory
             part = gl.zeros([BLOCK_M, BLOCK_N], gl.float32, s_layout)
             cols = gl.arange(0, BLOCK_N, gl.SliceLayout(0, s_layout))
