@@ -217,27 +217,33 @@ pvbench() {
     --tiles "${PV_TILES:-64x128w4s3hg,64x128w4s2hg,64x128w4s2hgu}" ${PV_ARGS:-} > "$out/pvbench.log" 2>&1
   echo "pvbench rc=$?"; grep -a "^time\|^ceil\|Error" "$out/pvbench.log" | tail -150
 }
-pvgate() {
-  python3 - "${PV_TILES:-64x128w4s3hg}" > "$out/pv_tiles.json" <<'PY'
+pv_override() {
+  # an autotune-style tiles file (attnlab.triton.config.load_overrides) on stdout: every 16-bit D = 64 and 128 PV
+  # entry set to the tiles of label $1, or with $1 = triton to each key's Triton table entry
+  python3 - "$1" <<'PY'
 import json, sys
+from attnlab.triton import config
 from attnlab.triton.resources import parse_tiles
-t = parse_tiles(sys.argv[1].split(",")[0])
-print(json.dumps([dict(kernel="pv", family="sm90", D=f"={d}", causal=c, itemsize=2, tiles=t.as_dict())
+
+def tiles(d, c):
+    if sys.argv[1] == "triton":
+        return config.lookup("pv", "sm90", d, c, 2, gluon=False)
+    return parse_tiles(sys.argv[1])
+
+print(json.dumps([dict(kernel="pv", family="sm90", D=f"={d}", causal=c, itemsize=2, tiles=tiles(d, c).as_dict())
                   for d in (64, 128) for c in (False, True)]))
 PY
+}
+pvgate() {
+  local labels=${PV_TILES:-64x128w4s3hg}
+  pv_override "${labels%%,*}" > "$out/pv_tiles.json"
   timeout 300 python3 -m attnlab.cli check --ns 512,1000 --dtypes bfloat16,float16 --tiles "$out/pv_tiles.json" \
     --builds materialised,qk_softmax,qk_softmax-no_pv,materialised-no_pv --jobs 4 --out "$out/pvgate.csv" \
     > "$out/pvgate.log" 2>&1
   echo "pvgate rc=$?"; tail -12 "$out/pvgate.log"
 }
 pvab() {
-  python3 - > "$out/pv_triton.json" <<'PY'
-import json
-from attnlab.triton import config
-print(json.dumps([dict(kernel="pv", family="sm90", D=f"={d}", causal=c, itemsize=2,
-                       tiles=config.lookup("pv", "sm90", d, c, 2, gluon=False).as_dict())
-                  for d in (64, 128) for c in (False, True)]))
-PY
+  pv_override triton > "$out/pv_triton.json"
   local run args="--quick --builds qk_softmax,materialised --dtypes bfloat16 --repeats 3 --ns ${PVAB_NS:-1024,4096,16384}"
   local tiles
   for run in ${PVAB_RUNS:-table triton table2}; do
