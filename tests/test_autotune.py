@@ -84,14 +84,27 @@ def test_bad_autotune_arguments_get_one_clear_error(capsys, monkeypatch):
         autotune.candidates("scores")
 
 
+def _gpu_stand_ins(monkeypatch, time_case, accurate):
+    """autotune.run's GPU parts stood in for: bench.time_case by `time_case`, the oracle check by `accurate(o)` on the
+    timed call's output, inputs as zeros, no spin-up, an sm90 family."""
+    import torch
+
+    from attnlab import measure
+    from attnlab.accuracy import Verdict
+
+    monkeypatch.setattr(bench, "time_case", time_case)
+    monkeypatch.setattr(bench, "oracle_check", lambda name, o, *a: Verdict(0.0, 0.0, 1.0, accurate(o)))
+    monkeypatch.setattr(measure, "spin_up", lambda *a: None)
+    monkeypatch.setattr(measure, "make_inputs", lambda case: [torch.zeros(1, 1, case.N, case.D)] * 3)
+    monkeypatch.setattr(torch.cuda, "empty_cache", lambda: None)
+    monkeypatch.setattr(config, "family", lambda dev: "sm90")
+
+
 def test_the_sweep_loop_records_failures_and_writes_every_candidate(tmp_path, monkeypatch):
     """run() with the GPU parts stood in for: a candidate that errors, one that is inaccurate and one that is
     slower at one N each end as rows (inf for the first two), the csv holds every (candidate, N), the winner is the
     one that ran and was right everywhere, and the one faster at N = 512 only gets a short-N entry."""
     import torch
-
-    from attnlab import measure
-    from attnlab.accuracy import Verdict
 
     good, slow, broken, wrong = (parse_tiles(x) for x in ("128x64w8s3", "64x64w4s3", "128x128w8s3", "64x32w4s2"))
 
@@ -101,12 +114,7 @@ def test_the_sweep_loop_records_failures_and_writes_every_candidate(tmp_path, mo
             return dict(status="error: out of shared memory", ms=float("nan"), o=None)
         return dict(status="ok", ms={good: 1.0, slow: 0.9 if q.shape[2] == 512 else 2.0}.get(t, 0.5), o=t)
 
-    monkeypatch.setattr(bench, "time_case", time_case)
-    monkeypatch.setattr(bench, "oracle_check", lambda name, o, *a: Verdict(0.0, 0.0, 1.0, o != wrong))
-    monkeypatch.setattr(measure, "spin_up", lambda *a: None)
-    monkeypatch.setattr(measure, "make_inputs", lambda case: [torch.zeros(1, 1, case.N, case.D)] * 3)
-    monkeypatch.setattr(torch.cuda, "empty_cache", lambda: None)
-    monkeypatch.setattr(config, "family", lambda dev: "sm90")
+    _gpu_stand_ins(monkeypatch, time_case, accurate=lambda o: o != wrong)
     entries = autotune.run(["fused"], torch.bfloat16, [512, 2048], str(tmp_path), only=[good, slow, broken, wrong])
     csv = pd.read_csv(tmp_path / "autotune.csv")
     assert len(csv) == 4 * 2 * 2 * 2  # candidates × N × D × causal
@@ -128,9 +136,6 @@ def test_each_case_times_the_candidates_in_a_turned_order(tmp_path, monkeypatch)
     one holds each place once."""
     import torch
 
-    from attnlab import measure
-    from attnlab.accuracy import Verdict
-
     cands = [parse_tiles(x) for x in ("128x64w8s3", "64x64w4s3", "128x128w8s3")]
     order = []
 
@@ -138,12 +143,7 @@ def test_each_case_times_the_candidates_in_a_turned_order(tmp_path, monkeypatch)
         order.append(config.tiles("fused", torch.device("cpu"), q.shape[-1], causal, q.dtype))
         return dict(status="ok", ms=1.0, o=None)
 
-    monkeypatch.setattr(bench, "time_case", time_case)
-    monkeypatch.setattr(bench, "oracle_check", lambda name, o, *a: Verdict(0.0, 0.0, 1.0, True))
-    monkeypatch.setattr(measure, "spin_up", lambda *a: None)
-    monkeypatch.setattr(measure, "make_inputs", lambda case: [torch.zeros(1, 1, case.N, case.D)] * 3)
-    monkeypatch.setattr(torch.cuda, "empty_cache", lambda: None)
-    monkeypatch.setattr(config, "family", lambda dev: "sm90")
+    _gpu_stand_ins(monkeypatch, time_case, accurate=lambda o: True)
     autotune.run(["fused"], torch.bfloat16, [512, 1024, 2048], str(tmp_path), only=cands)
     cases = [order[i:i + 3] for i in range(0, len(order), 3)]
     assert len(cases) == 2 * 2 * 3  # D × causal × N
