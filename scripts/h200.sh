@@ -49,6 +49,8 @@
 #   qkprobe   the P kernel alone at N = 4096 non-causal, D = 128 and 64, as it is and with pass 1 changed
 #             (scripts/experiments/qk_exp_probe.py: none, pass1 = exponentials as FMAs, ref1 = no running max,
 #             ref1-fake = both; session 12's call 1)
+#   energy    each build and each part replayed with NVML's energy counter read around it: mJ a call, W, MHz
+#             (scripts/experiments/energy_probe.py; ENERGY_ARGS; session 19, PERFORMANCE.md v35)
 set -u
 out=${OUT:-h200-out}
 mkdir -p "$out"
@@ -186,6 +188,11 @@ ncu_source() {
 power() {
   (cd scripts/experiments && timeout 150 python3 power_probe.py --seconds ${POWER_SECONDS:-4}) > "$out/power.log" 2>&1
   echo "power rc=$?"; grep -a "^power" "$out/power.log"
+}
+energy() {
+  (cd scripts/experiments && timeout ${ENERGY_TIMEOUT:-240} python3 energy_probe.py ${ENERGY_ARGS:-}) \
+    > "$out/energy.log" 2>&1
+  echo "energy rc=$?"; grep -av '^{' "$out/energy.log" | tail -20
 }
 qkprobe() {
   local d f
