@@ -1,6 +1,9 @@
 """Session 19 (PERFORMANCE.md v35): the energy of one call of each build and of each part, on a card that runs every
 heavy kernel at its power cap. GPU only, bf16, non-causal, FlashAttention's shapes at N = 4096 (D = 128 and 64).
 
+(Session 19's second form: the copy runs as an elementwise kernel, since a graph's memcpy of 1 GiB ran at 2.71 TB/s
+against do_bench's 4.24; the summary measures the ceilings and prints the floor's terms beside the energy.)
+
 Each phase captures `--calls` calls of one thing in a CUDA graph, replays it for `--warm` seconds (the clock settles
 at the cap), then for `--seconds` more while NVML's energy counter (nvmlDeviceGetTotalEnergyConsumption, mJ since the
 driver loaded) is read at both ends and attnlab.load samples the clock and the power. Per phase it prints ms a call,
@@ -9,7 +12,8 @@ with no work, which the summary subtracts (`dyn` = mJ − idle W × ms) before i
 
     qk_softmax build   = its P kernel + its PV kernel
     P kernel           = 2 × QKᵀ's FLOPs at mm's J/FLOP + P's bytes written at zero's J/byte (+ the rest: exps...)
-    the floor's work   = 1 × QKᵀ at mm's J/FLOP + P's bytes copied (written and read) at copy's J/byte
+    unavoidable        = 3 × QKᵀ at mm's J/FLOP + P written at zero's J/byte + P read (PV kernel − one QKᵀ)
+    at the cap         = that energy over the build's own dynamic draw (its W − idle W), against 1.25 × the floor
 
     python scripts/experiments/energy_probe.py [--seconds 1.5] [--warm 0.5] [--ds 128,64]
 """
@@ -21,7 +25,8 @@ import time
 
 import torch
 
-from attnlab import builds
+from attnlab import builds, model
+from attnlab.bench import qk_softmax_floor_ms
 from attnlab.load import LoadLog
 from attnlab.measure import Case, make_inputs
 from attnlab.triton import launch
@@ -112,7 +117,8 @@ def main():
         del x, y
         src = torch.randn(1 << 28, device="cuda")
         dst = torch.empty_like(src)
-        rows.append(phase("copy", lambda: dst.copy_(src), energy, log, a, dict(bytes=2 * src.numel() * 4)))
+        rows.append(phase("copy", lambda: torch.mul(src, 1.0, out=dst), energy, log, a,
+                          dict(bytes=2 * src.numel() * 4)))
         rows.append(phase("zero", lambda: dst.zero_(), energy, log, a, dict(bytes=dst.numel() * 4)))
         del src, dst
         for D in (int(d) for d in a.ds.split(",")):
@@ -134,10 +140,12 @@ def main():
             del P, o, q, k, v
             torch.cuda.empty_cache()
         rows.append(phase("idle", None, energy, log, a))
-    summarise(rows)
+    ceil = model.measure_ceilings("cuda", torch.bfloat16)
+    print(json.dumps(dict(ceilings={k: ceil[k] for k in ("tflops", "tbps", "copy_mhz", "matmul_mhz")})), flush=True)
+    summarise(rows, ceil)
 
 
-def summarise(rows):
+def summarise(rows, ceil):
     """The comparisons of the module's docstring, in mJ of dynamic energy (above idle) a call."""
     idle_w = min(r["watts"] for r in rows if r["phase"] == "idle")
     one = {r["phase"]: r for r in rows if "D" not in r and r["phase"] != "idle"}
@@ -154,10 +162,15 @@ def summarise(rows):
         f, b = qk["qk_flops"], qk["p_bytes"]
         print(f"D={D}: " + "; ".join(f"{n} {r['ms']:.3f} ms {r['mj']:.0f} mJ ({r['watts']:.0f} W, {r['mhz']:.0f} MHz)"
                                       for n, r in by.items()))
+        unavoidable = 3 * f * j_flop + b * j_write + (dyn(pv) - f * j_flop)
+        draw = qk["watts"] - idle_w  # the build's own dynamic draw at the cap, W = mJ/ms
+        floor = qk_softmax_floor_ms(qk["B"], qk["H"], qk["N"], D, torch.bfloat16, False, ceil)
         print(f"  dyn mJ: build {dyn(qk):.0f} = P {dyn(pk):.0f} + PV {dyn(pv):.0f} ({dyn(pk) + dyn(pv):.0f}); "
               f"P kernel's parts 2·QKᵀ {2 * f * j_flop:.0f} + write {b * j_write:.0f} = "
-              f"{2 * f * j_flop + b * j_write:.0f}; PV's parts QKᵀ-sized {f * j_flop:.0f} + read "
-              f"{b * (j_copy * 2 - j_write):.0f}; floor's work {f * j_flop + 2 * b * j_copy:.0f}")
+              f"{2 * f * j_flop + b * j_write:.0f}; no_softmax {dyn(by['p_kernel-no_softmax']):.0f}")
+        print(f"  floor {floor:.3f} ms, build {qk['ms'] / floor:.3f}x; unavoidable {unavoidable:.0f} mJ at "
+              f"{draw:.0f} W = {unavoidable / draw:.3f} ms ({unavoidable / draw / floor:.3f}x the floor); "
+              f"1.25x the floor allows {1.25 * floor * draw:.0f} mJ")
 
 
 if __name__ == "__main__":
