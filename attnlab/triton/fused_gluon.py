@@ -602,6 +602,17 @@ def paths(tiles, mask, mask_kind: int, D: int, itemsize: int):
     return md, o_by_tma(tiles, D, itemsize, mask.element_size() if md else 0)
 
 
+def constexprs(tiles, *, D: int, causal: bool, mask_kind: int, md, o_tma: bool, no_softmax: bool = False,
+               no_pv: bool = False) -> dict:
+    """The kernel's constexpr arguments for these tiles and this call (md, o_tma: `paths`' answer): what `launch`
+    passes and what attnlab.triton.resources compiles offline, from one place so that the two cannot drift apart."""
+    vary_b, vary_h = md[1:] if md else (0, 0)
+    return dict(D=D, BLOCK_M=tiles.BLOCK_M, BLOCK_N=tiles.BLOCK_N, STAGES=tiles.num_stages, CAUSAL=causal,
+                MASK_KIND=mask_kind, NO_SOFTMAX=no_softmax, NO_PV=no_pv, HEAVY_FIRST=tiles.heavy_first,
+                MASK_TMA=md is not None, MASK_B=vary_b, MASK_H=vary_h, CONSUMER_REGS=CONSUMER_REGS,
+                PERSISTENT=tiles.persistent, O_TMA=o_tma, ROWS=partitions(tiles)[0])
+
+
 def descriptor(x: torch.Tensor, block_rows: int, block_cols: int | None = None):
     """A TMA descriptor over a (B, H, rows, cols) tensor — q, k, v, o as (B, H, N, D), or qk_softmax's P as
     (B, H, N, N) — with a (1, 1, block_rows, block_cols) box (block_cols: the whole last dim by default): a box never
@@ -668,16 +679,14 @@ def launch(q, k, v, o, mask, mask_strides, mask_kind, *, N, H, group, qk_scale, 
     q_desc = descriptor(q, BM)
     rows, maxnreg = partitions(tiles)
     md, o_tma = paths(tiles, mask, mask_kind, q.shape[-1], q.element_size())
-    mask_desc, vary_b, vary_h = md if md else (q_desc, 0, 0)
     total = triton.cdiv(N, rows * BM) * q.shape[0] * H
     grid = (min(total, sm_count(q.device) * programs_per_sm(tiles)) if tiles.persistent else total,)
     fused_gluon_kernel[grid](q_desc, descriptor(k, BN), descriptor(v, BN), descriptor(o_t, BM), o_t,
-                             *o_t.stride()[:3], mask, *mask_strides, mask_desc, N, H, group, total, qk_scale,
-                             mask_scale, inv_n, D=q.shape[-1], BLOCK_M=BM, BLOCK_N=BN, STAGES=tiles.num_stages,
-                             CAUSAL=causal, MASK_KIND=mask_kind, NO_SOFTMAX=no_softmax, NO_PV=no_pv,
-                             HEAVY_FIRST=tiles.heavy_first, MASK_TMA=md is not None, MASK_B=vary_b, MASK_H=vary_h,
-                             CONSUMER_REGS=CONSUMER_REGS, num_warps=4, maxnreg=maxnreg,
-                             PERSISTENT=tiles.persistent, O_TMA=o_tma, ROWS=rows)
+                             *o_t.stride()[:3], mask, *mask_strides, md[0] if md else q_desc, N, H, group, total,
+                             qk_scale, mask_scale, inv_n,
+                             **constexprs(tiles, D=q.shape[-1], causal=causal, mask_kind=mask_kind, md=md,
+                                          o_tma=o_tma, no_softmax=no_softmax, no_pv=no_pv),
+                             num_warps=4, maxnreg=maxnreg)
     if o_t is not o:
         o.copy_(o_t)
 

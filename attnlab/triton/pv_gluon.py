@@ -160,7 +160,14 @@ def launch(p, v, o, *, N, H, group, inv_n, causal, tiles, no_pv=False) -> None:
     total = triton.cdiv(N, rows * BM) * p.shape[0] * H
     grid = min(total, sm_count(p.device) * programs_per_sm(tiles)) if tiles.persistent else total
     pv_gluon_kernel[(grid,)](descriptor(p, BM, BN), descriptor(tma_ready(v), BN), o, *o.stride()[:3], N, H, group,
-                             total, inv_n, D=v.shape[-1], BLOCK_M=BM, BLOCK_N=BN, STAGES=tiles.num_stages,
-                             CAUSAL=causal, NO_PV=no_pv, HEAVY_FIRST=causal and tiles.heavy_first,
-                             CONSUMER_REGS=CONSUMER_REGS, num_warps=4, maxnreg=maxnreg, ROWS=rows,
-                             PERSISTENT=tiles.persistent)
+                             total, inv_n, **constexprs(tiles, D=v.shape[-1], causal=causal, no_pv=no_pv),
+                             num_warps=4, maxnreg=maxnreg)
+
+
+def constexprs(tiles, *, D: int, causal: bool, no_pv: bool = False) -> dict:
+    """The kernel's constexpr arguments for these tiles and this call: what `launch` passes and what
+    attnlab.triton.resources compiles offline, from one place so that the two cannot drift apart. heavy_first counts
+    only under a causal mask (without one every row does the same work)."""
+    return dict(D=D, BLOCK_M=tiles.BLOCK_M, BLOCK_N=tiles.BLOCK_N, STAGES=tiles.num_stages, CAUSAL=causal,
+                NO_PV=no_pv, HEAVY_FIRST=causal and tiles.heavy_first, CONSUMER_REGS=CONSUMER_REGS,
+                ROWS=partitions(tiles)[0], PERSISTENT=tiles.persistent)

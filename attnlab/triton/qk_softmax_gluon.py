@@ -523,15 +523,31 @@ def launch(q, k, p, mask, mask_strides, mask_kind, *, N, H, group, qk_scale, mas
     q, k = tma_ready(q), tma_ready(k)
     rows, maxnreg = partitions(tiles)
     q_desc = descriptor(q, BM)
-    md = mask_descriptor(mask, rows * BM, BN) if mask_kind and tiles.mask_tma else None
-    mask_desc, vary_b, vary_h = md if md else (q_desc, 0, 0)
+    md = mask_path(tiles, mask, mask_kind)
     total = triton.cdiv(N, rows * BM) * q.shape[0] * H
     grid = (min(total, sm_count(q.device) * programs_per_sm(tiles)) if tiles.persistent else total,)
-    qk_softmax_gluon_kernel[grid](q_desc, descriptor(k, BN), descriptor(p, BM, BN), mask, *mask_strides, mask_desc,
-                                  flags if ref1 else p, N, H, group, total, qk_scale, mask_scale, D=q.shape[-1],
-                                  BLOCK_M=BM, BLOCK_N=BN, STAGES=tiles.num_stages, CAUSAL=causal, MASK_KIND=mask_kind,
-                                  NO_SOFTMAX=no_softmax,
-                                  HEAVY_FIRST=tiles.heavy_first, CONSUMER_REGS=CONSUMER_REGS,
-                                  Q_REGISTERS=tiles.q_registers, ROWS=rows, PERSISTENT=tiles.persistent,
-                                  MASK_TMA=md is not None, MASK_B=vary_b, MASK_H=vary_h, REF1=ref1, num_warps=4,
-                                  maxnreg=maxnreg)
+    qk_softmax_gluon_kernel[grid](q_desc, descriptor(k, BN), descriptor(p, BM, BN), mask, *mask_strides,
+                                  md[0] if md else q_desc, flags if ref1 else p, N, H, group, total, qk_scale,
+                                  mask_scale,
+                                  **constexprs(tiles, D=q.shape[-1], causal=causal, mask_kind=mask_kind, md=md,
+                                               no_softmax=no_softmax),
+                                  num_warps=4, maxnreg=maxnreg)
+
+
+def mask_path(tiles, mask, mask_kind: int):
+    """mask_descriptor's answer for the mask a launch with these tiles brings by TMA, None where the consumers load
+    it (no mask, no Tiles.mask_tma, or one TMA cannot read): `launch`'s and the offline compile's rule."""
+    return mask_descriptor(mask, partitions(tiles)[0] * tiles.BLOCK_M, tiles.BLOCK_N) if (
+        mask_kind and tiles.mask_tma) else None
+
+
+def constexprs(tiles, *, D: int, causal: bool, mask_kind: int, md, no_softmax: bool = False) -> dict:
+    """The kernel's constexpr arguments for these tiles and this call (md: mask_path's answer): what `launch` passes
+    and what attnlab.triton.resources compiles offline, from one place so that the two cannot drift apart. REF1 only
+    where there is a pass 1 (no_softmax has none)."""
+    vary_b, vary_h = md[1:] if md else (0, 0)
+    return dict(D=D, BLOCK_M=tiles.BLOCK_M, BLOCK_N=tiles.BLOCK_N, STAGES=tiles.num_stages, CAUSAL=causal,
+                MASK_KIND=mask_kind, NO_SOFTMAX=no_softmax, HEAVY_FIRST=tiles.heavy_first,
+                CONSUMER_REGS=CONSUMER_REGS, Q_REGISTERS=tiles.q_registers, ROWS=partitions(tiles)[0],
+                PERSISTENT=tiles.persistent, MASK_TMA=md is not None, MASK_B=vary_b, MASK_H=vary_h,
+                REF1=tiles.fixed_reference and not no_softmax)

@@ -124,21 +124,20 @@ def _gluon_info(kernel: str, D: int, causal: bool, tiles: config.Tiles, mask_kin
     ints = _int_args(D, mask_kind, N=n)
     x = torch.empty(1, ints["H"], ints["N"], D, dtype=tdtype)  # strides only: the descriptor type ignores sizes of B
     sig, constexprs = {}, {}
-    values = dict(D=D, BLOCK_M=tiles.BLOCK_M, BLOCK_N=tiles.BLOCK_N, STAGES=tiles.num_stages, CAUSAL=causal,
-                  MASK_KIND=mask_kind, NO_SOFTMAX=False, HEAVY_FIRST=tiles.heavy_first, num_warps=4)
     m = None  # with a mask: an (N, N) one broadcast over batch and heads, as the zero_mask ablation passes
     if mask_kind:
         m = torch.empty(ints["N"], ints["N"], dtype=torch.uint8 if mask_kind == 1 else tdtype).expand(
             1, ints["H"], ints["N"], ints["N"])
+    flags = dict(flags)
+    no_softmax, no_pv = bool(flags.pop("NO_SOFTMAX", False)), bool(flags.pop("NO_PV", False))
+    # each kernel's constexprs come from its own module's `constexprs`, the function its launch calls
     if kernel == "pv":
         fn = pv_gluon.pv_gluon_kernel
         p = torch.empty(1, ints["H"], ints["N"], ints["N"], dtype=tdtype)
         sig["p_desc"] = mangle_type(fused_gluon.descriptor(p, tiles.BLOCK_M, tiles.BLOCK_N))
         sig["v_desc"] = mangle_type(fused_gluon.descriptor(x, tiles.BLOCK_N))
         sig["o_ptr"] = f"*{dtype}"
-        del values["MASK_KIND"], values["NO_SOFTMAX"]
-        values.update(NO_PV=False, HEAVY_FIRST=causal and tiles.heavy_first, CONSUMER_REGS=fused_gluon.CONSUMER_REGS,
-                      ROWS=fused_gluon.partitions(tiles)[0], PERSISTENT=tiles.persistent)
+        values = pv_gluon.constexprs(tiles, D=D, causal=causal, no_pv=no_pv)
         floats = ("inv_n",)
     elif kernel == "qk_softmax":
         fn = qk_softmax_gluon.qk_softmax_gluon_kernel
@@ -146,14 +145,12 @@ def _gluon_info(kernel: str, D: int, causal: bool, tiles: config.Tiles, mask_kin
         sig["k_desc"] = mangle_type(fused_gluon.descriptor(x, tiles.BLOCK_N))
         p = torch.empty(1, ints["H"], ints["N"], ints["N"], dtype=tdtype)
         sig["p_desc"] = mangle_type(fused_gluon.descriptor(p, tiles.BLOCK_M, tiles.BLOCK_N))
-        values.update(CONSUMER_REGS=qk_softmax_gluon.CONSUMER_REGS, Q_REGISTERS=tiles.q_registers,
-                      ROWS=fused_gluon.partitions(tiles)[0], PERSISTENT=tiles.persistent)
-        md = None  # with Tiles.mask_tma the mask comes by TMA (v30)
-        if m is not None and tiles.mask_tma:
-            md = fused_gluon.mask_descriptor(m, fused_gluon.partitions(tiles)[0] * tiles.BLOCK_M, tiles.BLOCK_N)
+        md = qk_softmax_gluon.mask_path(tiles, m, mask_kind)  # with Tiles.mask_tma the mask comes by TMA (v30)
+        sig["M"] = "*u8" if mask_kind == 1 else f"*{dtype}"
         sig["mask_desc"] = mangle_type(md[0]) if md else sig["q_desc"]
-        values.update(MASK_TMA=md is not None, MASK_B=0, MASK_H=0, REF1=tiles.fixed_reference)
-        sig["flags"] = "*i8" if tiles.fixed_reference else f"*{dtype}"  # else the placeholder the launcher passes: P
+        values = qk_softmax_gluon.constexprs(tiles, D=D, causal=causal, mask_kind=mask_kind, md=md,
+                                             no_softmax=no_softmax)
+        sig["flags"] = "*i8" if values["REF1"] else f"*{dtype}"  # else the placeholder the launcher passes: P
         floats = ("qk_scale", "mask_scale")
     else:
         fn = fused_gluon.fused_gluon_kernel
@@ -161,16 +158,13 @@ def _gluon_info(kernel: str, D: int, causal: bool, tiles: config.Tiles, mask_kin
                         ("o_desc", tiles.BLOCK_M)):
             sig[a] = mangle_type(fused_gluon.descriptor(x, rows))
         sig["o_ptr"] = f"*{dtype}"
-        floats = ("qk_scale", "mask_scale", "inv_n")
-    if kernel != "pv":
         sig["M"] = "*u8" if mask_kind == 1 else f"*{dtype}"
-    if kernel == "fused":
         run_as = replace(tiles, mask_tma=bool(flags.pop("MASK_TMA", tiles.mask_tma)))
         md, o_tma = fused_gluon.paths(run_as, m, mask_kind, D, tdtype.itemsize)
         sig["mask_desc"] = mangle_type(md[0]) if md else sig["q_desc"]  # else the placeholder the launcher passes
-        values.update(NO_PV=False, MASK_TMA=md is not None, MASK_B=0, MASK_H=0,
-                      CONSUMER_REGS=fused_gluon.CONSUMER_REGS, PERSISTENT=tiles.persistent,
-                      ROWS=fused_gluon.partitions(tiles)[0], O_TMA=o_tma)
+        values = fused_gluon.constexprs(run_as, D=D, causal=causal, mask_kind=mask_kind, md=md, o_tma=o_tma,
+                                        no_softmax=no_softmax, no_pv=no_pv)
+        floats = ("qk_scale", "mask_scale", "inv_n")
     ints_named = ("sob", "soh", "son", "N", "H", "GROUP") if kernel == "pv" else (
         ("smb", "smh", "smm", "smn", "N", "H", "GROUP") + (("sob", "soh", "son") if kernel == "fused" else ()))
     sig["total"] = "i32"
@@ -181,7 +175,7 @@ def _gluon_info(kernel: str, D: int, causal: bool, tiles: config.Tiles, mask_kin
             sig[a] = "i32"
     for a in floats:
         sig[a] = "fp32"
-    values.update(flags)
+    values.update(flags, num_warps=4)
     for a, val in values.items():
         sig[a], constexprs[a] = "constexpr", val
     src = GluonASTSource(fn=fn, signature=sig, constexprs=constexprs, attrs={})

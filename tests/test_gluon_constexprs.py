@@ -1,0 +1,85 @@
+"""One source for each Gluon kernel's constexpr arguments: `constexprs` in its module, which its `launch` passes and
+attnlab.triton.resources compiles offline. Without a GPU: the kernels are replaced by stand-ins that record what a
+launch hands them, on CPU tensors (a TMA descriptor is only a record of shape, strides and box)."""
+import pytest
+import torch
+
+from attnlab.triton import fused_gluon, pv_gluon, qk_softmax_gluon
+from attnlab.triton.resources import parse_tiles
+from tests.conftest import KernelStandIn
+
+
+# each kernel's constexpr parameters, read before any test puts a stand-in in its place
+PARAMS = {k.__name__: {p.name for p in k.params if p.is_constexpr} for k in (
+    fused_gluon.fused_gluon_kernel, qk_softmax_gluon.qk_softmax_gluon_kernel, pv_gluon.pv_gluon_kernel)}
+
+
+def _record(monkeypatch, module, name):
+    got = []
+    monkeypatch.setattr(module, name, KernelStandIn(lambda grid, kw: got.append(kw)))
+    monkeypatch.setattr(module, "sm_count", lambda device: 132)  # a persistent grid on "an H200"
+    return got
+
+
+def _qkv(D, N=256, B=2, H=4, dtype=torch.bfloat16):
+    return (torch.randn(B, H, N, D, dtype=dtype) for _ in range(3))
+
+
+def _mask(N=256, H=4, B=2, dtype=torch.uint8):
+    return torch.zeros(N, N, dtype=dtype).expand(B, H, N, N)
+
+
+@pytest.mark.parametrize("label", ["64x128w4s2hgmco", "64x64w4s2hgmcou", "64x128w4s2g"])
+@pytest.mark.parametrize("mask_kind", [0, 1])
+@pytest.mark.parametrize("ablation", [{}, {"no_softmax": True}, {"no_pv": True}])
+def test_fused_launch_passes_exactly_its_constexprs(monkeypatch, label, mask_kind, ablation):
+    tiles = parse_tiles(label)
+    got = _record(monkeypatch, fused_gluon, "fused_gluon_kernel")
+    q, k, v = _qkv(64)
+    mask = _mask() if mask_kind else None
+    fused_gluon.launch(q, k, v, torch.empty_like(q), mask, (0, 0, 256, 1) if mask_kind else (0, 0, 0, 0), mask_kind,
+                       N=256, H=4, group=1, qk_scale=0.1, mask_scale=1.0, inv_n=1 / 256, causal=True, tiles=tiles,
+                       **ablation)
+    md, o_tma = fused_gluon.paths(tiles, mask, mask_kind, 64, 2)
+    want = fused_gluon.constexprs(tiles, D=64, causal=True, mask_kind=mask_kind, md=md, o_tma=o_tma, **ablation)
+    (kw,) = got
+    assert {name: kw[name] for name in want} == want
+    assert kw["num_warps"] == 4 and kw["MASK_TMA"] == (mask_kind == 1 and tiles.mask_tma)
+    assert set(want) | {"num_warps"} == PARAMS["fused_gluon_kernel"]
+
+
+@pytest.mark.parametrize("label", ["64x128w4s3hg", "64x128w4s3hgmc", "64x128w4s2hgcu", "64x128w4s3gf"])
+@pytest.mark.parametrize("mask_kind", [0, 2])
+@pytest.mark.parametrize("no_softmax", [False, True])
+def test_qk_softmax_launch_passes_exactly_its_constexprs(monkeypatch, label, mask_kind, no_softmax):
+    tiles = parse_tiles(label)
+    got = _record(monkeypatch, qk_softmax_gluon, "qk_softmax_gluon_kernel")
+    q, k, _ = _qkv(128, H=2)
+    p = torch.empty(2, 2, 256, 256, dtype=q.dtype)
+    mask = _mask(H=2, dtype=q.dtype) if mask_kind else None
+    flags = torch.empty(2 * 2 * 256, dtype=torch.int8)
+    qk_softmax_gluon.launch(q, k, p, mask, (0, 0, 256, 1) if mask_kind else (0, 0, 0, 0), mask_kind, N=256, H=2,
+                            group=1, qk_scale=0.1, mask_scale=1.0, causal=False, tiles=tiles, no_softmax=no_softmax,
+                            flags=flags)
+    md = qk_softmax_gluon.mask_path(tiles, mask, mask_kind)
+    want = qk_softmax_gluon.constexprs(tiles, D=128, causal=False, mask_kind=mask_kind, md=md, no_softmax=no_softmax)
+    (kw,) = got
+    assert {name: kw[name] for name in want} == want
+    assert want["REF1"] == (tiles.fixed_reference and not no_softmax)  # no_softmax has no pass 1
+    assert want["MASK_TMA"] == (mask_kind != 0 and tiles.mask_tma)
+    assert set(want) | {"num_warps"} == PARAMS["qk_softmax_gluon_kernel"]
+
+
+@pytest.mark.parametrize("label", ["128x64w4s4gc", "64x128w4s3hg", "64x128w4s2hgu"])
+@pytest.mark.parametrize("causal", [False, True])
+def test_pv_launch_passes_exactly_its_constexprs(monkeypatch, label, causal):
+    tiles = parse_tiles(label)
+    got = _record(monkeypatch, pv_gluon, "pv_gluon_kernel")
+    v = torch.randn(2, 4, 256, 64, dtype=torch.bfloat16)
+    p = torch.empty(2, 4, 256, 256, dtype=v.dtype)
+    pv_gluon.launch(p, v, torch.empty_like(v), N=256, H=4, group=1, inv_n=1 / 256, causal=causal, tiles=tiles)
+    want = pv_gluon.constexprs(tiles, D=64, causal=causal)
+    (kw,) = got
+    assert {name: kw[name] for name in want} == want
+    assert want["HEAVY_FIRST"] == (causal and tiles.heavy_first)  # the order matters only under a causal mask
+    assert set(want) | {"num_warps"} == PARAMS["pv_gluon_kernel"]
