@@ -128,6 +128,8 @@ def _gluon_info(kernel: str, D: int, causal: bool, tiles: config.Tiles, mask_kin
     if mask_kind:
         m = torch.empty(ints["N"], ints["N"], dtype=torch.uint8 if mask_kind == 1 else tdtype).expand(
             1, ints["H"], ints["N"], ints["N"])
+    if kernel != "pv":
+        sig["M"] = "*u8" if mask_kind == 1 else f"*{dtype}"
     flags = dict(flags)
     no_softmax, no_pv = bool(flags.pop("NO_SOFTMAX", False)), bool(flags.pop("NO_PV", False))
     # each kernel's constexprs come from its own module's `constexprs`, the function its launch calls
@@ -146,7 +148,6 @@ def _gluon_info(kernel: str, D: int, causal: bool, tiles: config.Tiles, mask_kin
         p = torch.empty(1, ints["H"], ints["N"], ints["N"], dtype=tdtype)
         sig["p_desc"] = mangle_type(fused_gluon.descriptor(p, tiles.BLOCK_M, tiles.BLOCK_N))
         md = qk_softmax_gluon.mask_path(tiles, m, mask_kind)  # with Tiles.mask_tma the mask comes by TMA (v30)
-        sig["M"] = "*u8" if mask_kind == 1 else f"*{dtype}"
         sig["mask_desc"] = mangle_type(md[0]) if md else sig["q_desc"]
         values = qk_softmax_gluon.constexprs(tiles, D=D, causal=causal, mask_kind=mask_kind, md=md,
                                              no_softmax=no_softmax)
@@ -158,7 +159,6 @@ def _gluon_info(kernel: str, D: int, causal: bool, tiles: config.Tiles, mask_kin
                         ("o_desc", tiles.BLOCK_M)):
             sig[a] = mangle_type(fused_gluon.descriptor(x, rows))
         sig["o_ptr"] = f"*{dtype}"
-        sig["M"] = "*u8" if mask_kind == 1 else f"*{dtype}"
         run_as = replace(tiles, mask_tma=bool(flags.pop("MASK_TMA", tiles.mask_tma)))
         md, o_tma = fused_gluon.paths(run_as, m, mask_kind, D, tdtype.itemsize)
         sig["mask_desc"] = mangle_type(md[0]) if md else sig["q_desc"]  # else the placeholder the launcher passes
