@@ -15,7 +15,7 @@ with no work, which the summary subtracts (`dyn` = mJ − idle W × ms) before i
     unavoidable        = 3 × QKᵀ at mm's J/FLOP + P written at zero's J/byte + P read (PV kernel − one QKᵀ)
     at the cap         = that energy over the build's own dynamic draw (its W − idle W), against 1.25 × the floor
 
-    python scripts/experiments/energy_probe.py [--seconds 1.5] [--warm 0.5] [--ds 128,64]
+    python scripts/experiments/energy_probe.py [--seconds 1.5] [--warm 0.5] [--ds 128,64] [--builds ...]
 """
 import argparse
 import ctypes
@@ -105,6 +105,8 @@ def main():
     ap.add_argument("--calls", type=int, default=10)
     ap.add_argument("--ds", default="128,64")
     ap.add_argument("--n", type=int, default=4096)
+    ap.add_argument("--builds", default="qk_softmax,fused,sdpa_cudnn", help="the builds replayed whole (qk_softmax "
+                    "first: the summary reads it; materialised adds the S boundary)")
     a = ap.parse_args()
     energy = Energy()
     rows = []
@@ -132,7 +134,7 @@ def main():
             chosen = launch._qk_softmax_tiles(c.spec)
             P = torch.empty(B, H, N, N, dtype=q.dtype, device="cuda")
             o = torch.empty_like(q)
-            for name in ("qk_softmax", "fused", "sdpa_cudnn"):
+            for name in a.builds.split(","):
                 b = builds.get(name)
                 rows.append(phase(name, lambda b=b: b.attend(q, k, v, causal=False), energy, log, a, shape))
             rows.append(phase("p_kernel", lambda: launch.write_p(c, P, chosen), energy, log, a, shape))
