@@ -45,9 +45,8 @@ def summarise(samples: list) -> dict:
                 power_w=float(statistics.median(s[2] for s in samples)), clock_reasons=reason_names(bits))
 
 
-def nvml_reader(index: int):
-    """A function returning (SM clock MHz, power W, clock-event reason bits) of GPU `index` from NVML, or None with
-    the reason it cannot be read."""
+def nvml_handle(index: int):
+    """(NVML's library, the handle of GPU `index`), or (None, the reason NVML cannot be read)."""
     try:
         lib = ctypes.CDLL("libnvidia-ml.so.1")
     except OSError as e:
@@ -57,6 +56,15 @@ def nvml_reader(index: int):
     handle = ctypes.c_void_p()
     if lib.nvmlDeviceGetHandleByIndex_v2(ctypes.c_uint(index), ctypes.byref(handle)) != 0:
         return None, f"NVML: no device {index}"
+    return lib, handle
+
+
+def nvml_reader(index: int):
+    """A function returning (SM clock MHz, power W, clock-event reason bits) of GPU `index` from NVML, or None with
+    the reason it cannot be read."""
+    lib, handle = nvml_handle(index)
+    if lib is None:
+        return None, handle
     # renamed in CUDA 12.x drivers; older ones have only the "throttle" name
     reasons = getattr(lib, "nvmlDeviceGetCurrentClocksEventReasons", None) or \
         lib.nvmlDeviceGetCurrentClocksThrottleReasons

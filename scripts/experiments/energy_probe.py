@@ -27,7 +27,7 @@ import torch
 
 from attnlab import builds, model
 from attnlab.bench import qk_softmax_floor_ms
-from attnlab.load import LoadLog
+from attnlab.load import LoadLog, nvml_handle
 from attnlab.measure import Case, make_inputs
 from attnlab.triton import launch
 
@@ -36,11 +36,9 @@ class Energy:
     """NVML's energy counter of the current GPU (mJ) and its enforced power limit (W)."""
 
     def __init__(self):
-        lib = ctypes.CDLL("libnvidia-ml.so.1")
-        self.lib, self.h = lib, ctypes.c_void_p()
-        if lib.nvmlInit_v2() != 0 or lib.nvmlDeviceGetHandleByIndex_v2(
-                ctypes.c_uint(torch.cuda.current_device()), ctypes.byref(self.h)) != 0:
-            raise RuntimeError("NVML: no handle for this GPU")
+        self.lib, self.h = nvml_handle(torch.cuda.current_device())
+        if self.lib is None:
+            raise RuntimeError(self.h)
 
     def mj(self) -> int:
         e = ctypes.c_ulonglong()
