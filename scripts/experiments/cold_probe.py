@@ -8,19 +8,19 @@ directory's entries counted before and after (new entries = something compiled),
 cProfile, its 25 most expensive functions by cumulative time. Run it twice in a row: the second process finds the
 first one's compiled kernels on disk."""
 import cProfile
-import os
 import pstats
 import sys
 import time
 from pathlib import Path
 
 import torch
+import triton
 
 from attnlab import builds, measure
 
 
 def entries() -> int:
-    d = Path(os.environ.get("TRITON_CACHE_DIR", Path.home() / ".triton" / "cache"))
+    d = Path(triton.knobs.cache.dir)  # Triton's cache directory, as attnlab.triton fixes it at import
     return len(list(d.iterdir())) if d.exists() else 0
 
 
