@@ -61,7 +61,7 @@ def test_qk_softmax_launch_passes_exactly_its_constexprs(monkeypatch, label, mas
     qk_softmax_gluon.launch(q, k, p, mask, (0, 0, 256, 1) if mask_kind else (0, 0, 0, 0), mask_kind, N=256, H=2,
                             group=1, qk_scale=0.1, mask_scale=1.0, causal=False, tiles=tiles, no_softmax=no_softmax,
                             flags=flags)
-    md = qk_softmax_gluon.mask_path(tiles, mask, mask_kind)
+    md = fused_gluon.mask_path(tiles, mask, mask_kind)
     want = qk_softmax_gluon.constexprs(tiles, D=128, causal=False, mask_kind=mask_kind, md=md, no_softmax=no_softmax)
     (kw,) = got
     assert {name: kw[name] for name in want} == want

@@ -597,9 +597,16 @@ def paths(tiles, mask, mask_kind: int, D: int, itemsize: int):
     the consumers load it: no mask, no Tiles.mask_tma, or one TMA cannot read) and the kernel's O_TMA (o_by_tma, which
     a mask by TMA can leave without room). `launch`, the offline compile (attnlab.triton.resources) and the rows'
     record (attnlab.triton.launch.tile_config) all take it from here."""
-    md = mask_descriptor(mask, partitions(tiles)[0] * tiles.BLOCK_M, tiles.BLOCK_N) if (
-        mask_kind and tiles.mask_tma) else None
+    md = mask_path(tiles, mask, mask_kind)
     return md, o_by_tma(tiles, D, itemsize, mask.element_size() if md else 0)
+
+
+def mask_path(tiles, mask, mask_kind: int):
+    """mask_descriptor's answer for the mask a launch with these tiles brings by TMA (a box of the program's rows by
+    BLOCK_N), None where the consumers load it (no mask, no Tiles.mask_tma, or one TMA cannot read): the rule of the
+    fused and qk_softmax Gluon kernels' launches and of their offline compile."""
+    return mask_descriptor(mask, partitions(tiles)[0] * tiles.BLOCK_M, tiles.BLOCK_N) if (
+        mask_kind and tiles.mask_tma) else None
 
 
 def constexprs(tiles, *, D: int, causal: bool, mask_kind: int, md, o_tma: bool, no_softmax: bool = False,

@@ -33,7 +33,7 @@ from triton.experimental.gluon.language.nvidia.hopper import (fence_async_shared
                                                               warpgroup_mma_wait)
 
 from attnlab.triton.fused_gluon import (ROWS_PER_PROGRAM, SMEM_SPARE, _items, _mask_tile, _needs_masks, _program,
-                                        _scores, _step_item, _tile, descriptor, mask_descriptor, partitions,
+                                        _scores, _step_item, _tile, descriptor, mask_path, partitions,
                                         programs_per_sm, sm_count, smem_limit, tma_can_read, tma_ready)
 
 PBUF = gl.constexpr(2)  # P buffers per consumer: one being filled while the other's store drains
@@ -534,17 +534,10 @@ def launch(q, k, p, mask, mask_strides, mask_kind, *, N, H, group, qk_scale, mas
                                   num_warps=4, maxnreg=maxnreg)
 
 
-def mask_path(tiles, mask, mask_kind: int):
-    """mask_descriptor's answer for the mask a launch with these tiles brings by TMA, None where the consumers load
-    it (no mask, no Tiles.mask_tma, or one TMA cannot read): `launch`'s and the offline compile's rule."""
-    return mask_descriptor(mask, partitions(tiles)[0] * tiles.BLOCK_M, tiles.BLOCK_N) if (
-        mask_kind and tiles.mask_tma) else None
-
-
 def constexprs(tiles, *, D: int, causal: bool, mask_kind: int, md, no_softmax: bool = False) -> dict:
-    """The kernel's constexpr arguments for these tiles and this call (md: mask_path's answer): what `launch` passes
-    and what attnlab.triton.resources compiles offline, from one place so that the two cannot drift apart. REF1 only
-    where there is a pass 1 (no_softmax has none)."""
+    """The kernel's constexpr arguments for these tiles and this call (md: fused_gluon.mask_path's answer): what
+    `launch` passes and what attnlab.triton.resources compiles offline, from one place so that the two cannot drift
+    apart. REF1 only where there is a pass 1 (no_softmax has none)."""
     vary_b, vary_h = md[1:] if md else (0, 0)
     return dict(D=D, BLOCK_M=tiles.BLOCK_M, BLOCK_N=tiles.BLOCK_N, STAGES=tiles.num_stages, CAUSAL=causal,
                 MASK_KIND=mask_kind, NO_SOFTMAX=no_softmax, HEAVY_FIRST=tiles.heavy_first,

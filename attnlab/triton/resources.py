@@ -147,7 +147,7 @@ def _gluon_info(kernel: str, D: int, causal: bool, tiles: config.Tiles, mask_kin
         sig["k_desc"] = mangle_type(fused_gluon.descriptor(x, tiles.BLOCK_N))
         p = torch.empty(1, ints["H"], ints["N"], ints["N"], dtype=tdtype)
         sig["p_desc"] = mangle_type(fused_gluon.descriptor(p, tiles.BLOCK_M, tiles.BLOCK_N))
-        md = qk_softmax_gluon.mask_path(tiles, m, mask_kind)  # with Tiles.mask_tma the mask comes by TMA (v30)
+        md = fused_gluon.mask_path(tiles, m, mask_kind)  # with Tiles.mask_tma the mask comes by TMA (v30)
         sig["mask_desc"] = mangle_type(md[0]) if md else sig["q_desc"]
         values = qk_softmax_gluon.constexprs(tiles, D=D, causal=causal, mask_kind=mask_kind, md=md,
                                              no_softmax=no_softmax)
