@@ -51,6 +51,8 @@
 #             ref1-fake = both; session 12's call 1)
 #   energy    each build and each part replayed with NVML's energy counter read around it: mJ a call, W, MHz
 #             (scripts/experiments/energy_probe.py; ENERGY_ARGS; session 19, PERFORMANCE.md v35)
+#   pair      the qk_softmax build, its parts and cuBLAS's QKᵀ-then-PV pair over the issue's floor at every cell of the
+#             bench (scripts/experiments/pair_probe.py; PAIR_ARGS; session 20, PERFORMANCE.md v37)
 set -u
 out=${OUT:-h200-out}
 mkdir -p "$out"
@@ -193,6 +195,10 @@ energy() {
   (cd scripts/experiments && timeout ${ENERGY_TIMEOUT:-240} python3 energy_probe.py ${ENERGY_ARGS:-}) \
     > "$out/energy.log" 2>&1
   echo "energy rc=$?"; grep -av '^{' "$out/energy.log" | tail -20
+}
+pair() {
+  (cd scripts/experiments && timeout ${PAIR_TIMEOUT:-540} python3 pair_probe.py ${PAIR_ARGS:-}) > "$out/pair.log" 2>&1
+  echo "pair rc=$?"; grep -a "^summary\|^ceilings\|Error\|^wall" "$out/pair.log"
 }
 qkprobe() {
   local d f
