@@ -60,18 +60,13 @@ class Tiles:
     # tile the mask hides, the rest too small to register, or a row hidden entirely) or NaN is flagged, and the
     # Triton kernel re-writes the flagged rows' blocks after it (PERFORMANCE.md v31; label suffix `f`).
     fixed_reference: bool = False
-    # Gluon qk_softmax kernel only: pass 1's row max and sum as trees (each tile halved three times elementwise
-    # before the per-thread reduction, whose chain of dependent instructions Triton otherwise makes BLOCK_N / 4 − 1
-    # long; PERFORMANCE.md v38; label suffix `b`).
-    tree_reduce: bool = False
 
     def as_dict(self) -> dict:
         return asdict(self)
 
 
 # the fields only the Gluon kernels read
-GLUON_ONLY = ("gluon", "mask_tma", "q_registers", "persistent", "o_tma", "one_consumer", "fixed_reference",
-              "tree_reduce")
+GLUON_ONLY = ("gluon", "mask_tma", "q_registers", "persistent", "o_tma", "one_consumer", "fixed_reference")
 
 
 def interpreting() -> bool:

@@ -80,56 +80,26 @@ def _scores(s, mask_rows, mask_tile, offs_m, offs_n, N, smn, qk_scale, mask_scal
 
 
 @gluon.jit
-def _halve(x, MAX: gl.constexpr):
-    """x's left and right column halves combined elementwise (max, or sum): [rows, W] → [rows, W / 2]. Both halves'
-    columns lie in each thread's own registers in the matmul layout, so this moves no data."""
-    BM: gl.constexpr = x.shape[0]
-    W: gl.constexpr = x.shape[1]
-    a, b = gl.split(gl.permute(gl.reshape(x, [BM, 2, W // 2]), [0, 2, 1]))
-    if MAX:
-        return gl.maximum(a, b)
-    return a + b
-
-
-@gluon.jit
-def _row(x, MAX: gl.constexpr, TREE: gl.constexpr):
-    """Each row's max (MAX) or sum of x. Triton reduces a thread's own elements one after another, a chain of
-    BLOCK_N / 4 − 1 dependent instructions a row; TREE halves the tile three times first (_halve: independent
-    instructions), so the chain left is 3 long and the reduction's depth about 6 (PERFORMANCE.md v38). The sum's
-    rounding order changes with it; the max is exact either way."""
-    if TREE:
-        row: gl.constexpr = gl.SliceLayout(1, x.type.layout)
-        y = _halve(_halve(_halve(x, MAX), MAX), MAX)
-        if MAX:
-            return gl.convert_layout(gl.max(y, axis=1), row)
-        return gl.convert_layout(gl.sum(y, axis=1), row)
-    if MAX:
-        return gl.max(x, axis=1)
-    return gl.sum(x, axis=1)
-
-
-@gluon.jit
-def _softmax(s, m_i, l_i, qk_scale, MASKED: gl.constexpr, MASK_KIND: gl.constexpr, NO_SOFTMAX: gl.constexpr,
-             TREE: gl.constexpr = False):
+def _softmax(s, m_i, l_i, qk_scale, MASKED: gl.constexpr, MASK_KIND: gl.constexpr, NO_SOFTMAX: gl.constexpr):
     """P of this tile, the running max and sum, and α = 2^(m_old − m_new) to rescale O (attnlab.triton.fused's
-    _online_softmax). TREE: the row reductions as trees (_row)."""
+    _online_softmax)."""
     if NO_SOFTMAX:  # ablation: P = S, masked entries 0; no max, no exp, no rescale
         p = gl.where(s == float("-inf"), 0.0, s)
         m_new = m_i
         alpha = m_i  # unused: there is no rescale
     elif (not MASKED) and (MASK_KIND == 0):
-        m_new = gl.maximum(m_i, _row(s, True, TREE) * qk_scale)
+        m_new = gl.maximum(m_i, gl.max(s, axis=1) * qk_scale)
         m_use = m_new
         p = gl.exp2(s * qk_scale - m_use[:, None])
     else:
-        m_new = gl.maximum(m_i, _row(s, True, TREE))
+        m_new = gl.maximum(m_i, gl.max(s, axis=1))
         m_use = m_new
         if MASK_KIND != 0:  # a row the mask hides so far: subtract 0, so exp2 gives 0, not NaN
             m_use = gl.where(m_new == float("-inf"), 0.0, m_new)
         p = gl.exp2(s - m_use[:, None])
     if not NO_SOFTMAX:
         alpha = gl.exp2(m_i - m_use)
-        l_i = l_i * alpha + _row(p, False, TREE)
+        l_i = l_i * alpha + gl.sum(p, axis=1)
     return p, m_new, l_i, alpha
 
 
@@ -143,18 +113,17 @@ def _needs_masks(j, rows, hi, BLOCK_N: gl.constexpr, CAUSAL: gl.constexpr):
 @gluon.jit
 def _tile(s, m_i, l_i, j, rows, hi, mask_rows, mask_tile, offs_m, cols, N, smn, qk_scale, mask_scale,
           BLOCK_N: gl.constexpr, CAUSAL: gl.constexpr, MASK_KIND: gl.constexpr, NO_SOFTMAX: gl.constexpr,
-          MASK_TMA: gl.constexpr, TREE: gl.constexpr = False):
-    """Scores and softmax of key tile j, element-masked only where the tile crosses the diagonal or N (TREE: the
-    row reductions as trees, _row)."""
+          MASK_TMA: gl.constexpr):
+    """Scores and softmax of key tile j, element-masked only where the tile crosses the diagonal or N."""
     offs_n = j * BLOCK_N + cols
     if _needs_masks(j, rows, hi, BLOCK_N, CAUSAL):
         s = _scores(s, mask_rows, mask_tile, offs_m, offs_n, N, smn, qk_scale, mask_scale, True, CAUSAL, MASK_KIND,
                     NO_SOFTMAX, MASK_TMA)
-        p, m_i, l_i, alpha = _softmax(s, m_i, l_i, qk_scale, True, MASK_KIND, NO_SOFTMAX, TREE)
+        p, m_i, l_i, alpha = _softmax(s, m_i, l_i, qk_scale, True, MASK_KIND, NO_SOFTMAX)
     else:
         s = _scores(s, mask_rows, mask_tile, offs_m, offs_n, N, smn, qk_scale, mask_scale, False, CAUSAL, MASK_KIND,
                     NO_SOFTMAX, MASK_TMA)
-        p, m_i, l_i, alpha = _softmax(s, m_i, l_i, qk_scale, False, MASK_KIND, NO_SOFTMAX, TREE)
+        p, m_i, l_i, alpha = _softmax(s, m_i, l_i, qk_scale, False, MASK_KIND, NO_SOFTMAX)
     return p, m_i, l_i, alpha, offs_n
 
 

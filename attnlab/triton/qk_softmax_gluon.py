@@ -33,7 +33,7 @@ from triton.experimental.gluon.language.nvidia.hopper import (fence_async_shared
                                                               warpgroup_mma_wait)
 
 from attnlab.triton.fused_gluon import (ROWS_PER_PROGRAM, SMEM_SPARE, _items, _mask_tile, _needs_masks, _program,
-                                        _row, _scores, _step_item, _tile, descriptor, mask_path, partitions,
+                                        _scores, _step_item, _tile, descriptor, mask_path, partitions,
                                         programs_per_sm, sm_count, smem_limit, tma_can_read, tma_ready)
 
 PBUF = gl.constexpr(2)  # P buffers per consumer: one being filled while the other's store drains
@@ -177,8 +177,7 @@ def _p_tile(s, j, bias, rows, hi, mask_rows, mask_tile, offs_m, cols, N, smn, qk
 
 @gluon.jit
 def _ref_tile(s, j, m_i, l_i, rows, hi, mask_rows, mask_tile, offs_m, cols, N, smn, qk_scale, mask_scale,
-              BLOCK_N: gl.constexpr, CAUSAL: gl.constexpr, MASK_KIND: gl.constexpr, MASK_TMA: gl.constexpr,
-              TREE: gl.constexpr):
+              BLOCK_N: gl.constexpr, CAUSAL: gl.constexpr, MASK_KIND: gl.constexpr, MASK_TMA: gl.constexpr):
     """Pass 1's key tile j against a fixed reference (Tiles.fixed_reference, v31): m_i is the max of the row's first
     key tile (0 where the mask hides that tile entirely), taken at j = 0 and then left as it is; l_i sums
     2^(s − m_i). No max and no rescale in the loop, so a tile's exponentials do not wait for its max; _flag_rows
@@ -198,7 +197,7 @@ def _ref_tile(s, j, m_i, l_i, rows, hi, mask_rows, mask_tile, offs_m, cols, N, s
         if j == 0:
             m_i = gl.max(s, axis=1) * qk_scale
         p = gl.exp2(s * qk_scale - m_i[:, None])
-    return m_i, l_i + _row(p, False, TREE)
+    return m_i, l_i + gl.sum(p, axis=1)
 
 
 @gluon.jit
@@ -227,7 +226,7 @@ def _store_p(p, j, p_desc, p_smem, slot0, pbase, b, h, rows, BLOCK_N: gl.constex
 def _step(s, j, t, m_i, l_i, bias, p_desc, p_smem, slot0, pbase, b, h, rows, hi, masks, offs_m, cols, N, smn,
           qk_scale, mask_scale, WRITE: gl.constexpr, BLOCK_N: gl.constexpr, STAGES: gl.constexpr,
           CAUSAL: gl.constexpr, MASK_KIND: gl.constexpr, NO_SOFTMAX: gl.constexpr, MASK_TMA: gl.constexpr,
-          WG: gl.constexpr, ROWS: gl.constexpr, REF1: gl.constexpr, TREE: gl.constexpr):
+          WG: gl.constexpr, ROWS: gl.constexpr, REF1: gl.constexpr):
     """Key tile j of a pass (ring position t): pass 1 folds it into the running max and sum (REF1: into the sum
     against a fixed reference, _ref_tile), pass 2 (WRITE) writes its P. masks: the rows' mask pointers, the mask
     ring (MASK_TMA) and the K ring's `empty` barriers, on which the slot goes back once its mask tile has been
@@ -243,11 +242,11 @@ def _step(s, j, t, m_i, l_i, bias, p_desc, p_smem, slot0, pbase, b, h, rows, hi,
         _store_p(p, j, p_desc, p_smem, slot0, pbase, b, h, rows, BLOCK_N)
     elif REF1:
         m_i, l_i = _ref_tile(s, j, m_i, l_i, rows, hi, mask_rows, mask_tile, offs_m, cols, N, smn, qk_scale,
-                             mask_scale, BLOCK_N, CAUSAL, MASK_KIND, MASK_TMA, TREE)
+                             mask_scale, BLOCK_N, CAUSAL, MASK_KIND, MASK_TMA)
         _release(k_empty, t, STAGES, MASK_TMA)
     else:
         p, m_i, l_i, alpha, offs_n = _tile(s, m_i, l_i, j, rows, hi, mask_rows, mask_tile, offs_m, cols, N, smn,
-                                           qk_scale, mask_scale, BLOCK_N, CAUSAL, MASK_KIND, False, MASK_TMA, TREE)
+                                           qk_scale, mask_scale, BLOCK_N, CAUSAL, MASK_KIND, False, MASK_TMA)
         _release(k_empty, t, STAGES, MASK_TMA)
     return m_i, l_i
 
@@ -257,7 +256,7 @@ def _pass(q, k_smem, k_full, k_empty, q_free, base, n_tiles, zero_s, m_i, l_i, b
           b, h, rows, hi, mask_rows, mask_smem, offs_m, cols, N, smn, qk_scale, mask_scale, WRITE: gl.constexpr,
           RELEASE_Q: gl.constexpr, D: gl.constexpr, BLOCK_N: gl.constexpr, STAGES: gl.constexpr,
           CAUSAL: gl.constexpr, MASK_KIND: gl.constexpr, NO_SOFTMAX: gl.constexpr, MASK_TMA: gl.constexpr,
-          WG: gl.constexpr, ROWS: gl.constexpr, REF1: gl.constexpr, TREE: gl.constexpr):
+          WG: gl.constexpr, ROWS: gl.constexpr, REF1: gl.constexpr):
     """One pass over the key tiles (ring tiles base … base + n_tiles − 1), two at a time: the next tile's QKᵀ is on
     the tensor cores while this one's scores are worked on. Two at a time because the in-flight result must not be
     the value the loop carries while the previous one is still read: a one-tile loop makes the compiler copy an
@@ -272,31 +271,31 @@ def _pass(q, k_smem, k_full, k_empty, q_free, base, n_tiles, zero_s, m_i, l_i, b
         s_b_flight = _next_scores(q, k_smem, k_full, base + j + 1, zero_s, BLOCK_N, D, STAGES)
         m_i, l_i = _step(s_a, j, base + j, m_i, l_i, bias, p_desc, p_smem, slot0, pbase, b, h, rows, hi, masks, offs_m,
                          cols, N, smn, qk_scale, mask_scale, WRITE, BLOCK_N, STAGES, CAUSAL, MASK_KIND, NO_SOFTMAX,
-                         MASK_TMA, WG, ROWS, REF1, TREE)
+                         MASK_TMA, WG, ROWS, REF1)
         s_b = _scores_done(s_b_flight, k_empty, base + j + 1, STAGES, MASK_TMA)
         s_flight = _next_scores(q, k_smem, k_full, base + j + 2, zero_s, BLOCK_N, D, STAGES)
         m_i, l_i = _step(s_b, j + 1, base + j + 1, m_i, l_i, bias, p_desc, p_smem, slot0, pbase, b, h, rows, hi, masks,
                          offs_m, cols, N, smn, qk_scale, mask_scale, WRITE, BLOCK_N, STAGES, CAUSAL, MASK_KIND,
-                         NO_SOFTMAX, MASK_TMA, WG, ROWS, REF1, TREE)
+                         NO_SOFTMAX, MASK_TMA, WG, ROWS, REF1)
     j = 2 * ((n_tiles - 1) // 2)  # one tile left (n_tiles odd) or two
     s_a = _scores_done(s_flight, k_empty, base + j, STAGES, MASK_TMA)
     if j + 1 < n_tiles:
         s_b_flight = _next_scores(q, k_smem, k_full, base + j + 1, zero_s, BLOCK_N, D, STAGES)
         m_i, l_i = _step(s_a, j, base + j, m_i, l_i, bias, p_desc, p_smem, slot0, pbase, b, h, rows, hi, masks, offs_m,
                          cols, N, smn, qk_scale, mask_scale, WRITE, BLOCK_N, STAGES, CAUSAL, MASK_KIND, NO_SOFTMAX,
-                         MASK_TMA, WG, ROWS, REF1, TREE)
+                         MASK_TMA, WG, ROWS, REF1)
         s_b = _scores_done(s_b_flight, k_empty, base + j + 1, STAGES, MASK_TMA)
         if RELEASE_Q:
             mbarrier.arrive(q_free, count=1)
         m_i, l_i = _step(s_b, j + 1, base + j + 1, m_i, l_i, bias, p_desc, p_smem, slot0, pbase, b, h, rows, hi, masks,
                          offs_m, cols, N, smn, qk_scale, mask_scale, WRITE, BLOCK_N, STAGES, CAUSAL, MASK_KIND,
-                         NO_SOFTMAX, MASK_TMA, WG, ROWS, REF1, TREE)
+                         NO_SOFTMAX, MASK_TMA, WG, ROWS, REF1)
     else:
         if RELEASE_Q:
             mbarrier.arrive(q_free, count=1)
         m_i, l_i = _step(s_a, j, base + j, m_i, l_i, bias, p_desc, p_smem, slot0, pbase, b, h, rows, hi, masks, offs_m,
                          cols, N, smn, qk_scale, mask_scale, WRITE, BLOCK_N, STAGES, CAUSAL, MASK_KIND, NO_SOFTMAX,
-                         MASK_TMA, WG, ROWS, REF1, TREE)
+                         MASK_TMA, WG, ROWS, REF1)
     return m_i, l_i
 
 
@@ -305,7 +304,7 @@ def _item(where, t0, pbase, it, q_smem, k_smem, p_smem, p_desc, bars, smm, smn, 
           mask_scale, WG: gl.constexpr, D: gl.constexpr, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr,
           STAGES: gl.constexpr, CAUSAL: gl.constexpr, MASK_KIND: gl.constexpr, NO_SOFTMAX: gl.constexpr,
           Q_REGISTERS: gl.constexpr, PERSISTENT: gl.constexpr, MASK_TMA: gl.constexpr, ROWS: gl.constexpr,
-          REF1: gl.constexpr, TREE: gl.constexpr):
+          REF1: gl.constexpr):
     """One warpgroup's rows of a work item (`where`: _program's answer; this program's it-th item, its key tiles at
     ring positions t0 on, pbase P tiles written before it): zero tiles (causal), pass 1 (max and sum; REF1: the
     sum against a fixed reference, then the rows it leaves wrong flagged in `flagging`'s flags, B·H·N bytes, whose
@@ -348,7 +347,7 @@ def _item(where, t0, pbase, it, q_smem, k_smem, p_smem, p_desc, bars, smm, smn, 
         m_i, l_i = _pass(q, k_smem, k_full, k_empty, q_empty.index(WG), base, n_tiles, zero_s, m_i, l_i, m_i,
                          p_desc, p_smem, slot0, pbase, b, h, rows, hi, mask_rows, mask_smem, offs_m, cols, N, smn,
                          qk_scale, mask_scale, False, False, D, BLOCK_N, STAGES, CAUSAL, MASK_KIND, NO_SOFTMAX,
-                         MASK_TMA, WG, ROWS, REF1, TREE)
+                         MASK_TMA, WG, ROWS, REF1)
         base = t0 + n_tiles
         if REF1:
             flags, H = flagging
@@ -359,7 +358,7 @@ def _item(where, t0, pbase, it, q_smem, k_smem, p_smem, p_desc, bars, smm, smn, 
     _pass(q, k_smem, k_full, k_empty, q_empty.index(WG), base, n_tiles, zero_s, m_i, l_i, bias, p_desc, p_smem,
           slot0, pbase, b, h, rows, hi, mask_rows, mask_smem, offs_m, cols, N, smn, qk_scale, mask_scale, True,
           PERSISTENT and not Q_REGISTERS, D, BLOCK_N, STAGES, CAUSAL, MASK_KIND, NO_SOFTMAX, MASK_TMA, WG, ROWS,
-          False, False)
+          False)
     return base + n_tiles, pbase + n_tiles
 
 
@@ -368,7 +367,7 @@ def _consumer(q_smem, k_smem, p_smem, p_desc, bars, mask, work, where, flags, N,
               WG: gl.constexpr, D: gl.constexpr, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr,
               STAGES: gl.constexpr, CAUSAL: gl.constexpr, MASK_KIND: gl.constexpr, NO_SOFTMAX: gl.constexpr,
               HEAVY_FIRST: gl.constexpr, Q_REGISTERS: gl.constexpr, PERSISTENT: gl.constexpr, ROWS: gl.constexpr,
-              MASK_TMA: gl.constexpr, REF1: gl.constexpr, TREE: gl.constexpr):
+              MASK_TMA: gl.constexpr, REF1: gl.constexpr):
     """One warpgroup: its rows of each of this program's work items (one item unless persistent), then the wait for
     its last P stores."""
     pid, nprog, total = work
@@ -382,12 +381,12 @@ def _consumer(q_smem, k_smem, p_smem, p_desc, bars, mask, work, where, flags, N,
             where = _step_item(x, work, M, smb, smh, N, H, GROUP, BLOCK_M, BLOCK_N, CAUSAL, HEAVY_FIRST, ROWS)
             t0, pbase = _item(where, t0, pbase, it, q_smem, k_smem, p_smem, p_desc, bars, smm, smn, mask_smem,
                               (flags, H), N, qk_scale, mask_scale, WG, D, BLOCK_M, BLOCK_N, STAGES, CAUSAL,
-                              MASK_KIND, NO_SOFTMAX, Q_REGISTERS, True, MASK_TMA, ROWS, REF1, TREE)
+                              MASK_KIND, NO_SOFTMAX, Q_REGISTERS, True, MASK_TMA, ROWS, REF1)
             it += 1
     else:
         _item(where, 0, 0, 0, q_smem, k_smem, p_smem, p_desc, bars, smm, smn, mask_smem, (flags, H), N, qk_scale,
               mask_scale, WG, D, BLOCK_M, BLOCK_N, STAGES, CAUSAL, MASK_KIND, NO_SOFTMAX, Q_REGISTERS, False,
-              MASK_TMA, ROWS, REF1, TREE)
+              MASK_TMA, ROWS, REF1)
     tma.store_wait(pendings=0)
 
 
@@ -400,7 +399,7 @@ def qk_softmax_gluon_kernel(q_desc, k_desc, p_desc, M, smb, smh, smm, smn, mask_
                             num_warps: gl.constexpr, Q_REGISTERS: gl.constexpr = False,
                             ROWS: gl.constexpr = ROWS_PER_PROGRAM, PERSISTENT: gl.constexpr = False,
                             MASK_TMA: gl.constexpr = False, MASK_B: gl.constexpr = 0, MASK_H: gl.constexpr = 0,
-                            REF1: gl.constexpr = False, TREE: gl.constexpr = False):
+                            REF1: gl.constexpr = False):
     """grid (total,) with total = cdiv(N, ROWS·BLOCK_M)·B·H work items, one a program (attnlab.triton.fused_gluon.
     _program); PERSISTENT: any smaller grid, each program taking items pid, pid + grid, … (causal with HEAVY_FIRST:
     in heavy/light pairs, fused_gluon._items). num_warps = 4; ROWS consumer warpgroups a program, 2, or 1
@@ -445,7 +444,7 @@ def qk_softmax_gluon_kernel(q_desc, k_desc, p_desc, M, smb, smh, smm, smn, mask_
                          (M, smb, smh, smm, smn, mask_smem),
                          (pid, nprog, total), (b, h, hk, start_m, n_tiles, m_head), flags, N, H, GROUP, qk_scale,
                          mask_scale, 0, D, BLOCK_M, BLOCK_N, STAGES, CAUSAL, MASK_KIND, NO_SOFTMAX, HEAVY_FIRST,
-                         Q_REGISTERS, PERSISTENT, ROWS, MASK_TMA, REF1, TREE)),
+                         Q_REGISTERS, PERSISTENT, ROWS, MASK_TMA, REF1)),
             (_loader, (q_desc, k_desc, q_smem, k_smem, (q_bars, q_empty, k_full, k_empty), (mask_desc, mask_smem),
                        (pid, nprog, total), (b, h, hk, start_m, n_tiles, m_head), M, smb, smh, N, H, GROUP, BLOCK_M,
                        BLOCK_N, STAGES, CAUSAL, HEAVY_FIRST, NO_SOFTMAX, PERSISTENT, ROWS, MASK_TMA, MASK_B,
@@ -457,12 +456,12 @@ def qk_softmax_gluon_kernel(q_desc, k_desc, p_desc, M, smb, smh, smm, smn, mask_
                          (M, smb, smh, smm, smn, mask_smem),
                          (pid, nprog, total), (b, h, hk, start_m, n_tiles, m_head), flags, N, H, GROUP, qk_scale,
                          mask_scale, 0, D, BLOCK_M, BLOCK_N, STAGES, CAUSAL, MASK_KIND, NO_SOFTMAX, HEAVY_FIRST,
-                         Q_REGISTERS, PERSISTENT, ROWS, MASK_TMA, REF1, TREE)),
+                         Q_REGISTERS, PERSISTENT, ROWS, MASK_TMA, REF1)),
             (_consumer, (q_smem, k_smem, p_smem, p_desc, (q_bars, q_empty, k_full, k_empty),
                          (M, smb, smh, smm, smn, mask_smem),
                          (pid, nprog, total), (b, h, hk, start_m, n_tiles, m_head), flags, N, H, GROUP, qk_scale,
                          mask_scale, 1, D, BLOCK_M, BLOCK_N, STAGES, CAUSAL, MASK_KIND, NO_SOFTMAX, HEAVY_FIRST,
-                         Q_REGISTERS, PERSISTENT, ROWS, MASK_TMA, REF1, TREE)),
+                         Q_REGISTERS, PERSISTENT, ROWS, MASK_TMA, REF1)),
             (_loader, (q_desc, k_desc, q_smem, k_smem, (q_bars, q_empty, k_full, k_empty), (mask_desc, mask_smem),
                        (pid, nprog, total), (b, h, hk, start_m, n_tiles, m_head), M, smb, smh, N, H, GROUP, BLOCK_M,
                        BLOCK_N, STAGES, CAUSAL, HEAVY_FIRST, NO_SOFTMAX, PERSISTENT, ROWS, MASK_TMA, MASK_B,
@@ -544,4 +543,4 @@ def constexprs(tiles, *, D: int, causal: bool, mask_kind: int, md, no_softmax: b
                 MASK_KIND=mask_kind, NO_SOFTMAX=no_softmax, HEAVY_FIRST=tiles.heavy_first,
                 CONSUMER_REGS=CONSUMER_REGS, Q_REGISTERS=tiles.q_registers, ROWS=partitions(tiles)[0],
                 PERSISTENT=tiles.persistent, MASK_TMA=md is not None, MASK_B=vary_b, MASK_H=vary_h,
-                REF1=tiles.fixed_reference and not no_softmax, TREE=tiles.tree_reduce and not no_softmax)
+                REF1=tiles.fixed_reference and not no_softmax)
