@@ -60,18 +60,13 @@ class Tiles:
     # tile the mask hides, the rest too small to register, or a row hidden entirely) or NaN is flagged, and the
     # Triton kernel re-writes the flagged rows' blocks after it (PERFORMANCE.md v31; label suffix `f`).
     fixed_reference: bool = False
-    # Gluon qk_softmax kernel only, causal: the loader warp stores the zero tiles past each item's diagonal, from a
-    # buffer of their own, instead of the consumers (whose wait for those stores before pass 2 then goes:
-    # PERFORMANCE.md v39; label suffix `z`).
-    zero_loader: bool = False
 
     def as_dict(self) -> dict:
         return asdict(self)
 
 
 # the fields only the Gluon kernels read
-GLUON_ONLY = ("gluon", "mask_tma", "q_registers", "persistent", "o_tma", "one_consumer", "fixed_reference",
-              "zero_loader")
+GLUON_ONLY = ("gluon", "mask_tma", "q_registers", "persistent", "o_tma", "one_consumer", "fixed_reference")
 
 
 def interpreting() -> bool:

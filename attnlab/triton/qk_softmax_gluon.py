@@ -62,18 +62,6 @@ def _load_k(r, t, k_desc, k_smem, k_full, k_empty, b, hk, tma_mask, BLOCK_N: gl.
 
 
 @gluon.jit
-def _store_zeros(where, zeros, N, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, ROWS: gl.constexpr):
-    """The item's P tiles past its diagonal (key tiles n_tiles on, for each consumer's rows), by TMA from the zeroed
-    buffer `zeros` = (p_desc, buffer): Tiles.zero_loader, issued by the loader warp, whose bulk-store groups no
-    consumer waits on, so they drain under the consumers' passes and the next items (v39)."""
-    p_desc, zbuf = zeros
-    b, h, hk, start_m, n_tiles, m_head = where
-    for w in gl.static_range(ROWS):
-        for j in range(n_tiles, gl.cdiv(N, BLOCK_N)):
-            tma.async_copy_shared_to_global(p_desc, [b, h, start_m + w * BLOCK_M, j * BLOCK_N], zbuf)
-
-
-@gluon.jit
 def _load_item(where, t0, it, q_desc, k_desc, q_smem, k_smem, bars, tma_mask, BLOCK_M: gl.constexpr,
                BLOCK_N: gl.constexpr, STAGES: gl.constexpr, NO_SOFTMAX: gl.constexpr, PERSISTENT: gl.constexpr,
                ROWS: gl.constexpr, MASK_TMA: gl.constexpr, MASK_B: gl.constexpr, MASK_H: gl.constexpr):
@@ -101,35 +89,25 @@ def _load_item(where, t0, it, q_desc, k_desc, q_smem, k_smem, bars, tma_mask, BL
 
 
 @gluon.jit
-def _loader(q_desc, k_desc, q_smem, k_smem, bars, tma_mask, zeros, work, where, M, smb, smh, N, H, GROUP,
+def _loader(q_desc, k_desc, q_smem, k_smem, bars, tma_mask, work, where, M, smb, smh, N, H, GROUP,
             BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, STAGES: gl.constexpr, CAUSAL: gl.constexpr,
             HEAVY_FIRST: gl.constexpr, NO_SOFTMAX: gl.constexpr, PERSISTENT: gl.constexpr, ROWS: gl.constexpr,
-            MASK_TMA: gl.constexpr, MASK_B: gl.constexpr, MASK_H: gl.constexpr, ZERO_LOADER: gl.constexpr):
+            MASK_TMA: gl.constexpr, MASK_B: gl.constexpr, MASK_H: gl.constexpr):
     """One warp: Q and K of this program's work items (one item unless persistent) by TMA, K into a ring of STAGES
-    slots once per pass; ZERO_LOADER (causal): each item's zero tiles too (_store_zeros, once the first consumer has
-    zeroed their buffer: `zeros` = (p_desc, buffer, its barrier)), and at the end the wait for those stores."""
+    slots once per pass."""
     pid, nprog, total = work
-    p_desc, zbuf, z_ready = zeros
-    if ZERO_LOADER:
-        mbarrier.wait(z_ready, 0)
     if PERSISTENT:
         t0 = 0
         it = 0
         start, end, step = _items(pid, nprog, total, CAUSAL and HEAVY_FIRST)
         for x in range(start, end, step):
             where = _step_item(x, work, M, smb, smh, N, H, GROUP, BLOCK_M, BLOCK_N, CAUSAL, HEAVY_FIRST, ROWS)
-            if ZERO_LOADER:
-                _store_zeros(where, (p_desc, zbuf), N, BLOCK_M, BLOCK_N, ROWS)
             t0 = _load_item(where, t0, it, q_desc, k_desc, q_smem, k_smem, bars, tma_mask, BLOCK_M, BLOCK_N, STAGES,
                             NO_SOFTMAX, True, ROWS, MASK_TMA, MASK_B, MASK_H)
             it += 1
     else:
-        if ZERO_LOADER:
-            _store_zeros(where, (p_desc, zbuf), N, BLOCK_M, BLOCK_N, ROWS)
         _load_item(where, 0, 0, q_desc, k_desc, q_smem, k_smem, bars, tma_mask, BLOCK_M, BLOCK_N, STAGES, NO_SOFTMAX,
                    False, ROWS, MASK_TMA, MASK_B, MASK_H)
-    if ZERO_LOADER:
-        tma.store_wait(pendings=0)
 
 
 @gluon.jit
@@ -326,7 +304,7 @@ def _item(where, t0, pbase, it, q_smem, k_smem, p_smem, p_desc, bars, smm, smn, 
           mask_scale, WG: gl.constexpr, D: gl.constexpr, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr,
           STAGES: gl.constexpr, CAUSAL: gl.constexpr, MASK_KIND: gl.constexpr, NO_SOFTMAX: gl.constexpr,
           Q_REGISTERS: gl.constexpr, PERSISTENT: gl.constexpr, MASK_TMA: gl.constexpr, ROWS: gl.constexpr,
-          REF1: gl.constexpr, ZERO_LOADER: gl.constexpr):
+          REF1: gl.constexpr):
     """One warpgroup's rows of a work item (`where`: _program's answer; this program's it-th item, its key tiles at
     ring positions t0 on, pbase P tiles written before it): zero tiles (causal), pass 1 (max and sum; REF1: the
     sum against a fixed reference, then the rows it leaves wrong flagged in `flagging`'s flags, B·H·N bytes, whose
@@ -346,10 +324,8 @@ def _item(where, t0, pbase, it, q_smem, k_smem, p_smem, p_desc, bars, smm, smn, 
     hi = N
     if CAUSAL:
         hi = gl.minimum(N, rows + BLOCK_M)
-    if CAUSAL and not ZERO_LOADER:
         # The tiles past the program's diagonal hold zeros (written as the materialised build's softmax writes
-        # them): stored now from a zeroed buffer, so the copy engine drains them while pass 1 computes (with
-        # ZERO_LOADER the loader warp stores them instead, and nothing here waits for them).
+        # them): stored now from a zeroed buffer, so the copy engine drains them while pass 1 computes.
         zbuf = p_smem.index(slot0)
         if PERSISTENT:
             tma.store_wait(pendings=0)  # the previous item's last P stores have read the buffer
@@ -377,7 +353,7 @@ def _item(where, t0, pbase, it, q_smem, k_smem, p_smem, p_desc, bars, smm, smn, 
             flags, H = flagging
             _flag_rows(l_i, offs_m, flags, (b * H + h).to(gl.int64), N)
     bias = _bias(m_i, l_i)
-    if CAUSAL and not ZERO_LOADER:
+    if CAUSAL:
         tma.store_wait(pendings=0)  # the zero buffer is P buffer 0, written again below
     _pass(q, k_smem, k_full, k_empty, q_empty.index(WG), base, n_tiles, zero_s, m_i, l_i, bias, p_desc, p_smem,
           slot0, pbase, b, h, rows, hi, mask_rows, mask_smem, offs_m, cols, N, smn, qk_scale, mask_scale, True,
@@ -391,18 +367,11 @@ def _consumer(q_smem, k_smem, p_smem, p_desc, bars, mask, work, where, flags, N,
               WG: gl.constexpr, D: gl.constexpr, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr,
               STAGES: gl.constexpr, CAUSAL: gl.constexpr, MASK_KIND: gl.constexpr, NO_SOFTMAX: gl.constexpr,
               HEAVY_FIRST: gl.constexpr, Q_REGISTERS: gl.constexpr, PERSISTENT: gl.constexpr, ROWS: gl.constexpr,
-              MASK_TMA: gl.constexpr, REF1: gl.constexpr, ZERO_LOADER: gl.constexpr, zeros):
+              MASK_TMA: gl.constexpr, REF1: gl.constexpr):
     """One warpgroup: its rows of each of this program's work items (one item unless persistent), then the wait for
-    its last P stores. ZERO_LOADER: the first warpgroup zeroes the loader's zero-tile buffer first (`zeros` =
-    (buffer, its barrier))."""
+    its last P stores."""
     pid, nprog, total = work
     M, smb, smh, smm, smn, mask_smem = mask
-    if ZERO_LOADER and WG == 0:
-        zbuf, z_ready = zeros
-        z_layout: gl.constexpr = gl.BlockedLayout([1, 8], [4, 8], [4, 1], [1, 0])
-        zbuf.reshape([BLOCK_M, BLOCK_N]).store(gl.zeros([BLOCK_M, BLOCK_N], p_desc.dtype, z_layout))
-        fence_async_shared()
-        mbarrier.arrive(z_ready, count=1)
     if PERSISTENT:
         t0 = 0
         pbase = 0
@@ -412,12 +381,12 @@ def _consumer(q_smem, k_smem, p_smem, p_desc, bars, mask, work, where, flags, N,
             where = _step_item(x, work, M, smb, smh, N, H, GROUP, BLOCK_M, BLOCK_N, CAUSAL, HEAVY_FIRST, ROWS)
             t0, pbase = _item(where, t0, pbase, it, q_smem, k_smem, p_smem, p_desc, bars, smm, smn, mask_smem,
                               (flags, H), N, qk_scale, mask_scale, WG, D, BLOCK_M, BLOCK_N, STAGES, CAUSAL,
-                              MASK_KIND, NO_SOFTMAX, Q_REGISTERS, True, MASK_TMA, ROWS, REF1, ZERO_LOADER)
+                              MASK_KIND, NO_SOFTMAX, Q_REGISTERS, True, MASK_TMA, ROWS, REF1)
             it += 1
     else:
         _item(where, 0, 0, 0, q_smem, k_smem, p_smem, p_desc, bars, smm, smn, mask_smem, (flags, H), N, qk_scale,
               mask_scale, WG, D, BLOCK_M, BLOCK_N, STAGES, CAUSAL, MASK_KIND, NO_SOFTMAX, Q_REGISTERS, False,
-              MASK_TMA, ROWS, REF1, ZERO_LOADER)
+              MASK_TMA, ROWS, REF1)
     tma.store_wait(pendings=0)
 
 
@@ -430,7 +399,7 @@ def qk_softmax_gluon_kernel(q_desc, k_desc, p_desc, M, smb, smh, smm, smn, mask_
                             num_warps: gl.constexpr, Q_REGISTERS: gl.constexpr = False,
                             ROWS: gl.constexpr = ROWS_PER_PROGRAM, PERSISTENT: gl.constexpr = False,
                             MASK_TMA: gl.constexpr = False, MASK_B: gl.constexpr = 0, MASK_H: gl.constexpr = 0,
-                            REF1: gl.constexpr = False, ZERO_LOADER: gl.constexpr = False):
+                            REF1: gl.constexpr = False):
     """grid (total,) with total = cdiv(N, ROWS·BLOCK_M)·B·H work items, one a program (attnlab.triton.fused_gluon.
     _program); PERSISTENT: any smaller grid, each program taking items pid, pid + grid, … (causal with HEAVY_FIRST:
     in heavy/light pairs, fused_gluon._items). num_warps = 4; ROWS consumer warpgroups a program, 2, or 1
@@ -441,8 +410,7 @@ def qk_softmax_gluon_kernel(q_desc, k_desc, p_desc, M, smb, smh, smm, smn, mask_
     over the mask's (B or 1, H or 1, N, N) with a (1, 1, ROWS·BLOCK_M, BLOCK_N) box (MASK_B, MASK_H: 1 where the mask
     varies over batch, heads), into a ring of STAGES slots beside K's; else `mask_desc` is an unused placeholder.
     REF1: pass 1 against a fixed reference (Tiles.fixed_reference), each row's verdict into `flags` (B·H·N int8, 1 =
-    re-write; _flag_rows); else `flags` is an unused placeholder. ZERO_LOADER (causal only): the loader warp stores
-    the zero tiles past each item's diagonal from a buffer of their own (Tiles.zero_loader, v39)."""
+    re-write; _flag_rows); else `flags` is an unused placeholder."""
     dtype: gl.constexpr = q_desc.dtype
     pid = gl.program_id(0)
     nprog = gl.num_programs(0)
@@ -467,12 +435,6 @@ def qk_softmax_gluon_kernel(q_desc, k_desc, p_desc, M, smb, smh, smm, smn, mask_
     for i in gl.static_range(STAGES):
         mbarrier.init(k_full.index(i), count=1)
         mbarrier.init(k_empty.index(i), count=ROWS)
-    if ZERO_LOADER:
-        z_smem = gl.allocate_shared_memory(dtype, [1, 1, BLOCK_M, BLOCK_N], p_desc.layout)
-        z_ready = gl.allocate_shared_memory(gl.int64, [1], mbarrier.MBarrierLayout())
-        mbarrier.init(z_ready, count=1)
-    else:
-        z_smem, z_ready = p_smem.index(0), q_bars.index(0)  # never used
     fence_async_shared()
     # Each partition's arguments are written out where it is named: a tuple assigned to a name turns its constexprs
     # into tensors.
@@ -482,11 +444,11 @@ def qk_softmax_gluon_kernel(q_desc, k_desc, p_desc, M, smb, smh, smm, smn, mask_
                          (M, smb, smh, smm, smn, mask_smem),
                          (pid, nprog, total), (b, h, hk, start_m, n_tiles, m_head), flags, N, H, GROUP, qk_scale,
                          mask_scale, 0, D, BLOCK_M, BLOCK_N, STAGES, CAUSAL, MASK_KIND, NO_SOFTMAX, HEAVY_FIRST,
-                         Q_REGISTERS, PERSISTENT, ROWS, MASK_TMA, REF1, ZERO_LOADER, (z_smem, z_ready))),
+                         Q_REGISTERS, PERSISTENT, ROWS, MASK_TMA, REF1)),
             (_loader, (q_desc, k_desc, q_smem, k_smem, (q_bars, q_empty, k_full, k_empty), (mask_desc, mask_smem),
-                       (p_desc, z_smem, z_ready), (pid, nprog, total), (b, h, hk, start_m, n_tiles, m_head), M, smb,
-                       smh, N, H, GROUP, BLOCK_M, BLOCK_N, STAGES, CAUSAL, HEAVY_FIRST, NO_SOFTMAX, PERSISTENT, ROWS,
-                       MASK_TMA, MASK_B, MASK_H, ZERO_LOADER)),
+                       (pid, nprog, total), (b, h, hk, start_m, n_tiles, m_head), M, smb, smh, N, H, GROUP, BLOCK_M,
+                       BLOCK_N, STAGES, CAUSAL, HEAVY_FIRST, NO_SOFTMAX, PERSISTENT, ROWS, MASK_TMA, MASK_B,
+                       MASK_H)),
         ], [1], [24])
     else:
         gl.warp_specialize([
@@ -494,16 +456,16 @@ def qk_softmax_gluon_kernel(q_desc, k_desc, p_desc, M, smb, smh, smm, smn, mask_
                          (M, smb, smh, smm, smn, mask_smem),
                          (pid, nprog, total), (b, h, hk, start_m, n_tiles, m_head), flags, N, H, GROUP, qk_scale,
                          mask_scale, 0, D, BLOCK_M, BLOCK_N, STAGES, CAUSAL, MASK_KIND, NO_SOFTMAX, HEAVY_FIRST,
-                         Q_REGISTERS, PERSISTENT, ROWS, MASK_TMA, REF1, ZERO_LOADER, (z_smem, z_ready))),
+                         Q_REGISTERS, PERSISTENT, ROWS, MASK_TMA, REF1)),
             (_consumer, (q_smem, k_smem, p_smem, p_desc, (q_bars, q_empty, k_full, k_empty),
                          (M, smb, smh, smm, smn, mask_smem),
                          (pid, nprog, total), (b, h, hk, start_m, n_tiles, m_head), flags, N, H, GROUP, qk_scale,
                          mask_scale, 1, D, BLOCK_M, BLOCK_N, STAGES, CAUSAL, MASK_KIND, NO_SOFTMAX, HEAVY_FIRST,
-                         Q_REGISTERS, PERSISTENT, ROWS, MASK_TMA, REF1, ZERO_LOADER, (z_smem, z_ready))),
+                         Q_REGISTERS, PERSISTENT, ROWS, MASK_TMA, REF1)),
             (_loader, (q_desc, k_desc, q_smem, k_smem, (q_bars, q_empty, k_full, k_empty), (mask_desc, mask_smem),
-                       (p_desc, z_smem, z_ready), (pid, nprog, total), (b, h, hk, start_m, n_tiles, m_head), M, smb,
-                       smh, N, H, GROUP, BLOCK_M, BLOCK_N, STAGES, CAUSAL, HEAVY_FIRST, NO_SOFTMAX, PERSISTENT, ROWS,
-                       MASK_TMA, MASK_B, MASK_H, ZERO_LOADER)),
+                       (pid, nprog, total), (b, h, hk, start_m, n_tiles, m_head), M, smb, smh, N, H, GROUP, BLOCK_M,
+                       BLOCK_N, STAGES, CAUSAL, HEAVY_FIRST, NO_SOFTMAX, PERSISTENT, ROWS, MASK_TMA, MASK_B,
+                       MASK_H)),
         ], [4, 1], [CONSUMER_REGS, 24])
 
 
@@ -517,7 +479,7 @@ def mask_fits(tiles, stages: int, D: int, itemsize: int, mask_itemsize: int) -> 
     program's shared memory beside Q, `stages` K tiles and the P buffers."""
     rows = partitions(tiles)[0]
     BM, BN = tiles.BLOCK_M, tiles.BLOCK_N
-    tiles_bytes = (rows * BM * D + stages * BN * D + (rows * PBUF.value + tiles.zero_loader) * BM * BN) * itemsize
+    tiles_bytes = (rows * BM * D + stages * BN * D + rows * PBUF.value * BM * BN) * itemsize
     return tiles_bytes + stages * rows * BM * BN * mask_itemsize + SMEM_SPARE <= smem_limit(tiles)
 
 
@@ -581,4 +543,4 @@ def constexprs(tiles, *, D: int, causal: bool, mask_kind: int, md, no_softmax: b
                 MASK_KIND=mask_kind, NO_SOFTMAX=no_softmax, HEAVY_FIRST=tiles.heavy_first,
                 CONSUMER_REGS=CONSUMER_REGS, Q_REGISTERS=tiles.q_registers, ROWS=partitions(tiles)[0],
                 PERSISTENT=tiles.persistent, MASK_TMA=md is not None, MASK_B=vary_b, MASK_H=vary_h,
-                REF1=tiles.fixed_reference and not no_softmax, ZERO_LOADER=tiles.zero_loader and causal)
+                REF1=tiles.fixed_reference and not no_softmax)

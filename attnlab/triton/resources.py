@@ -216,8 +216,7 @@ LABEL_FLAGS = (("h", "heavy_first", "heavy-first"), ("p", "paired", "paired rows
                ("r", "q_registers", "Q in registers"), ("c", "persistent", "one program an SM"),
                ("o", "o_tma", "O by TMA from its own tiles"),
                ("u", "one_consumer", "one consumer a program"),
-               ("f", "fixed_reference", "pass 1 against a fixed reference"),
-               ("z", "zero_loader", "the zero tiles stored by the loader"))
+               ("f", "fixed_reference", "pass 1 against a fixed reference"))
 
 
 def label(t: config.Tiles) -> str:
