@@ -6,8 +6,9 @@ against cuBLAS doing the least such a build must do. GPU only:
 
 Every qk_softmax build writes P from a kernel that computes at least one QKᵀ, and reads it back in a kernel that
 computes PV. cuBLAS's pair with nothing else (S = QKᵀ written in the dtype by torch.matmul, then O = S V read back)
-does that least; where even it lies above 1.25× the issue's floor, a cell is out of that design's reach on this stack
-whatever the softmax costs. Beside it, per cell (FlashAttention's shapes, B·N = 16384, H·D = 2048, bf16): the build,
+does that least in a library's kernels: where even it lies above 1.25× the issue's floor, that cell is not for a
+two-kernel build to reach by a cheaper softmax (a reference, not a proof: another kernel could beat cuBLAS's; v37
+found it above 1.25 in no non-causal cell). Beside it, per cell (FlashAttention's shapes, B·N = 16384, H·D = 2048, bf16): the build,
 its P kernel alone (the build's own tiles), the P kernel under no_softmax (one pass, S written: the build's pass 2
 without exponentials), its PV kernel alone, P's write alone (`zero_`), each over the issue's floor
 (attnlab.bench.qk_softmax_floor_ms at this run's ceilings). --pv-tiles: PV kernel candidates timed on the same P
