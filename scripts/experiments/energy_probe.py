@@ -29,7 +29,7 @@ from attnlab import builds, model
 from attnlab.bench import qk_softmax_floor_ms
 from attnlab.load import LoadLog, nvml_handle
 from attnlab.measure import Case, make_inputs
-from attnlab.triton import launch
+from gluon_fa3 import qk_parts  # this script's directory is on sys.path when it runs
 
 
 class Energy:
@@ -128,18 +128,14 @@ def main():
             B, H = 16384 // N, 2048 // D
             q, k, v = make_inputs(Case("qk_softmax", B, H, H, N, D, "bfloat16", False, "cuda"))
             shape = dict(D=D, N=N, B=B, H=H, qk_flops=2 * B * H * N * N * D, p_bytes=B * H * N * N * 2)
-            c = launch._prepare(q, k, v, False, None, None, None)
-            chosen = launch._qk_softmax_tiles(c.spec)
-            P = torch.empty(B, H, N, N, dtype=q.dtype, device="cuda")
-            o = torch.empty_like(q)
+            _, _, P, o, (p_kernel, p_no_softmax, pv) = qk_parts(q, k, v, False)
             for name in a.builds.split(","):
                 b = builds.get(name)
                 rows.append(phase(name, lambda b=b: b.attend(q, k, v, causal=False), energy, log, a, shape))
-            rows.append(phase("p_kernel", lambda: launch.write_p(c, P, chosen), energy, log, a, shape))
-            rows.append(phase("p_kernel-no_softmax", lambda: launch.write_p(c, P, chosen, no_softmax=True), energy,
-                              log, a, shape))
-            rows.append(phase("pv_kernel", lambda: launch._pv(c, P, None, o), energy, log, a, shape))
-            del P, o, q, k, v
+            rows.append(phase("p_kernel", p_kernel, energy, log, a, shape))
+            rows.append(phase("p_kernel-no_softmax", p_no_softmax, energy, log, a, shape))
+            rows.append(phase("pv_kernel", pv, energy, log, a, shape))
+            del P, o, q, k, v, p_kernel, p_no_softmax, pv  # the calls hold P too
             torch.cuda.empty_cache()
         rows.append(phase("idle", None, energy, log, a))
     ceil = model.measure_ceilings("cuda", torch.bfloat16)

@@ -96,6 +96,19 @@ def candidate(label, causal):
     return parse_tiles(label if causal else label.replace("h", ""))
 
 
+def qk_parts(q, k, v, causal):
+    """The qk_softmax build's two kernels as separate calls, with the build's own tiles on one prepared call: (the
+    call, the P kernel's tiles, P, O, and the calls P kernel, P kernel under no_softmax, PV kernel). P and O are
+    allocated once; the PV call reads whatever P holds (the caller writes a real P first where that matters)."""
+    c = launch._prepare(q, k, v, causal, None, None, None)
+    chosen = launch._qk_softmax_tiles(c.spec)
+    P = torch.empty(*q.shape[:3], q.shape[2], dtype=q.dtype, device=q.device)
+    o = torch.empty_like(q)
+    return c, chosen, P, o, (lambda: launch.write_p(c, P, chosen),
+                             lambda: launch.write_p(c, P, chosen, no_softmax=True),
+                             lambda: launch._pv(c, P, None, o))
+
+
 def timed(fn):
     """Median ms of CUDA-graph replays (host launch cost out of the picture; L2 not flushed), after a spin-up."""
     for _ in range(20):

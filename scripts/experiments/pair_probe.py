@@ -8,14 +8,15 @@ Every qk_softmax build writes P from a kernel that computes at least one QKᵀ, 
 computes PV. cuBLAS's pair with nothing else (S = QKᵀ written in the dtype by torch.matmul, then O = S V read back)
 does that least in a library's kernels: where even it lies above 1.25× the issue's floor, that cell is not for a
 two-kernel build to reach by a cheaper softmax (a reference, not a proof: another kernel could beat cuBLAS's; v37
-found it above 1.25 in no non-causal cell). Beside it, per cell (FlashAttention's shapes, B·N = 16384, H·D = 2048, bf16): the build,
-its P kernel alone (the build's own tiles), the P kernel under no_softmax (one pass, S written: the build's pass 2
-without exponentials), its PV kernel alone, P's write alone (`zero_`), each over the issue's floor
+found it above 1.25 in no non-causal cell). Beside it, per cell (FlashAttention's shapes, B·N = 16384,
+H·D = 2048, bf16): the build, its P kernel alone (the build's own tiles), the P kernel under no_softmax (one pass,
+S written: the build's pass 2 without exponentials), its PV kernel alone (gluon_fa3.qk_parts gives the three),
+P's write alone (`zero_`), each over the issue's floor
 (attnlab.bench.qk_softmax_floor_ms at this run's ceilings). --pv-tiles: PV kernel candidates timed on the same P
 (the table's is `pv`), for the short-N question: is the PV kernel's excess there its tiles or the shape's?
 
 Medians of CUDA-graph replays (gluon_fa3.timed). Under a causal mask cuBLAS computes and reads the whole of S, the
-build only the lower half: its pair is then not a bound, only a reference, and the summary counts non-causal cells.
+build only the lower half: its pair is then not a bound, only a reference.
 """
 import argparse
 import itertools
@@ -27,7 +28,7 @@ from attnlab import model
 from attnlab.bench import qk_softmax_floor_ms
 from attnlab.triton import config, launch
 from attnlab.triton.resources import label, parse_tiles
-from gluon_fa3 import timed  # this script's directory is on sys.path when it runs
+from gluon_fa3 import qk_parts, timed  # this script's directory is on sys.path when it runs
 
 
 def cell(D, causal, N, pv_tiles, ceil):
@@ -36,23 +37,20 @@ def cell(D, causal, N, pv_tiles, ceil):
     g = torch.Generator(device="cuda").manual_seed(N + D)
     q, k, v = (torch.randn(B, H, N, D, device="cuda", dtype=dt, generator=g) for _ in range(3))
     floor = qk_softmax_floor_ms(B, H, N, D, dt, causal, ceil)
-    c = launch._prepare(q, k, v, causal, None, None, None)
-    chosen = launch._qk_softmax_tiles(c.spec)
-    P = torch.empty(B, H, N, N, device="cuda", dtype=dt)
-    o = torch.empty_like(q)
+    _, chosen, P, o, (p_kernel, p_no_softmax, pv) = qk_parts(q, k, v, causal)
     kt = k.transpose(-1, -2)
     res = {
         "build": timed(lambda: launch.qk_softmax(q, k, v, causal=causal)),
-        "p_kernel": timed(lambda: launch.write_p(c, P, chosen)),
-        "p_no_softmax": timed(lambda: launch.write_p(c, P, chosen, no_softmax=True)),
+        "p_kernel": timed(p_kernel),
+        "p_no_softmax": timed(p_no_softmax),
     }
-    launch.write_p(c, P, chosen)  # a real P for the PV timings
-    res["pv"] = timed(lambda: launch._pv(c, P, None, o))
+    p_kernel()  # a real P for the PV timings
+    res["pv"] = timed(pv)
     for lab in pv_tiles:
         t = parse_tiles(lab)
         try:
             with config.forced("pv", t):
-                res[f"pv {lab}"] = timed(lambda: launch._pv(c, P, None, o))
+                res[f"pv {lab}"] = timed(pv)  # _pv looks its tiles up at each call: the forced ones
         except Exception as e:  # noqa: BLE001
             print(f"{D} {int(causal)} {N} pv {lab}: {type(e).__name__}: {str(e)[:200]}", flush=True)
     res["zero_P"] = timed(lambda: P.zero_())
@@ -62,7 +60,7 @@ def cell(D, causal, N, pv_tiles, ceil):
     print(f"case D={D} causal={int(causal)} N={N} B={B} H={H} floor={floor:.4f} tiles={label(chosen)}", flush=True)
     for what, ms in res.items():
         print(f"{D} {int(causal)} {N} {what} {ms:.4f} {ms / floor:.3f}", flush=True)
-    del P, q, k, v, o
+    del P, q, k, v, o, p_kernel, p_no_softmax, pv  # the calls hold P too
     torch.cuda.empty_cache()
     return floor, res
 
