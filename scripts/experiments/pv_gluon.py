@@ -25,7 +25,7 @@ from attnlab import model
 from attnlab.bench import qk_softmax_floor_ms
 from attnlab.triton import config, launch, pv_gluon
 from attnlab.triton.resources import label, parse_tiles
-from gluon_fa3 import timed  # this script's directory is on sys.path when it runs
+from gluon_fa3 import qk_parts, timed  # this script's directory is on sys.path when it runs
 
 EPS = {torch.bfloat16: 2.0 ** -8, torch.float16: 2.0 ** -11}
 
@@ -103,10 +103,8 @@ def bench(cands, ns, ds, causals):
         B, H = 16384 // N, 2048 // D
         g = torch.Generator(device="cuda").manual_seed(0)
         q, k, v = (torch.randn(B, H, N, D, device="cuda", dtype=torch.bfloat16, generator=g) for _ in range(3))
-        c = launch._prepare(q, k, v, causal, None, None, None)
-        p = torch.empty(B, H, N, N, device="cuda", dtype=torch.bfloat16)
-        launch.write_p(c, p, launch._qk_softmax_tiles(c.spec))
-        o = torch.empty_like(q)
+        _, _, p, o, (p_kernel, _, pv) = qk_parts(q, k, v, causal)
+        p_kernel()  # the qk_softmax kernel's P, which the PV kernels read
         read = B * H * N * N * 2 / (2 if causal else 1)
         print(f"time {D} {int(causal)} {N} P_read_at_copy_rate {read / ceil['tbps'] / 1e9:.4f}", flush=True)
         floor = qk_softmax_floor_ms(B, H, N, D, torch.bfloat16, causal, ceil)
@@ -114,14 +112,14 @@ def bench(cands, ns, ds, causals):
         for t in [None] + cands:
             name = "triton_table" if t is None else label(t)
             with config.forced("pv", t or triton_entry(D, causal, torch.bfloat16)):
-                pv_ms[name] = timed(lambda: launch._pv(c, p, None, o))
+                pv_ms[name] = timed(pv)  # _pv looks its tiles up at each call: the forced ones
                 build_ms[name] = timed(lambda: launch.qk_softmax(q, k, v, causal=causal))
             print(f"time {D} {int(causal)} {N} pv_{name} {pv_ms[name]:.4f} {pv_ms['triton_table'] / pv_ms[name]:.3f}",
                   flush=True)
             print(f"time {D} {int(causal)} {N} build_{name} {build_ms[name]:.4f} "
                   f"{build_ms['triton_table'] / build_ms[name]:.3f} over_floor {build_ms[name] / floor:.3f}",
                   flush=True)
-        del q, k, v, p, o
+        del q, k, v, p, o, p_kernel, pv  # the calls hold P too
         torch.cuda.empty_cache()
 
 
