@@ -60,13 +60,20 @@ class Tiles:
     # tile the mask hides, the rest too small to register, or a row hidden entirely) or NaN is flagged, and the
     # Triton kernel re-writes the flagged rows' blocks after it (PERFORMANCE.md v31; label suffix `f`).
     fixed_reference: bool = False
+    # Gluon qk_softmax kernel only: one pass, the row on chip. At N ≤ 1024 (attnlab.triton.qk_softmax_row.fits) a
+    # program keeps its BLOCK_M rows' exponentials for all N keys in shared memory, so each score is computed once; the
+    # two consumers split the key tiles and swap their rows' (max, sum) before P is written. Persistent by
+    # construction; masked calls and longer rows run the two-pass kernel (qk_softmax_gluon.as_run; PERFORMANCE.md
+    # v40; label suffix `a`).
+    one_pass: bool = False
 
     def as_dict(self) -> dict:
         return asdict(self)
 
 
 # the fields only the Gluon kernels read
-GLUON_ONLY = ("gluon", "mask_tma", "q_registers", "persistent", "o_tma", "one_consumer", "fixed_reference")
+GLUON_ONLY = ("gluon", "mask_tma", "q_registers", "persistent", "o_tma", "one_consumer", "fixed_reference",
+              "one_pass")
 
 
 def interpreting() -> bool:

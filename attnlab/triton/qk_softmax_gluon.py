@@ -483,8 +483,11 @@ def mask_fits(tiles, stages: int, D: int, itemsize: int, mask_itemsize: int) -> 
     return tiles_bytes + stages * rows * BM * BN * mask_itemsize + SMEM_SPARE <= smem_limit(tiles)
 
 
-def as_run(tiles, mask, D: int, itemsize: int):
-    """The tiles a call runs with, given its (B, H, N, N) mask view (None: no mask; a meta tensor will do):
+def as_run(tiles, mask, D: int, itemsize: int, N: int | None = None):
+    """The tiles a call at sequence length N runs with, given its (B, H, N, N) mask view (None: no mask; a meta tensor
+    will do):
+      * Tiles.one_pass without a mask where the row fits on chip (attnlab.triton.qk_softmax_row.fits; N = None: the
+        entry as it stands): as they are; else the two-pass kernel, persistent, as below;
       * no mask: `tiles` as they are;
       * a mask the loader can bring by TMA (fused_gluon.tma_can_read: 1- or 2-byte elements, 16-byte-aligned rows):
         mask_tma, its tiles arriving with K's in as many stages as fit (mask_fits; at most the entry's, at least 2):
@@ -492,6 +495,12 @@ def as_run(tiles, mask, D: int, itemsize: int):
       * any other mask, or no room even for 2 stages (one consumer at D = 128): the consumers load it, one item a
         program (Tiles.persistent then spills 0.5–1.8 KB a thread without a causal mask: the mask's pointer tile
         stays live across the item loop, v28)."""
+    if tiles.one_pass:
+        from attnlab.triton import qk_softmax_row
+
+        if mask is None and (N is None or qk_softmax_row.fits(tiles, N, D, itemsize)):
+            return tiles
+        tiles = replace(tiles, one_pass=False, persistent=True)
     if mask is None:
         return tiles
     if tma_can_read(mask):
@@ -514,6 +523,15 @@ def launch(q, k, p, mask, mask_strides, mask_kind, *, N, H, group, qk_scale, mas
     through the loader warp with K (v30), else by the consumers' loads. Tiles.fixed_reference (not under
     no_softmax, which has no pass 1): pass 1 against a fixed reference, each row's verdict into `flags` (B·H·N int8,
     the caller's: 1 where the row's P is wrong and must be re-written, attnlab.triton.launch.write_p)."""
+    if tiles.one_pass:  # one pass, the row on chip (as_run sends masked calls and longer rows to the two passes)
+        from attnlab.triton import qk_softmax_row
+
+        if mask_kind:
+            raise ValueError(f"tiles {tiles}: the one-pass P kernel takes no mask (qk_softmax_gluon.as_run gives the "
+                             f"tiles a masked call runs with)")
+        qk_softmax_row.launch(q, k, p, N=N, H=H, group=group, qk_scale=qk_scale, causal=causal, tiles=tiles,
+                              no_softmax=no_softmax)
+        return
     ref1 = tiles.fixed_reference and not no_softmax
     if ref1 and (flags is None or flags.dtype != torch.int8 or flags.numel() != q.shape[0] * H * N):
         got = None if flags is None else (flags.dtype, flags.numel())

@@ -118,7 +118,7 @@ def _gluon_info(kernel: str, D: int, causal: bool, tiles: config.Tiles, mask_kin
     from triton.experimental.gluon._runtime import GluonASTSource
     from triton.runtime.jit import mangle_type
 
-    from attnlab.triton import fused_gluon, pv_gluon, qk_softmax_gluon
+    from attnlab.triton import fused_gluon, pv_gluon, qk_softmax_gluon, qk_softmax_row
 
     tdtype = DTYPES[dtype]
     ints = _int_args(D, mask_kind, N=n)
@@ -141,6 +141,16 @@ def _gluon_info(kernel: str, D: int, causal: bool, tiles: config.Tiles, mask_kin
         sig["o_ptr"] = f"*{dtype}"
         values = pv_gluon.constexprs(tiles, D=D, causal=causal, no_pv=no_pv)
         floats = ("inv_n",)
+    elif kernel == "qk_softmax" and tiles.one_pass:  # one pass, the row on chip: compiled for rows of min(n, ROW_MAX)
+        fn = qk_softmax_row.qk_softmax_row_kernel
+        sig["q_desc"] = mangle_type(fused_gluon.descriptor(x, tiles.BLOCK_M))
+        sig["k_desc"] = mangle_type(fused_gluon.descriptor(x, tiles.BLOCK_N))
+        p = torch.empty(1, ints["H"], ints["N"], ints["N"], dtype=tdtype)
+        sig["p_desc"] = mangle_type(fused_gluon.descriptor(p, tiles.BLOCK_M, tiles.BLOCK_N))
+        sig["M"] = f"*{dtype}"  # the launcher passes P: items carry a mask pointer the kernel never reads
+        values = qk_softmax_row.constexprs(tiles, D=D, N=min(n, qk_softmax_row.ROW_MAX), causal=causal,
+                                           no_softmax=no_softmax)
+        floats = ("qk_scale",)
     elif kernel == "qk_softmax":
         fn = qk_softmax_gluon.qk_softmax_gluon_kernel
         sig["q_desc"] = mangle_type(fused_gluon.descriptor(x, tiles.BLOCK_M))
@@ -165,7 +175,8 @@ def _gluon_info(kernel: str, D: int, causal: bool, tiles: config.Tiles, mask_kin
         values = fused_gluon.constexprs(run_as, D=D, causal=causal, mask_kind=mask_kind, md=md, o_tma=o_tma,
                                         no_softmax=no_softmax, no_pv=no_pv)
         floats = ("qk_scale", "mask_scale", "inv_n")
-    ints_named = ("sob", "soh", "son", "N", "H", "GROUP") if kernel == "pv" else (
+    ints_named = ("sob", "soh", "son", "N", "H", "GROUP") if kernel == "pv" else ("N", "H", "GROUP") if (
+        fn is qk_softmax_row.qk_softmax_row_kernel) else (
         ("smb", "smh", "smm", "smn", "N", "H", "GROUP") + (("sob", "soh", "son") if kernel == "fused" else ()))
     sig["total"] = "i32"
     for a in ints_named:
@@ -216,7 +227,8 @@ LABEL_FLAGS = (("h", "heavy_first", "heavy-first"), ("p", "paired", "paired rows
                ("r", "q_registers", "Q in registers"), ("c", "persistent", "one program an SM"),
                ("o", "o_tma", "O by TMA from its own tiles"),
                ("u", "one_consumer", "one consumer a program"),
-               ("f", "fixed_reference", "pass 1 against a fixed reference"))
+               ("f", "fixed_reference", "pass 1 against a fixed reference"),
+               ("a", "one_pass", "one pass, the row on chip"))
 
 
 def label(t: config.Tiles) -> str:

@@ -31,8 +31,8 @@ import torch
 
 from attnlab import accuracy, model
 from attnlab.bench import qk_softmax_floor_ms
-from attnlab.triton import config, launch
-from attnlab.triton.resources import parse_tiles
+from attnlab.triton import config, launch, qk_softmax_gluon
+from attnlab.triton.resources import label, parse_tiles
 from gluon_fa3 import candidate, case_inputs, timed  # this script's directory is on sys.path when it runs
 
 
@@ -82,7 +82,12 @@ def check(tiles, part=(0, 1)):
                 # TMA can store its rows)
                 c = launch._prepare(q, k, v, causal, mask, None, ablation)
                 p = torch.full((B, H, N, N), float("nan"), device="cuda", dtype=dtype)
-                launch.write_p(c, p, t, no_softmax)
+                # one-pass tiles (Tiles.one_pass) run as the build runs them: the two-pass kernel for masked calls and
+                # rows too long to keep (qk_softmax_gluon.as_run)
+                run = qk_softmax_gluon.as_run(t, c.mask if c.mask_kind else None, D, dtype.itemsize, N) if (
+                    t.one_pass) else t
+                launch.write_p(c, p, run, no_softmax)
+                line += "" if run == t else f"ran={label(run)} "
                 torch.cuda.synchronize()
                 ref = reference_p(q, k, causal, mask, scale, no_softmax)
                 # 1 % of each element plus a floor: bf16 rounds to 0.4 %, and P's entries are ~1/N
@@ -131,13 +136,14 @@ def bench(ns, ds, causals, labels, ablations=False, part=(0, 1), warm=False):
         g = torch.Generator(device="cuda").manual_seed(0)
         q, k, v = (torch.randn(B, H, N, D, device="cuda", dtype=torch.bfloat16, generator=g) for _ in range(3))
         if warm:
-            for label in labels:
-                t = candidate(label, causal)
+            for name in labels:
+                t = config.tiles("qk_softmax", q.device, D, causal, q.dtype, N=N) if name == "current" else candidate(
+                    name, causal)
                 for ablation in (None, "no_softmax") if ablations else (None,):
                     try:
                         build(q, k, v, causal, t, ablation)
                     except Exception as e:  # noqa: BLE001
-                        print(f"warm {D} {causal} {N} {label}: {type(e).__name__}: {str(e)[:200]}", flush=True)
+                        print(f"warm {D} {causal} {N} {name}: {type(e).__name__}: {str(e)[:200]}", flush=True)
             torch.cuda.synchronize()
             continue
         floor = qk_softmax_floor_ms(B, H, N, D, torch.bfloat16, causal, ceil)
@@ -146,18 +152,19 @@ def bench(ns, ds, causals, labels, ablations=False, part=(0, 1), warm=False):
         res = {"pv": timed(lambda p=P: launch._pv(c, p, None, None))}
         del P
         table = config.tiles("qk_softmax", q.device, D, causal, q.dtype, gluon=False)
-        for label in ["table"] + labels:
-            t = table if label == "table" else candidate(label, causal)
+        for name in ["table"] + labels:  # `current`: the build's own P kernel tiles at this N (TABLE or SHORT)
+            t = table if name == "table" else config.tiles("qk_softmax", q.device, D, causal, q.dtype, N=N) if (
+                name == "current") else candidate(name, causal)
             try:
                 o = build(q, k, v, causal, t)
                 # the fp64 oracle on one batch and four heads: (1, 4, N, N) doubles, 8 GiB at N = 16384
                 verdict = accuracy.judge(o[:1, :4], q[:1, :4], k[:1, :4], v[:1, :4], causal=causal)
-                name = f"{label}{'' if verdict.ok else ' FAILS'}"
-                res[name] = timed(lambda: build(q, k, v, causal, t))
+                key = f"{name}{'' if verdict.ok else ' FAILS'}"
+                res[key] = timed(lambda: build(q, k, v, causal, t))
                 if ablations:  # P = S: pass 2 only, no exponentials (PERFORMANCE.md v12: are they hidden?)
-                    res[f"{label} no_softmax"] = timed(lambda: build(q, k, v, causal, t, "no_softmax"))
+                    res[f"{name} no_softmax"] = timed(lambda: build(q, k, v, causal, t, "no_softmax"))
             except Exception as e:  # noqa: BLE001
-                print(f"{D} {causal} {N} {label}: {type(e).__name__}: {str(e)[:200]}", flush=True)
+                print(f"{D} {causal} {N} {name}: {type(e).__name__}: {str(e)[:200]}", flush=True)
         for what, ms in res.items():
             p_kernel = "" if what == "pv" else f" p_kernel={ms - res['pv']:.4f}"
             print(f"{D} {int(causal)} {N} {what} {ms:.4f} {ms / floor:.3f} {res.get('table', ms) / ms:.3f}{p_kernel}",

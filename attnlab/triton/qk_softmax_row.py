@@ -1,0 +1,274 @@
+"""The qk_softmax build's P kernel in one pass, for rows short enough to stay on chip (Tiles.one_pass, label `a`;
+PERFORMANCE.md v40). Hopper, Gluon; D = 64 or 128, fp16 or bf16, N a multiple of 8 up to ROW_MAX.
+
+Why: the two-pass kernel (attnlab.triton.qk_softmax_gluon) computes every score twice, once for the row's max and
+sum and once to write P, because a row of N keys does not fit on chip. At N ≤ 1024 the N keys of BLOCK_M = 64 rows
+do: 64 × 1024 16-bit values are 128 KiB of shared memory. Here each score is computed once (v37: at N ≤ 1024 the
+softmax's second QKᵀ and exponentials are 0.37–0.45 of the build's floor):
+  * a work item is BLOCK_M rows of a head with all their keys; a loader warp brings its Q once and each K tile once
+    (TMA, into a ring of STAGES slots);
+  * the two consumer warpgroups share the item's rows and split its key tiles, even tiles to one, odd to the other;
+    for each tile a consumer takes the tile's row max m_j, writes 2^(s − m_j) as fp16 into the tile's slot of the row
+    buffer and m_j beside it, and folds the tile into its own running (max, sum);
+  * the two consumers swap their (max, sum) through shared memory (an mbarrier both arrive on), so each has the
+    row's;
+  * each rescales its own tiles in place, P = 2^(s − m_j) · 2^(m_j − max) / sum in the build's dtype, and stores
+    them by TMA, which drains while the next item is computed.
+Persistent (one program an SM: the row buffer takes most of its shared memory); under a causal mask the tiles past
+the item's diagonal are stored as zeros by the consumer that owns them, and HEAVY_FIRST takes items in heavy/light
+pairs (fused_gluon._items). The no_softmax ablation writes S itself from the same loop, with no swap and no rescale.
+Masks are not taken here: qk_softmax_gluon.as_run sends a masked call to the two-pass kernel, and the row says so.
+
+P is rounded twice (2^(s − m_j) to fp16, then P to the dtype): at most one unit in the last place of fp16 more than
+the two-pass kernel's one rounding, inside the FlashAttention rule the gate applies.
+"""
+from __future__ import annotations
+
+import triton
+from triton.experimental import gluon
+from triton.experimental.gluon import language as gl
+from triton.experimental.gluon.language.nvidia.hopper import (fence_async_shared, mbarrier, tma, warpgroup_mma,
+                                                              warpgroup_mma_wait)
+
+from attnlab.triton.fused_gluon import (SMEM_SPARE, _items, _needs_masks, _scores, _step_item, descriptor,
+                                        sm_count, smem_limit, tma_ready)
+from attnlab.triton.qk_softmax_gluon import CONSUMER_REGS, _bias, _load_k
+
+ROW_MAX = 1024  # the longest row a program keeps on chip (with 64 rows: 128 KiB of shared memory)
+STATS = gl.constexpr(8)  # the swap's shared floats per row: 2 items in flight (parity) × 2 consumers × (max, sum)
+
+
+@gluon.jit
+def _loader(q_desc, k_desc, q_smem, k_smem, bars, work, M, N, H, GROUP, BLOCK_M: gl.constexpr,
+            BLOCK_N: gl.constexpr, STAGES: gl.constexpr, CAUSAL: gl.constexpr, HEAVY_FIRST: gl.constexpr):
+    """One warp: each item's first K tile, its Q (once both consumers have released the last item's) and the rest of
+    its K tiles, each once, into the ring (every slot read by one consumer: `empty` counts 1)."""
+    q_full, q_empty, k_full, k_empty, x_bars = bars
+    pid, nprog, total = work
+    t0 = 0
+    it = 0
+    start, end, step = _items(pid, nprog, total, CAUSAL and HEAVY_FIRST)
+    for x in range(start, end, step):
+        b, h, hk, start_m, n_tiles, m_head = _step_item(x, work, M, 0, 0, N, H, GROUP, BLOCK_M, BLOCK_N, CAUSAL,
+                                                        HEAVY_FIRST, 1)
+        no_mask = (k_desc, k_smem, 0, 0, 0)  # _load_k's mask box, unused without MASK_TMA
+        _load_k(t0, 0, k_desc, k_smem, k_full, k_empty, b, hk, no_mask, BLOCK_N, STAGES, False)
+        mbarrier.wait(q_empty, (it & 1) ^ 1)
+        mbarrier.expect(q_full, q_desc.block_type.nbytes)
+        tma.async_copy_global_to_shared(q_desc, [b, h, start_m, 0], q_full, q_smem)
+        for t in range(1, n_tiles):
+            _load_k(t0 + t, t, k_desc, k_smem, k_full, k_empty, b, hk, no_mask, BLOCK_N, STAGES, False)
+        t0 += n_tiles
+        it += 1
+
+
+@gluon.jit
+def _merge(m_a, l_a, m_b, l_b):
+    """The (max, sum) of two parts of a row, each sum taken against its own max; a part the mask hides entirely has
+    max −inf and sum 0 (and both hidden give −inf, 0: never NaN)."""
+    m = gl.maximum(m_a, m_b)
+    m_safe = gl.where(m == -float("inf"), 0.0, m)
+    return m, l_a * gl.exp2(m_a - m_safe) + l_b * gl.exp2(m_b - m_safe)
+
+
+@gluon.jit
+def _exponentials(s, NO_SOFTMAX: gl.constexpr):
+    """Scaled, masked scores → (row max, 2^(s − max)); a row hidden entirely gets −inf and zeros, never NaN. Under
+    no_softmax (the max, unused: the compiler drops it; S with masked entries 0)."""
+    m = gl.max(s, axis=1)
+    if NO_SOFTMAX:
+        p = gl.where(s == -float("inf"), 0.0, s)
+    else:
+        p = gl.exp2(s - gl.where(m == -float("inf"), 0.0, m)[:, None])
+    return m, p
+
+
+@gluon.jit
+def _tile_exp(s, j, start_m, hi, offs_m, cols, N, qk_scale, BLOCK_N: gl.constexpr, CAUSAL: gl.constexpr,
+              NO_SOFTMAX: gl.constexpr):
+    """Key tile j's raw q·kᵀ → (its row max m_j in exp2 units, 2^(s − m_j), its row sum); under no_softmax the second
+    is S with masked entries 0 (the others unused). Element masks only where the tile crosses the diagonal or N
+    (fused_gluon._needs_masks)."""
+    offs_n = j * BLOCK_N + cols
+    if _needs_masks(j, start_m, hi, BLOCK_N, CAUSAL):
+        s = _scores(s, offs_m, offs_m, offs_m, offs_n, N, 0, qk_scale, 1.0, True, CAUSAL, 0, NO_SOFTMAX, False)
+        m_j, p = _exponentials(s, NO_SOFTMAX)
+    else:
+        s = _scores(s, offs_m, offs_m, offs_m, offs_n, N, 0, qk_scale, 1.0, False, CAUSAL, 0, NO_SOFTMAX, False)
+        if NO_SOFTMAX:  # _scores scaled it
+            m_j, p = _exponentials(s, True)
+        else:  # the steady state: raw scores, the scale riding in exp2's FMA
+            m_j = gl.max(s, axis=1) * qk_scale
+            p = gl.exp2(s * qk_scale - m_j[:, None])
+    return m_j, p, gl.sum(p, axis=1)
+
+
+@gluon.jit
+def _tiles_out(row_smem, p_desc, b, h, start_m, first, end, BLOCK_N: gl.constexpr):
+    """TMA stores of this consumer's tiles first, first + 2, … < end of the row buffer, once what the consumer wrote
+    there is visible to the copy engine."""
+    fence_async_shared()
+    for j in range(first, end, 2):
+        tma.async_copy_shared_to_global(p_desc, [b, h, start_m, j * BLOCK_N], row_smem.index(j))
+
+
+@gluon.jit
+def _consumer(q_smem, k_smem, row_smem, tmax_smem, stats_smem, p_desc, bars, work, M, N, H, GROUP, qk_scale,
+              WG: gl.constexpr, D: gl.constexpr, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr,
+              STAGES: gl.constexpr, ROW_TILES: gl.constexpr, CAUSAL: gl.constexpr, NO_SOFTMAX: gl.constexpr,
+              HEAVY_FIRST: gl.constexpr):
+    """One warpgroup: its key tiles (j ≡ WG mod 2) of each item — exponentials into the row buffer, then, with the
+    other consumer's (max, sum), P in place and out by TMA."""
+    q_full, q_empty, k_full, k_empty, x_bars = bars
+    dtype: gl.constexpr = p_desc.dtype
+    s_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1],
+                                                       instr_shape=[16, BLOCK_N, 16])
+    row_s: gl.constexpr = gl.SliceLayout(1, s_layout)
+    cols = gl.arange(0, BLOCK_N, gl.SliceLayout(0, s_layout))
+    zero_s = gl.zeros([BLOCK_M, BLOCK_N], gl.float32, s_layout)
+    exps = row_smem._reinterpret(gl.float16, row_smem.type.shape, row_smem.type.layout)  # 2^(s − m_j), in place
+    q = q_smem.reshape([BLOCK_M, D])
+    all_tiles = gl.cdiv(N, BLOCK_N)
+    pid, nprog, total = work
+    t0 = 0
+    it = 0
+    start, end, step = _items(pid, nprog, total, CAUSAL and HEAVY_FIRST)
+    for x in range(start, end, step):
+        b, h, hk, start_m, n_tiles, m_head = _step_item(x, work, M, 0, 0, N, H, GROUP, BLOCK_M, BLOCK_N, CAUSAL,
+                                                        HEAVY_FIRST, 1)
+        offs_m = start_m + gl.arange(0, BLOCK_M, row_s)
+        hi = N
+        if CAUSAL:
+            hi = gl.minimum(N, start_m + BLOCK_M)
+        tma.store_wait(pendings=0)  # this consumer's stores of the last item have read its slots
+        if CAUSAL:  # its tiles past the diagonal: zeros, as the materialised build's softmax writes them
+            z0 = n_tiles + (n_tiles + WG) % 2
+            for j in range(z0, all_tiles, 2):
+                row_smem.index(j).reshape([BLOCK_M, BLOCK_N]).store(zero_s.to(dtype))
+            _tiles_out(row_smem, p_desc, b, h, start_m, z0, all_tiles, BLOCK_N)
+        mbarrier.wait(q_full, it & 1)  # every consumer waits, tiles or none: the phases stay in step
+        m_i = gl.full([BLOCK_M], -float("inf"), gl.float32, row_s)
+        l_i = gl.zeros([BLOCK_M], gl.float32, row_s)
+        for j in range(WG, n_tiles, 2):
+            t = t0 + j
+            st = t % STAGES
+            mbarrier.wait(k_full.index(st), (t // STAGES) & 1)
+            s = warpgroup_mma(q, k_smem.index(st).reshape([BLOCK_N, D]).permute((1, 0)), zero_s, use_acc=False,
+                              is_async=True)
+            s = warpgroup_mma_wait(num_outstanding=0, deps=[s])
+            mbarrier.arrive(k_empty.index(st), count=1)
+            m_j, p, l_j = _tile_exp(s, j, start_m, hi, offs_m, cols, N, qk_scale, BLOCK_N, CAUSAL, NO_SOFTMAX)
+            if NO_SOFTMAX:
+                row_smem.index(j).reshape([BLOCK_M, BLOCK_N]).store(p.to(dtype))
+            else:
+                exps.index(j).reshape([BLOCK_M, BLOCK_N]).store(p.to(gl.float16))
+                tmax_smem.index(j).store(m_j)
+                m_i, l_i = _merge(m_i, l_i, m_j, l_j)
+        mbarrier.arrive(q_empty, count=1)  # its last QKᵀ has read Q
+        if NO_SOFTMAX:
+            _tiles_out(row_smem, p_desc, b, h, start_m, WG, n_tiles, BLOCK_N)
+        else:
+            # the swap: each consumer's (max, sum) into its half of this item's stats, then the other's out
+            par = (it % 2) * 4
+            stats_smem.index(par + 2 * WG).store(m_i)
+            stats_smem.index(par + 2 * WG + 1).store(l_i)
+            gl.thread_barrier()  # the warpgroup's stores before its one arrival
+            mbarrier.arrive(x_bars.index(it % 2), count=1)
+            mbarrier.wait(x_bars.index(it % 2), (it // 2) & 1)
+            m_i, l_i = _merge(m_i, l_i, stats_smem.index(par + 2 - 2 * WG).load(row_s),
+                              stats_smem.index(par + 3 - 2 * WG).load(row_s))
+            bias = _bias(m_i, l_i)  # max + log2(sum): P = 2^(s − m_j) · 2^(m_j − bias)
+            for j in range(WG, n_tiles, 2):
+                scale = gl.exp2(tmax_smem.index(j).load(row_s) - bias)  # 0 where the tile hid the row (m_j −inf)
+                e = exps.index(j).reshape([BLOCK_M, BLOCK_N]).load(s_layout)
+                row_smem.index(j).reshape([BLOCK_M, BLOCK_N]).store((e.to(gl.float32) * scale[:, None]).to(dtype))
+            _tiles_out(row_smem, p_desc, b, h, start_m, WG, n_tiles, BLOCK_N)
+        t0 += n_tiles
+        it += 1
+    tma.store_wait(pendings=0)
+
+
+# N is never made a constant (attnlab.triton.fused_gluon: N = 1 with a mask fails to compile in Triton 3.6 if it is).
+@gluon.jit(do_not_specialize=["N"])
+def qk_softmax_row_kernel(q_desc, k_desc, p_desc, M, N, H, GROUP, total, qk_scale, D: gl.constexpr,
+                          BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, STAGES: gl.constexpr,
+                          ROW_TILES: gl.constexpr, CAUSAL: gl.constexpr, NO_SOFTMAX: gl.constexpr,
+                          HEAVY_FIRST: gl.constexpr, CONSUMER_REGS: gl.constexpr, num_warps: gl.constexpr):
+    """Persistent grid (≤ one program an SM) over total = cdiv(N, BLOCK_M)·B·H items of BLOCK_M rows; num_warps = 4
+    (a warpgroup a consumer, two consumers and a loader warp). q/k descriptors over (B, H or Hkv, N, D) with
+    (1, 1, BLOCK_M or BLOCK_N, D) boxes; p_desc over the contiguous (B, H, N, N) P with a (1, 1, BLOCK_M, BLOCK_N)
+    box; ROW_TILES = cdiv(N, BLOCK_N), the row buffer's tiles; STAGES even (a ring slot then returns to the consumer
+    that last read it, or to the other only across the swap of an item boundary); M any pointer (items carry a
+    mask pointer this kernel never reads); qk_scale = scale·log2 e (the natural scale under NO_SOFTMAX)."""
+    dtype: gl.constexpr = q_desc.dtype
+    pid = gl.program_id(0)
+    nprog = gl.num_programs(0)
+    q_smem = gl.allocate_shared_memory(dtype, [1, 1, BLOCK_M, D], q_desc.layout)
+    k_smem = gl.allocate_shared_memory(dtype, [STAGES, 1, 1, BLOCK_N, D], k_desc.layout)
+    row_smem = gl.allocate_shared_memory(dtype, [ROW_TILES, 1, 1, BLOCK_M, BLOCK_N], p_desc.layout)
+    flat: gl.constexpr = gl.SwizzledSharedLayout(vec=1, per_phase=1, max_phase=1, order=[0])  # rows of floats
+    tmax_smem = gl.allocate_shared_memory(gl.float32, [ROW_TILES, BLOCK_M], flat)
+    stats_smem = gl.allocate_shared_memory(gl.float32, [STATS, BLOCK_M], flat)
+    q_full = gl.allocate_shared_memory(gl.int64, [1], mbarrier.MBarrierLayout())
+    q_empty = gl.allocate_shared_memory(gl.int64, [1], mbarrier.MBarrierLayout())
+    k_full = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
+    k_empty = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
+    x_bars = gl.allocate_shared_memory(gl.int64, [2, 1], mbarrier.MBarrierLayout())
+    mbarrier.init(q_full, count=1)
+    mbarrier.init(q_empty, count=2)
+    for i in gl.static_range(STAGES):
+        mbarrier.init(k_full.index(i), count=1)
+        mbarrier.init(k_empty.index(i), count=1)
+    for i in gl.static_range(2):
+        mbarrier.init(x_bars.index(i), count=2)
+    fence_async_shared()
+    # Each partition's arguments are written out where it is named: a tuple assigned to a name turns its constexprs
+    # into tensors.
+    gl.warp_specialize([
+        (_consumer, (q_smem, k_smem, row_smem, tmax_smem, stats_smem, p_desc, (q_full, q_empty, k_full, k_empty, x_bars),
+                     (pid, nprog, total), M, N, H, GROUP, qk_scale, 0, D, BLOCK_M, BLOCK_N, STAGES, ROW_TILES, CAUSAL,
+                     NO_SOFTMAX, HEAVY_FIRST)),
+        (_consumer, (q_smem, k_smem, row_smem, tmax_smem, stats_smem, p_desc, (q_full, q_empty, k_full, k_empty, x_bars),
+                     (pid, nprog, total), M, N, H, GROUP, qk_scale, 1, D, BLOCK_M, BLOCK_N, STAGES, ROW_TILES, CAUSAL,
+                     NO_SOFTMAX, HEAVY_FIRST)),
+        (_loader, (q_desc, k_desc, q_smem, k_smem, (q_full, q_empty, k_full, k_empty, x_bars), (pid, nprog, total), M,
+                   N, H, GROUP, BLOCK_M, BLOCK_N, STAGES, CAUSAL, HEAVY_FIRST)),
+    ], [4, 1], [CONSUMER_REGS, 24])
+
+
+def smem_bytes(tiles, N: int, D: int, itemsize: int) -> int:
+    """A program's shared memory at sequence length N: Q, the K ring, the row buffer (cdiv(N, BLOCK_N) P tiles), the
+    tiles' maxima and the swap's floats, and the barriers' spare."""
+    BM, BN = tiles.BLOCK_M, tiles.BLOCK_N
+    row_tiles = triton.cdiv(N, BN)
+    return ((BM * D + tiles.num_stages * BN * D + row_tiles * BM * BN) * itemsize + (row_tiles + STATS.value) * BM * 4
+            + SMEM_SPARE)
+
+
+def fits(tiles, N: int, D: int, itemsize: int) -> bool:
+    """Whether this kernel can write P for these tiles at sequence length N: N ≤ ROW_MAX, an even number of stages
+    (qk_softmax_row_kernel) and the program's shared memory within an SM's."""
+    return N <= ROW_MAX and tiles.num_stages % 2 == 0 and smem_bytes(tiles, N, D, itemsize) <= smem_limit(tiles)
+
+
+def launch(q, k, p, *, N, H, group, qk_scale, causal, tiles, no_softmax=False) -> None:
+    """Write P for checked (B, H, N, D) q and k into the contiguous (B, H, N, N) p, one pass (qk_softmax_gluon.launch
+    sends Tiles.one_pass here when `fits`; ValueError where it does not, naming the limit)."""
+    D = q.shape[-1]
+    if not fits(tiles, N, D, q.element_size()):
+        raise ValueError(f"tiles {tiles}: the one-pass P kernel keeps a row of N ≤ {ROW_MAX} keys in shared memory "
+                         f"with an even number of stages; N = {N} needs {smem_bytes(tiles, N, D, q.element_size())} "
+                         f"bytes of the {smem_limit(tiles)} a program has")
+    q, k = tma_ready(q), tma_ready(k)
+    total = triton.cdiv(N, tiles.BLOCK_M) * q.shape[0] * H
+    grid = (min(total, sm_count(q.device)),)
+    qk_softmax_row_kernel[grid](descriptor(q, tiles.BLOCK_M), descriptor(k, tiles.BLOCK_N),
+                                descriptor(p, tiles.BLOCK_M, tiles.BLOCK_N), p, N, H, group, total, qk_scale,
+                                **constexprs(tiles, D=D, N=N, causal=causal, no_softmax=no_softmax), num_warps=4)
+
+
+def constexprs(tiles, *, D: int, N: int, causal: bool, no_softmax: bool = False) -> dict:
+    """The kernel's constexpr arguments: what `launch` passes and what attnlab.triton.resources compiles offline."""
+    return dict(D=D, BLOCK_M=tiles.BLOCK_M, BLOCK_N=tiles.BLOCK_N, STAGES=tiles.num_stages,
+                ROW_TILES=triton.cdiv(N, tiles.BLOCK_N), CAUSAL=causal, NO_SOFTMAX=no_softmax,
+                HEAVY_FIRST=tiles.heavy_first, CONSUMER_REGS=CONSUMER_REGS)
