@@ -113,6 +113,32 @@ def _tiles_out(row_smem, p_desc, b, h, start_m, first, end, BLOCK_N: gl.constexp
 
 
 @gluon.jit
+def _own_tile(j, t0, q, k_smem, k_full, k_empty, row_smem, exps, tmax_smem, m_i, l_i, zero_s, start_m, hi, offs_m,
+              cols, N, qk_scale, PENDING: gl.constexpr, D: gl.constexpr, BLOCK_M: gl.constexpr,
+              BLOCK_N: gl.constexpr, STAGES: gl.constexpr, CAUSAL: gl.constexpr, NO_SOFTMAX: gl.constexpr):
+    """Key tile j of the item whose tiles start at ring position t0: QKᵀ, its slot handed back, then (once at most
+    PENDING of this consumer's stores are still reading shared memory; −1: no wait) 2^(s − m_j) as fp16 into row slot
+    j with m_j beside it, folded into the running (max, sum); under no_softmax S itself, in the dtype."""
+    t = t0 + j
+    st = t % STAGES
+    mbarrier.wait(k_full.index(st), (t // STAGES) & 1)
+    s = warpgroup_mma(q, k_smem.index(st).reshape([BLOCK_N, D]).permute((1, 0)), zero_s, use_acc=False,
+                      is_async=True)
+    s = warpgroup_mma_wait(num_outstanding=0, deps=[s])
+    mbarrier.arrive(k_empty.index(st), count=1)
+    m_j, p, l_j = _tile_exp(s, j, start_m, hi, offs_m, cols, N, qk_scale, BLOCK_N, CAUSAL, NO_SOFTMAX)
+    if PENDING >= 0:
+        tma.store_wait(pendings=PENDING)
+    if NO_SOFTMAX:
+        row_smem.index(j).reshape([BLOCK_M, BLOCK_N]).store(p.to(row_smem.dtype))
+    else:
+        exps.index(j).reshape([BLOCK_M, BLOCK_N]).store(p.to(gl.float16))
+        tmax_smem.index(j).store(m_j)
+        m_i, l_i = _merge(m_i, l_i, m_j, l_j)
+    return m_i, l_i
+
+
+@gluon.jit
 def _consumer(q_smem, k_smem, row_smem, tmax_smem, stats_smem, p_desc, bars, work, M, N, H, GROUP, qk_scale,
               WG: gl.constexpr, D: gl.constexpr, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr,
               STAGES: gl.constexpr, ROW_TILES: gl.constexpr, CAUSAL: gl.constexpr, NO_SOFTMAX: gl.constexpr,
@@ -129,6 +155,7 @@ def _consumer(q_smem, k_smem, row_smem, tmax_smem, stats_smem, p_desc, bars, wor
     exps = row_smem._reinterpret(gl.float16, row_smem.type.shape, row_smem.type.layout)  # 2^(s − m_j), in place
     q = q_smem.reshape([BLOCK_M, D])
     all_tiles = gl.cdiv(N, BLOCK_N)
+    OWN: gl.constexpr = (ROW_TILES + 1 - WG) // 2  # this consumer's tiles of a row of ROW_TILES
     pid, nprog, total = work
     t0 = 0
     it = 0
@@ -140,8 +167,8 @@ def _consumer(q_smem, k_smem, row_smem, tmax_smem, stats_smem, p_desc, bars, wor
         hi = N
         if CAUSAL:
             hi = gl.minimum(N, start_m + BLOCK_M)
-        tma.store_wait(pendings=0)  # this consumer's stores of the last item have read its slots
         if CAUSAL:  # its tiles past the diagonal: zeros, as the materialised build's softmax writes them
+            tma.store_wait(pendings=0)  # this consumer's stores of the last item have read its slots
             z0 = n_tiles + (n_tiles + WG) % 2
             for j in range(z0, all_tiles, 2):
                 row_smem.index(j).reshape([BLOCK_M, BLOCK_N]).store(zero_s.to(dtype))
@@ -149,21 +176,17 @@ def _consumer(q_smem, k_smem, row_smem, tmax_smem, stats_smem, p_desc, bars, wor
         mbarrier.wait(q_full, it & 1)  # every consumer waits, tiles or none: the phases stay in step
         m_i = gl.full([BLOCK_M], -float("inf"), gl.float32, row_s)
         l_i = gl.zeros([BLOCK_M], gl.float32, row_s)
-        for j in range(WG, n_tiles, 2):
-            t = t0 + j
-            st = t % STAGES
-            mbarrier.wait(k_full.index(st), (t // STAGES) & 1)
-            s = warpgroup_mma(q, k_smem.index(st).reshape([BLOCK_N, D]).permute((1, 0)), zero_s, use_acc=False,
-                              is_async=True)
-            s = warpgroup_mma_wait(num_outstanding=0, deps=[s])
-            mbarrier.arrive(k_empty.index(st), count=1)
-            m_j, p, l_j = _tile_exp(s, j, start_m, hi, offs_m, cols, N, qk_scale, BLOCK_N, CAUSAL, NO_SOFTMAX)
-            if NO_SOFTMAX:
-                row_smem.index(j).reshape([BLOCK_M, BLOCK_N]).store(p.to(dtype))
-            else:
-                exps.index(j).reshape([BLOCK_M, BLOCK_N]).store(p.to(gl.float16))
-                tmax_smem.index(j).store(m_j)
-                m_i, l_i = _merge(m_i, l_i, m_j, l_j)
+        if CAUSAL:  # its tiles j = WG, WG + 2, … below the item's diagonal
+            for j in range(WG, n_tiles, 2):
+                m_i, l_i = _own_tile(j, t0, q, k_smem, k_full, k_empty, row_smem, exps, tmax_smem, m_i, l_i, zero_s,
+                                     start_m, hi, offs_m, cols, N, qk_scale, -1, D, BLOCK_M, BLOCK_N, STAGES, CAUSAL,
+                                     NO_SOFTMAX)
+        else:  # all OWN of them, unrolled: the last item's store from a slot is waited for just before it is reused
+            # (one store a slot, in slot order), the stores after it still draining
+            for i in gl.static_range(OWN):
+                m_i, l_i = _own_tile(WG + 2 * i, t0, q, k_smem, k_full, k_empty, row_smem, exps, tmax_smem, m_i, l_i,
+                                     zero_s, start_m, hi, offs_m, cols, N, qk_scale, OWN - 1 - i, D, BLOCK_M, BLOCK_N,
+                                     STAGES, CAUSAL, NO_SOFTMAX)
         mbarrier.arrive(q_empty, count=1)  # its last QKᵀ has read Q
         if NO_SOFTMAX:
             _tiles_out(row_smem, p_desc, b, h, start_m, WG, n_tiles, BLOCK_N)
