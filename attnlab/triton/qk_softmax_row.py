@@ -104,17 +104,17 @@ def _tile_exp(s, j, start_m, hi, offs_m, cols, N, qk_scale, BLOCK_N: gl.constexp
 
 
 @gluon.jit
-def _tiles_out(row_smem, p_desc, b, h, start_m, first, end, BLOCK_N: gl.constexpr):
-    """TMA stores of this consumer's tiles first, first + 2, … < end of the row buffer, once what the consumer wrote
-    there is visible to the copy engine."""
+def _tiles_out(row_smem, slot0, p_desc, b, h, start_m, first, end, BLOCK_N: gl.constexpr):
+    """TMA stores of this consumer's tiles first, first + 2, … < end of the item's row buffer (its slots from slot0),
+    once what the consumer wrote there is visible to the copy engine."""
     fence_async_shared()
     for j in range(first, end, 2):
-        tma.async_copy_shared_to_global(p_desc, [b, h, start_m, j * BLOCK_N], row_smem.index(j))
+        tma.async_copy_shared_to_global(p_desc, [b, h, start_m, j * BLOCK_N], row_smem.index(slot0 + j))
 
 
 @gluon.jit
-def _own_tile(j, t0, q, k_smem, k_full, k_empty, row_smem, exps, tmax_smem, m_i, l_i, zero_s, start_m, hi, offs_m,
-              cols, N, qk_scale, PENDING: gl.constexpr, D: gl.constexpr, BLOCK_M: gl.constexpr,
+def _own_tile(j, t0, q, k_smem, k_full, k_empty, row_smem, exps, slot0, tmax_smem, m_i, l_i, zero_s, start_m, hi,
+              offs_m, cols, N, qk_scale, PENDING: gl.constexpr, D: gl.constexpr, BLOCK_M: gl.constexpr,
               BLOCK_N: gl.constexpr, STAGES: gl.constexpr, CAUSAL: gl.constexpr, NO_SOFTMAX: gl.constexpr):
     """Key tile j of the item whose tiles start at ring position t0: QKᵀ, its slot handed back, then (once at most
     PENDING of this consumer's stores are still reading shared memory; −1: no wait) 2^(s − m_j) as fp16 into row slot
@@ -130,9 +130,9 @@ def _own_tile(j, t0, q, k_smem, k_full, k_empty, row_smem, exps, tmax_smem, m_i,
     if PENDING >= 0:
         tma.store_wait(pendings=PENDING)
     if NO_SOFTMAX:
-        row_smem.index(j).reshape([BLOCK_M, BLOCK_N]).store(p.to(row_smem.dtype))
+        row_smem.index(slot0 + j).reshape([BLOCK_M, BLOCK_N]).store(p.to(row_smem.dtype))
     else:
-        exps.index(j).reshape([BLOCK_M, BLOCK_N]).store(p.to(gl.float16))
+        exps.index(slot0 + j).reshape([BLOCK_M, BLOCK_N]).store(p.to(gl.float16))
         tmax_smem.index(j).store(m_j)
         m_i, l_i = _merge(m_i, l_i, m_j, l_j)
     return m_i, l_i
@@ -141,8 +141,8 @@ def _own_tile(j, t0, q, k_smem, k_full, k_empty, row_smem, exps, tmax_smem, m_i,
 @gluon.jit
 def _consumer(q_smem, k_smem, row_smem, tmax_smem, stats_smem, p_desc, bars, work, M, N, H, GROUP, qk_scale,
               WG: gl.constexpr, D: gl.constexpr, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr,
-              STAGES: gl.constexpr, ROW_TILES: gl.constexpr, CAUSAL: gl.constexpr, NO_SOFTMAX: gl.constexpr,
-              HEAVY_FIRST: gl.constexpr):
+              STAGES: gl.constexpr, ROW_TILES: gl.constexpr, ROW_BUFS: gl.constexpr, CAUSAL: gl.constexpr,
+              NO_SOFTMAX: gl.constexpr, HEAVY_FIRST: gl.constexpr):
     """One warpgroup: its key tiles (j ≡ WG mod 2) of each item — exponentials into the row buffer, then, with the
     other consumer's (max, sum), P in place and out by TMA."""
     q_full, q_empty, k_full, k_empty, x_bars = bars
@@ -164,32 +164,34 @@ def _consumer(q_smem, k_smem, row_smem, tmax_smem, stats_smem, p_desc, bars, wor
         b, h, hk, start_m, n_tiles, m_head = _step_item(x, work, M, 0, 0, N, H, GROUP, BLOCK_M, BLOCK_N, CAUSAL,
                                                         HEAVY_FIRST, 1)
         offs_m = start_m + gl.arange(0, BLOCK_M, row_s)
+        slot0 = (it % ROW_BUFS) * ROW_TILES  # this item's row buffer: its stores drain under the next item's work
         hi = N
         if CAUSAL:
             hi = gl.minimum(N, start_m + BLOCK_M)
         if CAUSAL:  # its tiles past the diagonal: zeros, as the materialised build's softmax writes them
-            tma.store_wait(pendings=0)  # this consumer's stores of the last item have read its slots
+            # every item, this consumer stores OWN tiles (zeros and P): wait for those that last read this buffer
+            tma.store_wait(pendings=(ROW_BUFS - 1) * OWN)
             z0 = n_tiles + (n_tiles + WG) % 2
             for j in range(z0, all_tiles, 2):
-                row_smem.index(j).reshape([BLOCK_M, BLOCK_N]).store(zero_s.to(dtype))
-            _tiles_out(row_smem, p_desc, b, h, start_m, z0, all_tiles, BLOCK_N)
+                row_smem.index(slot0 + j).reshape([BLOCK_M, BLOCK_N]).store(zero_s.to(dtype))
+            _tiles_out(row_smem, slot0, p_desc, b, h, start_m, z0, all_tiles, BLOCK_N)
         mbarrier.wait(q_full, it & 1)  # every consumer waits, tiles or none: the phases stay in step
         m_i = gl.full([BLOCK_M], -float("inf"), gl.float32, row_s)
         l_i = gl.zeros([BLOCK_M], gl.float32, row_s)
         if CAUSAL:  # its tiles j = WG, WG + 2, … below the item's diagonal
             for j in range(WG, n_tiles, 2):
-                m_i, l_i = _own_tile(j, t0, q, k_smem, k_full, k_empty, row_smem, exps, tmax_smem, m_i, l_i, zero_s,
-                                     start_m, hi, offs_m, cols, N, qk_scale, -1, D, BLOCK_M, BLOCK_N, STAGES, CAUSAL,
-                                     NO_SOFTMAX)
-        else:  # all OWN of them, unrolled: the last item's store from a slot is waited for just before it is reused
-            # (one store a slot, in slot order), the stores after it still draining
+                m_i, l_i = _own_tile(j, t0, q, k_smem, k_full, k_empty, row_smem, exps, slot0, tmax_smem, m_i, l_i,
+                                     zero_s, start_m, hi, offs_m, cols, N, qk_scale, -1, D, BLOCK_M, BLOCK_N, STAGES,
+                                     CAUSAL, NO_SOFTMAX)
+        else:  # all OWN of them, unrolled: the store that last read a slot (ROW_BUFS items ago; one store a slot, in
+            # slot order) is waited for just before the slot is written, the stores after it still draining
             for i in gl.static_range(OWN):
-                m_i, l_i = _own_tile(WG + 2 * i, t0, q, k_smem, k_full, k_empty, row_smem, exps, tmax_smem, m_i, l_i,
-                                     zero_s, start_m, hi, offs_m, cols, N, qk_scale, OWN - 1 - i, D, BLOCK_M, BLOCK_N,
-                                     STAGES, CAUSAL, NO_SOFTMAX)
+                m_i, l_i = _own_tile(WG + 2 * i, t0, q, k_smem, k_full, k_empty, row_smem, exps, slot0, tmax_smem, m_i,
+                                     l_i, zero_s, start_m, hi, offs_m, cols, N, qk_scale, ROW_BUFS * OWN - 1 - i, D,
+                                     BLOCK_M, BLOCK_N, STAGES, CAUSAL, NO_SOFTMAX)
         mbarrier.arrive(q_empty, count=1)  # its last QKᵀ has read Q
         if NO_SOFTMAX:
-            _tiles_out(row_smem, p_desc, b, h, start_m, WG, n_tiles, BLOCK_N)
+            _tiles_out(row_smem, slot0, p_desc, b, h, start_m, WG, n_tiles, BLOCK_N)
         else:
             # the swap: each consumer's (max, sum) into its half of this item's stats, then the other's out
             par = (it % 2) * 4
@@ -203,9 +205,10 @@ def _consumer(q_smem, k_smem, row_smem, tmax_smem, stats_smem, p_desc, bars, wor
             bias = _bias(m_i, l_i)  # max + log2(sum): P = 2^(s − m_j) · 2^(m_j − bias)
             for j in range(WG, n_tiles, 2):
                 scale = gl.exp2(tmax_smem.index(j).load(row_s) - bias)  # 0 where the tile hid the row (m_j −inf)
-                e = exps.index(j).reshape([BLOCK_M, BLOCK_N]).load(s_layout)
-                row_smem.index(j).reshape([BLOCK_M, BLOCK_N]).store((e.to(gl.float32) * scale[:, None]).to(dtype))
-            _tiles_out(row_smem, p_desc, b, h, start_m, WG, n_tiles, BLOCK_N)
+                e = exps.index(slot0 + j).reshape([BLOCK_M, BLOCK_N]).load(s_layout)
+                row_smem.index(slot0 + j).reshape([BLOCK_M, BLOCK_N]).store(
+                    (e.to(gl.float32) * scale[:, None]).to(dtype))
+            _tiles_out(row_smem, slot0, p_desc, b, h, start_m, WG, n_tiles, BLOCK_N)
         t0 += n_tiles
         it += 1
     tma.store_wait(pendings=0)
@@ -215,7 +218,8 @@ def _consumer(q_smem, k_smem, row_smem, tmax_smem, stats_smem, p_desc, bars, wor
 @gluon.jit(do_not_specialize=["N"])
 def qk_softmax_row_kernel(q_desc, k_desc, p_desc, M, N, H, GROUP, total, qk_scale, D: gl.constexpr,
                           BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, STAGES: gl.constexpr,
-                          ROW_TILES: gl.constexpr, CAUSAL: gl.constexpr, NO_SOFTMAX: gl.constexpr,
+                          ROW_TILES: gl.constexpr, ROW_BUFS: gl.constexpr, CAUSAL: gl.constexpr,
+                          NO_SOFTMAX: gl.constexpr,
                           HEAVY_FIRST: gl.constexpr, CONSUMER_REGS: gl.constexpr, num_warps: gl.constexpr):
     """Persistent grid (≤ one program an SM) over total = cdiv(N, BLOCK_M)·B·H items of BLOCK_M rows; num_warps = 4
     (a warpgroup a consumer, two consumers and a loader warp). q/k descriptors over (B, H or Hkv, N, D) with
@@ -228,7 +232,7 @@ def qk_softmax_row_kernel(q_desc, k_desc, p_desc, M, N, H, GROUP, total, qk_scal
     nprog = gl.num_programs(0)
     q_smem = gl.allocate_shared_memory(dtype, [1, 1, BLOCK_M, D], q_desc.layout)
     k_smem = gl.allocate_shared_memory(dtype, [STAGES, 1, 1, BLOCK_N, D], k_desc.layout)
-    row_smem = gl.allocate_shared_memory(dtype, [ROW_TILES, 1, 1, BLOCK_M, BLOCK_N], p_desc.layout)
+    row_smem = gl.allocate_shared_memory(dtype, [ROW_BUFS * ROW_TILES, 1, 1, BLOCK_M, BLOCK_N], p_desc.layout)
     flat: gl.constexpr = gl.SwizzledSharedLayout(vec=1, per_phase=1, max_phase=1, order=[0])  # rows of floats
     tmax_smem = gl.allocate_shared_memory(gl.float32, [ROW_TILES, BLOCK_M], flat)
     stats_smem = gl.allocate_shared_memory(gl.float32, [STATS, BLOCK_M], flat)
@@ -248,50 +252,57 @@ def qk_softmax_row_kernel(q_desc, k_desc, p_desc, M, N, H, GROUP, total, qk_scal
     # Each partition's arguments are written out where it is named: a tuple assigned to a name turns its constexprs
     # into tensors.
     gl.warp_specialize([
-        (_consumer, (q_smem, k_smem, row_smem, tmax_smem, stats_smem, p_desc, (q_full, q_empty, k_full, k_empty, x_bars),
-                     (pid, nprog, total), M, N, H, GROUP, qk_scale, 0, D, BLOCK_M, BLOCK_N, STAGES, ROW_TILES, CAUSAL,
-                     NO_SOFTMAX, HEAVY_FIRST)),
-        (_consumer, (q_smem, k_smem, row_smem, tmax_smem, stats_smem, p_desc, (q_full, q_empty, k_full, k_empty, x_bars),
-                     (pid, nprog, total), M, N, H, GROUP, qk_scale, 1, D, BLOCK_M, BLOCK_N, STAGES, ROW_TILES, CAUSAL,
-                     NO_SOFTMAX, HEAVY_FIRST)),
+        (_consumer, (q_smem, k_smem, row_smem, tmax_smem, stats_smem, p_desc,
+                     (q_full, q_empty, k_full, k_empty, x_bars), (pid, nprog, total), M, N, H, GROUP, qk_scale, 0, D,
+                     BLOCK_M, BLOCK_N, STAGES, ROW_TILES, ROW_BUFS, CAUSAL, NO_SOFTMAX, HEAVY_FIRST)),
+        (_consumer, (q_smem, k_smem, row_smem, tmax_smem, stats_smem, p_desc,
+                     (q_full, q_empty, k_full, k_empty, x_bars), (pid, nprog, total), M, N, H, GROUP, qk_scale, 1, D,
+                     BLOCK_M, BLOCK_N, STAGES, ROW_TILES, ROW_BUFS, CAUSAL, NO_SOFTMAX, HEAVY_FIRST)),
         (_loader, (q_desc, k_desc, q_smem, k_smem, (q_full, q_empty, k_full, k_empty, x_bars), (pid, nprog, total), M,
                    N, H, GROUP, BLOCK_M, BLOCK_N, STAGES, CAUSAL, HEAVY_FIRST)),
     ], [4, 1], [CONSUMER_REGS, 24])
 
 
-def smem_bytes(tiles, N: int, D: int, itemsize: int) -> int:
-    """A program's shared memory at sequence length N: Q, the K ring, the row buffer (cdiv(N, BLOCK_N) P tiles), the
-    tiles' maxima and the swap's floats, and the barriers' spare."""
+def smem_bytes(tiles, N: int, D: int, itemsize: int, row_bufs: int = 1) -> int:
+    """A program's shared memory at sequence length N: Q, the K ring, row_bufs row buffers (cdiv(N, BLOCK_N) P tiles
+    each), the tiles' maxima and the swap's floats, and the barriers' spare."""
     BM, BN = tiles.BLOCK_M, tiles.BLOCK_N
     row_tiles = triton.cdiv(N, BN)
-    return ((BM * D + tiles.num_stages * BN * D + row_tiles * BM * BN) * itemsize + (row_tiles + STATS.value) * BM * 4
-            + SMEM_SPARE)
+    return ((BM * D + tiles.num_stages * BN * D + row_bufs * row_tiles * BM * BN) * itemsize
+            + (row_tiles + STATS.value) * BM * 4 + SMEM_SPARE)
 
 
 def fits(tiles, N: int, D: int, itemsize: int) -> bool:
     """Whether this kernel can write P for these tiles at sequence length N: N ≤ ROW_MAX, an even number of stages
-    (qk_softmax_row_kernel) and the program's shared memory within an SM's."""
+    (qk_softmax_row_kernel) and one row buffer within a program's shared memory."""
     return N <= ROW_MAX and tiles.num_stages % 2 == 0 and smem_bytes(tiles, N, D, itemsize) <= smem_limit(tiles)
+
+
+def row_buffers(tiles, N: int, D: int, itemsize: int) -> int:
+    """Row buffers a program keeps: two where they fit (items alternate, one's stores draining while the next is
+    computed: N ≤ 512 at 64 rows), else one (the next item's tiles then wait, slot by slot, for the stores)."""
+    return 2 if smem_bytes(tiles, N, D, itemsize, 2) <= smem_limit(tiles) else 1
 
 
 def launch(q, k, p, *, N, H, group, qk_scale, causal, tiles, no_softmax=False) -> None:
     """Write P for checked (B, H, N, D) q and k into the contiguous (B, H, N, N) p, one pass (qk_softmax_gluon.launch
-    sends Tiles.one_pass here when `fits`; ValueError where it does not, naming the limit)."""
-    D = q.shape[-1]
-    if not fits(tiles, N, D, q.element_size()):
+    sends Tiles.one_pass here; ValueError where it does not `fit`, naming the limit)."""
+    D, itemsize = q.shape[-1], q.element_size()
+    if not fits(tiles, N, D, itemsize):
         raise ValueError(f"tiles {tiles}: the one-pass P kernel keeps a row of N ≤ {ROW_MAX} keys in shared memory "
-                         f"with an even number of stages; N = {N} needs {smem_bytes(tiles, N, D, q.element_size())} "
-                         f"bytes of the {smem_limit(tiles)} a program has")
+                         f"with an even number of stages; N = {N} needs {smem_bytes(tiles, N, D, itemsize)} bytes of "
+                         f"the {smem_limit(tiles)} a program has")
     q, k = tma_ready(q), tma_ready(k)
     total = triton.cdiv(N, tiles.BLOCK_M) * q.shape[0] * H
     grid = (min(total, sm_count(q.device)),)
     qk_softmax_row_kernel[grid](descriptor(q, tiles.BLOCK_M), descriptor(k, tiles.BLOCK_N),
                                 descriptor(p, tiles.BLOCK_M, tiles.BLOCK_N), p, N, H, group, total, qk_scale,
-                                **constexprs(tiles, D=D, N=N, causal=causal, no_softmax=no_softmax), num_warps=4)
+                                **constexprs(tiles, D=D, N=N, itemsize=itemsize, causal=causal, no_softmax=no_softmax),
+                                num_warps=4)
 
 
-def constexprs(tiles, *, D: int, N: int, causal: bool, no_softmax: bool = False) -> dict:
+def constexprs(tiles, *, D: int, N: int, itemsize: int, causal: bool, no_softmax: bool = False) -> dict:
     """The kernel's constexpr arguments: what `launch` passes and what attnlab.triton.resources compiles offline."""
     return dict(D=D, BLOCK_M=tiles.BLOCK_M, BLOCK_N=tiles.BLOCK_N, STAGES=tiles.num_stages,
-                ROW_TILES=triton.cdiv(N, tiles.BLOCK_N), CAUSAL=causal, NO_SOFTMAX=no_softmax,
-                HEAVY_FIRST=tiles.heavy_first, CONSUMER_REGS=CONSUMER_REGS)
+                ROW_TILES=triton.cdiv(N, tiles.BLOCK_N), ROW_BUFS=row_buffers(tiles, N, D, itemsize), CAUSAL=causal,
+                NO_SOFTMAX=no_softmax, HEAVY_FIRST=tiles.heavy_first, CONSUMER_REGS=CONSUMER_REGS)

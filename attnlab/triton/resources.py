@@ -148,8 +148,8 @@ def _gluon_info(kernel: str, D: int, causal: bool, tiles: config.Tiles, mask_kin
         p = torch.empty(1, ints["H"], ints["N"], ints["N"], dtype=tdtype)
         sig["p_desc"] = mangle_type(fused_gluon.descriptor(p, tiles.BLOCK_M, tiles.BLOCK_N))
         sig["M"] = f"*{dtype}"  # the launcher passes P: items carry a mask pointer the kernel never reads
-        values = qk_softmax_row.constexprs(tiles, D=D, N=min(n, qk_softmax_row.ROW_MAX), causal=causal,
-                                           no_softmax=no_softmax)
+        values = qk_softmax_row.constexprs(tiles, D=D, N=min(n, qk_softmax_row.ROW_MAX), itemsize=tdtype.itemsize,
+                                           causal=causal, no_softmax=no_softmax)
         floats = ("qk_scale",)
     elif kernel == "qk_softmax":
         fn = qk_softmax_gluon.qk_softmax_gluon_kernel
