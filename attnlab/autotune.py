@@ -41,8 +41,12 @@ def candidates(kernel: str) -> list[Tiles]:
     if kernel == "qk_softmax":  # its Gluon kernel (v12), 2 or 3 stages of the K ring, two consumers a program or one
         # (v27: two programs an SM; at D = 128 only 2 stages leave room for the second), one item a program or
         # persistent (v28)
-        return narrow + [Tiles(64, 128, 4, s, heavy_first=h, gluon=True, persistent=c, one_consumer=u)
-                         for s in (2, 3) for h in (False, True) for c in (False, True) for u in (False, True)]
+        # (v28), and one pass with the row on chip (v40: short N only, see pick; 4 stages fit at D = 64 only, and
+        # 64×64 tiles at D = 128 with 4)
+        two_pass = [Tiles(64, 128, 4, s, heavy_first=h, gluon=True, persistent=c, one_consumer=u)
+                    for s in (2, 3) for h in (False, True) for c in (False, True) for u in (False, True)]
+        return narrow + two_pass + [Tiles(64, n, 4, s, heavy_first=h, gluon=True, one_pass=True)
+                                    for n, s in ((128, 2), (128, 4), (64, 4)) for h in (False, True)]
     if kernel != "fused":
         raise ValueError(f"autotune: kernel must be one of fused, qk_softmax, pv; got {kernel!r}")
     wide = [Tiles(*b, tma=tma) for b in base for tma in (False, True)]
@@ -103,7 +107,9 @@ def pick(results, family: str, itemsize: int, incumbent=None) -> list[dict]:
         ms_by_n = r.groupby("tiles", sort=False).apply(lambda g: dict(zip(g["N"].astype(int), g["ms"])))
         out = set(r.loc[r["ms"] == math.inf, "tiles"])  # failed at some N: out at every N
         r = r[~r["tiles"].isin(out)]
-        long_rows = r[r["N"] >= SHORT_N]
+        # a one-pass candidate (Tiles.one_pass) runs its own kernel only where the row fits on chip (N ≤ ROW_MAX) and
+        # the two-pass kernel beyond: it competes for the short-N entry alone
+        long_rows = r[(r["N"] >= SHORT_N) & ~r["tiles"].map(lambda t: t.one_pass)]
         finite = _scores(long_rows if len(long_rows) else r)
         if finite.empty:
             continue
@@ -140,7 +146,8 @@ def _short_entry(rows, winner, ms_by_n, now):
     """The short-N entry below a key's winner, or None: over the longest run of the frame's smallest N (never its
     largest: `rows` leaves it out) at each of which the best candidate there (scored over the run, the incumbent
     kept within TIE) beats the winner by more than SHORT_GAIN. Returns (candidate, its scores over the run, below),
-    below = the geometric middle of the run's last N and the next N tuned."""
+    below = the geometric middle of the run's last N and the next N tuned (for a one-pass candidate at most
+    qk_softmax_row.ROW_MAX + 1: past it the entry would run the two-pass kernel, which the run did not time there)."""
     ns = sorted(set(int(n) for n in rows["N"]))
     found = None
     for i, n in enumerate(ns):
@@ -155,7 +162,12 @@ def _short_entry(rows, winner, ms_by_n, now):
         return None
     fast, score, n = found
     after = min(int(m) for m in ms_by_n[winner] if m > n)
-    return fast, score, round(math.sqrt(n * after))
+    below = round(math.sqrt(n * after))
+    if fast.one_pass:
+        from attnlab.triton.qk_softmax_row import ROW_MAX
+
+        below = min(below, ROW_MAX + 1)
+    return fast, score, below
 
 
 def rotated(cands: list, case: int) -> list:

@@ -175,9 +175,10 @@ def test_the_sweep_on_the_h200_keeps_the_table():
     1024, 2048, 8192 in session 11's outputs/h200/2026-11-30-s11-call2 (v23/v24's candidates), with its two short-N
     entries (causal, D = 64 below 1448 and D = 128 below 724: one consumer a program); pv, and qk_softmax's Triton
     entries, at N = 512, 2048, 8192 in session 8's -s8-call4; qk_softmax's Gluon entries at N = 512, 1024, 2048, 8192
-    in session 13's -s13-call3 (v27's one consumer a program at D = 64 causal; v28's persistent kernel below 724 at
-    D = 64, and with one consumer below 1448 at D = 128 causal). The tables are what their sweeps say, from the
-    recorded times: a change to either shows here."""
+    in session 22's -s22-call2 (session 13's candidates and v40's one-pass ones: v27's one consumer a program at
+    D = 64 causal; the persistent kernel at D = 64 non-causal, and below 724 under a causal mask with one consumer;
+    the one-pass kernel below 1025 in the three other keys). The tables are what their sweeps say, from the recorded
+    times: a change to either shows here."""
     from pathlib import Path
 
     root = Path(__file__).resolve().parents[1] / "outputs" / "h200"
@@ -190,18 +191,23 @@ def test_the_sweep_on_the_h200_keeps_the_table():
 
     older = chosen("2026-11-30-s11-call2", "2026-11-29-s8-call4")
     entries = [e for e in older if e["kernel"] != "qk_softmax" or not isinstance(e["D"], str)]
-    entries += chosen("2026-11-30-s13-call3")
+    entries += chosen("2026-12-01-s22-call2")
     # fused: 4 keys, each with a Triton entry under its Gluon winner, and 2 short; qk_softmax 4 Triton (session 8)
-    # and 4 Gluon and 3 short (session 13); pv 4
-    assert len(entries) == (8 + 2) + (4 + 4 + 3) + 4
+    # and 4 Gluon and 4 short (session 22); pv 4
+    assert len(entries) == (8 + 2) + (4 + 4 + 4) + 4
     short = sorted((e["kernel"], e["D"], e["causal"]) for e in entries if e.get("short"))
-    assert short == [("fused", "=128", True), ("fused", "=64", True), ("qk_softmax", "=128", True),
-                     ("qk_softmax", "=64", False), ("qk_softmax", "=64", True)]
+    assert short == [("fused", "=128", True), ("fused", "=64", True), ("qk_softmax", "=128", False),
+                     ("qk_softmax", "=128", True), ("qk_softmax", "=64", False), ("qk_softmax", "=64", True)]
     bounds = {(e["kernel"], e["D"], e["causal"]): e["below"] for e in entries if e.get("short")}
-    assert bounds == {("fused", "=64", True): 1448, ("fused", "=128", True): 724, ("qk_softmax", "=128", True): 1448,
-                      ("qk_softmax", "=64", False): 724, ("qk_softmax", "=64", True): 724}
+    assert bounds == {("fused", "=64", True): 1448, ("fused", "=128", True): 724, ("qk_softmax", "=128", False): 1025,
+                      ("qk_softmax", "=128", True): 1025, ("qk_softmax", "=64", False): 1025,
+                      ("qk_softmax", "=64", True): 724}
+    # the one-pass kernel (v40) holds every short qk_softmax entry but D = 64 causal's, and no long one
+    one_pass = sorted((e["D"], e["causal"]) for e in entries if e["tiles"].get("one_pass"))
+    assert one_pass == [("=128", False), ("=128", True), ("=64", False)]
+    assert all(e.get("short") for e in entries if e["tiles"].get("one_pass"))
     pv_short = {key: entry for key, entry in config.SHORT.items() if key[0] == "pv"}  # session 16's, below
-    assert len(config.SHORT) == 5 + len(pv_short)
+    assert len(config.SHORT) == 6 + len(pv_short)
     for e in entries:  # a short entry just below its bound, the key's main one without N and from the bound on
         D = int(str(e["D"]).lstrip("="))
         below = bounds.get((e["kernel"], e["D"], e["causal"]))
@@ -337,3 +343,23 @@ def test_short_entries_serve_below_their_bound_are_forced_away_and_follow_an_ove
     config.load_overrides(str(path))
     assert config.lookup("fused", "sm90", 128, True, 2, N=1447) == parse_tiles("64x64w4s2hgmu")
     assert config.lookup("fused", "sm90", 128, True, 2, N=1448) == parse_tiles("64x128w4s2hgm")
+
+
+def test_a_one_pass_candidate_competes_for_the_short_entry_alone_and_serves_only_where_its_row_fits():
+    """v40 (session 22): a one-pass candidate (Tiles.one_pass) runs its own kernel only up to qk_softmax_row.ROW_MAX
+    and the two-pass kernel beyond, so it never takes a key's table entry, even when it is fastest at every N (its
+    times past ROW_MAX are another kernel's); it takes the short entry where it beats the winner clearly, below
+    ROW_MAX + 1 at most (the geometric middle of 1024 and 2048, 1448, would send N = 1032 to a two-pass kernel the
+    sweep never timed there)."""
+    from attnlab.triton.qk_softmax_row import ROW_MAX
+
+    times = {"64x128w4s3g": [0.4848, 0.8717, 1.6280, 6.2386], "64x128w4s4ga": [0.4252, 0.8186, 1.6004, 6.1253]}
+    entries = autotune.pick(short_frame(times, ns=(512, 1024, 2048, 8192)), "sm90", 2,
+                            lambda kernel, D, causal, gluon, n: parse_tiles("64x128w4s3g"))
+    assert [(label(config.Tiles(**e["tiles"])), e.get("below")) for e in entries] == [
+        ("64x128w4s3g", None), ("64x128w4s4ga", ROW_MAX + 1)]
+    # a two-pass candidate with those times takes the table instead (fastest at every N: no short entry)
+    times["64x128w4s4g"] = times.pop("64x128w4s4ga")
+    entries = autotune.pick(short_frame(times, ns=(512, 1024, 2048, 8192)), "sm90", 2,
+                            lambda kernel, D, causal, gluon, n: parse_tiles("64x128w4s3g"))
+    assert [(label(config.Tiles(**e["tiles"])), e.get("below")) for e in entries] == [("64x128w4s4g", None)]

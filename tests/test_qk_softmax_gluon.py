@@ -89,19 +89,20 @@ def test_a_fixed_reference_without_flags_is_refused():
                                 causal=False, tiles=replace(GLUON_TILES, fixed_reference=True))
 
 
-@pytest.mark.parametrize("D,causal,N,persistent,by_tma", [(64, False, 512, True, (True, True)),
-                                                            (64, False, 728, False, (True, False)),
+@pytest.mark.parametrize("D,causal,N,persistent,by_tma", [(64, False, 2048, True, (True, True)),
+                                                            (64, False, 1048, True, (True, False)),
                                                             (64, True, 512, True, (True, True)),
-                                                            (128, True, 1440, True, (False, False)),
+                                                            (128, True, 1440, False, (True, True)),
                                                             (128, True, 1448, False, (True, False)),
-                                                            (128, False, 512, False, (True, True))])
+                                                            (128, False, 2048, False, (True, True))])
 def test_a_masked_call_runs_the_tiles_as_run_gives_and_the_row_says_so(hopper_dispatch, D, causal, N, persistent,
                                                                        by_tma):
     """Lab guard (v28, v30): a masked call (the zero_mask ablation's 2-byte mask, or a boolean one of the call's own)
-    brings its mask by TMA where the loader can read it (16-byte-aligned rows: a boolean mask needs N % 16 == 0)
-    and a ring of mask tiles fits beside the entry's (D = 128 one consumer: none does); it keeps a persistent entry
-    persistent only then (with the consumers' loads the persistent kernel spills). What each launch ran is what its
-    row records (the ablation report notes tiles that differ from the build's); every other field is the same."""
+    to the two-pass kernel brings its mask by TMA where the loader can read it (16-byte-aligned rows: a boolean mask
+    needs N % 16 == 0) and a ring of mask tiles fits beside the entry's (with two consumers at D = 128 in 2 of the
+    entry's 3 stages); it keeps a persistent entry persistent only then (with the consumers' loads the persistent
+    kernel spills). What each launch ran is what its row records (the ablation report notes tiles that differ from
+    the build's); every other field is the same. (The one-pass entries below N = 1025: the next test.)"""
     if not config.interpreting():
         pytest.skip("CPU tensors reach the launcher only under the interpreter")
     from attnlab import builds
@@ -121,6 +122,70 @@ def test_a_masked_call_runs_the_tiles_as_run_gives_and_the_row_says_so(hopper_di
     assert [t.persistent for t in ran] == [persistent, persistent and by_tma[0], persistent, persistent and by_tma[1]]
     assert len({replace(t, persistent=False, mask_tma=False, num_stages=2) for t in ran}) == 1
     assert ran[0] == ran[2]
+
+
+@pytest.mark.parametrize("D,causal,N", [(64, False, 512), (64, False, 1024), (128, False, 1024), (128, True, 512),
+                                         (128, True, 1024)])
+def test_a_one_pass_entry_runs_its_kernel_where_the_row_fits_and_a_mask_runs_the_two_pass_kernel(
+        hopper_dispatch, D, causal, N):
+    """Lab guard (v40): below N = 1025 the table's one-pass entry writes P for the build and for its no_softmax and
+    no_pv ablations alike (their savings are differences against one kernel); the one-pass kernel takes no mask, so
+    the zero_mask ablation and a masked call run the two-pass kernel, persistent, the mask by TMA (16-byte rows: N %
+    16 == 0 here), and their rows record those tiles (the ablation report then notes that zero_mask ran other tiles
+    than its base). From N = 1025 the key's TABLE entry serves: no row is longer than ROW_MAX on chip."""
+    if not config.interpreting():
+        pytest.skip("CPU tensors reach the launcher only under the interpreter")
+    from attnlab import builds
+    from attnlab.triton import qk_softmax_row
+
+    entry = config.lookup("qk_softmax", "sm90", D, causal, 2, N=N)
+    assert entry.one_pass and qk_softmax_row.fits(entry, N, D, 2)
+    assert not config.lookup("qk_softmax", "sm90", D, causal, 2, N=qk_softmax_row.ROW_MAX + 1).one_pass
+    q, k, v = _inputs(N, D)
+    spec = check(q, k, v, causal=causal)
+    recorded = []
+    for name in ("qk_softmax", "qk_softmax-no_softmax", "qk_softmax-no_pv", "qk_softmax-zero_mask"):
+        build = builds.get(name)
+        build.attend(q, k, v, causal=causal)
+        recorded.append(config.Tiles(**launch.tile_config(build.base, spec, build.ablation)["qk_softmax"]))
+    launch.qk_softmax(q, k, v, causal=causal, attn_mask=torch.ones(N, N, dtype=torch.bool))
+    ran = [c[3] for c in hopper_dispatch]
+    assert [c[1:3] for c in hopper_dispatch] == [(0, False), (0, True), (0, False), (2, False), (1, False)]
+    assert ran[:4] == recorded
+    assert ran[:3] == [entry] * 3
+    two_pass = replace(entry, one_pass=False, persistent=True, mask_tma=True)
+    assert [replace(t, num_stages=entry.num_stages) for t in ran[3:]] == [two_pass] * 2
+    assert all(t.num_stages <= entry.num_stages for t in ran[3:])
+
+
+def test_one_pass_tiles_where_the_row_does_not_fit_run_the_two_pass_kernel():
+    """qk_softmax_gluon.as_run: one-pass tiles at an N past ROW_MAX, or whose ring and row buffer overflow a program's
+    shared memory (4 stages of 128 keys at D = 128 and N = 1024), run the two-pass kernel, persistent, with the same
+    tiles otherwise; without N (the entry as it stands) they stay."""
+    from attnlab.triton import qk_softmax_row
+
+    t = config.Tiles(64, 128, 4, 4, gluon=True, one_pass=True)
+    two_pass = replace(t, one_pass=False, persistent=True)
+    assert qk_softmax_gluon.as_run(t, None, 64, 2, 1024) == t
+    assert qk_softmax_gluon.as_run(t, None, 64, 2, 1032) == two_pass
+    assert qk_softmax_gluon.as_run(t, None, 128, 2, 512) == t
+    assert not qk_softmax_row.fits(t, 1024, 128, 2)
+    assert qk_softmax_gluon.as_run(t, None, 128, 2, 1024) == two_pass
+    assert qk_softmax_gluon.as_run(t, None, 128, 2) == t
+    assert not qk_softmax_row.fits(replace(t, num_stages=3), 512, 64, 2)  # odd: a slot would change consumers
+
+
+def test_the_one_pass_kernel_refuses_tiles_that_do_not_fit_with_one_clear_error():
+    from attnlab.triton import qk_softmax_row
+
+    q = torch.zeros(1, 2, 1024, 128, dtype=torch.bfloat16)
+    p = torch.zeros(1, 2, 1024, 1024, dtype=torch.bfloat16)
+    t = config.Tiles(64, 128, 4, 4, gluon=True, one_pass=True)
+    with pytest.raises(ValueError, match=r"keeps a row of N ≤ 1024 keys .* N = 1024 needs \d+ bytes of the \d+"):
+        qk_softmax_row.launch(q, q, p, N=1024, H=2, group=1, qk_scale=1.0, causal=False, tiles=t)
+    with pytest.raises(ValueError, match="the one-pass P kernel takes no mask"):
+        qk_softmax_gluon.launch(q, q, p, p, (0, 0, 0, 0), 2, N=1024, H=2, group=1, qk_scale=1.0, mask_scale=1.0,
+                                causal=False, tiles=replace(t, num_stages=2))
 
 
 def test_gluon_tiles_refuse_what_the_kernel_cannot_do(hopper_dispatch):
@@ -155,16 +220,16 @@ def test_the_sequence_lengths_the_kernel_takes():
 
 TWO_CONSUMERS, ONE_CONSUMER = (config.Tiles(64, 128, 4, 3, heavy_first=True, gluon=True, one_consumer=u)
                                for u in (False, True))
-# session 13's short-N entries (v28): persistent
-SHORT_64, SHORT_64_CAUSAL, SHORT_128_CAUSAL = (config.Tiles(64, 128, 4, s, heavy_first=h, gluon=True, persistent=True,
-                                                            one_consumer=u)
-                                               for s, h, u in ((3, False, False), (3, True, True), (2, True, True)))
+# persistent (v28): D = 64 non-causal (session 22), and session 13's short entry at D = 64 causal
+PERSISTENT_64, SHORT_64_CAUSAL = (config.Tiles(64, 128, 4, 3, heavy_first=h, gluon=True, persistent=True,
+                                               one_consumer=u) for h, u in ((False, False), (True, True)))
+# session 22's one-pass short entries (v40): 4 stages at D = 64, 2 at D = 128 (4 do not fit a 1024-key row there)
+ONE_PASS_64, ONE_PASS_128 = (config.Tiles(64, 128, 4, s, gluon=True, one_pass=True) for s in (4, 2))
 
 
 @pytest.mark.parametrize("flags", [None, "NO_SOFTMAX=1"])
 @pytest.mark.parametrize("tiles,head_dims,causal", [(TWO_CONSUMERS, "64,128", "0,1"), (ONE_CONSUMER, "64", "1"),
-                                                    (SHORT_64, "64", "0"), (SHORT_64_CAUSAL, "64", "1"),
-                                                    (SHORT_128_CAUSAL, "128", "1")],
+                                                    (PERSISTENT_64, "64", "0"), (SHORT_64_CAUSAL, "64", "1")],
                          ids=lambda x: label(x) if isinstance(x, config.Tiles) else x)
 def test_every_variant_of_the_gluon_kernel_compiles_for_sm90_within_limits(tiles, head_dims, causal, flags):
     """The table's tiles for the keys they serve, no mask / boolean / additive (a persistent entry: no mask, as
@@ -181,20 +246,44 @@ def test_every_variant_of_the_gluon_kernel_compiles_for_sm90_within_limits(tiles
         assert r["spill_stores"] <= (128 if r["mask_kind"] else 0), r
 
 
-def test_the_table_takes_the_gluon_kernel_with_one_or_two_consumers():
-    """Session 13's autotune (PERFORMANCE.md v27, v28): two consumers a program without a causal mask and from
-    N = 1448 at D = 128 causal; one consumer a program (two programs an SM) at D = 64 causal; below 724 at D = 64 and
-    below 1448 at D = 128 causal the persistent kernel."""
+def test_the_table_takes_the_gluon_kernel_with_one_or_two_consumers_or_one_pass():
+    """Sessions 13 and 22's autotunes (PERFORMANCE.md v27, v28, v40): two consumers a program at D = 128 and at D = 64
+    without a causal mask (persistent at D = 64), one consumer a program (two programs an SM) at D = 64 causal,
+    persistent below 724; below 1025 the one-pass kernel everywhere but D = 64 causal."""
     def at(D, causal, N=None):
         return config.lookup("qk_softmax", "sm90", D, causal, 2, N=N)
 
-    assert at(128, False) == at(128, False, 512) == replace(TWO_CONSUMERS, heavy_first=False)
-    assert at(64, False) == at(64, False, 724) == replace(TWO_CONSUMERS, heavy_first=False)
-    assert at(64, False, 512) == at(64, False, 723) == SHORT_64
+    assert at(128, False) == at(128, False, 1025) == replace(TWO_CONSUMERS, heavy_first=False)
+    assert at(128, False, 512) == at(128, False, 1024) == ONE_PASS_128
+    assert at(64, False) == at(64, False, 1025) == PERSISTENT_64
+    assert at(64, False, 512) == at(64, False, 1024) == ONE_PASS_64
     assert at(64, True) == at(64, True, 724) == ONE_CONSUMER
     assert at(64, True, 512) == at(64, True, 723) == SHORT_64_CAUSAL
-    assert at(128, True) == at(128, True, 1448) == TWO_CONSUMERS
-    assert at(128, True, 512) == at(128, True, 1447) == SHORT_128_CAUSAL
+    assert at(128, True) == at(128, True, 1025) == TWO_CONSUMERS
+    assert at(128, True, 512) == at(128, True, 1024) == ONE_PASS_128
+
+
+@pytest.mark.parametrize("n", [512, 1024])
+def test_the_one_pass_entries_compile_for_sm90_within_limits_and_smem_bytes_agrees(n):
+    """The one-pass entries (v40) at the N they serve, and their no_softmax ablation, D = 64 (non-causal) and 128
+    (both): fit, no spills, matmuls asynchronous; qk_softmax_row.smem_bytes (which `fits` and `row_buffers` use: two
+    row buffers at N = 512, one at 1024) at or above what the compiler allocates, by at most 6 KiB."""
+    from attnlab.triton import qk_softmax_row
+
+    rows = []
+    for tiles, D, causal in ((ONE_PASS_64, "64", "0"), (ONE_PASS_128, "128", "0,1")):
+        for flags in ([], ["--flags", "NO_SOFTMAX=1"]):
+            rows += offline_compile("--kernels", "qk_softmax", "--head-dims", D, "--causal", causal, "--masks", "0",
+                                    "--n", str(n), "--tiles", label(tiles), *flags)
+    assert len(rows) == 6
+    for r in rows:
+        assert r["fits"] and not r["wgmma_serialised"] and r["spill_stores"] == 0, r
+        tiles = ONE_PASS_64 if r["D"] == 64 else ONE_PASS_128
+        bufs = qk_softmax_row.row_buffers(tiles, n, r["D"], 2)
+        assert bufs == (2 if n == 512 else 1)
+        # a bound from above: smem_bytes counts the tiles' maxima, the swap's floats and SMEM_SPARE beside the tiles,
+        # 3.7–4.7 KiB more than the compiler reports for these entries (offline, Triton 3.6)
+        assert 0 <= qk_softmax_row.smem_bytes(tiles, n, r["D"], 2, bufs) / 1024 - r["smem_kib"] <= 6, r
 
 
 def test_q_in_registers_compiles_without_spills_and_no_table_entry_sets_it():

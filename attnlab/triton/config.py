@@ -63,8 +63,9 @@ class Tiles:
     # Gluon qk_softmax kernel only: one pass, the row on chip. At N ≤ 1024 (attnlab.triton.qk_softmax_row.fits) a
     # program keeps its BLOCK_M rows' exponentials for all N keys in shared memory, so each score is computed once; the
     # two consumers split the key tiles and swap their rows' (max, sum) before P is written. Persistent by
-    # construction; masked calls and longer rows run the two-pass kernel (qk_softmax_gluon.as_run; PERFORMANCE.md
-    # v40; label suffix `a`).
+    # construction, two consumers; masked calls and rows that do not fit run the two-pass kernel, persistent, with
+    # the same tiles otherwise (qk_softmax_gluon.as_run; PERFORMANCE.md v40; label suffix `a`). The autotune lets
+    # such tiles compete for SHORT entries only, below ROW_MAX + 1 (attnlab.autotune.pick).
     one_pass: bool = False
 
     def as_dict(self) -> dict:
@@ -154,7 +155,10 @@ TABLE: dict[tuple, Tiles] = {
     # D = 64 causal: one consumer a program, two programs an SM (v27; session 12's autotune, `outputs/h200/
     # 2026-11-30-s12-call3`: the build at N = 1024 / 2048 / 8192 0.5994 / 1.0724 / 3.9198 ms against two consumers'
     # 0.7076 / 1.1329 / 3.9047).
-    ("qk_softmax", "sm90", "=64", False, 2): Tiles(64, 128, 4, 3, gluon=True),
+    # D = 64 non-causal: persistent since session 22's autotune (`outputs/h200/2026-12-01-s22-call2`, N = 512, 1024,
+    # 2048, 8192): 0.8717 / 1.6280 / 6.2386 ms at N = 1024 / 2048 / 8192 against one item a program's
+    # 0.8941 / 1.6626 / 6.3937.
+    ("qk_softmax", "sm90", "=64", False, 2): Tiles(64, 128, 4, 3, gluon=True, persistent=True),
     ("qk_softmax", "sm90", "=64", True, 2): Tiles(64, 128, 4, 3, heavy_first=True, gluon=True, one_consumer=True),
     ("qk_softmax", "sm90", "=128", False, 2): Tiles(64, 128, 4, 3, gluon=True),
     ("qk_softmax", "sm90", "=128", True, 2): Tiles(64, 128, 4, 3, heavy_first=True, gluon=True),
@@ -200,6 +204,13 @@ TABLE: dict[tuple, Tiles] = {
 # (qk_softmax_gluon.as_run, v30; launch._qk_softmax_tiles).
 # Session 16's autotune of pv (`-s16-call8`): under the Gluon PV entry (D = 128 non-causal) the Triton kernel below
 # 724 (0.2448 ms at N = 512 against 0.2613).
+# Session 22's (`-s22-call2`, qk_softmax, N = 512, 1024, 2048, 8192, with v40's one-pass kernel among the candidates,
+# which compete for short entries only: attnlab.autotune.pick): one pass with the row on chip wins at 512 and 1024
+# everywhere but D = 64 causal, so below 1025 (qk_softmax_row.ROW_MAX + 1; past it the entry would run the two-pass
+# kernel). D = 64 non-causal 64×128 s4 (0.4252 / 0.8186 ms against the table entry's 0.4848 / 0.8717); D = 128
+# non-causal 64×128 s2 (0.2873 / 0.5232 against 0.3287 / 0.5698; 4 stages do not fit a 1024-key row at D = 128);
+# D = 128 causal 64×128 s2 in launch order (0.2255 / 0.3575 against 0.2990 / 0.4227), which replaced session 13's one
+# consumer below 1448. A masked call runs the two-pass kernel (qk_softmax_gluon.as_run), and its row says so.
 SHORT_N = 1024
 SHORT: dict[tuple, tuple[Tiles, int]] = {
     ("pv", "sm90", 128, False, 2): (Tiles(128, 64, 8, 3), 724),
@@ -207,11 +218,11 @@ SHORT: dict[tuple, tuple[Tiles, int]] = {
                                                persistent=True, o_tma=True, one_consumer=True), 724),
     ("fused", "sm90", "=64", True, 2): (Tiles(64, 128, 4, 2, heavy_first=True, gluon=True, mask_tma=True,
                                               persistent=True, o_tma=True, one_consumer=True), 1448),
-    ("qk_softmax", "sm90", "=64", False, 2): (Tiles(64, 128, 4, 3, gluon=True, persistent=True), 724),
+    ("qk_softmax", "sm90", "=64", False, 2): (Tiles(64, 128, 4, 4, gluon=True, one_pass=True), 1025),
+    ("qk_softmax", "sm90", "=128", False, 2): (Tiles(64, 128, 4, 2, gluon=True, one_pass=True), 1025),
     ("qk_softmax", "sm90", "=64", True, 2): (Tiles(64, 128, 4, 3, heavy_first=True, gluon=True, persistent=True,
                                                  one_consumer=True), 724),
-    ("qk_softmax", "sm90", "=128", True, 2): (Tiles(64, 128, 4, 2, heavy_first=True, gluon=True, persistent=True,
-                                                  one_consumer=True), 1448),
+    ("qk_softmax", "sm90", "=128", True, 2): (Tiles(64, 128, 4, 2, gluon=True, one_pass=True), 1025),
 }
 
 
