@@ -40,9 +40,8 @@ def candidates(kernel: str) -> list[Tiles]:
                          for m, n, s, u in gluon for h in (False, True) for c in (False, True)]
     if kernel == "qk_softmax":  # its Gluon kernel (v12), 2 or 3 stages of the K ring, two consumers a program or one
         # (v27: two programs an SM; at D = 128 only 2 stages leave room for the second), one item a program or
-        # persistent (v28)
-        # (v28), and one pass with the row on chip (v40: short N only, see pick; 4 stages fit at D = 64 only, and
-        # 64×64 tiles at D = 128 with 4)
+        # persistent (v28); and one pass with the row on chip (v40: short N only, see pick; 4 stages of 64×128 fit a
+        # 1024-key row at D = 64 only, 4 of 64×64 at D = 128 too)
         two_pass = [Tiles(64, 128, 4, s, heavy_first=h, gluon=True, persistent=c, one_consumer=u)
                     for s in (2, 3) for h in (False, True) for c in (False, True) for u in (False, True)]
         return narrow + two_pass + [Tiles(64, n, 4, s, heavy_first=h, gluon=True, one_pass=True)

@@ -89,6 +89,22 @@ def test_a_fixed_reference_without_flags_is_refused():
                                 causal=False, tiles=replace(GLUON_TILES, fixed_reference=True))
 
 
+def _run_and_record(q, k, v, causal, names):
+    """Each build of `names` once, then a call with a boolean mask of the call's own; returns the tiles each build's
+    row records (launch.tile_config), for the caller to set against what the launcher ran."""
+    from attnlab import builds
+
+    spec = check(q, k, v, causal=causal)
+    recorded = []
+    for name in names:
+        build = builds.get(name)
+        build.attend(q, k, v, causal=causal)
+        recorded.append(config.Tiles(**launch.tile_config(build.base, spec, build.ablation)["qk_softmax"]))
+    N = q.shape[2]
+    launch.qk_softmax(q, k, v, causal=causal, attn_mask=torch.ones(N, N, dtype=torch.bool))
+    return recorded
+
+
 @pytest.mark.parametrize("D,causal,N,persistent,by_tma", [(64, False, 2048, True, (True, True)),
                                                             (64, False, 1048, True, (True, False)),
                                                             (64, True, 512, True, (True, True)),
@@ -105,16 +121,7 @@ def test_a_masked_call_runs_the_tiles_as_run_gives_and_the_row_says_so(hopper_di
     the build's); every other field is the same. (The one-pass entries below N = 1025: the next test.)"""
     if not config.interpreting():
         pytest.skip("CPU tensors reach the launcher only under the interpreter")
-    from attnlab import builds
-
-    q, k, v = _inputs(N, D)
-    spec = check(q, k, v, causal=causal)
-    recorded = []
-    for name in ("qk_softmax", "qk_softmax-zero_mask", "qk_softmax-no_softmax"):
-        build = builds.get(name)
-        build.attend(q, k, v, causal=causal)
-        recorded.append(config.Tiles(**launch.tile_config(build.base, spec, build.ablation)["qk_softmax"]))
-    launch.qk_softmax(q, k, v, causal=causal, attn_mask=torch.ones(N, N, dtype=torch.bool))
+    recorded = _run_and_record(*_inputs(N, D), causal, ("qk_softmax", "qk_softmax-zero_mask", "qk_softmax-no_softmax"))
     ran = [c[3] for c in hopper_dispatch]
     assert ran[:3] == recorded
     masked = [ran[1], ran[3]]
@@ -135,20 +142,13 @@ def test_a_one_pass_entry_runs_its_kernel_where_the_row_fits_and_a_mask_runs_the
     than its base). From N = 1025 the key's TABLE entry serves: no row is longer than ROW_MAX on chip."""
     if not config.interpreting():
         pytest.skip("CPU tensors reach the launcher only under the interpreter")
-    from attnlab import builds
     from attnlab.triton import qk_softmax_row
 
     entry = config.lookup("qk_softmax", "sm90", D, causal, 2, N=N)
     assert entry.one_pass and qk_softmax_row.fits(entry, N, D, 2)
     assert not config.lookup("qk_softmax", "sm90", D, causal, 2, N=qk_softmax_row.ROW_MAX + 1).one_pass
-    q, k, v = _inputs(N, D)
-    spec = check(q, k, v, causal=causal)
-    recorded = []
-    for name in ("qk_softmax", "qk_softmax-no_softmax", "qk_softmax-no_pv", "qk_softmax-zero_mask"):
-        build = builds.get(name)
-        build.attend(q, k, v, causal=causal)
-        recorded.append(config.Tiles(**launch.tile_config(build.base, spec, build.ablation)["qk_softmax"]))
-    launch.qk_softmax(q, k, v, causal=causal, attn_mask=torch.ones(N, N, dtype=torch.bool))
+    recorded = _run_and_record(*_inputs(N, D), causal, ("qk_softmax", "qk_softmax-no_softmax", "qk_softmax-no_pv",
+                                                        "qk_softmax-zero_mask"))
     ran = [c[3] for c in hopper_dispatch]
     assert [c[1:3] for c in hopper_dispatch] == [(0, False), (0, True), (0, False), (2, False), (1, False)]
     assert ran[:4] == recorded
