@@ -8,6 +8,7 @@
 # AHEAD_NS (default 2048,4096,16384) and AHEAD_VARIANTS (default below: name:settings, settings comma-separated) set
 # what is timed.
 set -u
+export PYTHONPATH=$PWD${PYTHONPATH:+:$PYTHONPATH} PYTHONUNBUFFERED=1
 out=${OUT:-./h200-out}
 mkdir -p "$out"
 cd scripts/experiments
