@@ -10,36 +10,37 @@ Every earlier attempt to run one pass beside the other (v14 paired, v15 staggere
 chained) did so in the same warps, or took a storing consumer away; here the two passes run in different warps:
   * two consumer warpgroups (BLOCK_M rows each) run only pass 2 — the QKᵀ, P = 2^(s·c − bias), P by TMA from two
     buffers each — exactly qk_softmax_gluon's writing pass, over a K ring of their own;
-  * a third warpgroup runs pass 1 of the *next* item over both consumers' rows (two QKᵀ of BLOCK_M rows a key tile of
-    P1_N keys, from a second K ring), and hands each row's bias = max + log2(sum) to the consumers through shared
-    memory (two slots, `full`/`empty` mbarriers), so its matmuls and exponentials run under their stores;
+  * two more warpgroups run pass 1 of the *next* item, one for each consumer's rows (qk_softmax_gluon._pass, not
+    writing, over a second K ring of P1_N-key tiles), and hand each row's bias = max + log2(sum) to the consumers
+    through shared memory (two slots, `full`/`empty` mbarriers), so their matmuls and exponentials run under the
+    consumers' stores (session 23's first form, one pass-1 warpgroup for both consumers' rows, was the slowest part
+    of its program: v41);
   * two loader warps, one a ring: one brings each item's Q (two slots, released by all three warpgroups) and the
     pass-1 ring's K tiles, the other the consumers' ring.
 Persistent: one program an SM takes items pid, pid + grid, … (fused_gluon._items). Each score is still computed twice
 and exponentiated twice; what changes is that the writes no longer wait for pass 1.
 
-Registers are the limit: 14 warps launch as 16, 128 registers a thread, which setmaxnreg shares out as
-PASS1_REGS for the pass-1 warpgroup, 24 for the loaders' warpgroup and the rest, alike, for the two consumers.
+Registers are the limit: 18 warps launch as 20 at MAXNREG registers a thread, which setmaxnreg shares out as
+PASS1_REGS for each pass-1 warpgroup, 24 for the loaders' warpgroup and the rest, alike, for the two consumers.
 """
 from __future__ import annotations
 
 import triton
 from triton.experimental import gluon
 from triton.experimental.gluon import language as gl
-from triton.experimental.gluon.language.nvidia.hopper import (fence_async_shared, mbarrier, tma, warpgroup_mma,
-                                                              warpgroup_mma_wait)
+from triton.experimental.gluon.language.nvidia.hopper import fence_async_shared, mbarrier, tma
 
-from attnlab.triton.fused_gluon import (SMEM_SPARE, _items, _step_item, _tile, descriptor, sm_count, smem_limit,
-                                        tma_ready)
+from attnlab.triton.fused_gluon import SMEM_SPARE, _items, _step_item, descriptor, sm_count, smem_limit, tma_ready
 from attnlab.triton.qk_softmax_gluon import PBUF, _bias, _load_k, _next_scores, _pass, _scores_done, _step
 
-P1_N = 64  # keys a pass-1 tile: two 64 × 64 fp32 score tiles live at once fit the pass-1 warpgroup's registers
+P1_N = 64  # keys a pass-1 tile (two 64 × 64 fp32 score tiles live at once: one in flight)
 P1_STAGES = 4  # the pass-1 ring's slots
-PASS1_REGS = 104  # setmaxnreg of the pass-1 warpgroup (a multiple of 8)
-MAXNREG = 128  # the launch's per-thread limit: 16 warps × 32 threads × 128 = 64 Ki registers
-# (512 − 24 − PASS1_REGS) / 2, rounded down to a multiple of 8: each consumer's setmaxnreg
-CONSUMER_REGS = (512 - 24 - PASS1_REGS) // 2 // 8 * 8
-IN_FLIGHT = True  # consumers keep the next tile's QKᵀ in flight (qk_softmax_gluon._pass), as the two-pass kernel's do
+# 18 warps launch as 20 (five warpgroups: two consumers, two pass-1, the loaders'), 96 registers a thread: 5 · 96 =
+# 480 a warpgroup's thread to share out by setmaxnreg, 24 of them the loaders'
+MAXNREG = 96
+PASS1_REGS = 112  # setmaxnreg of each pass-1 warpgroup (a multiple of 8)
+CONSUMER_REGS = (5 * MAXNREG - 24 - 2 * PASS1_REGS) // 2 // 8 * 8  # each consumer's: the rest
+IN_FLIGHT = False  # True: consumers keep the next tile's QKᵀ in flight (qk_softmax_gluon._pass; spills at 120)
 
 
 @gluon.jit
@@ -87,19 +88,10 @@ def _k_loader(k_desc, k_smem, bars, work, M, N, H, GROUP, BLOCK_M: gl.constexpr,
 
 
 @gluon.jit
-def _half_tile(s, m_i, l_i, j, start_m, offs_m, cols, N, qk_scale, P1N: gl.constexpr):
-    """One 64-row half's key tile j folded into its running (max, sum): fused_gluon._tile, unmasked, not causal
-    (element masks only past N)."""
-    p, m_i, l_i, alpha, offs_n = _tile(s, m_i, l_i, j, start_m, N, offs_m, offs_m, offs_m, cols, N, 0, qk_scale, 1.0,
-                                       P1N, False, 0, False, False)
-    return m_i, l_i
-
-
-@gluon.jit
-def _pass1(q_smem, k1_smem, stats_smem, bars, work, M, N, H, GROUP, qk_scale, D: gl.constexpr,
+def _pass1(q_smem, k1_smem, stats_smem, bars, work, M, N, H, GROUP, qk_scale, HALF: gl.constexpr, D: gl.constexpr,
            BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, P1N: gl.constexpr, STAGES1: gl.constexpr):
-    """One warpgroup: pass 1 of each item over both consumers' rows (2·BLOCK_M), each P1N-key tile's two QKᵀ issued
-    together and worked on one after the other; then each row's bias into stats slot it % 2 for the consumers."""
+    """One of the two pass-1 warpgroups: pass 1 (qk_softmax_gluon._pass, not writing) of consumer HALF's BLOCK_M rows
+    of each item over the pass-1 ring, then their bias into stats slot it % 2."""
     q_full, q_empty, k1_full, k1_empty, b_full, b_empty = bars
     s_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1],
                                                        instr_shape=[16, P1N, 16])
@@ -114,32 +106,18 @@ def _pass1(q_smem, k1_smem, stats_smem, bars, work, M, N, H, GROUP, qk_scale, D:
         b, h, hk, start_m, n_tiles, m_head = _step_item(x, work, M, 0, 0, N, H, GROUP, BLOCK_M, BLOCK_N, False,
                                                         False, 2)
         slot = it % 2
-        offs_a = start_m + gl.arange(0, BLOCK_M, row_s)
-        offs_b = offs_a + BLOCK_M
-        m_a = gl.full([BLOCK_M], -float("inf"), gl.float32, row_s)
-        l_a = gl.zeros([BLOCK_M], gl.float32, row_s)
-        m_b = gl.full([BLOCK_M], -float("inf"), gl.float32, row_s)
-        l_b = gl.zeros([BLOCK_M], gl.float32, row_s)
+        rows = start_m + HALF * BLOCK_M
+        offs_m = rows + gl.arange(0, BLOCK_M, row_s)
+        m_i = gl.full([BLOCK_M], -float("inf"), gl.float32, row_s)
+        l_i = gl.zeros([BLOCK_M], gl.float32, row_s)
         mbarrier.wait(q_full.index(slot), (it // 2) & 1)
-        q_a = q_smem.index(2 * slot).reshape([BLOCK_M, D])
-        q_b = q_smem.index(2 * slot + 1).reshape([BLOCK_M, D])
+        q = q_smem.index(2 * slot + HALF).reshape([BLOCK_M, D])
         n1 = gl.cdiv(N, P1N)
-        for t in range(n1):
-            r = t0 + t
-            st = r % STAGES1
-            mbarrier.wait(k1_full.index(st), (r // STAGES1) & 1)
-            kt = k1_smem.index(st).reshape([P1N, D]).permute((1, 0))
-            s_a = warpgroup_mma(q_a, kt, zero_s, use_acc=False, is_async=True)
-            s_b = warpgroup_mma(q_b, kt, zero_s, use_acc=False, is_async=True)
-            s_a = warpgroup_mma_wait(num_outstanding=1, deps=[s_a])
-            m_a, l_a = _half_tile(s_a, m_a, l_a, t, start_m, offs_a, cols, N, qk_scale, P1N)
-            s_b = warpgroup_mma_wait(num_outstanding=0, deps=[s_b])
-            mbarrier.arrive(k1_empty.index(st), count=1)
-            m_b, l_b = _half_tile(s_b, m_b, l_b, t, start_m, offs_b, cols, N, qk_scale, P1N)
-        mbarrier.arrive(q_empty.index(slot), count=1)  # its last QKᵀ of the item has read Q
+        m_i, l_i = _pass(q, k1_smem, k1_full, k1_empty, q_empty.index(slot), t0, n1, zero_s, m_i, l_i, m_i, q_smem,
+                         q_smem, 0, 0, b, h, rows, N, offs_m, q_smem, offs_m, cols, N, 0, qk_scale, 1.0, False, True,
+                         D, P1N, STAGES1, False, 0, False, False, HALF, 2, False)
         mbarrier.wait(b_empty.index(slot), ((it // 2) & 1) ^ 1)  # the consumers have the bias of two items before
-        stats_smem.index(2 * slot).store(_bias(m_a, l_a))
-        stats_smem.index(2 * slot + 1).store(_bias(m_b, l_b))
+        stats_smem.index(2 * slot + HALF).store(_bias(m_i, l_i))
         gl.thread_barrier()  # the warpgroup's stores before its one arrival
         mbarrier.arrive(b_full.index(slot), count=1)
         t0 += n1
@@ -224,15 +202,15 @@ def qk_softmax_ahead_kernel(q_desc, k_desc, k1_desc, p_desc, M, N, H, GROUP, tot
     k1_empty = gl.allocate_shared_memory(gl.int64, [STAGES1, 1], mbarrier.MBarrierLayout())
     for i in gl.static_range(2):
         mbarrier.init(q_full.index(i), count=1)
-        mbarrier.init(q_empty.index(i), count=3)  # the pass-1 warpgroup and both consumers
-        mbarrier.init(b_full.index(i), count=1)
+        mbarrier.init(q_empty.index(i), count=4)  # both pass-1 warpgroups and both consumers
+        mbarrier.init(b_full.index(i), count=2)
         mbarrier.init(b_empty.index(i), count=2)
     for i in gl.static_range(STAGES):
         mbarrier.init(k_full.index(i), count=1)
         mbarrier.init(k_empty.index(i), count=2)
     for i in gl.static_range(STAGES1):
         mbarrier.init(k1_full.index(i), count=1)
-        mbarrier.init(k1_empty.index(i), count=1)
+        mbarrier.init(k1_empty.index(i), count=2)
     fence_async_shared()
     # Each partition's arguments are written out where it is named: a tuple assigned to a name turns its constexprs
     # into tensors.
@@ -242,12 +220,14 @@ def qk_softmax_ahead_kernel(q_desc, k_desc, k1_desc, p_desc, M, N, H, GROUP, tot
         (_consumer, (q_smem, k_smem, p_smem, stats_smem, p_desc, (q_full, q_empty, k_full, k_empty, b_full, b_empty),
                      (pid, nprog, total), M, N, H, GROUP, qk_scale, 1, D, BLOCK_M, BLOCK_N, STAGES, IN_FLIGHT)),
         (_pass1, (q_smem, k1_smem, stats_smem, (q_full, q_empty, k1_full, k1_empty, b_full, b_empty),
-                  (pid, nprog, total), M, N, H, GROUP, qk_scale, D, BLOCK_M, BLOCK_N, P1N, STAGES1)),
+                  (pid, nprog, total), M, N, H, GROUP, qk_scale, 0, D, BLOCK_M, BLOCK_N, P1N, STAGES1)),
+        (_pass1, (q_smem, k1_smem, stats_smem, (q_full, q_empty, k1_full, k1_empty, b_full, b_empty),
+                  (pid, nprog, total), M, N, H, GROUP, qk_scale, 1, D, BLOCK_M, BLOCK_N, P1N, STAGES1)),
         (_q_loader, (q_desc, k1_desc, q_smem, k1_smem, (q_full, q_empty, k1_full, k1_empty), (pid, nprog, total), M,
                      N, H, GROUP, BLOCK_M, BLOCK_N, P1N, STAGES1)),
         (_k_loader, (k_desc, k_smem, (k_full, k_empty), (pid, nprog, total), M, N, H, GROUP, BLOCK_M, BLOCK_N,
                      STAGES)),
-    ], [4, 4, 1, 1], [CONSUMER_REGS, PASS1_REGS, 24, 24])
+    ], [4, 4, 4, 1, 1], [CONSUMER_REGS, PASS1_REGS, PASS1_REGS, 24, 24])
 
 
 def smem_bytes(tiles, D: int, itemsize: int, p1_stages: int = P1_STAGES) -> int:

@@ -22,7 +22,7 @@ def main():
             raise SystemExit(f"qk_softmax_ahead has no setting {name!r}")
         setattr(qa, name, bool(int(value)) if name == "IN_FLIGHT" else int(value))
     if "CONSUMER_REGS" not in settings:
-        qa.CONSUMER_REGS = (512 - 24 - qa.PASS1_REGS) // 2 // 8 * 8
+        qa.CONSUMER_REGS = (5 * qa.MAXNREG - 24 - 2 * qa.PASS1_REGS) // 2 // 8 * 8
     print(f"variant IN_FLIGHT={int(qa.IN_FLIGHT)} PASS1_REGS={qa.PASS1_REGS} CONSUMER_REGS={qa.CONSUMER_REGS} "
           f"P1_N={qa.P1_N} P1_STAGES={qa.P1_STAGES}", flush=True)
     sys.argv = [sys.argv[0]] + argv[split + 1:]

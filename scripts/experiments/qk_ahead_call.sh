@@ -13,7 +13,7 @@ out=${OUT:-./h200-out}
 mkdir -p "$out"
 cd scripts/experiments
 ns=${AHEAD_NS:-2048,4096,16384}
-variants=${AHEAD_VARIANTS:-"B: A:IN_FLIGHT=1 C:PASS1_REGS=168,P1_N=128"}
+variants=${AHEAD_VARIANTS:-"B: A:IN_FLIGHT=1"}
 start=$(date +%s)
 timeout 150 python3 - > "$out/smoke.log" 2>&1 <<'EOF'
 import math, torch
@@ -33,13 +33,12 @@ EOF
 echo "smoke rc=$? wall=$(( $(date +%s) - start )) s"; cat "$out/smoke.log" | grep -a "smoke\|Error" | head
 grep -q "smoke D=128 N=1000" "$out/smoke.log" || exit 1
 for k in 0 1 2 3 4 5 6 7; do
-  timeout 300 python3 qk_ahead.py -- --check-only --check-tiles 64x128w4s2gcj --part $k/8 > "$out/check$k.log" 2>&1 &
+  timeout 300 python3 qk_ahead.py -- --check-only --check-tiles 64x128w4s2gcj,64x64w4s3gcj --part $k/8 > "$out/check$k.log" 2>&1 &
 done
 for v in $variants; do
   settings=$(echo "${v#*:}" | tr ',' ' ')
   for D in 64 128; do
-    [ "${v%%:*}" = C ] && [ $D = 128 ] && continue  # P1_N = 128 does not fit beside the rest at D = 128
-    tiles=current,64x128w4s2gcj; [ $D = 64 ] && tiles=current,64x128w4s3gcj,64x128w4s2gcj
+    tiles=current,64x128w4s2gcj,64x64w4s3gcj; [ $D = 64 ] && tiles=current,64x128w4s3gcj,64x64w4s3gcj
     timeout 300 python3 qk_ahead.py $settings -- --skip-check --warm --ns $ns --ds $D --causal 0 --tiles $tiles \
       > /dev/null 2>&1 &
   done
@@ -50,8 +49,7 @@ echo "check+warm wall=$(( $(date +%s) - start )) s"; grep -a "^check" "$out/chec
 for v in $variants; do
   name=${v%%:*}; settings=$(echo "${v#*:}" | tr ',' ' ')
   for D in 64 128; do
-    [ $name = C ] && [ $D = 128 ] && continue  # P1_N = 128 does not fit beside the rest at D = 128
-    tiles=current,64x128w4s2gcj; [ $D = 64 ] && tiles=current,64x128w4s3gcj,64x128w4s2gcj
+    tiles=current,64x128w4s2gcj,64x64w4s3gcj; [ $D = 64 ] && tiles=current,64x128w4s3gcj,64x64w4s3gcj
     timeout 120 python3 qk_ahead.py $settings -- --skip-check --ns $ns --ds $D --causal 0 --tiles $tiles \
       > "$out/bench_${name}_$D.log" 2>&1
     echo "bench $name D=$D rc=$? wall=$(( $(date +%s) - start )) s"
