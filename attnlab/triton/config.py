@@ -67,11 +67,6 @@ class Tiles:
     # the same tiles otherwise (qk_softmax_gluon.as_run; PERFORMANCE.md v40; label suffix `a`). The autotune lets
     # such tiles compete for SHORT entries only, below ROW_MAX + 1 (attnlab.autotune.pick).
     one_pass: bool = False
-    # Gluon qk_softmax kernel only: pass 1 in a third warpgroup of its own, an item ahead of the two consumers, which
-    # then run only the writing pass (attnlab.triton.qk_softmax_ahead): the stores no longer wait for pass 1.
-    # Persistent by construction; masked, causal and no_softmax calls run the two-pass kernel, persistent, with the
-    # same tiles otherwise (qk_softmax_gluon.as_run; PERFORMANCE.md v41; label suffix `j`).
-    pass1_ahead: bool = False
 
     def as_dict(self) -> dict:
         return asdict(self)
@@ -79,7 +74,7 @@ class Tiles:
 
 # the fields only the Gluon kernels read
 GLUON_ONLY = ("gluon", "mask_tma", "q_registers", "persistent", "o_tma", "one_consumer", "fixed_reference",
-              "one_pass", "pass1_ahead")
+              "one_pass")
 
 
 def interpreting() -> bool:

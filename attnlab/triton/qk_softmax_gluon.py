@@ -501,8 +501,6 @@ def as_run(tiles, mask, D: int, itemsize: int, N: int | None = None):
         if mask is None and (N is None or qk_softmax_row.fits(tiles, N, D, itemsize)):
             return tiles
         tiles = replace(tiles, one_pass=False, persistent=True)
-    if tiles.pass1_ahead and mask is not None:  # (causal and no_softmax calls: `launch` sends them on too)
-        tiles = replace(tiles, pass1_ahead=False, persistent=True)
     if mask is None:
         return tiles
     if tma_can_read(mask):
@@ -534,14 +532,6 @@ def launch(q, k, p, mask, mask_strides, mask_kind, *, N, H, group, qk_scale, mas
         qk_softmax_row.launch(q, k, p, N=N, H=H, group=group, qk_scale=qk_scale, causal=causal, tiles=tiles,
                               no_softmax=no_softmax)
         return
-    if tiles.pass1_ahead:  # pass 1 a warpgroup ahead: unmasked, non-causal calls only
-        from attnlab.triton import qk_softmax_ahead
-
-        if mask_kind or causal or no_softmax:
-            tiles = replace(tiles, pass1_ahead=False, persistent=True)
-        else:
-            qk_softmax_ahead.launch(q, k, p, N=N, H=H, group=group, qk_scale=qk_scale, tiles=tiles)
-            return
     ref1 = tiles.fixed_reference and not no_softmax
     if ref1 and (flags is None or flags.dtype != torch.int8 or flags.numel() != q.shape[0] * H * N):
         got = None if flags is None else (flags.dtype, flags.numel())

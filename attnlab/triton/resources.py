@@ -118,7 +118,7 @@ def _gluon_info(kernel: str, D: int, causal: bool, tiles: config.Tiles, mask_kin
     from triton.experimental.gluon._runtime import GluonASTSource
     from triton.runtime.jit import mangle_type
 
-    from attnlab.triton import fused_gluon, pv_gluon, qk_softmax_ahead, qk_softmax_gluon, qk_softmax_row
+    from attnlab.triton import fused_gluon, pv_gluon, qk_softmax_gluon, qk_softmax_row
 
     tdtype = DTYPES[dtype]
     ints = _int_args(D, mask_kind, N=n)
@@ -151,19 +151,7 @@ def _gluon_info(kernel: str, D: int, causal: bool, tiles: config.Tiles, mask_kin
         values = qk_softmax_row.constexprs(tiles, D=D, N=min(n, qk_softmax_row.ROW_MAX), itemsize=tdtype.itemsize,
                                            causal=causal, no_softmax=no_softmax)
         floats = ("qk_scale",)
-    elif kernel == "qk_softmax" and tiles.pass1_ahead and not (causal or mask_kind or no_softmax):
-        fn = qk_softmax_ahead.qk_softmax_ahead_kernel  # pass 1 a warpgroup ahead (as_run runs it only so)
-        sig["q_desc"] = mangle_type(fused_gluon.descriptor(x, tiles.BLOCK_M))
-        sig["k_desc"] = mangle_type(fused_gluon.descriptor(x, tiles.BLOCK_N))
-        sig["k1_desc"] = mangle_type(fused_gluon.descriptor(x, qk_softmax_ahead.P1_N))
-        p = torch.empty(1, ints["H"], ints["N"], ints["N"], dtype=tdtype)
-        sig["p_desc"] = mangle_type(fused_gluon.descriptor(p, tiles.BLOCK_M, tiles.BLOCK_N))
-        sig["M"] = f"*{dtype}"  # the launcher passes P: items carry a mask pointer the kernel never reads
-        values = qk_softmax_ahead.constexprs(tiles, D=D, itemsize=tdtype.itemsize)
-        floats = ("qk_scale",)
     elif kernel == "qk_softmax":
-        if tiles.pass1_ahead:  # causal, masked or no_softmax: the two-pass kernel, persistent (as_run)
-            tiles = replace(tiles, pass1_ahead=False, persistent=True)
         fn = qk_softmax_gluon.qk_softmax_gluon_kernel
         sig["q_desc"] = mangle_type(fused_gluon.descriptor(x, tiles.BLOCK_M))
         sig["k_desc"] = mangle_type(fused_gluon.descriptor(x, tiles.BLOCK_N))
@@ -188,7 +176,7 @@ def _gluon_info(kernel: str, D: int, causal: bool, tiles: config.Tiles, mask_kin
                                         no_softmax=no_softmax, no_pv=no_pv)
         floats = ("qk_scale", "mask_scale", "inv_n")
     ints_named = ("sob", "soh", "son", "N", "H", "GROUP") if kernel == "pv" else ("N", "H", "GROUP") if (
-        fn in (qk_softmax_row.qk_softmax_row_kernel, qk_softmax_ahead.qk_softmax_ahead_kernel)) else (
+        fn is qk_softmax_row.qk_softmax_row_kernel) else (
         ("smb", "smh", "smm", "smn", "N", "H", "GROUP") + (("sob", "soh", "son") if kernel == "fused" else ()))
     sig["total"] = "i32"
     for a in ints_named:
@@ -202,9 +190,8 @@ def _gluon_info(kernel: str, D: int, causal: bool, tiles: config.Tiles, mask_kin
     for a, val in values.items():
         sig[a], constexprs[a] = "constexpr", val
     src = GluonASTSource(fn=fn, signature=sig, constexprs=constexprs, attrs={})
-    maxnreg = qk_softmax_ahead.MAXNREG if fn is qk_softmax_ahead.qk_softmax_ahead_kernel else (
-        fused_gluon.partitions(tiles)[1])
-    k = triton.compile(src, target=GPUTarget("cuda", 90, 32), options={"num_warps": 4, "maxnreg": maxnreg})
+    k = triton.compile(src, target=GPUTarget("cuda", 90, 32),
+                       options={"num_warps": 4, "maxnreg": fused_gluon.partitions(tiles)[1]})
     return _report(k, kernel, D, causal, mask_kind, tiles)
 
 
@@ -241,8 +228,7 @@ LABEL_FLAGS = (("h", "heavy_first", "heavy-first"), ("p", "paired", "paired rows
                ("o", "o_tma", "O by TMA from its own tiles"),
                ("u", "one_consumer", "one consumer a program"),
                ("f", "fixed_reference", "pass 1 against a fixed reference"),
-               ("a", "one_pass", "one pass, the row on chip"),
-               ("j", "pass1_ahead", "pass 1 a warpgroup of its own, an item ahead"))
+               ("a", "one_pass", "one pass, the row on chip"))
 
 
 def label(t: config.Tiles) -> str:
