@@ -1,6 +1,7 @@
-"""The CPU-side arithmetic of two session-19 diagnostics (PERFORMANCE.md v35): energy_probe.py's summary, which turns
-NVML energy a call into the derivation the performance log quotes, and ncu_stalls.py's reading of Nsight Compute's
-per-instruction stall samples. Their GPU halves ran on the H200 (outputs/h200/2026-12-01-s19-call1, -call2)."""
+"""The CPU-side arithmetic of the energy diagnostics: energy_probe.py's summary (session 19, PERFORMANCE.md v35), which
+turns NVML energy a call into the derivation the performance log quotes, p_energy.py's lines (session 23, Next 12),
+and ncu_stalls.py's reading of Nsight Compute's per-instruction stall samples. Their GPU halves ran on the H200
+(outputs/h200/2026-12-01-s19-call1, -call2; -s23-call5)."""
 import collections
 import gzip
 import json
@@ -17,6 +18,7 @@ sys.path.insert(0, str(ROOT / "scripts" / "experiments"))
 
 import energy_probe  # noqa: E402
 import ncu_stalls  # noqa: E402
+import p_energy  # noqa: E402
 
 
 def _rows(idle_w=100.0):
@@ -109,3 +111,20 @@ def test_ncu_stalls_says_when_the_profile_or_the_loop_is_missing(tmp_path):
         ncu_stalls.read(str(_report(tmp_path)), "k", 2)
     with pytest.raises(SystemExit, match="shared by 4 instructions: pass --executions"):
         ncu_stalls.loop_count(collections.Counter({"1000": 3, "8": 1}), 4)
+
+
+
+def test_p_energy_lines_subtract_the_idle_draw():
+    """dyn mJ = mJ a call − idle W × ms a call (W × ms = mJ), rounded; the rest as measured."""
+    row = dict(phase="D=64 table", ms=2.0, mj=1500.0, watts=700.4, mhz=1920.0, reasons="software power cap")
+    assert p_energy.line(row, 100.0) == "D=64 table: 2.0000 ms, 1300 dyn mJ, 700 W, 1920 MHz, software power cap"
+
+
+def test_p_energy_reproduces_the_committed_h200_lines():
+    """The lines of session 23's call 5 (PERFORMANCE.md Next 12 quotes them) follow from its json rows."""
+    text = (ROOT / "outputs/h200/2026-12-01-s23-call5/p_energy.log").read_text().splitlines()
+    rows = [json.loads(x) for x in text if x.startswith("{")]
+    printed = [x for x in text if x.startswith("D=")]
+    idle = next(r for r in rows if r["phase"] == "idle")
+    assert printed == [p_energy.line(r, idle["watts"]) for r in rows if r["phase"] != "idle"]
+    assert len(printed) == 5 and "1113 dyn mJ" in printed[3]

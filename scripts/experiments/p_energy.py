@@ -48,8 +48,14 @@ def main():
             del P
             torch.cuda.empty_cache()
     for r in rows:
-        print(f"{r['phase']}: {r['ms']:.4f} ms, {r['mj'] - idle['watts'] * r['ms']:.0f} dyn mJ, {r['watts']:.0f} W, "
-              f"{r['mhz']:.0f} MHz, {r['reasons']}", flush=True)
+        print(line(r, idle["watts"]), flush=True)
+
+
+def line(row: dict, idle_w: float) -> str:
+    """One phase's summary: ms a call, the energy a call above the idle draw (mJ − idle W × ms; W × ms = mJ), mean W,
+    median MHz and the clock-event reasons."""
+    return (f"{row['phase']}: {row['ms']:.4f} ms, {row['mj'] - idle_w * row['ms']:.0f} dyn mJ, {row['watts']:.0f} W, "
+            f"{row['mhz']:.0f} MHz, {row['reasons']}")
 
 
 if __name__ == "__main__":
