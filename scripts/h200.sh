@@ -51,6 +51,8 @@
 #             ref1-fake = both; session 12's call 1)
 #   energy    each build and each part replayed with NVML's energy counter read around it: mJ a call, W, MHz
 #             (scripts/experiments/energy_probe.py; ENERGY_ARGS; session 19, PERFORMANCE.md v35)
+#   penergy   the qk_softmax P kernel's energy a call with the table's tiles and with candidates (scripts/experiments/
+#             p_energy.py; PENERGY_ARGS, e.g. "--ds 64 --tiles 64x128w4s3grcf"; session 23, PERFORMANCE.md Next 12)
 #   pair      the qk_softmax build, its parts and cuBLAS's QKᵀ-then-PV pair over the issue's floor at every cell of the
 #             bench (scripts/experiments/pair_probe.py; PAIR_ARGS; session 20, PERFORMANCE.md v37)
 set -u
@@ -195,6 +197,11 @@ energy() {
   (cd scripts/experiments && timeout ${ENERGY_TIMEOUT:-240} python3 energy_probe.py ${ENERGY_ARGS:-}) \
     > "$out/energy.log" 2>&1
   echo "energy rc=$?"; grep -av '^{' "$out/energy.log" | tail -20
+}
+penergy() {
+  (cd scripts/experiments && timeout ${PENERGY_TIMEOUT:-240} python3 p_energy.py ${PENERGY_ARGS:-}) \
+    > "$out/p_energy.log" 2>&1
+  echo "penergy rc=$?"; grep -av '^{' "$out/p_energy.log" | tail -20
 }
 pair() {
   (cd scripts/experiments && timeout ${PAIR_TIMEOUT:-540} python3 pair_probe.py ${PAIR_ARGS:-}) > "$out/pair.log" 2>&1
