@@ -143,11 +143,19 @@ def main():
     summarise(rows, ceil)
 
 
+def dynamic_mj(row: dict, idle_w: float) -> float:
+    """A phase's mJ a call above the card's idle draw: mJ − idle W × ms (W × ms = mJ)."""
+    return row["mj"] - idle_w * row["ms"]
+
+
 def summarise(rows, ceil):
     """The comparisons of the module's docstring, in mJ of dynamic energy (above idle) a call."""
     idle_w = min(r["watts"] for r in rows if r["phase"] == "idle")
     one = {r["phase"]: r for r in rows if "D" not in r and r["phase"] != "idle"}
-    dyn = lambda r: r["mj"] - idle_w * r["ms"]  # noqa: E731 - mJ above the idle draw (W × ms = mJ)
+
+    def dyn(r):
+        return dynamic_mj(r, idle_w)
+
     j_flop = dyn(one["mm"]) / one["mm"]["flops"]
     j_copy = dyn(one["copy"]) / one["copy"]["bytes"]
     j_write = dyn(one["zero"]) / one["zero"]["bytes"]

@@ -16,7 +16,7 @@ from attnlab.load import LoadLog
 from attnlab.measure import Case, make_inputs
 from attnlab.triton import config, launch
 from attnlab.triton.resources import parse_tiles
-from energy_probe import Energy, phase  # this script's directory is on sys.path when it runs
+from energy_probe import Energy, dynamic_mj, phase  # this script's directory is on sys.path when it runs
 
 
 def main():
@@ -52,9 +52,9 @@ def main():
 
 
 def line(row: dict, idle_w: float) -> str:
-    """One phase's summary: ms a call, the energy a call above the idle draw (mJ − idle W × ms; W × ms = mJ), mean W,
+    """One phase's summary: ms a call, the energy a call above the idle draw (energy_probe.dynamic_mj), mean W,
     median MHz and the clock-event reasons."""
-    return (f"{row['phase']}: {row['ms']:.4f} ms, {row['mj'] - idle_w * row['ms']:.0f} dyn mJ, {row['watts']:.0f} W, "
+    return (f"{row['phase']}: {row['ms']:.4f} ms, {dynamic_mj(row, idle_w):.0f} dyn mJ, {row['watts']:.0f} W, "
             f"{row['mhz']:.0f} MHz, {row['reasons']}")
 
 
