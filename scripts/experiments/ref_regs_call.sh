@@ -1,0 +1,42 @@
+#!/usr/bin/env bash
+# PERFORMANCE.md v42 (Next 12): one device call for the qk_softmax P kernel with pass 1 against a fixed reference and
+# Q in registers together (Tiles.fixed_reference + Tiles.q_registers, labels ...rf / ...ruf), at all four
+# (D, causal) combinations. From the repository root:  bash scripts/experiments/ref_regs_call.sh  (results under
+# $OUT, else ./h200-out)
+#   1. qk_gluon.py's check of the candidates in eight processes, beside warm-up compiles of every timed case;
+#   2. REF_ROUNDS (default 3) rounds of the timing, one process a (D, causal) group, the candidates' order reversed
+#      in every other round so that drift within a round does not read as a difference between kernels.
+# REF_NS (default 2048,4096,8192,16384) sets the N timed.
+set -u
+export PYTHONPATH=$PWD${PYTHONPATH:+:$PYTHONPATH} PYTHONUNBUFFERED=1
+out=${OUT:-./h200-out}
+mkdir -p "$out"
+cd scripts/experiments
+ns=${REF_NS:-2048,4096,8192,16384}
+rounds=${REF_ROUNDS:-3}
+# group: D causal tiles (the table's first as `current`)
+groups=("64 0 current,64x128w4s3grcf" "128 0 current,64x128w4s3grf,64x128w4s3gf" "128 1 current,64x128w4s3hgrf"
+        "64 1 current,64x128w4s3hgruf")
+start=$(date +%s)
+for k in 0 1 2 3 4 5 6 7; do
+  timeout 330 python3 qk_gluon.py --check-only --check-tiles 64x128w4s3grcf,64x128w4s3hgrf,64x128w4s3hgruf \
+    --part $k/8 > "$out/check$k.log" 2>&1 &
+done
+for g in "${groups[@]}"; do
+  set -- $g
+  timeout 330 python3 qk_gluon.py --skip-check --warm --ns $ns --ds $1 --causal $2 --tiles $3 > /dev/null 2>&1 &
+done
+wait
+cat "$out"/check?.log > "$out/check.log" && rm "$out"/check?.log
+echo "check+warm wall=$(( $(date +%s) - start )) s"; grep -a "^check" "$out/check.log" | grep -av "^check ok" | cut -c1-300
+for r in $(seq 1 $rounds); do
+  for g in "${groups[@]}"; do
+    set -- $g
+    tiles=$3
+    [ $((r % 2)) = 0 ] && tiles=$(echo "$3" | tr ',' '\n' | tac | paste -sd,)
+    timeout 150 python3 qk_gluon.py --skip-check --ns $ns --ds $1 --causal $2 --tiles $tiles \
+      > "$out/time_r${r}_D$1_c$2.log" 2>&1
+    echo "round $r D=$1 causal=$2 rc=$? wall=$(( $(date +%s) - start )) s"
+  done
+done
+grep -ah "^[0-9]* [01] [0-9]* " "$out"/time_r*.log | grep -v " pv \| table " | sort -k1,1n -k2,2n -k3,3n -k4,4 | cut -c1-110
