@@ -44,6 +44,10 @@ def candidates(kernel: str) -> list[Tiles]:
         # 1024-key row at D = 64 only, 4 of 64×64 at D = 128 too)
         two_pass = [Tiles(64, 128, 4, s, heavy_first=h, gluon=True, persistent=c, one_consumer=u)
                     for s in (2, 3) for h in (False, True) for c in (False, True) for u in (False, True)]
+        # pass 1 against a fixed reference with Q in registers (v42: the table's entries at D = 64 non-causal and
+        # D = 128 causal), two consumers, 3 stages
+        two_pass += [Tiles(64, 128, 4, 3, heavy_first=h, gluon=True, q_registers=True, persistent=c,
+                           fixed_reference=True) for h in (False, True) for c in (False, True)]
         return narrow + two_pass + [Tiles(64, n, 4, s, heavy_first=h, gluon=True, one_pass=True)
                                     for n, s in ((128, 2), (128, 4), (64, 4)) for h in (False, True)]
     if kernel != "fused":
