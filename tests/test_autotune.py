@@ -177,17 +177,21 @@ def test_the_sweep_on_the_h200_keeps_the_table():
     entries, at N = 512, 2048, 8192 in session 8's -s8-call4; qk_softmax's Gluon entries at N = 512, 1024, 2048, 8192
     in session 22's -s22-call2 (session 13's candidates and v40's one-pass ones: v27's one consumer a program at
     D = 64 causal; the persistent kernel at D = 64 non-causal, and below 724 under a causal mask with one consumer;
-    the one-pass kernel below 1025 in the three other keys). The tables are what their sweeps say, from the recorded
-    times: a change to either shows here."""
+    the one-pass kernel below 1025 in the three other keys), then session 24's A/B (v42: pass 1 against a fixed
+    reference with Q in registers, timed against two of those entries, replaced them). The tables are what their
+    sweeps and that A/B say, from the recorded times: a change to either shows here."""
     from pathlib import Path
 
     root = Path(__file__).resolve().parents[1] / "outputs" / "h200"
 
+    def before_v42(t):  # the incumbent the sweeps saw: session 24's entries (v42, below) without what v42 added
+        return replace(t, q_registers=False, fixed_reference=False) if t.fixed_reference else t
+
     def chosen(*runs):
         rows = pd.concat([pd.read_csv(root / run / "autotune" / "autotune.csv") for run in runs])
         rows["tiles"] = rows["label"].map(parse_tiles)
-        return autotune.pick(rows, "sm90", 2, lambda kernel, D, causal, gluon, n: config.lookup(
-            kernel, "sm90", D, causal, 2, gluon, n))
+        return autotune.pick(rows, "sm90", 2, lambda kernel, D, causal, gluon, n: before_v42(config.lookup(
+            kernel, "sm90", D, causal, 2, gluon, n)))
 
     older = chosen("2026-11-30-s11-call2", "2026-11-29-s8-call4")
     entries = [e for e in older if e["kernel"] != "qk_softmax" or not isinstance(e["D"], str)]
@@ -208,13 +212,47 @@ def test_the_sweep_on_the_h200_keeps_the_table():
     assert all(e.get("short") for e in entries if e["tiles"].get("one_pass"))
     pv_short = {key: entry for key, entry in config.SHORT.items() if key[0] == "pv"}  # session 16's, below
     assert len(config.SHORT) == 6 + len(pv_short)
+    # session 24's A/B (v42) replaced two of the Gluon entries the sweep chose; it was timed against them
+    v42 = v42_winners(root)
+    assert set(v42) == {("=64", False), ("=128", True)}
     for e in entries:  # a short entry just below its bound, the key's main one without N and from the bound on
         D = int(str(e["D"]).lstrip("="))
         below = bounds.get((e["kernel"], e["D"], e["causal"]))
         ns = [below - 1] if e.get("short") else [None] + ([below] if below else [])
+        want = config.Tiles(**e["tiles"])
+        if e["kernel"] == "qk_softmax" and not e.get("short") and (e["D"], e["causal"]) in v42:
+            winner = v42[(e["D"], e["causal"])]
+            assert before_v42(winner) == want, e  # what it was timed against
+            want = winner
         for n in ns:
-            assert config.Tiles(**e["tiles"]) == config.lookup(e["kernel"], "sm90", D, e["causal"], 2,
-                                                               gluon=isinstance(e["D"], str), N=n), (e, n)
+            assert want == config.lookup(e["kernel"], "sm90", D, e["causal"], 2, gluon=isinstance(e["D"], str),
+                                         N=n), (e, n)
+
+
+def v42_winners(root) -> dict:
+    """PERFORMANCE.md v42's rule on its recorded rounds (outputs/h200/2026-12-02-s24-call1's time_r*.log, round 3 in
+    -call2's call.log; qk_gluon.py's lines `D causal N label ms over_floor vs_triton p_kernel=ms`): a candidate
+    replaces the table's entry of its (D, causal) (`current` in the logs) where its median P kernel over the rounds
+    is below the entry's at every N. {("=D", causal): the winner's Tiles}; at most one a key."""
+    logs = sorted((root / "2026-12-02-s24-call1").glob("time_r*_D*_c*.log")) + [root / "2026-12-02-s24-call2" /
+                                                                                 "call.log"]
+    rows = []
+    for f in logs:
+        for line in f.read_text().splitlines():
+            w = line.split()
+            if len(w) == 8 and w[-1].startswith("p_kernel=") and w[3] != "table":
+                rows.append(dict(D=int(w[0]), causal=w[1] == "1", N=int(w[2]), label=w[3],
+                                 ms=float(w[-1].removeprefix("p_kernel="))))
+    med = pd.DataFrame(rows).groupby(["D", "causal", "label", "N"])["ms"].median()
+    winners = {}
+    for (D, causal), group in med.groupby(level=["D", "causal"]):
+        by_label = group.droplevel(["D", "causal"]).unstack("N")
+        current = by_label.loc["current"]
+        wins = [lab for lab in by_label.index if lab != "current" and (by_label.loc[lab] < current).all()]
+        assert len(wins) <= 1, (D, causal, wins)
+        if wins:
+            winners[(f"={D}", causal)] = parse_tiles(wins[0] if causal else wins[0].replace("h", ""))
+    return winners
 
 
 def test_the_pv_entries_are_what_session_16s_autotune_picks_against_the_triton_entries():
