@@ -39,8 +39,8 @@ class Tiles:
     # its loop (PERFORMANCE.md v11; masks TMA cannot read keep the loads).
     mask_tma: bool = False
     # Gluon qk_softmax kernel only: Q as the register operand of QKᵀ, loaded from shared memory once a pass, so each
-    # matmul reads only its K tile there (PERFORMANCE.md v17: −0.9 to +1.1 % on the H200, so no table entry sets it;
-    # label suffix `r`).
+    # matmul reads only its K tile there (PERFORMANCE.md v17: −0.9 to +1.1 % on the H200 alone; with fixed_reference
+    # the table's D = 64 non-causal and D = 128 causal entries set it, v42; label suffix `r`).
     q_registers: bool = False
     # Gluon kernels: one program an SM (two with one_consumer), each taking the work items (2·BLOCK_M rows of a
     # head) in turn, so that the next item's Q, K and V load while this one finishes (PERFORMANCE.md v18 fused, v28
