@@ -53,6 +53,10 @@
 #             (scripts/experiments/energy_probe.py; ENERGY_ARGS; session 19, PERFORMANCE.md v35)
 #   penergy   the qk_softmax P kernel's energy a call with the table's tiles and with candidates (scripts/experiments/
 #             p_energy.py; PENERGY_ARGS, e.g. "--ds 64 --tiles 64x128w4s3grcf"; session 23, PERFORMANCE.md Next 12)
+#   qkab      v42's table entries against the ones they replaced, in one call: qk_softmax, --repeats 3, as the table
+#             has it, with scripts/experiments/qk_pre_v42.json in front (session 23's qk_softmax tiles), then as the
+#             table has it again; QKAB_RUNS (default "table pre table2"), QKAB_NS (default 2048,4096,8192,16384),
+#             QKAB_DTYPES (default bfloat16,float16); PERFORMANCE.md Next 13
 #   pair      the qk_softmax build, its parts and cuBLAS's QKᵀ-then-PV pair over the issue's floor at every cell of the
 #             bench (scripts/experiments/pair_probe.py; PAIR_ARGS; session 20, PERFORMANCE.md v37)
 set -u
@@ -271,6 +275,15 @@ pvab() {
                  interim) tiles="--tiles scripts/experiments/pv_s16_interim.json";; *) tiles="";; esac
     timeout 180 python3 -m attnlab.cli bench $args $tiles --out "$out/pvab_$run" > "$out/pvab_$run.log" 2>&1
     echo "pvab $run rc=$?"; grep -a "^| bfloat16\|≤ 1.25" "$out/pvab_$run.log"
+  done
+}
+qkab() {
+  local run tiles args="--quick --builds qk_softmax --dtypes ${QKAB_DTYPES:-bfloat16,float16} --repeats 3"
+  for run in ${QKAB_RUNS:-table pre table2}; do
+    tiles=""; [ "$run" = pre ] && tiles="--tiles scripts/experiments/qk_pre_v42.json"
+    timeout 240 python3 -m attnlab.cli bench $args --ns ${QKAB_NS:-2048,4096,8192,16384} $tiles \
+      --out "$out/qkab_$run" > "$out/qkab_$run.log" 2>&1
+    echo "qkab $run rc=$?"; grep -a "^| b\|^| f\|≤ 1.25" "$out/qkab_$run.log"
   done
 }
 stages() {
