@@ -70,15 +70,21 @@ def test_a_fixed_reference_hands_its_flags_to_the_triton_kernels_rewrite(hopper_
     if not config.interpreting():
         pytest.skip("CPU tensors reach the launcher only under the interpreter")
     q, k, v = _inputs(1024)
-    with config.forced("qk_softmax", replace(GLUON_TILES, fixed_reference=True)):
-        for ablation, mask in ((None, None), (None, torch.zeros(1024, 1024, dtype=q.dtype)), ("no_softmax", None)):
-            launch.qk_softmax(q, k, v, causal=False, ablation=ablation, attn_mask=mask)
+    mask = torch.zeros(1024, 1024, dtype=q.dtype)
+    fixed = replace(GLUON_TILES, fixed_reference=True)
+    with config.forced("qk_softmax", fixed):
+        for ablation, m in ((None, None), (None, mask), ("no_softmax", None)):
+            launch.qk_softmax(q, k, v, causal=False, ablation=ablation, attn_mask=m)
+    # written straight with those tiles and a mask (the build's masked call runs without them: as_run, v42)
+    launch.write_p(launch._prepare(q, k, v, False, mask, None, None), torch.empty(1, 2, 1024, 1024, dtype=q.dtype),
+                   fixed)
     assert [c[:3] for c in hopper_dispatch] == [("gluon", 0, False), ("triton", 0, False), ("gluon", 2, False),
-                                                ("triton", 2, False), ("gluon", 0, True)]
-    for gluon, repair in ((0, 1), (2, 3)):
+                                                ("gluon", 0, True), ("gluon", 2, False), ("triton", 2, False)]
+    assert [c[3].fixed_reference for c in hopper_dispatch if c[0] == "gluon"] == [True, False, True, True]
+    for gluon, repair in ((0, 1), (4, 5)):
         flags = hopper_dispatch[gluon][4]
         assert flags.dtype == torch.int8 and flags.numel() == 2 * 1024 and hopper_dispatch[repair][4] is flags
-    assert hopper_dispatch[4][4] is None
+    assert hopper_dispatch[2][4] is None and hopper_dispatch[3][4] is None
 
 
 def test_a_fixed_reference_without_flags_is_refused():
@@ -122,13 +128,19 @@ def test_a_masked_call_runs_the_tiles_as_run_gives_and_the_row_says_so(hopper_di
     if not config.interpreting():
         pytest.skip("CPU tensors reach the launcher only under the interpreter")
     recorded = _run_and_record(*_inputs(N, D), causal, ("qk_softmax", "qk_softmax-zero_mask", "qk_softmax-no_softmax"))
-    ran = [c[3] for c in hopper_dispatch]
+    entry = config.lookup("qk_softmax", "sm90", D, causal, 2, N=N)
+    # the Triton kernel's re-write after a pass 1 against a fixed reference (v42's entries, unmasked, with pass 1)
+    repairs = [i for i, c in enumerate(hopper_dispatch) if c[0] == "triton"]
+    assert repairs == ([1] if entry.fixed_reference else [])
+    ran = [c[3] for c in hopper_dispatch if c[0] == "gluon"]
     assert ran[:3] == recorded
     masked = [ran[1], ran[3]]
     assert [t.mask_tma for t in masked] == list(by_tma)
     assert [t.persistent for t in ran] == [persistent, persistent and by_tma[0], persistent, persistent and by_tma[1]]
-    assert len({replace(t, persistent=False, mask_tma=False, num_stages=2) for t in ran}) == 1
-    assert ran[0] == ran[2]
+    assert not any(t.fixed_reference or t.q_registers for t in masked)  # v42's options: unmasked calls only
+    assert len({replace(t, persistent=False, mask_tma=False, num_stages=2, fixed_reference=False, q_registers=False)
+                for t in ran}) == 1
+    assert ran[0] == ran[2] == entry
 
 
 @pytest.mark.parametrize("D,causal,N", [(64, False, 512), (64, False, 1024), (128, False, 1024), (128, True, 512),
@@ -225,19 +237,23 @@ PERSISTENT_64, SHORT_64_CAUSAL = (config.Tiles(64, 128, 4, 3, heavy_first=h, glu
                                                one_consumer=u) for h, u in ((False, False), (True, True)))
 # session 22's one-pass short entries (v40): 4 stages at D = 64, 2 at D = 128 (4 do not fit a 1024-key row there)
 ONE_PASS_64, ONE_PASS_128 = (config.Tiles(64, 128, 4, s, gluon=True, one_pass=True) for s in (4, 2))
+# session 24's (v42): pass 1 against a fixed reference with Q in registers, D = 64 non-causal and D = 128 causal
+V42_64, V42_128_CAUSAL = (replace(t, q_registers=True, fixed_reference=True) for t in (PERSISTENT_64, TWO_CONSUMERS))
 
 
 @pytest.mark.parametrize("flags", [None, "NO_SOFTMAX=1"])
 @pytest.mark.parametrize("tiles,head_dims,causal", [(TWO_CONSUMERS, "64,128", "0,1"), (ONE_CONSUMER, "64", "1"),
-                                                    (PERSISTENT_64, "64", "0"), (SHORT_64_CAUSAL, "64", "1")],
+                                                    (PERSISTENT_64, "64", "0"), (SHORT_64_CAUSAL, "64", "1"),
+                                                    (V42_64, "64", "0"), (V42_128_CAUSAL, "128", "1")],
                          ids=lambda x: label(x) if isinstance(x, config.Tiles) else x)
 def test_every_variant_of_the_gluon_kernel_compiles_for_sm90_within_limits(tiles, head_dims, causal, flags):
     """The table's tiles for the keys they serve, no mask / boolean / additive (a persistent entry: no mask, as
     masked calls run it one item a program, qk_softmax_gluon.as_run): fits shared memory (a program's share of the
     SM: half with one consumer, v27), matmuls asynchronous (no C7514/C7515: the first version of this kernel had
     every wgmma serialised), no spills without a mask (the benchmark's path), at most 128 bytes with one (the
-    zero_mask ablation's path)."""
-    masks = "0" if tiles.persistent else "0,1,2"
+    zero_mask ablation's path). v42's entries run without a mask only (a masked call drops their options: as_run), and
+    a persistent entry's masked calls run one item a program or with the mask by TMA (the next tests)."""
+    masks = "0" if tiles.persistent or tiles.fixed_reference else "0,1,2"
     rows = offline_compile("--kernels", "qk_softmax", "--head-dims", head_dims, "--causal", causal, "--masks",
                            masks, "--tiles", label(tiles), *(["--flags", flags] if flags else []))
     assert len(rows) == len(masks.split(",")) * len(head_dims.split(",")) * len(causal.split(","))
@@ -249,17 +265,18 @@ def test_every_variant_of_the_gluon_kernel_compiles_for_sm90_within_limits(tiles
 def test_the_table_takes_the_gluon_kernel_with_one_or_two_consumers_or_one_pass():
     """Sessions 13 and 22's autotunes (PERFORMANCE.md v27, v28, v40): two consumers a program at D = 128 and at D = 64
     without a causal mask (persistent at D = 64), one consumer a program (two programs an SM) at D = 64 causal,
-    persistent below 724; below 1025 the one-pass kernel everywhere but D = 64 causal."""
+    persistent below 724; below 1025 the one-pass kernel everywhere but D = 64 causal. Session 24's A/B (v42): pass 1
+    against a fixed reference with Q in registers at D = 64 non-causal and D = 128 causal from 1025."""
     def at(D, causal, N=None):
         return config.lookup("qk_softmax", "sm90", D, causal, 2, N=N)
 
     assert at(128, False) == at(128, False, 1025) == replace(TWO_CONSUMERS, heavy_first=False)
     assert at(128, False, 512) == at(128, False, 1024) == ONE_PASS_128
-    assert at(64, False) == at(64, False, 1025) == PERSISTENT_64
+    assert at(64, False) == at(64, False, 1025) == V42_64
     assert at(64, False, 512) == at(64, False, 1024) == ONE_PASS_64
     assert at(64, True) == at(64, True, 724) == ONE_CONSUMER
     assert at(64, True, 512) == at(64, True, 723) == SHORT_64_CAUSAL
-    assert at(128, True) == at(128, True, 1025) == TWO_CONSUMERS
+    assert at(128, True) == at(128, True, 1025) == V42_128_CAUSAL
     assert at(128, True, 512) == at(128, True, 1024) == ONE_PASS_128
 
 
@@ -348,6 +365,9 @@ def test_as_run_brings_a_mask_by_tma_in_the_stages_that_fit(tiles, D, mask_dtype
     ragged = torch.empty(1000, 1000, dtype=torch.uint8, device="meta").expand(2, 16, 1000, 1000)
     assert qk_softmax_gluon.as_run(tiles, ragged, D, 2) == replace(tiles, mask_tma=False, persistent=False)
     assert qk_softmax_gluon.as_run(tiles, None, D, 2) == tiles
+    v42 = replace(tiles, q_registers=True, fixed_reference=True)  # measured unmasked only: a mask drops them
+    assert qk_softmax_gluon.as_run(v42, mask, D, 2) == ran
+    assert qk_softmax_gluon.as_run(v42, None, D, 2) == v42
 
 
 @pytest.mark.parametrize("tiles,head_dims,causal,masks", [

@@ -489,6 +489,9 @@ def as_run(tiles, mask, D: int, itemsize: int, N: int | None = None):
       * Tiles.one_pass without a mask where the row fits on chip (attnlab.triton.qk_softmax_row.fits; N = None: the
         entry as it stands): as they are; else the two-pass kernel, persistent, as below;
       * no mask: `tiles` as they are;
+      * any mask: without Tiles.fixed_reference and Tiles.q_registers (v42's options, measured without a mask: beside
+        a mask's tiles they spill, offline for sm_90a 40–424 bytes a thread where the same kernels without them
+        spill 0–56: PERFORMANCE.md v42), and then:
       * a mask the loader can bring by TMA (fused_gluon.tma_can_read: 1- or 2-byte elements, 16-byte-aligned rows):
         mask_tma, its tiles arriving with K's in as many stages as fit (mask_fits; at most the entry's, at least 2):
         with two consumers, D = 128 and a 2-byte mask, 2 of the entry's 3 (v30);
@@ -503,6 +506,7 @@ def as_run(tiles, mask, D: int, itemsize: int, N: int | None = None):
         tiles = replace(tiles, one_pass=False, persistent=True)
     if mask is None:
         return tiles
+    tiles = replace(tiles, fixed_reference=False, q_registers=False)
     if tma_can_read(mask):
         for stages in range(tiles.num_stages, 1, -1):
             if mask_fits(tiles, stages, D, itemsize, mask.element_size()):
