@@ -9,8 +9,9 @@
 # REF_GROUPS replaces the groups below ("D causal tiles;..."); REF_NS (default 2048,4096,8192,16384) sets the N timed; REF_ROUNDS_FROM (default 1) the first round; REF_ONLY a
 # (D, causal) group to time alone, as "64 1"; REF_WARM=0 leaves out the warm-up compiles (a check alone on the CPU
 # cores); REF_CHECK_TILES the labels checked (default the three below), REF_CHECK_TIMEOUT each part's limit (330 s);
-# REF_DEADLINE (default 540) the seconds after which no further timing process starts. Each check part keeps
-# its own log (check0.log ... check7.log), so a part that runs out of time shows as the one without `check:`.
+# REF_DEADLINE (default 540) the seconds after which no further timing process starts; REF_PARTS (default 8) the
+# check's processes. Each check part keeps its own log (check0.log ...), so a part that runs out of time shows as the
+# one without `check:`; more than eight files come back as bundle.tar.
 set -u
 export PYTHONPATH=$PWD${PYTHONPATH:+:$PYTHONPATH} PYTHONUNBUFFERED=1
 out=${OUT:-./h200-out}
@@ -25,10 +26,11 @@ groups=("64 0 current,64x128w4s3grcf" "128 0 current,64x128w4s3grf,64x128w4s3gf"
         "64 1 current,64x128w4s3hgruf")
 [ -n "${REF_GROUPS:-}" ] && IFS=';' read -ra groups <<< "$REF_GROUPS"  # e.g. "64 0 current,64x128w4s3grcf;128 1 ..."
 start=$(date +%s)
-for k in 0 1 2 3 4 5 6 7; do
+parts=${REF_PARTS:-8}
+for k in $(seq 0 $((parts - 1))); do
   timeout ${REF_CHECK_TIMEOUT:-330} python3 qk_gluon.py --check-only \
     --check-tiles ${REF_CHECK_TILES:-64x128w4s3grcf,64x128w4s3hgrf,64x128w4s3hgruf} \
-    --part $k/8 > "$out/check$k.log" 2>&1 &
+    --part $k/$parts > "$out/check$k.log" 2>&1 &
 done
 [ "${REF_WARM:-1}" = 0 ] || for g in "${groups[@]}"; do
   set -- $g
@@ -36,7 +38,7 @@ done
 done
 wait
 echo "check+warm wall=$(( $(date +%s) - start )) s"
-for k in 0 1 2 3 4 5 6 7; do
+for k in $(seq 0 $((parts - 1))); do
   echo "part $k: $(grep -a '^check: ' "$out/check$k.log" || echo 'no summary (timed out?)')"
   grep -a "^check" "$out/check$k.log" | grep -av "^check ok\|^check: \|^check wall" | cut -c1-300
 done
@@ -53,3 +55,7 @@ for r in $(seq $first $rounds); do
   done
 done
 grep -ah "^[0-9]* [01] [0-9]* " "$out"/time_r*.log | grep -v " pv \| table " | sort -k1,1n -k2,2n -k3,3n -k4,4 | cut -c1-110
+# the device tool returns at most 8 files: more go back as one tar (tar xf bundle.tar), as h200.sh's bundle does
+if [ "$(find "$out" -type f | wc -l)" -gt 8 ]; then
+  tar cf /tmp/ref_bundle.tar -C "$out" . && find "$out" -mindepth 1 -delete && mv /tmp/ref_bundle.tar "$out/bundle.tar"
+fi
