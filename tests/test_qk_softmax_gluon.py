@@ -87,15 +87,6 @@ def test_a_fixed_reference_hands_its_flags_to_the_triton_kernels_rewrite(hopper_
     assert hopper_dispatch[2][4] is None and hopper_dispatch[3][4] is None
 
 
-def test_exp_fma_without_a_fixed_reference_is_refused():
-    """Tiles.exp_fma changes pass 1 against a fixed reference only: asked for alone it is one clear error."""
-    q = torch.zeros(1, 2, 1024, 128, dtype=torch.bfloat16)
-    p = torch.zeros(1, 2, 1024, 1024, dtype=torch.bfloat16)
-    with pytest.raises(ValueError, match="exp_fma .* against a fixed reference only: set fixed_reference too"):
-        qk_softmax_gluon.launch(q, q, p, p, (0, 0, 0, 0), 0, N=1024, H=2, group=1, qk_scale=1.0, mask_scale=1.0,
-                                causal=False, tiles=replace(GLUON_TILES, exp_fma=True))
-
-
 def _exp2_fma(x: torch.Tensor) -> torch.Tensor:
     """qk_softmax_gluon._exp2_fma's arithmetic step for step in fp32 torch ops, from the module's constants (Gluon
     has no CPU interpreter: the kernel itself is checked on the GPU by scripts/experiments/qk_gluon.py)."""
@@ -138,12 +129,16 @@ def test_exp_fma_moves_half_of_pass_1s_exponentials_off_mufu_without_spills(base
             assert plain["ex2"] - fma["ex2"] == 4 * 64, (plain, fma)
 
 
-def test_a_fixed_reference_without_flags_is_refused():
+@pytest.mark.parametrize("options,message", [
+    (dict(fixed_reference=True), "needs flags, a B·H·N = 2048 int8 tensor, got None"),
+    # Tiles.exp_fma changes pass 1 against a fixed reference only
+    (dict(exp_fma=True), "exp_fma .* against a fixed reference only: set fixed_reference too")])
+def test_fixed_reference_tiles_the_kernel_cannot_run_are_one_clear_error(options, message):
     q = torch.zeros(1, 2, 1024, 128, dtype=torch.bfloat16)
     p = torch.zeros(1, 2, 1024, 1024, dtype=torch.bfloat16)
-    with pytest.raises(ValueError, match="needs flags, a B·H·N = 2048 int8 tensor, got None"):
+    with pytest.raises(ValueError, match=message):
         qk_softmax_gluon.launch(q, q, p, p, (0, 0, 0, 0), 0, N=1024, H=2, group=1, qk_scale=1.0, mask_scale=1.0,
-                                causal=False, tiles=replace(GLUON_TILES, fixed_reference=True))
+                                causal=False, tiles=replace(GLUON_TILES, **options))
 
 
 def _run_and_record(q, k, v, causal, names):
