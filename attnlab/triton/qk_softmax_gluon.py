@@ -27,9 +27,9 @@ from dataclasses import replace
 
 import torch
 import triton
+import triton.language as tl
 from triton.experimental import gluon
 from triton.experimental.gluon import language as gl
-import triton.language as tl
 from triton.experimental.gluon.language.nvidia.hopper import (fence_async_shared, mbarrier, tma, warpgroup_mma,
                                                               warpgroup_mma_wait)
 
@@ -218,7 +218,7 @@ def _exp2_fma(x):
     """2^x on the FP32 and integer pipes instead of MUFU (Tiles.exp_fma, PERFORMANCE.md v43): x clamped to
     [−126, 128.25] (NaN kept), split into its nearest integer n (in the low bits of x + 1.5·2^23) and f = x − n in
     [−0.5, 0.5], 2^f as EXP2_CUBIC, n added into its exponent bits. Relative error ≤ 7.5e-5 on (−126, 128); x ≥ 128
-    gives NaN (the row is flagged, as MUFU's inf is), x ≤ −126 gives 2^−126."""
+    gives NaN (the row is flagged, as MUFU's inf is), x ≤ −126 about 2^−126 (a subnormal)."""
     x = gl.minimum(gl.maximum(x, -126.0, propagate_nan=tl.PropagateNan.ALL), 128.25,
                    propagate_nan=tl.PropagateNan.ALL)
     j = x + _MAGIC
@@ -256,9 +256,8 @@ def _step(s, j, t, m_i, l_i, bias, p_desc, p_smem, slot0, pbase, b, h, rows, hi,
           WG: gl.constexpr, ROWS: gl.constexpr, REF1: gl.constexpr):
     """Key tile j of a pass (ring position t): pass 1 folds it into the running max and sum (REF1: into the sum
     against a fixed reference, _ref_tile, its exponentials on the FMA pipes where REF1 == 3: _pass), pass 2 (WRITE)
-    writes its P. masks: the rows' mask pointers, the mask
-    ring (MASK_TMA) and the K ring's `empty` barriers, on which the slot goes back once its mask tile has been
-    read."""
+    writes its P. masks: the rows' mask pointers, the mask ring (MASK_TMA) and the K ring's `empty` barriers, on
+    which the slot goes back once its mask tile has been read."""
     mask_rows, mask_smem, k_empty = masks
     mask_tile = _mask_tile(mask_smem, t % STAGES, WG, MASK_TMA, ROWS)
     if WRITE:
@@ -521,9 +520,9 @@ def as_run(tiles, mask, D: int, itemsize: int, N: int | None = None):
       * Tiles.one_pass without a mask where the row fits on chip (attnlab.triton.qk_softmax_row.fits; N = None: the
         entry as it stands): as they are; else the two-pass kernel, persistent, as below;
       * no mask: `tiles` as they are;
-      * any mask: without Tiles.fixed_reference and Tiles.q_registers (v42's options, measured without a mask: beside
-        a mask's tiles they spill, offline for sm_90a 40–424 bytes a thread where the same kernels without them
-        spill 0–56: PERFORMANCE.md v42), and then:
+      * any mask: without Tiles.fixed_reference, Tiles.q_registers and Tiles.exp_fma (v42's and v43's options,
+        timed without a mask; beside a mask's tiles they spill, offline for sm_90a 40–424 bytes a thread where the
+        same kernels without them spill 0–56: PERFORMANCE.md v42), and then:
       * a mask the loader can bring by TMA (fused_gluon.tma_can_read: 1- or 2-byte elements, 16-byte-aligned rows):
         mask_tma, its tiles arriving with K's in as many stages as fit (mask_fits; at most the entry's, at least 2):
         with two consumers, D = 128 and a 2-byte mask, 2 of the entry's 3 (v30);
