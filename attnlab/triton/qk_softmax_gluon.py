@@ -521,7 +521,7 @@ def as_run(tiles, mask, D: int, itemsize: int, N: int | None = None):
         entry as it stands): as they are; else the two-pass kernel, persistent, as below;
       * no mask: `tiles` as they are;
       * any mask: without Tiles.fixed_reference, Tiles.q_registers and Tiles.exp_fma (v42's and v43's options,
-        timed without a mask; beside a mask's tiles they spill, offline for sm_90a 40–424 bytes a thread where the
+        for unmasked calls; beside a mask's tiles they spill, offline for sm_90a 40–424 bytes a thread where the
         same kernels without them spill 0–56: PERFORMANCE.md v42), and then:
       * a mask the loader can bring by TMA (fused_gluon.tma_can_read: 1- or 2-byte elements, 16-byte-aligned rows):
         mask_tma, its tiles arriving with K's in as many stages as fit (mask_fits; at most the entry's, at least 2):
