@@ -302,13 +302,7 @@ PY
   echo "stages rc=$?"; tail -30 "$out/stages.log"
 }
 bundle() {
-  # the device tool returns at most 8 files, at most 2 folders down: more than that goes back as one tar
-  # (tar xf bundle.tar here), so that no step's files are left behind
-  local n=$(find "$out" -type f | wc -l) deep=$(find "$out" -mindepth 4 -type f | wc -l)
-  if [ "$n" -gt 8 ] || [ "$deep" -gt 0 ]; then
-    tar cf /tmp/bundle.tar -C "$out" . && find "$out" -mindepth 1 -delete && mv /tmp/bundle.tar "$out/bundle.tar"
-    echo "bundle: $n files in $out/bundle.tar"
-  fi
+  bash scripts/bundle.sh "$out"  # more than the device tool's 8 files back as one bundle.tar
 }
 for step in ${STEPS:-probe sweep selfcheck gate gate32}; do
   $step || { echo "$step failed: later steps skipped"; bundle; exit 1; }

@@ -55,7 +55,4 @@ for r in $(seq $first $rounds); do
   done
 done
 grep -ah "^[0-9]* [01] [0-9]* " "$out"/time_r*.log | grep -v " pv \| table " | sort -k1,1n -k2,2n -k3,3n -k4,4 | cut -c1-110
-# the device tool returns at most 8 files: more go back as one tar (tar xf bundle.tar), as h200.sh's bundle does
-if [ "$(find "$out" -type f | wc -l)" -gt 8 ]; then
-  tar cf /tmp/ref_bundle.tar -C "$out" . && find "$out" -mindepth 1 -delete && mv /tmp/ref_bundle.tar "$out/bundle.tar"
-fi
+bash ../bundle.sh "$out"  # more than the device tool's 8 files back as one bundle.tar
