@@ -266,24 +266,26 @@ pvgate() {
     > "$out/pvgate.log" 2>&1
   echo "pvgate rc=$?"; tail -12 "$out/pvgate.log"
 }
+ab_run() {
+  # one run of an A/B step: attnlab bench $4 with the tiles file $5 in front of the table (none where empty), into
+  # $out/$1_$2, under a timeout of $3 s; prints the summary's per-dtype ratio rows and its ≤ 1.25 count
+  timeout $3 python3 -m attnlab.cli bench $4 ${5:+--tiles $5} --out "$out/$1_$2" > "$out/$1_$2.log" 2>&1
+  echo "$1 $2 rc=$?"; grep -a "^| bfloat16\|^| float16\|≤ 1.25" "$out/$1_$2.log"
+}
 pvab() {
   pv_override triton > "$out/pv_triton.json"
-  local run args="--quick --builds qk_softmax,materialised --dtypes bfloat16 --repeats 3 --ns ${PVAB_NS:-1024,4096,16384}"
-  local tiles
+  local run tiles args="--quick --builds qk_softmax,materialised --dtypes bfloat16 --repeats 3 --ns ${PVAB_NS:-1024,4096,16384}"
   for run in ${PVAB_RUNS:-table triton table2}; do
-    case $run in triton) tiles="--tiles $out/pv_triton.json";;
-                 interim) tiles="--tiles scripts/experiments/pv_s16_interim.json";; *) tiles="";; esac
-    timeout 180 python3 -m attnlab.cli bench $args $tiles --out "$out/pvab_$run" > "$out/pvab_$run.log" 2>&1
-    echo "pvab $run rc=$?"; grep -a "^| bfloat16\|≤ 1.25" "$out/pvab_$run.log"
+    case $run in triton) tiles=$out/pv_triton.json;; interim) tiles=scripts/experiments/pv_s16_interim.json;;
+                 *) tiles="";; esac
+    ab_run pvab $run 180 "$args" "$tiles"
   done
 }
 qkab() {
   local run tiles args="--quick --builds qk_softmax --dtypes ${QKAB_DTYPES:-bfloat16,float16} --repeats 3"
   for run in ${QKAB_RUNS:-table pre table2}; do
-    tiles=""; [ "$run" = pre ] && tiles="--tiles scripts/experiments/qk_pre_v42.json"
-    timeout 240 python3 -m attnlab.cli bench $args --ns ${QKAB_NS:-2048,4096,8192,16384} $tiles \
-      --out "$out/qkab_$run" > "$out/qkab_$run.log" 2>&1
-    echo "qkab $run rc=$?"; grep -a "^| b\|^| f\|≤ 1.25" "$out/qkab_$run.log"
+    tiles=""; [ "$run" = pre ] && tiles=scripts/experiments/qk_pre_v42.json
+    ab_run qkab $run 240 "$args --ns ${QKAB_NS:-2048,4096,8192,16384}" "$tiles"
   done
 }
 stages() {
