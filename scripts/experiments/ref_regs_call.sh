@@ -16,6 +16,7 @@ set -u
 export PYTHONPATH=$PWD${PYTHONPATH:+:$PYTHONPATH} PYTHONUNBUFFERED=1
 out=${OUT:-./h200-out}
 mkdir -p "$out"
+out=$(cd "$out" && pwd)  # the rest runs in scripts/experiments
 cd scripts/experiments
 ns=${REF_NS:-2048,4096,8192,16384}
 rounds=${REF_ROUNDS:-3}
