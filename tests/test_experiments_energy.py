@@ -113,7 +113,6 @@ def test_ncu_stalls_says_when_the_profile_or_the_loop_is_missing(tmp_path):
         ncu_stalls.loop_count(collections.Counter({"1000": 3, "8": 1}), 4)
 
 
-
 def test_p_energy_lines_subtract_the_idle_draw():
     """dyn mJ = mJ a call − idle W × ms a call (W × ms = mJ), rounded; the rest as measured."""
     row = dict(phase="D=64 table", ms=2.0, mj=1500.0, watts=700.4, mhz=1920.0, reasons="software power cap")
