@@ -87,58 +87,12 @@ def test_a_fixed_reference_hands_its_flags_to_the_triton_kernels_rewrite(hopper_
     assert hopper_dispatch[2][4] is None and hopper_dispatch[3][4] is None
 
 
-def _exp2_fma(x: torch.Tensor) -> torch.Tensor:
-    """qk_softmax_gluon._exp2_fma's arithmetic step for step in fp32 torch ops, from the module's constants (Gluon
-    has no CPU interpreter: the kernel itself is checked on the GPU by scripts/experiments/qk_gluon.py)."""
-    x = x.clamp(-126.0, 128.25)  # NaN stays NaN, as max.NaN / min.NaN keep it
-    j = x + qk_softmax_gluon.ROUND_MAGIC
-    f = x - (j - qk_softmax_gluon.ROUND_MAGIC)
-    c3, c2, c1, c0 = qk_softmax_gluon.EXP2_CUBIC
-    p = ((c3 * f + c2) * f + c1) * f + c0
-    return (p.view(torch.int32) + (j.view(torch.int32) << 23)).view(torch.float32)
-
-
-def test_the_fma_exponential_is_within_its_bound_and_overflow_flags_the_row():
-    """Tiles.exp_fma (v43): 2^x within 7.5e-5 relative on (−126, 128); x ≥ 128.25 (inf, NaN too) gives NaN, which
-    _flag_rows flags as it does MUFU's inf; x ≤ −126 gives about 2^−126, negligible beside a pass-1 sum that is ≥ 1 (the
-    reference's own term)."""
-    x = torch.linspace(-125.9, 127.9, 2_000_001, dtype=torch.float32)
-    rel = (_exp2_fma(x).double() / torch.exp2(x.double()) - 1).abs()
-    assert rel.max().item() < 7.5e-5
-    assert rel.median().item() > 1e-6  # a cubic's error, not fp32 rounding's: the constants are what runs
-    assert _exp2_fma(torch.tensor([128.25, 300.0, float("inf"), float("nan")])).isnan().all()
-    low = _exp2_fma(torch.tensor([-126.0, -1000.0, -float("inf")])).double() / 2.0 ** -126
-    assert ((low - 1).abs() < 2e-4).all()  # a subnormal there: 2^−126 to 1.5e-4
-    assert _exp2_fma(torch.tensor([127.5, 127.99])).isfinite().all()
-
-
-@pytest.mark.parametrize("base", ["64x128w4s3grcf", "64x128w4s3hgrf"])
-def test_exp_fma_moves_half_of_pass_1s_exponentials_off_mufu_without_spills(base):
-    """Offline for sm_90a (v43): with `e`, the table's v42 entries keep their registers and no spills without a
-    mask, and their PTX holds 4·64 fewer ex2.approx: the second tile of each pair in pass 1, in the loop and in its
-    tail, in each of the two consumers."""
-    rows = offline_compile("--kernels", "qk_softmax", "--head-dims", "64,128", "--causal", "0,1", "--masks", "0",
-                           "--tiles", f"{base},{base}e")
-    assert len(rows) == 8
-    by = {(r["D"], r["causal"], r["tiles"]): r for r in rows}
-    for D in (64, 128):
-        for causal in (False, True):
-            plain, fma = by[(D, causal, base)], by[(D, causal, base + "e")]
-            assert fma["fits"] and not fma["wgmma_serialised"] and fma["spill_stores"] == 0, fma
-            assert fma["registers"] == plain["registers"]
-            assert plain["ex2"] - fma["ex2"] == 4 * 64, (plain, fma)
-
-
-@pytest.mark.parametrize("options,message", [
-    (dict(fixed_reference=True), "needs flags, a B·H·N = 2048 int8 tensor, got None"),
-    # Tiles.exp_fma changes pass 1 against a fixed reference only
-    (dict(exp_fma=True), "exp_fma .* against a fixed reference only: set fixed_reference too")])
-def test_fixed_reference_tiles_the_kernel_cannot_run_are_one_clear_error(options, message):
+def test_a_fixed_reference_without_flags_is_one_clear_error():
     q = torch.zeros(1, 2, 1024, 128, dtype=torch.bfloat16)
     p = torch.zeros(1, 2, 1024, 1024, dtype=torch.bfloat16)
-    with pytest.raises(ValueError, match=message):
+    with pytest.raises(ValueError, match="needs flags, a B·H·N = 2048 int8 tensor, got None"):
         qk_softmax_gluon.launch(q, q, p, p, (0, 0, 0, 0), 0, N=1024, H=2, group=1, qk_scale=1.0, mask_scale=1.0,
-                                causal=False, tiles=replace(GLUON_TILES, **options))
+                                causal=False, tiles=replace(GLUON_TILES, fixed_reference=True))
 
 
 def _run_and_record(q, k, v, causal, names):
@@ -411,7 +365,7 @@ def test_as_run_brings_a_mask_by_tma_in_the_stages_that_fit(tiles, D, mask_dtype
     ragged = torch.empty(1000, 1000, dtype=torch.uint8, device="meta").expand(2, 16, 1000, 1000)
     assert qk_softmax_gluon.as_run(tiles, ragged, D, 2) == replace(tiles, mask_tma=False, persistent=False)
     assert qk_softmax_gluon.as_run(tiles, None, D, 2) == tiles
-    v42 = replace(tiles, q_registers=True, fixed_reference=True, exp_fma=True)  # measured unmasked: a mask drops them
+    v42 = replace(tiles, q_registers=True, fixed_reference=True)  # measured unmasked only: a mask drops them
     assert qk_softmax_gluon.as_run(v42, mask, D, 2) == ran
     assert qk_softmax_gluon.as_run(v42, None, D, 2) == v42
 

@@ -67,11 +67,6 @@ class Tiles:
     # the same tiles otherwise (qk_softmax_gluon.as_run; PERFORMANCE.md v40; label suffix `a`). The autotune lets
     # such tiles compete for SHORT entries only, below ROW_MAX + 1 (attnlab.autotune.pick).
     one_pass: bool = False
-    # Gluon qk_softmax kernel, with fixed_reference only: the second key tile of each pair in pass 1 takes its
-    # exponentials from a cubic on the FP32 pipe instead of MUFU (qk_softmax_gluon._exp2_fma, relative error
-    # 7.5e-5), so the two pipes share pass 1's exponentials (PERFORMANCE.md v43; label suffix `e`). Masked calls
-    # drop it with fixed_reference (qk_softmax_gluon.as_run).
-    exp_fma: bool = False
 
     def as_dict(self) -> dict:
         return asdict(self)
@@ -79,7 +74,7 @@ class Tiles:
 
 # the fields only the Gluon kernels read
 GLUON_ONLY = ("gluon", "mask_tma", "q_registers", "persistent", "o_tma", "one_consumer", "fixed_reference",
-              "one_pass", "exp_fma")
+              "one_pass")
 
 
 def interpreting() -> bool:

@@ -178,12 +178,11 @@ def _p_tile(s, j, bias, rows, hi, mask_rows, mask_tile, offs_m, cols, N, smn, qk
 
 @gluon.jit
 def _ref_tile(s, j, m_i, l_i, rows, hi, mask_rows, mask_tile, offs_m, cols, N, smn, qk_scale, mask_scale,
-              BLOCK_N: gl.constexpr, CAUSAL: gl.constexpr, MASK_KIND: gl.constexpr, MASK_TMA: gl.constexpr,
-              FMA_EXP: gl.constexpr):
+              BLOCK_N: gl.constexpr, CAUSAL: gl.constexpr, MASK_KIND: gl.constexpr, MASK_TMA: gl.constexpr):
     """Pass 1's key tile j against a fixed reference (Tiles.fixed_reference, v31): m_i is the max of the row's first
     key tile (0 where the mask hides that tile entirely), taken at j = 0 and then left as it is; l_i sums
     2^(s − m_i). No max and no rescale in the loop, so a tile's exponentials do not wait for its max; _flag_rows
-    says which rows that leaves wrong. FMA_EXP: an unmasked tile's exponentials by _exp2_fma (Tiles.exp_fma, v43)."""
+    says which rows that leaves wrong."""
     offs_n = j * BLOCK_N + cols
     masked = _needs_masks(j, rows, hi, BLOCK_N, CAUSAL)
     if masked or MASK_KIND != 0:  # _scores scales a masked tile itself
@@ -198,33 +197,8 @@ def _ref_tile(s, j, m_i, l_i, rows, hi, mask_rows, mask_tile, offs_m, cols, N, s
                     False, MASK_TMA)
         if j == 0:
             m_i = gl.max(s, axis=1) * qk_scale
-        if FMA_EXP:
-            p = _exp2_fma(s * qk_scale - m_i[:, None])
-        else:
-            p = gl.exp2(s * qk_scale - m_i[:, None])
+        p = gl.exp2(s * qk_scale - m_i[:, None])
     return m_i, l_i + gl.sum(p, axis=1)
-
-
-# _exp2_fma's cubic for 2^f on [−0.5, 0.5] (minimax in relative error, 7.5e-5; Horner order, f³ first), and the
-# constant whose addition rounds an fp32 to an integer in its low mantissa bits (1.5·2^23)
-EXP2_CUBIC = (0.055171627551317215, 0.2426111400127411, 0.6932609677314758, 0.9999280571937561)
-ROUND_MAGIC = 12582912.0
-_C3, _C2, _C1, _C0 = (gl.constexpr(c) for c in EXP2_CUBIC)
-_MAGIC = gl.constexpr(ROUND_MAGIC)
-
-
-@gluon.jit
-def _exp2_fma(x):
-    """2^x on the FP32 and integer pipes instead of MUFU (Tiles.exp_fma, PERFORMANCE.md v43): x clamped to
-    [−126, 128.25] (NaN kept), split into its nearest integer n (in the low bits of x + 1.5·2^23) and f = x − n in
-    [−0.5, 0.5], 2^f as EXP2_CUBIC, n added into its exponent bits. Relative error ≤ 7.5e-5 on (−126, 128); x ≥ 128
-    gives NaN (the row is flagged, as MUFU's inf is), x ≤ −126 about 2^−126 (a subnormal)."""
-    x = gl.minimum(gl.maximum(x, -126.0, propagate_nan=tl.PropagateNan.ALL), 128.25,
-                   propagate_nan=tl.PropagateNan.ALL)
-    j = x + _MAGIC
-    f = x - (j - _MAGIC)
-    p = ((_C3 * f + _C2) * f + _C1) * f + _C0
-    return (p.to(gl.int32, bitcast=True) + (j.to(gl.int32, bitcast=True) << 23)).to(gl.float32, bitcast=True)
 
 
 @gluon.jit
@@ -255,9 +229,9 @@ def _step(s, j, t, m_i, l_i, bias, p_desc, p_smem, slot0, pbase, b, h, rows, hi,
           CAUSAL: gl.constexpr, MASK_KIND: gl.constexpr, NO_SOFTMAX: gl.constexpr, MASK_TMA: gl.constexpr,
           WG: gl.constexpr, ROWS: gl.constexpr, REF1: gl.constexpr):
     """Key tile j of a pass (ring position t): pass 1 folds it into the running max and sum (REF1: into the sum
-    against a fixed reference, _ref_tile, its exponentials on the FMA pipes where REF1 == 3: _pass), pass 2 (WRITE)
-    writes its P. masks: the rows' mask pointers, the mask ring (MASK_TMA) and the K ring's `empty` barriers, on
-    which the slot goes back once its mask tile has been read."""
+    against a fixed reference, _ref_tile), pass 2 (WRITE) writes its P. masks: the rows' mask pointers, the mask
+    ring (MASK_TMA) and the K ring's `empty` barriers, on which the slot goes back once its mask tile has been
+    read."""
     mask_rows, mask_smem, k_empty = masks
     mask_tile = _mask_tile(mask_smem, t % STAGES, WG, MASK_TMA, ROWS)
     if WRITE:
@@ -269,7 +243,7 @@ def _step(s, j, t, m_i, l_i, bias, p_desc, p_smem, slot0, pbase, b, h, rows, hi,
         _store_p(p, j, p_desc, p_smem, slot0, pbase, b, h, rows, BLOCK_N)
     elif REF1:
         m_i, l_i = _ref_tile(s, j, m_i, l_i, rows, hi, mask_rows, mask_tile, offs_m, cols, N, smn, qk_scale,
-                             mask_scale, BLOCK_N, CAUSAL, MASK_KIND, MASK_TMA, REF1 == 3)
+                             mask_scale, BLOCK_N, CAUSAL, MASK_KIND, MASK_TMA)
         _release(k_empty, t, STAGES, MASK_TMA)
     else:
         p, m_i, l_i, alpha, offs_n = _tile(s, m_i, l_i, j, rows, hi, mask_rows, mask_tile, offs_m, cols, N, smn,
@@ -289,10 +263,7 @@ def _pass(q, k_smem, k_full, k_empty, q_free, base, n_tiles, zero_s, m_i, l_i, b
     the value the loop carries while the previous one is still read: a one-tile loop makes the compiler copy an
     in-flight accumulator on the back edge, and ptxas then serialises every matmul (C7514; PERFORMANCE.md v12).
     Every matmul a pass starts, it waits for. RELEASE_Q: arrive on q_free once the pass's last QKᵀ has read Q (the
-    persistent kernel's loader then brings the next item's Q under this pass's last tiles). REF1 == 2
-    (Tiles.exp_fma): the second tile of each pair takes its exponentials from the FMA pipes (REF1_B = 3), so that
-    MUFU and the FP32 pipe share pass 1's (v43)."""
-    REF1_B: gl.constexpr = 3 if REF1 == 2 else REF1
+    persistent kernel's loader then brings the next item's Q under this pass's last tiles)."""
     masks = (mask_rows, mask_smem, k_empty)
     s_flight = _next_scores(q, k_smem, k_full, base, zero_s, BLOCK_N, D, STAGES)
     for i in range((n_tiles - 1) // 2):
@@ -306,7 +277,7 @@ def _pass(q, k_smem, k_full, k_empty, q_free, base, n_tiles, zero_s, m_i, l_i, b
         s_flight = _next_scores(q, k_smem, k_full, base + j + 2, zero_s, BLOCK_N, D, STAGES)
         m_i, l_i = _step(s_b, j + 1, base + j + 1, m_i, l_i, bias, p_desc, p_smem, slot0, pbase, b, h, rows, hi, masks,
                          offs_m, cols, N, smn, qk_scale, mask_scale, WRITE, BLOCK_N, STAGES, CAUSAL, MASK_KIND,
-                         NO_SOFTMAX, MASK_TMA, WG, ROWS, REF1_B)
+                         NO_SOFTMAX, MASK_TMA, WG, ROWS, REF1)
     j = 2 * ((n_tiles - 1) // 2)  # one tile left (n_tiles odd) or two
     s_a = _scores_done(s_flight, k_empty, base + j, STAGES, MASK_TMA)
     if j + 1 < n_tiles:
@@ -319,7 +290,7 @@ def _pass(q, k_smem, k_full, k_empty, q_free, base, n_tiles, zero_s, m_i, l_i, b
             mbarrier.arrive(q_free, count=1)
         m_i, l_i = _step(s_b, j + 1, base + j + 1, m_i, l_i, bias, p_desc, p_smem, slot0, pbase, b, h, rows, hi, masks,
                          offs_m, cols, N, smn, qk_scale, mask_scale, WRITE, BLOCK_N, STAGES, CAUSAL, MASK_KIND,
-                         NO_SOFTMAX, MASK_TMA, WG, ROWS, REF1_B)
+                         NO_SOFTMAX, MASK_TMA, WG, ROWS, REF1)
     else:
         if RELEASE_Q:
             mbarrier.arrive(q_free, count=1)
@@ -429,7 +400,7 @@ def qk_softmax_gluon_kernel(q_desc, k_desc, p_desc, M, smb, smh, smm, smn, mask_
                             num_warps: gl.constexpr, Q_REGISTERS: gl.constexpr = False,
                             ROWS: gl.constexpr = ROWS_PER_PROGRAM, PERSISTENT: gl.constexpr = False,
                             MASK_TMA: gl.constexpr = False, MASK_B: gl.constexpr = 0, MASK_H: gl.constexpr = 0,
-                            REF1: gl.constexpr = 0):
+                            REF1: gl.constexpr = False):
     """grid (total,) with total = cdiv(N, ROWS·BLOCK_M)·B·H work items, one a program (attnlab.triton.fused_gluon.
     _program); PERSISTENT: any smaller grid, each program taking items pid, pid + grid, … (causal with HEAVY_FIRST:
     in heavy/light pairs, fused_gluon._items). num_warps = 4; ROWS consumer warpgroups a program, 2, or 1
@@ -440,8 +411,7 @@ def qk_softmax_gluon_kernel(q_desc, k_desc, p_desc, M, smb, smh, smm, smn, mask_
     over the mask's (B or 1, H or 1, N, N) with a (1, 1, ROWS·BLOCK_M, BLOCK_N) box (MASK_B, MASK_H: 1 where the mask
     varies over batch, heads), into a ring of STAGES slots beside K's; else `mask_desc` is an unused placeholder.
     REF1: pass 1 against a fixed reference (Tiles.fixed_reference), each row's verdict into `flags` (B·H·N int8, 1 =
-    re-write; _flag_rows), 2 with half its exponentials on the FMA pipes (Tiles.exp_fma); else 0 and `flags` an
-    unused placeholder."""
+    re-write; _flag_rows); else `flags` is an unused placeholder."""
     dtype: gl.constexpr = q_desc.dtype
     pid = gl.program_id(0)
     nprog = gl.num_programs(0)
@@ -520,9 +490,9 @@ def as_run(tiles, mask, D: int, itemsize: int, N: int | None = None):
       * Tiles.one_pass without a mask where the row fits on chip (attnlab.triton.qk_softmax_row.fits; N = None: the
         entry as it stands): as they are; else the two-pass kernel, persistent, as below;
       * no mask: `tiles` as they are;
-      * any mask: without Tiles.fixed_reference, Tiles.q_registers and Tiles.exp_fma (v42's and v43's options,
-        for unmasked calls; beside a mask's tiles they spill, offline for sm_90a 40–424 bytes a thread where the
-        same kernels without them spill 0–56: PERFORMANCE.md v42), and then:
+      * any mask: without Tiles.fixed_reference and Tiles.q_registers (v42's options, for unmasked calls; beside a
+        mask's tiles they spill, offline for sm_90a 40–424 bytes a thread where the same kernels without them
+        spill 0–56: PERFORMANCE.md v42), and then:
       * a mask the loader can bring by TMA (fused_gluon.tma_can_read: 1- or 2-byte elements, 16-byte-aligned rows):
         mask_tma, its tiles arriving with K's in as many stages as fit (mask_fits; at most the entry's, at least 2):
         with two consumers, D = 128 and a 2-byte mask, 2 of the entry's 3 (v30);
@@ -537,7 +507,7 @@ def as_run(tiles, mask, D: int, itemsize: int, N: int | None = None):
         tiles = replace(tiles, one_pass=False, persistent=True)
     if mask is None:
         return tiles
-    tiles = replace(tiles, fixed_reference=False, q_registers=False, exp_fma=False)
+    tiles = replace(tiles, fixed_reference=False, q_registers=False)
     if tma_can_read(mask):
         for stages in range(tiles.num_stages, 1, -1):
             if mask_fits(tiles, stages, D, itemsize, mask.element_size()):
@@ -567,9 +537,6 @@ def launch(q, k, p, mask, mask_strides, mask_kind, *, N, H, group, qk_scale, mas
         qk_softmax_row.launch(q, k, p, N=N, H=H, group=group, qk_scale=qk_scale, causal=causal, tiles=tiles,
                               no_softmax=no_softmax)
         return
-    if tiles.exp_fma and not tiles.fixed_reference:
-        raise ValueError(f"tiles {tiles}: exp_fma (half of pass 1's exponentials on the FMA pipes) works on a pass 1 "
-                         f"against a fixed reference only: set fixed_reference too")
     ref1 = tiles.fixed_reference and not no_softmax
     if ref1 and (flags is None or flags.dtype != torch.int8 or flags.numel() != q.shape[0] * H * N):
         got = None if flags is None else (flags.dtype, flags.numel())
@@ -593,10 +560,10 @@ def launch(q, k, p, mask, mask_strides, mask_kind, *, N, H, group, qk_scale, mas
 def constexprs(tiles, *, D: int, causal: bool, mask_kind: int, md, no_softmax: bool = False) -> dict:
     """The kernel's constexpr arguments for these tiles and this call (md: fused_gluon.mask_path's answer): what
     `launch` passes and what attnlab.triton.resources compiles offline, from one place so that the two cannot drift
-    apart. REF1 only where there is a pass 1 (no_softmax has none): 1, or 2 with Tiles.exp_fma."""
+    apart. REF1 only where there is a pass 1 (no_softmax has none)."""
     vary_b, vary_h = md[1:] if md else (0, 0)
     return dict(D=D, BLOCK_M=tiles.BLOCK_M, BLOCK_N=tiles.BLOCK_N, STAGES=tiles.num_stages, CAUSAL=causal,
                 MASK_KIND=mask_kind, NO_SOFTMAX=no_softmax, HEAVY_FIRST=tiles.heavy_first,
                 CONSUMER_REGS=CONSUMER_REGS, Q_REGISTERS=tiles.q_registers, ROWS=partitions(tiles)[0],
                 PERSISTENT=tiles.persistent, MASK_TMA=md is not None, MASK_B=vary_b, MASK_H=vary_h,
-                REF1=(2 if tiles.exp_fma else 1) if tiles.fixed_reference and not no_softmax else 0)
+                REF1=tiles.fixed_reference and not no_softmax)

@@ -97,8 +97,7 @@ def _becomes_constant(fn, name: str, value: int) -> bool:
 
 
 def _report(k, kernel, D, causal, mask_kind, tiles) -> dict:
-    """Run ptxas -v on a compiled kernel's PTX for sm_90a and read its report; `ex2`: the PTX's MUFU exponentials
-    (ex2.approx instructions as written, each unrolled copy counted: what Tiles.exp_fma moves to the FMA pipes)."""
+    """Run ptxas -v on a compiled kernel's PTX for sm_90a and read its report."""
     ptxas = os.path.join(os.path.dirname(triton.__file__), "backends", "nvidia", "bin", "ptxas")
     with tempfile.TemporaryDirectory() as d:
         path = os.path.join(d, "k.ptx")
@@ -109,8 +108,7 @@ def _report(k, kernel, D, causal, mask_kind, tiles) -> dict:
     if r.returncode != 0:
         raise RuntimeError(f"ptxas failed: {r.stderr.strip()[:300]}")
     return dict(kernel=kernel, D=D, causal=causal, mask_kind=mask_kind, tiles=label(tiles),
-                smem_kib=k.metadata.shared / 1024, fits=k.metadata.shared <= smem_limit(tiles), **read_ptxas(r.stderr),
-                ex2=k.asm["ptx"].count("ex2.approx"))
+                smem_kib=k.metadata.shared / 1024, fits=k.metadata.shared <= smem_limit(tiles), **read_ptxas(r.stderr))
 
 
 def _gluon_info(kernel: str, D: int, causal: bool, tiles: config.Tiles, mask_kind: int, dtype: str, n: int,
@@ -230,8 +228,7 @@ LABEL_FLAGS = (("h", "heavy_first", "heavy-first"), ("p", "paired", "paired rows
                ("o", "o_tma", "O by TMA from its own tiles"),
                ("u", "one_consumer", "one consumer a program"),
                ("f", "fixed_reference", "pass 1 against a fixed reference"),
-               ("a", "one_pass", "one pass, the row on chip"),
-               ("e", "exp_fma", "half of pass 1's exponentials on the FMA pipes"))
+               ("a", "one_pass", "one pass, the row on chip"))
 
 
 def label(t: config.Tiles) -> str:
