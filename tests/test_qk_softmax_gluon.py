@@ -323,23 +323,6 @@ def test_q_in_registers_compiles_without_spills_and_only_with_a_fixed_reference_
     assert all(t.fixed_reference for t in config.TABLE.values() if t.q_registers)
 
 
-def test_sums_by_matmul_compile_beside_the_entry_they_would_replace_without_more_spills():
-    """Tiles.sum_mma (v44) on the table's D = 128 causal entry, offline for sm_90a: fits beside it (2 KiB more for the
-    ones tile, SUM_COLS × BLOCK_N f16, with 16 bytes of alignment), no serialised wgmma, the entry's registers and no more spill bytes; at
-    D = 64 non-causal, on the persistent entry, it spills more (PERFORMANCE.md v44's offline notes)."""
-    rows = offline_compile("--kernels", "qk_softmax", "--head-dims", "128", "--causal", "1", "--masks", "0",
-                           "--tiles", "64x128w4s3hgrf,64x128w4s3hgrfx")
-    rows += offline_compile("--kernels", "qk_softmax", "--head-dims", "64", "--causal", "0", "--masks", "0",
-                            "--tiles", "64x128w4s3grcf,64x128w4s3grcfx")
-    by = {(r["D"], r["tiles"]): r for r in rows}
-    plain, summed = by[(128, "64x128w4s3hgrf")], by[(128, "64x128w4s3hgrfx")]
-    assert summed["fits"] and not summed["wgmma_serialised"], summed
-    assert summed["registers"] == plain["registers"] and summed["spill_stores"] <= plain["spill_stores"]
-    ones_kib = qk_softmax_gluon.SUM_COLS.value * 128 * 2 / 1024
-    assert summed["smem_kib"] - plain["smem_kib"] == pytest.approx(ones_kib, abs=0.05)  # 16 B of alignment
-    assert by[(64, "64x128w4s3grcfx")]["spill_stores"] > by[(64, "64x128w4s3grcf")]["spill_stores"]
-
-
 def test_n_stays_an_argument():
     """As in the fused Gluon kernel: N = 1 made a constant breaks Triton 3.6's lowering with a mask."""
     assert [p.name for p in qk_softmax_gluon.qk_softmax_gluon_kernel.params if p.do_not_specialize] == ["N"]
