@@ -67,11 +67,6 @@ class Tiles:
     # the same tiles otherwise (qk_softmax_gluon.as_run; PERFORMANCE.md v40; label suffix `a`). The autotune lets
     # such tiles compete for SHORT entries only, below ROW_MAX + 1 (attnlab.autotune.pick).
     one_pass: bool = False
-    # Gluon qk_softmax kernel, with fixed_reference only: pass 1 rounds its exponentials to f16 in pairs and sums
-    # each row's on the tensor cores, a matmul with a column of ones, instead of FADDs (PERFORMANCE.md v44; label
-    # suffix `x`). A later score 2^16 above the reference then flags its row. Masked calls drop it with
-    # fixed_reference (qk_softmax_gluon.as_run).
-    sum_mma: bool = False
 
     def as_dict(self) -> dict:
         return asdict(self)
@@ -79,7 +74,7 @@ class Tiles:
 
 # the fields only the Gluon kernels read
 GLUON_ONLY = ("gluon", "mask_tma", "q_registers", "persistent", "o_tma", "one_consumer", "fixed_reference",
-              "one_pass", "sum_mma")
+              "one_pass")
 
 
 def interpreting() -> bool:

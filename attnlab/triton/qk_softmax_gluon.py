@@ -176,21 +176,13 @@ def _p_tile(s, j, bias, rows, hi, mask_rows, mask_tile, offs_m, cols, N, smn, qk
     return p
 
 
-SUM_COLS = gl.constexpr(8)  # the ones matrix's columns under Tiles.sum_mma: wgmma's narrowest N
-
-
 @gluon.jit
-def _ref_tile(s, j, m_i, l_i, rows, hi, mask_rows, mask_tile, offs_m, cols, N, smn, qk_scale, mask_scale, ones,
-              BLOCK_N: gl.constexpr, CAUSAL: gl.constexpr, MASK_KIND: gl.constexpr, MASK_TMA: gl.constexpr,
-              SUM_MMA: gl.constexpr):
+def _ref_tile(s, j, m_i, l_i, rows, hi, mask_rows, mask_tile, offs_m, cols, N, smn, qk_scale, mask_scale,
+              BLOCK_N: gl.constexpr, CAUSAL: gl.constexpr, MASK_KIND: gl.constexpr, MASK_TMA: gl.constexpr):
     """Pass 1's key tile j against a fixed reference (Tiles.fixed_reference, v31): m_i is the max of the row's first
     key tile (0 where the mask hides that tile entirely), taken at j = 0 and then left as it is; l_i sums
     2^(s − m_i). No max and no rescale in the loop, so a tile's exponentials do not wait for its max; _flag_rows
-    says which rows that leaves wrong. SUM_MMA (Tiles.sum_mma, v44): the exponentials rounded to f16, and l_i a
-    (BLOCK_M, SUM_COLS) fp32 accumulator that a wgmma adds them into, against `ones`, a shared (SUM_COLS, BLOCK_N)
-    tile of ones; each of its columns is the row's sum. The wgmma is waited for at once (its A operand, the
-    exponentials, is in registers): the wait also covers the next tile's QKᵀ, issued before this tile's work, which
-    the pass waits for next anyway."""
+    says which rows that leaves wrong."""
     offs_n = j * BLOCK_N + cols
     masked = _needs_masks(j, rows, hi, BLOCK_N, CAUSAL)
     if masked or MASK_KIND != 0:  # _scores scales a masked tile itself
@@ -199,28 +191,20 @@ def _ref_tile(s, j, m_i, l_i, rows, hi, mask_rows, mask_tile, offs_m, cols, N, s
         if j == 0:
             m_first = gl.max(s, axis=1)
             m_i = gl.where(m_first == float("-inf"), 0.0, m_first)
-        x = s - m_i[:, None]
+        p = gl.exp2(s - m_i[:, None])
     else:
         s = _scores(s, mask_rows, mask_tile, offs_m, offs_n, N, smn, qk_scale, mask_scale, False, CAUSAL, MASK_KIND,
                     False, MASK_TMA)
         if j == 0:
             m_i = gl.max(s, axis=1) * qk_scale
-        x = s * qk_scale - m_i[:, None]
-    if SUM_MMA:
-        sum_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1],
-                                                             instr_shape=[16, SUM_COLS, 16])
-        p = gl.convert_layout(gl.exp2(x).to(gl.float16),  # inf from 2^16 on: the row is flagged
-                              gl.DotOperandLayout(operand_index=0, parent=sum_layout, k_width=2))
-        l_i = warpgroup_mma(p, ones.permute((1, 0)), l_i)
-    else:
-        l_i = l_i + gl.sum(gl.exp2(x), axis=1)
-    return m_i, l_i
+        p = gl.exp2(s * qk_scale - m_i[:, None])
+    return m_i, l_i + gl.sum(p, axis=1)
 
 
 @gluon.jit
 def _flag_rows(l_i, offs_m, flags, bh, N):
     """After a pass 1 against a fixed reference: 1 for each row whose sum is not a positive finite number (it
-    overflowed, a score 2^128 or more above the reference, 2^16 under Tiles.sum_mma; it is 0, the row hidden entirely or everything after a
+    overflowed, a score 2^128 or more above the reference; it is 0, the row hidden entirely or everything after a
     hidden first tile too small to register; or NaN), else 0, into the row's byte of `flags` (B·H·N of them). The
     Triton kernel re-writes the blocks of the flagged rows after this kernel (attnlab.triton.launch.write_p)."""
     good = (l_i > 0.0) & (l_i < float("inf"))
@@ -245,10 +229,10 @@ def _step(s, j, t, m_i, l_i, bias, p_desc, p_smem, slot0, pbase, b, h, rows, hi,
           CAUSAL: gl.constexpr, MASK_KIND: gl.constexpr, NO_SOFTMAX: gl.constexpr, MASK_TMA: gl.constexpr,
           WG: gl.constexpr, ROWS: gl.constexpr, REF1: gl.constexpr):
     """Key tile j of a pass (ring position t): pass 1 folds it into the running max and sum (REF1: into the sum
-    against a fixed reference, _ref_tile; 2: by matmul), pass 2 (WRITE) writes its P. masks: the rows' mask
-    pointers, the mask ring (MASK_TMA), the K ring's `empty` barriers, on which the slot goes back once its mask tile
-    has been read, and REF1 == 2's tile of ones."""
-    mask_rows, mask_smem, k_empty, ones = masks
+    against a fixed reference, _ref_tile), pass 2 (WRITE) writes its P. masks: the rows' mask pointers, the mask
+    ring (MASK_TMA) and the K ring's `empty` barriers, on which the slot goes back once its mask tile has been
+    read."""
+    mask_rows, mask_smem, k_empty = masks
     mask_tile = _mask_tile(mask_smem, t % STAGES, WG, MASK_TMA, ROWS)
     if WRITE:
         p = _p_tile(s, j, bias, rows, hi, mask_rows, mask_tile, offs_m, cols, N, smn, qk_scale, mask_scale, BLOCK_N,
@@ -259,7 +243,7 @@ def _step(s, j, t, m_i, l_i, bias, p_desc, p_smem, slot0, pbase, b, h, rows, hi,
         _store_p(p, j, p_desc, p_smem, slot0, pbase, b, h, rows, BLOCK_N)
     elif REF1:
         m_i, l_i = _ref_tile(s, j, m_i, l_i, rows, hi, mask_rows, mask_tile, offs_m, cols, N, smn, qk_scale,
-                             mask_scale, ones, BLOCK_N, CAUSAL, MASK_KIND, MASK_TMA, REF1 == 2)
+                             mask_scale, BLOCK_N, CAUSAL, MASK_KIND, MASK_TMA)
         _release(k_empty, t, STAGES, MASK_TMA)
     else:
         p, m_i, l_i, alpha, offs_n = _tile(s, m_i, l_i, j, rows, hi, mask_rows, mask_tile, offs_m, cols, N, smn,
@@ -270,7 +254,7 @@ def _step(s, j, t, m_i, l_i, bias, p_desc, p_smem, slot0, pbase, b, h, rows, hi,
 
 @gluon.jit
 def _pass(q, k_smem, k_full, k_empty, q_free, base, n_tiles, zero_s, m_i, l_i, bias, p_desc, p_smem, slot0, pbase,
-          b, h, rows, hi, mask_rows, mask_smem, ones, offs_m, cols, N, smn, qk_scale, mask_scale, WRITE: gl.constexpr,
+          b, h, rows, hi, mask_rows, mask_smem, offs_m, cols, N, smn, qk_scale, mask_scale, WRITE: gl.constexpr,
           RELEASE_Q: gl.constexpr, D: gl.constexpr, BLOCK_N: gl.constexpr, STAGES: gl.constexpr,
           CAUSAL: gl.constexpr, MASK_KIND: gl.constexpr, NO_SOFTMAX: gl.constexpr, MASK_TMA: gl.constexpr,
           WG: gl.constexpr, ROWS: gl.constexpr, REF1: gl.constexpr):
@@ -280,7 +264,7 @@ def _pass(q, k_smem, k_full, k_empty, q_free, base, n_tiles, zero_s, m_i, l_i, b
     in-flight accumulator on the back edge, and ptxas then serialises every matmul (C7514; PERFORMANCE.md v12).
     Every matmul a pass starts, it waits for. RELEASE_Q: arrive on q_free once the pass's last QKᵀ has read Q (the
     persistent kernel's loader then brings the next item's Q under this pass's last tiles)."""
-    masks = (mask_rows, mask_smem, k_empty, ones)
+    masks = (mask_rows, mask_smem, k_empty)
     s_flight = _next_scores(q, k_smem, k_full, base, zero_s, BLOCK_N, D, STAGES)
     for i in range((n_tiles - 1) // 2):
         j = 2 * i
@@ -317,7 +301,7 @@ def _pass(q, k_smem, k_full, k_empty, q_free, base, n_tiles, zero_s, m_i, l_i, b
 
 
 @gluon.jit
-def _item(where, t0, pbase, it, q_smem, k_smem, p_smem, p_desc, bars, smm, smn, mask_smem, ones, flagging, N, qk_scale,
+def _item(where, t0, pbase, it, q_smem, k_smem, p_smem, p_desc, bars, smm, smn, mask_smem, flagging, N, qk_scale,
           mask_scale, WG: gl.constexpr, D: gl.constexpr, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr,
           STAGES: gl.constexpr, CAUSAL: gl.constexpr, MASK_KIND: gl.constexpr, NO_SOFTMAX: gl.constexpr,
           Q_REGISTERS: gl.constexpr, PERSISTENT: gl.constexpr, MASK_TMA: gl.constexpr, ROWS: gl.constexpr,
@@ -361,20 +345,10 @@ def _item(where, t0, pbase, it, q_smem, k_smem, p_smem, p_desc, bars, smm, smn, 
     l_i = gl.zeros([BLOCK_M], gl.float32, row_s)
     base = t0
     if not NO_SOFTMAX:  # pass 1: the row max and sum
-        if REF1 == 2:  # the sums by matmul (Tiles.sum_mma): an accumulator whose every column is the row's sum
-            sum_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1],
-                                                                 instr_shape=[16, SUM_COLS, 16])
-            l_acc = gl.zeros([BLOCK_M, SUM_COLS], gl.float32, sum_layout)
-            m_i, l_acc = _pass(q, k_smem, k_full, k_empty, q_empty.index(WG), base, n_tiles, zero_s, m_i, l_acc,
-                               m_i, p_desc, p_smem, slot0, pbase, b, h, rows, hi, mask_rows, mask_smem, ones, offs_m,
-                               cols, N, smn, qk_scale, mask_scale, False, False, D, BLOCK_N, STAGES, CAUSAL,
-                               MASK_KIND, NO_SOFTMAX, MASK_TMA, WG, ROWS, REF1)
-            l_i = gl.convert_layout(gl.max(l_acc, axis=1), row_s)
-        else:
-            m_i, l_i = _pass(q, k_smem, k_full, k_empty, q_empty.index(WG), base, n_tiles, zero_s, m_i, l_i, m_i,
-                             p_desc, p_smem, slot0, pbase, b, h, rows, hi, mask_rows, mask_smem, ones, offs_m, cols, N,
-                             smn, qk_scale, mask_scale, False, False, D, BLOCK_N, STAGES, CAUSAL, MASK_KIND,
-                             NO_SOFTMAX, MASK_TMA, WG, ROWS, REF1)
+        m_i, l_i = _pass(q, k_smem, k_full, k_empty, q_empty.index(WG), base, n_tiles, zero_s, m_i, l_i, m_i,
+                         p_desc, p_smem, slot0, pbase, b, h, rows, hi, mask_rows, mask_smem, offs_m, cols, N, smn,
+                         qk_scale, mask_scale, False, False, D, BLOCK_N, STAGES, CAUSAL, MASK_KIND, NO_SOFTMAX,
+                         MASK_TMA, WG, ROWS, REF1)
         base = t0 + n_tiles
         if REF1:
             flags, H = flagging
@@ -383,7 +357,7 @@ def _item(where, t0, pbase, it, q_smem, k_smem, p_smem, p_desc, bars, smm, smn, 
     if CAUSAL:
         tma.store_wait(pendings=0)  # the zero buffer is P buffer 0, written again below
     _pass(q, k_smem, k_full, k_empty, q_empty.index(WG), base, n_tiles, zero_s, m_i, l_i, bias, p_desc, p_smem,
-          slot0, pbase, b, h, rows, hi, mask_rows, mask_smem, ones, offs_m, cols, N, smn, qk_scale, mask_scale, True,
+          slot0, pbase, b, h, rows, hi, mask_rows, mask_smem, offs_m, cols, N, smn, qk_scale, mask_scale, True,
           PERSISTENT and not Q_REGISTERS, D, BLOCK_N, STAGES, CAUSAL, MASK_KIND, NO_SOFTMAX, MASK_TMA, WG, ROWS,
           False)
     return base + n_tiles, pbase + n_tiles
@@ -398,7 +372,7 @@ def _consumer(q_smem, k_smem, p_smem, p_desc, bars, mask, work, where, flags, N,
     """One warpgroup: its rows of each of this program's work items (one item unless persistent), then the wait for
     its last P stores."""
     pid, nprog, total = work
-    M, smb, smh, smm, smn, mask_smem, ones = mask
+    M, smb, smh, smm, smn, mask_smem = mask
     if PERSISTENT:
         t0 = 0
         pbase = 0
@@ -407,11 +381,11 @@ def _consumer(q_smem, k_smem, p_smem, p_desc, bars, mask, work, where, flags, N,
         for x in range(start, end, step):
             where = _step_item(x, work, M, smb, smh, N, H, GROUP, BLOCK_M, BLOCK_N, CAUSAL, HEAVY_FIRST, ROWS)
             t0, pbase = _item(where, t0, pbase, it, q_smem, k_smem, p_smem, p_desc, bars, smm, smn, mask_smem,
-                              ones, (flags, H), N, qk_scale, mask_scale, WG, D, BLOCK_M, BLOCK_N, STAGES, CAUSAL,
+                              (flags, H), N, qk_scale, mask_scale, WG, D, BLOCK_M, BLOCK_N, STAGES, CAUSAL,
                               MASK_KIND, NO_SOFTMAX, Q_REGISTERS, True, MASK_TMA, ROWS, REF1)
             it += 1
     else:
-        _item(where, 0, 0, 0, q_smem, k_smem, p_smem, p_desc, bars, smm, smn, mask_smem, ones, (flags, H), N, qk_scale,
+        _item(where, 0, 0, 0, q_smem, k_smem, p_smem, p_desc, bars, smm, smn, mask_smem, (flags, H), N, qk_scale,
               mask_scale, WG, D, BLOCK_M, BLOCK_N, STAGES, CAUSAL, MASK_KIND, NO_SOFTMAX, Q_REGISTERS, False,
               MASK_TMA, ROWS, REF1)
     tma.store_wait(pendings=0)
@@ -426,7 +400,7 @@ def qk_softmax_gluon_kernel(q_desc, k_desc, p_desc, M, smb, smh, smm, smn, mask_
                             num_warps: gl.constexpr, Q_REGISTERS: gl.constexpr = False,
                             ROWS: gl.constexpr = ROWS_PER_PROGRAM, PERSISTENT: gl.constexpr = False,
                             MASK_TMA: gl.constexpr = False, MASK_B: gl.constexpr = 0, MASK_H: gl.constexpr = 0,
-                            REF1: gl.constexpr = 0):
+                            REF1: gl.constexpr = False):
     """grid (total,) with total = cdiv(N, ROWS·BLOCK_M)·B·H work items, one a program (attnlab.triton.fused_gluon.
     _program); PERSISTENT: any smaller grid, each program taking items pid, pid + grid, … (causal with HEAVY_FIRST:
     in heavy/light pairs, fused_gluon._items). num_warps = 4; ROWS consumer warpgroups a program, 2, or 1
@@ -437,7 +411,7 @@ def qk_softmax_gluon_kernel(q_desc, k_desc, p_desc, M, smb, smh, smm, smn, mask_
     over the mask's (B or 1, H or 1, N, N) with a (1, 1, ROWS·BLOCK_M, BLOCK_N) box (MASK_B, MASK_H: 1 where the mask
     varies over batch, heads), into a ring of STAGES slots beside K's; else `mask_desc` is an unused placeholder.
     REF1: pass 1 against a fixed reference (Tiles.fixed_reference), each row's verdict into `flags` (B·H·N int8, 1 =
-    re-write; _flag_rows), 2 with its sums by matmul (Tiles.sum_mma); else 0 and `flags` an unused placeholder."""
+    re-write; _flag_rows); else `flags` is an unused placeholder."""
     dtype: gl.constexpr = q_desc.dtype
     pid = gl.program_id(0)
     nprog = gl.num_programs(0)
@@ -452,13 +426,6 @@ def qk_softmax_gluon_kernel(q_desc, k_desc, p_desc, M, smb, smh, smm, smn, mask_
                                               mask_desc.layout)
     else:
         mask_smem = q_smem  # never read
-    if REF1 == 2:  # Tiles.sum_mma: pass 1's B operand, a column of ones for each of SUM_COLS (K-major, as K's tiles)
-        fill: gl.constexpr = gl.BlockedLayout([1, 8], [2, 16], [4, 1], [1, 0])
-        ones = gl.allocate_shared_memory(gl.float16, [SUM_COLS, BLOCK_N],
-                                         gl.NVMMASharedLayout(swizzle_byte_width=128, element_bitwidth=16),
-                                         gl.full([SUM_COLS, BLOCK_N], 1.0, gl.float16, fill))
-    else:
-        ones = q_smem  # never read
     q_bars = gl.allocate_shared_memory(gl.int64, [ROWS, 1], mbarrier.MBarrierLayout())
     q_empty = gl.allocate_shared_memory(gl.int64, [ROWS, 1], mbarrier.MBarrierLayout())
     k_full = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
@@ -475,7 +442,7 @@ def qk_softmax_gluon_kernel(q_desc, k_desc, p_desc, M, smb, smh, smm, smn, mask_
     if ROWS == 1:  # one consumer (the default partition) and the loader: 8 warps launched, two programs an SM
         gl.warp_specialize([
             (_consumer, (q_smem, k_smem, p_smem, p_desc, (q_bars, q_empty, k_full, k_empty),
-                         (M, smb, smh, smm, smn, mask_smem, ones),
+                         (M, smb, smh, smm, smn, mask_smem),
                          (pid, nprog, total), (b, h, hk, start_m, n_tiles, m_head), flags, N, H, GROUP, qk_scale,
                          mask_scale, 0, D, BLOCK_M, BLOCK_N, STAGES, CAUSAL, MASK_KIND, NO_SOFTMAX, HEAVY_FIRST,
                          Q_REGISTERS, PERSISTENT, ROWS, MASK_TMA, REF1)),
@@ -487,12 +454,12 @@ def qk_softmax_gluon_kernel(q_desc, k_desc, p_desc, M, smb, smh, smm, smn, mask_
     else:
         gl.warp_specialize([
             (_consumer, (q_smem, k_smem, p_smem, p_desc, (q_bars, q_empty, k_full, k_empty),
-                         (M, smb, smh, smm, smn, mask_smem, ones),
+                         (M, smb, smh, smm, smn, mask_smem),
                          (pid, nprog, total), (b, h, hk, start_m, n_tiles, m_head), flags, N, H, GROUP, qk_scale,
                          mask_scale, 0, D, BLOCK_M, BLOCK_N, STAGES, CAUSAL, MASK_KIND, NO_SOFTMAX, HEAVY_FIRST,
                          Q_REGISTERS, PERSISTENT, ROWS, MASK_TMA, REF1)),
             (_consumer, (q_smem, k_smem, p_smem, p_desc, (q_bars, q_empty, k_full, k_empty),
-                         (M, smb, smh, smm, smn, mask_smem, ones),
+                         (M, smb, smh, smm, smn, mask_smem),
                          (pid, nprog, total), (b, h, hk, start_m, n_tiles, m_head), flags, N, H, GROUP, qk_scale,
                          mask_scale, 1, D, BLOCK_M, BLOCK_N, STAGES, CAUSAL, MASK_KIND, NO_SOFTMAX, HEAVY_FIRST,
                          Q_REGISTERS, PERSISTENT, ROWS, MASK_TMA, REF1)),
@@ -523,9 +490,9 @@ def as_run(tiles, mask, D: int, itemsize: int, N: int | None = None):
       * Tiles.one_pass without a mask where the row fits on chip (attnlab.triton.qk_softmax_row.fits; N = None: the
         entry as it stands): as they are; else the two-pass kernel, persistent, as below;
       * no mask: `tiles` as they are;
-      * any mask: without Tiles.fixed_reference, Tiles.q_registers and Tiles.sum_mma (v42's and v44's options, for
-        unmasked calls; beside a mask's tiles v42's spill, offline for sm_90a 40–424 bytes a thread where the same
-        kernels without them spill 0–56: PERFORMANCE.md v42), and then:
+      * any mask: without Tiles.fixed_reference and Tiles.q_registers (v42's options, for unmasked calls; beside a
+        mask's tiles they spill, offline for sm_90a 40–424 bytes a thread where the same kernels without them
+        spill 0–56: PERFORMANCE.md v42), and then:
       * a mask the loader can bring by TMA (fused_gluon.tma_can_read: 1- or 2-byte elements, 16-byte-aligned rows):
         mask_tma, its tiles arriving with K's in as many stages as fit (mask_fits; at most the entry's, at least 2):
         with two consumers, D = 128 and a 2-byte mask, 2 of the entry's 3 (v30);
@@ -540,7 +507,7 @@ def as_run(tiles, mask, D: int, itemsize: int, N: int | None = None):
         tiles = replace(tiles, one_pass=False, persistent=True)
     if mask is None:
         return tiles
-    tiles = replace(tiles, fixed_reference=False, q_registers=False, sum_mma=False)
+    tiles = replace(tiles, fixed_reference=False, q_registers=False)
     if tma_can_read(mask):
         for stages in range(tiles.num_stages, 1, -1):
             if mask_fits(tiles, stages, D, itemsize, mask.element_size()):
@@ -570,9 +537,6 @@ def launch(q, k, p, mask, mask_strides, mask_kind, *, N, H, group, qk_scale, mas
         qk_softmax_row.launch(q, k, p, N=N, H=H, group=group, qk_scale=qk_scale, causal=causal, tiles=tiles,
                               no_softmax=no_softmax)
         return
-    if tiles.sum_mma and not tiles.fixed_reference:
-        raise ValueError(f"tiles {tiles}: sum_mma (pass 1's sums by matmul) works on a pass 1 against a fixed "
-                         f"reference only: set fixed_reference too")
     ref1 = tiles.fixed_reference and not no_softmax
     if ref1 and (flags is None or flags.dtype != torch.int8 or flags.numel() != q.shape[0] * H * N):
         got = None if flags is None else (flags.dtype, flags.numel())
@@ -596,10 +560,10 @@ def launch(q, k, p, mask, mask_strides, mask_kind, *, N, H, group, qk_scale, mas
 def constexprs(tiles, *, D: int, causal: bool, mask_kind: int, md, no_softmax: bool = False) -> dict:
     """The kernel's constexpr arguments for these tiles and this call (md: fused_gluon.mask_path's answer): what
     `launch` passes and what attnlab.triton.resources compiles offline, from one place so that the two cannot drift
-    apart. REF1 only where there is a pass 1 (no_softmax has none): 1, or 2 with Tiles.sum_mma."""
+    apart. REF1 only where there is a pass 1 (no_softmax has none)."""
     vary_b, vary_h = md[1:] if md else (0, 0)
     return dict(D=D, BLOCK_M=tiles.BLOCK_M, BLOCK_N=tiles.BLOCK_N, STAGES=tiles.num_stages, CAUSAL=causal,
                 MASK_KIND=mask_kind, NO_SOFTMAX=no_softmax, HEAVY_FIRST=tiles.heavy_first,
                 CONSUMER_REGS=CONSUMER_REGS, Q_REGISTERS=tiles.q_registers, ROWS=partitions(tiles)[0],
                 PERSISTENT=tiles.persistent, MASK_TMA=md is not None, MASK_B=vary_b, MASK_H=vary_h,
-                REF1=(2 if tiles.sum_mma else 1) if tiles.fixed_reference and not no_softmax else 0)
+                REF1=tiles.fixed_reference and not no_softmax)

@@ -228,8 +228,7 @@ LABEL_FLAGS = (("h", "heavy_first", "heavy-first"), ("p", "paired", "paired rows
                ("o", "o_tma", "O by TMA from its own tiles"),
                ("u", "one_consumer", "one consumer a program"),
                ("f", "fixed_reference", "pass 1 against a fixed reference"),
-               ("a", "one_pass", "one pass, the row on chip"),
-               ("x", "sum_mma", "pass 1's exponentials in f16 pairs, summed by matmul"))
+               ("a", "one_pass", "one pass, the row on chip"))
 
 
 def label(t: config.Tiles) -> str:
