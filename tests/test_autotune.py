@@ -251,7 +251,7 @@ def v42_winners(root) -> dict:
         wins = [lab for lab in by_label.index if lab != "current" and (by_label.loc[lab] < current).all()]
         assert len(wins) <= 1, (D, causal, wins)
         if wins:
-            winners[(f"={D}", causal)] = parse_tiles(wins[0] if causal else wins[0].replace("h", ""))
+            winners[(f"={D}", causal)] = parse_tiles(wins[0])
     return winners
 
 
