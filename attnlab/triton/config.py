@@ -162,6 +162,8 @@ TABLE: dict[tuple, Tiles] = {
     # (v17) since session 24 (v42, `-s24-call1`/`-call2`, three rounds against the entry before, P kernel at
     # N = 2048 / 4096 / 8192 / 16384, medians: D = 64 non-causal −1.6 / −2.2 / −1.3 / −0.7 %; D = 128 causal, two
     # rounds, −1.4 to −2.9 % at every N). At D = 128 non-causal f alone tied at 2048 (+0.3 %), so that entry stays.
+    # The build with the bench's timer, both tables in one process (session 25, `-s25-call3`): −1.4 to −2.8 % at
+    # D = 64 non-causal; a tie at D = 128 causal (−0.4 to +0.1 %).
     ("qk_softmax", "sm90", "=64", False, 2): Tiles(64, 128, 4, 3, gluon=True, q_registers=True, persistent=True,
                                                    fixed_reference=True),
     ("qk_softmax", "sm90", "=64", True, 2): Tiles(64, 128, 4, 3, heavy_first=True, gluon=True, one_consumer=True),
