@@ -67,10 +67,6 @@ class Tiles:
     # the same tiles otherwise (qk_softmax_gluon.as_run; PERFORMANCE.md v40; label suffix `a`). The autotune lets
     # such tiles compete for SHORT entries only, below ROW_MAX + 1 (attnlab.autotune.pick).
     one_pass: bool = False
-    # Gluon qk_softmax kernel only (two passes): P's tiles leave shared memory by the consumers' own 16-byte stores
-    # instead of TMA stores (PERFORMANCE.md v45: a pure write stream of such stores ran at 4.6-4.7 TB/s on the H200,
-    # TMA stores of P's tiles at 3.8-4.0; label suffix `v`). Causal zero tiles still go by TMA.
-    p_stores: bool = False
 
     def as_dict(self) -> dict:
         return asdict(self)
@@ -78,7 +74,7 @@ class Tiles:
 
 # the fields only the Gluon kernels read
 GLUON_ONLY = ("gluon", "mask_tma", "q_registers", "persistent", "o_tma", "one_consumer", "fixed_reference",
-              "one_pass", "p_stores")
+              "one_pass")
 
 
 def interpreting() -> bool:

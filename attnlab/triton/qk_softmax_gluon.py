@@ -211,49 +211,22 @@ def _flag_rows(l_i, offs_m, flags, bh, N):
 
 
 @gluon.jit
-def _store_p(p, j, p_dst, p_smem, slot0, pbase, b, h, rows, N, BLOCK_N: gl.constexpr, P_STORES: gl.constexpr):
+def _store_p(p, j, p_desc, p_smem, slot0, pbase, b, h, rows, BLOCK_N: gl.constexpr):
     """P tile j into buffer slot0 + (pbase + j) % PBUF (pbase: the P tiles this consumer wrote for earlier items, so
-    that the buffers alternate across items too), then out to P: by a TMA store of the buffer, once the store that
-    last read it has finished; P_STORES (Tiles.p_stores): by the warpgroup's own 16-byte stores from it
-    (_store_p_plain). p_dst: P's descriptor and the pointer to this head's (N, N) of P."""
-    p_desc, p_head = p_dst
+    that the buffers alternate across items too), then a TMA store of it; the store that last read that buffer must
+    have finished first."""
     buf = p_smem.index(slot0 + (pbase + j) % PBUF)
-    if P_STORES:
-        _store_p_plain(p, j, buf.reshape([buf.type.shape[2], buf.type.shape[3]]), p_head, rows, N, BLOCK_N)
-    else:
-        tma.store_wait(pendings=PBUF - 1)
-        buf.reshape([buf.type.shape[2], buf.type.shape[3]]).store(p.to(p_desc.dtype))
-        fence_async_shared()
-        tma.async_copy_shared_to_global(p_desc, [b, h, rows, j * BLOCK_N], buf)
+    tma.store_wait(pendings=PBUF - 1)
+    buf.reshape([buf.type.shape[2], buf.type.shape[3]]).store(p.to(p_desc.dtype))
+    fence_async_shared()
+    tma.async_copy_shared_to_global(p_desc, [b, h, rows, j * BLOCK_N], buf)
 
 
 @gluon.jit
-def _store_p_plain(p, j, tile, p_head, rows, N, BLOCK_N: gl.constexpr):
-    """Tiles.p_stores (PERFORMANCE.md v45): P tile j through its shared-memory tile (written in the MMA layout, read
-    back 8 elements a thread along a row) and out by plain 16-byte stores, a warp's covering whole 256-byte row
-    pieces. A pure write stream of such stores ran at 4.6-4.7 TB/s on the H200 where TMA stores of P's tiles ran at
-    3.8-4.0 (scripts/experiments/stream_rates.py, tma_store_rate.py). Rows and keys past N are masked in the edge
-    tiles only. The compiler puts the barriers between the tile's write and read, and before its next write."""
-    BLOCK_M: gl.constexpr = tile.type.shape[0]
-    tile.store(p.to(p_head.dtype.element_ty))
-    layout: gl.constexpr = gl.BlockedLayout([1, 8], [32 // (BLOCK_N // 8), BLOCK_N // 8], [4, 1], [1, 0])
-    vals = tile.load(layout)
-    offs_m = rows + gl.arange(0, BLOCK_M, gl.SliceLayout(1, layout))
-    offs_n = j * BLOCK_N + gl.arange(0, BLOCK_N, gl.SliceLayout(0, layout))
-    n_row = (N // 8) * 8  # = N (the Gluon kernel takes N % 8 == 0): a multiple of 8 the compiler can see, so that
-    # each thread's 8 elements are one aligned 16-byte store
-    ptrs = p_head + offs_m.to(gl.int64)[:, None] * n_row + offs_n[None, :]
-    if rows + BLOCK_M <= N and (j + 1) * BLOCK_N <= N:
-        gl.store(ptrs, vals)
-    else:
-        gl.store(ptrs, vals, mask=(offs_m[:, None] < N) & (offs_n[None, :] < N))
-
-
-@gluon.jit
-def _step(s, j, t, m_i, l_i, bias, p_dst, p_smem, slot0, pbase, b, h, rows, hi, masks, offs_m, cols, N, smn,
+def _step(s, j, t, m_i, l_i, bias, p_desc, p_smem, slot0, pbase, b, h, rows, hi, masks, offs_m, cols, N, smn,
           qk_scale, mask_scale, WRITE: gl.constexpr, BLOCK_N: gl.constexpr, STAGES: gl.constexpr,
           CAUSAL: gl.constexpr, MASK_KIND: gl.constexpr, NO_SOFTMAX: gl.constexpr, MASK_TMA: gl.constexpr,
-          WG: gl.constexpr, ROWS: gl.constexpr, REF1: gl.constexpr, P_STORES: gl.constexpr):
+          WG: gl.constexpr, ROWS: gl.constexpr, REF1: gl.constexpr):
     """Key tile j of a pass (ring position t): pass 1 folds it into the running max and sum (REF1: into the sum
     against a fixed reference, _ref_tile), pass 2 (WRITE) writes its P. masks: the rows' mask pointers, the mask
     ring (MASK_TMA) and the K ring's `empty` barriers, on which the slot goes back once its mask tile has been
@@ -266,7 +239,7 @@ def _step(s, j, t, m_i, l_i, bias, p_dst, p_smem, slot0, pbase, b, h, rows, hi, 
         # the slot goes back before the wait for a free P buffer: with 2 stages, holding it through that wait kept
         # the loader from bringing tile t + 2 (v30)
         _release(k_empty, t, STAGES, MASK_TMA)
-        _store_p(p, j, p_dst, p_smem, slot0, pbase, b, h, rows, N, BLOCK_N, P_STORES)
+        _store_p(p, j, p_desc, p_smem, slot0, pbase, b, h, rows, BLOCK_N)
     elif REF1:
         m_i, l_i = _ref_tile(s, j, m_i, l_i, rows, hi, mask_rows, mask_tile, offs_m, cols, N, smn, qk_scale,
                              mask_scale, BLOCK_N, CAUSAL, MASK_KIND, MASK_TMA)
@@ -279,11 +252,11 @@ def _step(s, j, t, m_i, l_i, bias, p_dst, p_smem, slot0, pbase, b, h, rows, hi, 
 
 
 @gluon.jit
-def _pass(q, k_smem, k_full, k_empty, q_free, base, n_tiles, zero_s, m_i, l_i, bias, p_dst, p_smem, slot0, pbase,
+def _pass(q, k_smem, k_full, k_empty, q_free, base, n_tiles, zero_s, m_i, l_i, bias, p_desc, p_smem, slot0, pbase,
           b, h, rows, hi, mask_rows, mask_smem, offs_m, cols, N, smn, qk_scale, mask_scale, WRITE: gl.constexpr,
           RELEASE_Q: gl.constexpr, D: gl.constexpr, BLOCK_N: gl.constexpr, STAGES: gl.constexpr,
           CAUSAL: gl.constexpr, MASK_KIND: gl.constexpr, NO_SOFTMAX: gl.constexpr, MASK_TMA: gl.constexpr,
-          WG: gl.constexpr, ROWS: gl.constexpr, REF1: gl.constexpr, P_STORES: gl.constexpr = False):
+          WG: gl.constexpr, ROWS: gl.constexpr, REF1: gl.constexpr):
     """One pass over the key tiles (ring tiles base … base + n_tiles − 1), two at a time: the next tile's QKᵀ is on
     the tensor cores while this one's scores are worked on. Two at a time because the in-flight result must not be
     the value the loop carries while the previous one is still read: a one-tile loop makes the compiler copy an
@@ -296,33 +269,33 @@ def _pass(q, k_smem, k_full, k_empty, q_free, base, n_tiles, zero_s, m_i, l_i, b
         j = 2 * i
         s_a = _scores_done(s_flight, k_empty, base + j, STAGES, MASK_TMA)
         s_b_flight = _next_scores(q, k_smem, k_full, base + j + 1, zero_s, BLOCK_N, D, STAGES)
-        m_i, l_i = _step(s_a, j, base + j, m_i, l_i, bias, p_dst, p_smem, slot0, pbase, b, h, rows, hi, masks, offs_m,
+        m_i, l_i = _step(s_a, j, base + j, m_i, l_i, bias, p_desc, p_smem, slot0, pbase, b, h, rows, hi, masks, offs_m,
                          cols, N, smn, qk_scale, mask_scale, WRITE, BLOCK_N, STAGES, CAUSAL, MASK_KIND, NO_SOFTMAX,
-                         MASK_TMA, WG, ROWS, REF1, P_STORES)
+                         MASK_TMA, WG, ROWS, REF1)
         s_b = _scores_done(s_b_flight, k_empty, base + j + 1, STAGES, MASK_TMA)
         s_flight = _next_scores(q, k_smem, k_full, base + j + 2, zero_s, BLOCK_N, D, STAGES)
-        m_i, l_i = _step(s_b, j + 1, base + j + 1, m_i, l_i, bias, p_dst, p_smem, slot0, pbase, b, h, rows, hi, masks,
+        m_i, l_i = _step(s_b, j + 1, base + j + 1, m_i, l_i, bias, p_desc, p_smem, slot0, pbase, b, h, rows, hi, masks,
                          offs_m, cols, N, smn, qk_scale, mask_scale, WRITE, BLOCK_N, STAGES, CAUSAL, MASK_KIND,
-                         NO_SOFTMAX, MASK_TMA, WG, ROWS, REF1, P_STORES)
+                         NO_SOFTMAX, MASK_TMA, WG, ROWS, REF1)
     j = 2 * ((n_tiles - 1) // 2)  # one tile left (n_tiles odd) or two
     s_a = _scores_done(s_flight, k_empty, base + j, STAGES, MASK_TMA)
     if j + 1 < n_tiles:
         s_b_flight = _next_scores(q, k_smem, k_full, base + j + 1, zero_s, BLOCK_N, D, STAGES)
-        m_i, l_i = _step(s_a, j, base + j, m_i, l_i, bias, p_dst, p_smem, slot0, pbase, b, h, rows, hi, masks, offs_m,
+        m_i, l_i = _step(s_a, j, base + j, m_i, l_i, bias, p_desc, p_smem, slot0, pbase, b, h, rows, hi, masks, offs_m,
                          cols, N, smn, qk_scale, mask_scale, WRITE, BLOCK_N, STAGES, CAUSAL, MASK_KIND, NO_SOFTMAX,
-                         MASK_TMA, WG, ROWS, REF1, P_STORES)
+                         MASK_TMA, WG, ROWS, REF1)
         s_b = _scores_done(s_b_flight, k_empty, base + j + 1, STAGES, MASK_TMA)
         if RELEASE_Q:
             mbarrier.arrive(q_free, count=1)
-        m_i, l_i = _step(s_b, j + 1, base + j + 1, m_i, l_i, bias, p_dst, p_smem, slot0, pbase, b, h, rows, hi, masks,
+        m_i, l_i = _step(s_b, j + 1, base + j + 1, m_i, l_i, bias, p_desc, p_smem, slot0, pbase, b, h, rows, hi, masks,
                          offs_m, cols, N, smn, qk_scale, mask_scale, WRITE, BLOCK_N, STAGES, CAUSAL, MASK_KIND,
-                         NO_SOFTMAX, MASK_TMA, WG, ROWS, REF1, P_STORES)
+                         NO_SOFTMAX, MASK_TMA, WG, ROWS, REF1)
     else:
         if RELEASE_Q:
             mbarrier.arrive(q_free, count=1)
-        m_i, l_i = _step(s_a, j, base + j, m_i, l_i, bias, p_dst, p_smem, slot0, pbase, b, h, rows, hi, masks, offs_m,
+        m_i, l_i = _step(s_a, j, base + j, m_i, l_i, bias, p_desc, p_smem, slot0, pbase, b, h, rows, hi, masks, offs_m,
                          cols, N, smn, qk_scale, mask_scale, WRITE, BLOCK_N, STAGES, CAUSAL, MASK_KIND, NO_SOFTMAX,
-                         MASK_TMA, WG, ROWS, REF1, P_STORES)
+                         MASK_TMA, WG, ROWS, REF1)
     return m_i, l_i
 
 
@@ -331,17 +304,14 @@ def _item(where, t0, pbase, it, q_smem, k_smem, p_smem, p_desc, bars, smm, smn, 
           mask_scale, WG: gl.constexpr, D: gl.constexpr, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr,
           STAGES: gl.constexpr, CAUSAL: gl.constexpr, MASK_KIND: gl.constexpr, NO_SOFTMAX: gl.constexpr,
           Q_REGISTERS: gl.constexpr, PERSISTENT: gl.constexpr, MASK_TMA: gl.constexpr, ROWS: gl.constexpr,
-          REF1: gl.constexpr, P_STORES: gl.constexpr = False):
+          REF1: gl.constexpr):
     """One warpgroup's rows of a work item (`where`: _program's answer; this program's it-th item, its key tiles at
     ring positions t0 on, pbase P tiles written before it): zero tiles (causal), pass 1 (max and sum; REF1: the
     sum against a fixed reference, then the rows it leaves wrong flagged in `flagging`'s flags, B·H·N bytes, whose
-    H it carries, with P's pointer for P_STORES), pass 2 (P). Persistent: Q's buffer is released after the item's last QKᵀ. Returns the next item's
+    H it carries), pass 2 (P). Persistent: Q's buffer is released after the item's last QKᵀ. Returns the next item's
     (t0, pbase)."""
     q_bars, q_empty, k_full, k_empty = bars
     b, h, hk, start_m, n_tiles, m_head = where
-    flags, H, p_ptr = flagging
-    # this head's (N, N) of P, for P_STORES: its offset a multiple of 8 elements the compiler can see (N % 8 == 0)
-    p_head = p_ptr + (b * H + h).to(gl.int64) * N * ((N // 8) * 8)
     s_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1],
                                                        instr_shape=[16, BLOCK_N, 16])
     row_s: gl.constexpr = gl.SliceLayout(1, s_layout)
@@ -375,29 +345,29 @@ def _item(where, t0, pbase, it, q_smem, k_smem, p_smem, p_desc, bars, smm, smn, 
     base = t0
     if not NO_SOFTMAX:  # pass 1: the row max and sum
         m_i, l_i = _pass(q, k_smem, k_full, k_empty, q_empty.index(WG), base, n_tiles, zero_s, m_i, l_i, m_i,
-                         (p_desc, p_head), p_smem, slot0, pbase, b, h, rows, hi, mask_rows, mask_smem, offs_m, cols,
-                         N, smn, qk_scale, mask_scale, False, False, D, BLOCK_N, STAGES, CAUSAL, MASK_KIND,
-                         NO_SOFTMAX, MASK_TMA, WG, ROWS, REF1, P_STORES)
+                         p_desc, p_smem, slot0, pbase, b, h, rows, hi, mask_rows, mask_smem, offs_m, cols, N, smn,
+                         qk_scale, mask_scale, False, False, D, BLOCK_N, STAGES, CAUSAL, MASK_KIND, NO_SOFTMAX,
+                         MASK_TMA, WG, ROWS, REF1)
         base = t0 + n_tiles
         if REF1:
+            flags, H = flagging
             _flag_rows(l_i, offs_m, flags, (b * H + h).to(gl.int64), N)
     bias = _bias(m_i, l_i)
     if CAUSAL:
         tma.store_wait(pendings=0)  # the zero buffer is P buffer 0, written again below
-    _pass(q, k_smem, k_full, k_empty, q_empty.index(WG), base, n_tiles, zero_s, m_i, l_i, bias, (p_desc, p_head),
-          p_smem, slot0, pbase, b, h, rows, hi, mask_rows, mask_smem, offs_m, cols, N, smn, qk_scale, mask_scale,
-          True, PERSISTENT and not Q_REGISTERS, D, BLOCK_N, STAGES, CAUSAL, MASK_KIND, NO_SOFTMAX, MASK_TMA, WG,
-          ROWS, False, P_STORES)
+    _pass(q, k_smem, k_full, k_empty, q_empty.index(WG), base, n_tiles, zero_s, m_i, l_i, bias, p_desc, p_smem,
+          slot0, pbase, b, h, rows, hi, mask_rows, mask_smem, offs_m, cols, N, smn, qk_scale, mask_scale, True,
+          PERSISTENT and not Q_REGISTERS, D, BLOCK_N, STAGES, CAUSAL, MASK_KIND, NO_SOFTMAX, MASK_TMA, WG, ROWS,
+          False)
     return base + n_tiles, pbase + n_tiles
 
 
 @gluon.jit
-def _consumer(q_smem, k_smem, p_smem, p_desc, p_ptr, bars, mask, work, where, flags, N, H, GROUP, qk_scale,
-              mask_scale,
+def _consumer(q_smem, k_smem, p_smem, p_desc, bars, mask, work, where, flags, N, H, GROUP, qk_scale, mask_scale,
               WG: gl.constexpr, D: gl.constexpr, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr,
               STAGES: gl.constexpr, CAUSAL: gl.constexpr, MASK_KIND: gl.constexpr, NO_SOFTMAX: gl.constexpr,
               HEAVY_FIRST: gl.constexpr, Q_REGISTERS: gl.constexpr, PERSISTENT: gl.constexpr, ROWS: gl.constexpr,
-              MASK_TMA: gl.constexpr, REF1: gl.constexpr, P_STORES: gl.constexpr):
+              MASK_TMA: gl.constexpr, REF1: gl.constexpr):
     """One warpgroup: its rows of each of this program's work items (one item unless persistent), then the wait for
     its last P stores."""
     pid, nprog, total = work
@@ -410,26 +380,26 @@ def _consumer(q_smem, k_smem, p_smem, p_desc, p_ptr, bars, mask, work, where, fl
         for x in range(start, end, step):
             where = _step_item(x, work, M, smb, smh, N, H, GROUP, BLOCK_M, BLOCK_N, CAUSAL, HEAVY_FIRST, ROWS)
             t0, pbase = _item(where, t0, pbase, it, q_smem, k_smem, p_smem, p_desc, bars, smm, smn, mask_smem,
-                              (flags, H, p_ptr), N, qk_scale, mask_scale, WG, D, BLOCK_M, BLOCK_N, STAGES,
-                              CAUSAL, MASK_KIND, NO_SOFTMAX, Q_REGISTERS, True, MASK_TMA, ROWS, REF1, P_STORES)
+                              (flags, H), N, qk_scale, mask_scale, WG, D, BLOCK_M, BLOCK_N, STAGES, CAUSAL,
+                              MASK_KIND, NO_SOFTMAX, Q_REGISTERS, True, MASK_TMA, ROWS, REF1)
             it += 1
     else:
-        _item(where, 0, 0, 0, q_smem, k_smem, p_smem, p_desc, bars, smm, smn, mask_smem, (flags, H, p_ptr), N,
-              qk_scale, mask_scale, WG, D, BLOCK_M, BLOCK_N, STAGES, CAUSAL, MASK_KIND, NO_SOFTMAX, Q_REGISTERS,
-              False, MASK_TMA, ROWS, REF1, P_STORES)
+        _item(where, 0, 0, 0, q_smem, k_smem, p_smem, p_desc, bars, smm, smn, mask_smem, (flags, H), N, qk_scale,
+              mask_scale, WG, D, BLOCK_M, BLOCK_N, STAGES, CAUSAL, MASK_KIND, NO_SOFTMAX, Q_REGISTERS, False,
+              MASK_TMA, ROWS, REF1)
     tma.store_wait(pendings=0)
 
 
 # N is never made a constant (attnlab.triton.fused_gluon: N = 1 with a mask fails to compile in Triton 3.6 if it is).
 @gluon.jit(do_not_specialize=["N"])
-def qk_softmax_gluon_kernel(q_desc, k_desc, p_desc, p_ptr, M, smb, smh, smm, smn, mask_desc, flags, N, H, GROUP, total,
+def qk_softmax_gluon_kernel(q_desc, k_desc, p_desc, M, smb, smh, smm, smn, mask_desc, flags, N, H, GROUP, total,
                             qk_scale, mask_scale, D: gl.constexpr, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr,
                             STAGES: gl.constexpr, CAUSAL: gl.constexpr, MASK_KIND: gl.constexpr,
                             NO_SOFTMAX: gl.constexpr, HEAVY_FIRST: gl.constexpr, CONSUMER_REGS: gl.constexpr,
                             num_warps: gl.constexpr, Q_REGISTERS: gl.constexpr = False,
                             ROWS: gl.constexpr = ROWS_PER_PROGRAM, PERSISTENT: gl.constexpr = False,
                             MASK_TMA: gl.constexpr = False, MASK_B: gl.constexpr = 0, MASK_H: gl.constexpr = 0,
-                            REF1: gl.constexpr = False, P_STORES: gl.constexpr = False):
+                            REF1: gl.constexpr = False):
     """grid (total,) with total = cdiv(N, ROWS·BLOCK_M)·B·H work items, one a program (attnlab.triton.fused_gluon.
     _program); PERSISTENT: any smaller grid, each program taking items pid, pid + grid, … (causal with HEAVY_FIRST:
     in heavy/light pairs, fused_gluon._items). num_warps = 4; ROWS consumer warpgroups a program, 2, or 1
@@ -440,8 +410,7 @@ def qk_softmax_gluon_kernel(q_desc, k_desc, p_desc, p_ptr, M, smb, smh, smm, smn
     over the mask's (B or 1, H or 1, N, N) with a (1, 1, ROWS·BLOCK_M, BLOCK_N) box (MASK_B, MASK_H: 1 where the mask
     varies over batch, heads), into a ring of STAGES slots beside K's; else `mask_desc` is an unused placeholder.
     REF1: pass 1 against a fixed reference (Tiles.fixed_reference), each row's verdict into `flags` (B·H·N int8, 1 =
-    re-write; _flag_rows); else `flags` is an unused placeholder. p_ptr: P itself (the contiguous (B, H, N, N)
-    p_desc describes), which P_STORES (Tiles.p_stores) writes by plain stores instead of TMA."""
+    re-write; _flag_rows); else `flags` is an unused placeholder."""
     dtype: gl.constexpr = q_desc.dtype
     pid = gl.program_id(0)
     nprog = gl.num_programs(0)
@@ -471,11 +440,11 @@ def qk_softmax_gluon_kernel(q_desc, k_desc, p_desc, p_ptr, M, smb, smh, smm, smn
     # into tensors.
     if ROWS == 1:  # one consumer (the default partition) and the loader: 8 warps launched, two programs an SM
         gl.warp_specialize([
-            (_consumer, (q_smem, k_smem, p_smem, p_desc, p_ptr, (q_bars, q_empty, k_full, k_empty),
+            (_consumer, (q_smem, k_smem, p_smem, p_desc, (q_bars, q_empty, k_full, k_empty),
                          (M, smb, smh, smm, smn, mask_smem),
                          (pid, nprog, total), (b, h, hk, start_m, n_tiles, m_head), flags, N, H, GROUP, qk_scale,
                          mask_scale, 0, D, BLOCK_M, BLOCK_N, STAGES, CAUSAL, MASK_KIND, NO_SOFTMAX, HEAVY_FIRST,
-                         Q_REGISTERS, PERSISTENT, ROWS, MASK_TMA, REF1, P_STORES)),
+                         Q_REGISTERS, PERSISTENT, ROWS, MASK_TMA, REF1)),
             (_loader, (q_desc, k_desc, q_smem, k_smem, (q_bars, q_empty, k_full, k_empty), (mask_desc, mask_smem),
                        (pid, nprog, total), (b, h, hk, start_m, n_tiles, m_head), M, smb, smh, N, H, GROUP, BLOCK_M,
                        BLOCK_N, STAGES, CAUSAL, HEAVY_FIRST, NO_SOFTMAX, PERSISTENT, ROWS, MASK_TMA, MASK_B,
@@ -483,16 +452,16 @@ def qk_softmax_gluon_kernel(q_desc, k_desc, p_desc, p_ptr, M, smb, smh, smm, smn
         ], [1], [24])
     else:
         gl.warp_specialize([
-            (_consumer, (q_smem, k_smem, p_smem, p_desc, p_ptr, (q_bars, q_empty, k_full, k_empty),
+            (_consumer, (q_smem, k_smem, p_smem, p_desc, (q_bars, q_empty, k_full, k_empty),
                          (M, smb, smh, smm, smn, mask_smem),
                          (pid, nprog, total), (b, h, hk, start_m, n_tiles, m_head), flags, N, H, GROUP, qk_scale,
                          mask_scale, 0, D, BLOCK_M, BLOCK_N, STAGES, CAUSAL, MASK_KIND, NO_SOFTMAX, HEAVY_FIRST,
-                         Q_REGISTERS, PERSISTENT, ROWS, MASK_TMA, REF1, P_STORES)),
-            (_consumer, (q_smem, k_smem, p_smem, p_desc, p_ptr, (q_bars, q_empty, k_full, k_empty),
+                         Q_REGISTERS, PERSISTENT, ROWS, MASK_TMA, REF1)),
+            (_consumer, (q_smem, k_smem, p_smem, p_desc, (q_bars, q_empty, k_full, k_empty),
                          (M, smb, smh, smm, smn, mask_smem),
                          (pid, nprog, total), (b, h, hk, start_m, n_tiles, m_head), flags, N, H, GROUP, qk_scale,
                          mask_scale, 1, D, BLOCK_M, BLOCK_N, STAGES, CAUSAL, MASK_KIND, NO_SOFTMAX, HEAVY_FIRST,
-                         Q_REGISTERS, PERSISTENT, ROWS, MASK_TMA, REF1, P_STORES)),
+                         Q_REGISTERS, PERSISTENT, ROWS, MASK_TMA, REF1)),
             (_loader, (q_desc, k_desc, q_smem, k_smem, (q_bars, q_empty, k_full, k_empty), (mask_desc, mask_smem),
                        (pid, nprog, total), (b, h, hk, start_m, n_tiles, m_head), M, smb, smh, N, H, GROUP, BLOCK_M,
                        BLOCK_N, STAGES, CAUSAL, HEAVY_FIRST, NO_SOFTMAX, PERSISTENT, ROWS, MASK_TMA, MASK_B,
@@ -579,7 +548,7 @@ def launch(q, k, p, mask, mask_strides, mask_kind, *, N, H, group, qk_scale, mas
     md = mask_path(tiles, mask, mask_kind)
     total = triton.cdiv(N, rows * BM) * q.shape[0] * H
     grid = (min(total, sm_count(q.device) * programs_per_sm(tiles)) if tiles.persistent else total,)
-    qk_softmax_gluon_kernel[grid](q_desc, descriptor(k, BN), descriptor(p, BM, BN), p, mask, *mask_strides,
+    qk_softmax_gluon_kernel[grid](q_desc, descriptor(k, BN), descriptor(p, BM, BN), mask, *mask_strides,
                                   md[0] if md else q_desc, flags if ref1 else p, N, H, group, total, qk_scale,
                                   mask_scale,
                                   **constexprs(tiles, D=q.shape[-1], causal=causal, mask_kind=mask_kind, md=md,
@@ -596,4 +565,4 @@ def constexprs(tiles, *, D: int, causal: bool, mask_kind: int, md, no_softmax: b
                 MASK_KIND=mask_kind, NO_SOFTMAX=no_softmax, HEAVY_FIRST=tiles.heavy_first,
                 CONSUMER_REGS=CONSUMER_REGS, Q_REGISTERS=tiles.q_registers, ROWS=partitions(tiles)[0],
                 PERSISTENT=tiles.persistent, MASK_TMA=md is not None, MASK_B=vary_b, MASK_H=vary_h,
-                REF1=tiles.fixed_reference and not no_softmax, P_STORES=tiles.p_stores)
+                REF1=tiles.fixed_reference and not no_softmax)

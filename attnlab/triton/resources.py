@@ -157,7 +157,6 @@ def _gluon_info(kernel: str, D: int, causal: bool, tiles: config.Tiles, mask_kin
         sig["k_desc"] = mangle_type(fused_gluon.descriptor(x, tiles.BLOCK_N))
         p = torch.empty(1, ints["H"], ints["N"], ints["N"], dtype=tdtype)
         sig["p_desc"] = mangle_type(fused_gluon.descriptor(p, tiles.BLOCK_M, tiles.BLOCK_N))
-        sig["p_ptr"] = f"*{dtype}"
         md = fused_gluon.mask_path(tiles, m, mask_kind)  # with Tiles.mask_tma the mask comes by TMA (v30)
         sig["mask_desc"] = mangle_type(md[0]) if md else sig["q_desc"]
         values = qk_softmax_gluon.constexprs(tiles, D=D, causal=causal, mask_kind=mask_kind, md=md,
@@ -190,10 +189,7 @@ def _gluon_info(kernel: str, D: int, causal: bool, tiles: config.Tiles, mask_kin
     values.update(flags, num_warps=4)
     for a, val in values.items():
         sig[a], constexprs[a] = "constexpr", val
-    # P's pointer, aligned as the caching allocator aligns it, as the JIT marks it at a real call (Tiles.p_stores'
-    # 16-byte stores depend on it)
-    attrs = {(fn.arg_names.index("p_ptr"),): [["tt.divisibility", 16]]} if "p_ptr" in sig else {}
-    src = GluonASTSource(fn=fn, signature=sig, constexprs=constexprs, attrs=attrs)
+    src = GluonASTSource(fn=fn, signature=sig, constexprs=constexprs, attrs={})
     k = triton.compile(src, target=GPUTarget("cuda", 90, 32),
                        options={"num_warps": 4, "maxnreg": fused_gluon.partitions(tiles)[1]})
     return _report(k, kernel, D, causal, mask_kind, tiles)
@@ -232,8 +228,7 @@ LABEL_FLAGS = (("h", "heavy_first", "heavy-first"), ("p", "paired", "paired rows
                ("o", "o_tma", "O by TMA from its own tiles"),
                ("u", "one_consumer", "one consumer a program"),
                ("f", "fixed_reference", "pass 1 against a fixed reference"),
-               ("a", "one_pass", "one pass, the row on chip"),
-               ("v", "p_stores", "P by plain stores, not TMA"))
+               ("a", "one_pass", "one pass, the row on chip"))
 
 
 def label(t: config.Tiles) -> str:
