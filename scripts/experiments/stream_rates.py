@@ -118,9 +118,9 @@ def main():
         gb = n * 2 / GB
         tag = f"D={D} N={N} P_GB={gb:.2f}"
         rows = {}
-        q = torch.empty(n, device="cuda", dtype=torch.bfloat16)
-        rows["copy_P"] = (ms_of(lambda: q.copy_(p.view(-1))), 2 * gb)
-        del q
+        copy = torch.empty(n, device="cuda", dtype=torch.bfloat16)
+        rows["copy_P"] = (ms_of(lambda: copy.copy_(p.view(-1))), 2 * gb)
+        del copy
         scratch = torch.empty_like(p)
         rows["fill_P"] = (ms_of(lambda: scratch.fill_(0.5)), gb)
         for block in (2048, 8192):
@@ -136,7 +136,7 @@ def main():
         rows["torch_sum_P"] = (ms_of(lambda: p.sum(dtype=torch.float32)), gb)
         v = torch.randn(B, H, N, D, device="cuda", dtype=torch.bfloat16)
         for causal in (False, True):
-            c = launch._prepare(v, v, v, causal, None, None, None)
+            c = launch._prepare(v, v, v, causal, None, None, None)  # a random P: the timing, not the values
             o = torch.empty_like(v)
             read = gb / 2 if causal else gb
             rows[f"pv_kernel{'_causal' if causal else ''}"] = (ms_of(lambda: launch._pv(c, p, None, o)), read)
