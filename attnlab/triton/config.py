@@ -67,6 +67,9 @@ class Tiles:
     # the same tiles otherwise (qk_softmax_gluon.as_run; PERFORMANCE.md v40; label suffix `a`). The autotune lets
     # such tiles compete for SHORT entries only, below ROW_MAX + 1 (attnlab.autotune.pick).
     one_pass: bool = False
+    # Gluon PV kernel only: Oᵀ = Vᵀ Pᵀ, so that at D = 64 each wgmma is 64 × BLOCK_M (BLOCK_M up to 256) instead of
+    # BLOCK_M × 64, and Oᵀ goes out through shared memory (PERFORMANCE.md v47; label suffix `y`).
+    o_transposed: bool = False
 
     def as_dict(self) -> dict:
         return asdict(self)
@@ -74,7 +77,7 @@ class Tiles:
 
 # the fields only the Gluon kernels read
 GLUON_ONLY = ("gluon", "mask_tma", "q_registers", "persistent", "o_tma", "one_consumer", "fixed_reference",
-              "one_pass")
+              "one_pass", "o_transposed")
 
 
 def interpreting() -> bool:

@@ -65,9 +65,10 @@ def _loader(p_desc, v_desc, p_smem, v_smem, full, empty, work, o_ptr, N, H, GROU
 def _consumer(p_smem, v_smem, full, empty, work, o_ptr, sob, soh, son, N, H, GROUP, inv_n, WG: gl.constexpr,
               D: gl.constexpr, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, STAGES: gl.constexpr,
               CAUSAL: gl.constexpr, NO_PV: gl.constexpr, HEAVY_FIRST: gl.constexpr, ROWS: gl.constexpr,
-              PERSISTENT: gl.constexpr):
+              PERSISTENT: gl.constexpr, TRANSPOSED: gl.constexpr = False):
     """One warpgroup: for each of the program's items, O of its BLOCK_M rows accumulated over the key tiles, then
-    stored from registers (rows past N dropped) while the loader already brings the next item's tiles."""
+    stored from registers (rows past N dropped) while the loader already brings the next item's tiles. TRANSPOSED
+    (Tiles.o_transposed): Oᵀ = Vᵀ Pᵀ instead, _transposed_item."""
     o_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1], instr_shape=[16, D, 16])
     s_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1],
                                                        instr_shape=[16, BLOCK_N, 16])
@@ -90,6 +91,9 @@ def _consumer(p_smem, v_smem, full, empty, work, o_ptr, sob, soh, son, N, H, GRO
                 r += 1
             o = (gl.convert_layout(gl.sum(part, axis=1), gl.SliceLayout(1, o_layout))[:, None]
                  + gl.zeros([BLOCK_M, D], gl.float32, o_layout))
+        elif TRANSPOSED:
+            r = _transposed_item(p_smem, v_smem, full, empty, r, n_tiles, o_ptr, b, h, sob, soh, son,
+                                 start_m + WG * BLOCK_M, N, WG, D, BLOCK_M, BLOCK_N, STAGES, ROWS)
         else:
             o = gl.zeros([BLOCK_M, D], gl.float32, o_layout)
             for j in range(n_tiles):
@@ -103,11 +107,44 @@ def _consumer(p_smem, v_smem, full, empty, work, o_ptr, sob, soh, son, N, H, GRO
                 r += 1
             o = warpgroup_mma_wait(num_outstanding=0, deps=[o])
             mbarrier.arrive(empty.index((r - 1) % STAGES), count=1)  # the item's last slot (the ring runs on)
-        rows = start_m + WG * BLOCK_M
-        offs_m = rows + gl.arange(0, BLOCK_M, gl.SliceLayout(1, o_layout))
-        offs_d = gl.arange(0, D, gl.SliceLayout(0, o_layout))
-        o_rows = o_ptr + b.to(gl.int64) * sob + h.to(gl.int64) * soh + offs_m.to(gl.int64) * son
-        gl.store(o_rows[:, None] + offs_d[None, :], o.to(o_ptr.dtype.element_ty), mask=(offs_m < N)[:, None])
+        if NO_PV or not TRANSPOSED:  # (_transposed_item stores its own)
+            rows = start_m + WG * BLOCK_M
+            offs_m = rows + gl.arange(0, BLOCK_M, gl.SliceLayout(1, o_layout))
+            offs_d = gl.arange(0, D, gl.SliceLayout(0, o_layout))
+            o_rows = o_ptr + b.to(gl.int64) * sob + h.to(gl.int64) * soh + offs_m.to(gl.int64) * son
+            gl.store(o_rows[:, None] + offs_d[None, :], o.to(o_ptr.dtype.element_ty), mask=(offs_m < N)[:, None])
+
+
+@gluon.jit
+def _transposed_item(p_smem, v_smem, full, empty, r, n_tiles, o_ptr, b, h, sob, soh, son, rows, N, WG: gl.constexpr,
+                     D: gl.constexpr, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, STAGES: gl.constexpr,
+                     ROWS: gl.constexpr):
+    """Tiles.o_transposed (PERFORMANCE.md v47): one item's Oᵀ = Vᵀ Pᵀ, D × BLOCK_M, so that each wgmma is
+    m64 n(BLOCK_M) k16 with Vᵀ as A and Pᵀ as B, both straight from the ring (transposed views), where O = P V at
+    D = 64 is m64 n64 k16 twice for 128 rows; then Oᵀ turned back through shared memory (convert_layout) into 16-byte
+    stores along D. Returns the ring position after the item."""
+    ot_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1],
+                                                        instr_shape=[16, BLOCK_M, 16])
+    o = gl.zeros([D, BLOCK_M], gl.float32, ot_layout)
+    for j in range(n_tiles):
+        st = r % STAGES
+        mbarrier.wait(full.index(st), (r // STAGES) & 1)
+        o = warpgroup_mma(v_smem.index(st).reshape([BLOCK_N, D]).permute((1, 0)),
+                          p_smem.index(st * ROWS + WG).reshape([BLOCK_M, BLOCK_N]).permute((1, 0)), o,
+                          is_async=True)
+        o = warpgroup_mma_wait(num_outstanding=1, deps=[o])  # the previous tile's matmul is done
+        if j > 0:
+            mbarrier.arrive(empty.index((r - 1) % STAGES), count=1)
+        r += 1
+    o = warpgroup_mma_wait(num_outstanding=0, deps=[o])
+    mbarrier.arrive(empty.index((r - 1) % STAGES), count=1)  # the item's last slot (the ring runs on)
+    out_layout: gl.constexpr = gl.BlockedLayout([8, 1], [8, 4], [1, 4], [0, 1])  # 8 consecutive d a thread
+    ot = gl.convert_layout(o.to(o_ptr.dtype.element_ty), out_layout)
+    offs_m = rows + gl.arange(0, BLOCK_M, gl.SliceLayout(0, out_layout))
+    offs_d = gl.arange(0, D, gl.SliceLayout(1, out_layout))
+    o_cols = o_ptr + b.to(gl.int64) * sob + h.to(gl.int64) * soh + offs_m.to(gl.int64) * son
+    gl.store(o_cols[None, :] + offs_d[:, None], ot, mask=(offs_m < N)[None, :])
+    return r
 
 
 # N is never made a constant (as in fused_gluon_kernel: Triton specialises an int argument equal to 1).
@@ -115,7 +152,8 @@ def _consumer(p_smem, v_smem, full, empty, work, o_ptr, sob, soh, son, N, H, GRO
 def pv_gluon_kernel(p_desc, v_desc, o_ptr, sob, soh, son, N, H, GROUP, total, inv_n, D: gl.constexpr,
                     BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, STAGES: gl.constexpr, CAUSAL: gl.constexpr,
                     NO_PV: gl.constexpr, HEAVY_FIRST: gl.constexpr, CONSUMER_REGS: gl.constexpr,
-                    num_warps: gl.constexpr, ROWS: gl.constexpr, PERSISTENT: gl.constexpr):
+                    num_warps: gl.constexpr, ROWS: gl.constexpr, PERSISTENT: gl.constexpr,
+                    TRANSPOSED: gl.constexpr = False):
     """grid (total,) with total = cdiv(N, ROWS·BLOCK_M)·B·H work items (ROWS·BLOCK_M rows of a head), one a program;
     PERSISTENT: a smaller grid (one program an SM, two with one consumer), each program taking items pid,
     pid + grid, … (in heavy/light pairs when causal with HEAVY_FIRST), its ring running on from item to item.
@@ -136,16 +174,19 @@ def pv_gluon_kernel(p_desc, v_desc, o_ptr, sob, soh, son, N, H, GROUP, total, in
     if ROWS == 1:
         gl.warp_specialize([
             (_consumer, (p_smem, v_smem, full, empty, (pid, nprog, total), o_ptr, sob, soh, son, N, H, GROUP, inv_n,
-                         0, D, BLOCK_M, BLOCK_N, STAGES, CAUSAL, NO_PV, HEAVY_FIRST, ROWS, PERSISTENT)),
+                         0, D, BLOCK_M, BLOCK_N, STAGES, CAUSAL, NO_PV, HEAVY_FIRST, ROWS, PERSISTENT,
+                         TRANSPOSED)),
             (_loader, (p_desc, v_desc, p_smem, v_smem, full, empty, (pid, nprog, total), o_ptr, N, H, GROUP, BLOCK_M,
                        BLOCK_N, STAGES, CAUSAL, NO_PV, HEAVY_FIRST, ROWS, PERSISTENT)),
         ], [1], [24])
     else:
         gl.warp_specialize([
             (_consumer, (p_smem, v_smem, full, empty, (pid, nprog, total), o_ptr, sob, soh, son, N, H, GROUP, inv_n,
-                         0, D, BLOCK_M, BLOCK_N, STAGES, CAUSAL, NO_PV, HEAVY_FIRST, ROWS, PERSISTENT)),
+                         0, D, BLOCK_M, BLOCK_N, STAGES, CAUSAL, NO_PV, HEAVY_FIRST, ROWS, PERSISTENT,
+                         TRANSPOSED)),
             (_consumer, (p_smem, v_smem, full, empty, (pid, nprog, total), o_ptr, sob, soh, son, N, H, GROUP, inv_n,
-                         1, D, BLOCK_M, BLOCK_N, STAGES, CAUSAL, NO_PV, HEAVY_FIRST, ROWS, PERSISTENT)),
+                         1, D, BLOCK_M, BLOCK_N, STAGES, CAUSAL, NO_PV, HEAVY_FIRST, ROWS, PERSISTENT,
+                         TRANSPOSED)),
             (_loader, (p_desc, v_desc, p_smem, v_smem, full, empty, (pid, nprog, total), o_ptr, N, H, GROUP, BLOCK_M,
                        BLOCK_N, STAGES, CAUSAL, NO_PV, HEAVY_FIRST, ROWS, PERSISTENT)),
         ], [4, 1], [CONSUMER_REGS, 24])
@@ -170,4 +211,4 @@ def constexprs(tiles, *, D: int, causal: bool, no_pv: bool = False) -> dict:
     only under a causal mask (without one every row does the same work)."""
     return dict(D=D, BLOCK_M=tiles.BLOCK_M, BLOCK_N=tiles.BLOCK_N, STAGES=tiles.num_stages, CAUSAL=causal,
                 NO_PV=no_pv, HEAVY_FIRST=causal and tiles.heavy_first, CONSUMER_REGS=CONSUMER_REGS,
-                ROWS=partitions(tiles)[0], PERSISTENT=tiles.persistent)
+                ROWS=partitions(tiles)[0], PERSISTENT=tiles.persistent, TRANSPOSED=tiles.o_transposed)

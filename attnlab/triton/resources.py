@@ -228,7 +228,8 @@ LABEL_FLAGS = (("h", "heavy_first", "heavy-first"), ("p", "paired", "paired rows
                ("o", "o_tma", "O by TMA from its own tiles"),
                ("u", "one_consumer", "one consumer a program"),
                ("f", "fixed_reference", "pass 1 against a fixed reference"),
-               ("a", "one_pass", "one pass, the row on chip"))
+               ("a", "one_pass", "one pass, the row on chip"),
+               ("y", "o_transposed", "Oᵀ = Vᵀ Pᵀ"))
 
 
 def label(t: config.Tiles) -> str:
