@@ -160,3 +160,33 @@ def test_the_interim_override_file_is_what_session_16s_calls_3_and_4_ran(monkeyp
         checked += 1
     assert checked == len(rows) and {(d, c) for d, c in zip(rows.D, rows.causal)} == {(64, False), (64, True),
                                                                                         (128, False), (128, True)}
+
+
+def test_releases_after_ordinary_shared_loads_are_fenced_from_the_loaders_next_tma():
+    """Lab guard (PERFORMANCE.md v47): a consumer that reads a TMA-filled slot with ordinary shared loads (the generic
+    proxy) and then hands the slot back must put a proxy fence between, or the loader's next TMA write (the async
+    proxy) may land while the reads are unordered with it. Without it the one-consumer PV kernel's no_pv form came out
+    wrong in 7-14 of 30-40 runs on the H200 (scripts/experiments/pv_repeat.py), with it in 0 of 40. The compile's
+    report counts such releases (attnlab.triton.resources.unfenced_releases): the PV kernel's no_pv forms, and the
+    persistent qk_softmax entry that keeps Q in registers (its Q buffer refilled for the next item), have none."""
+    rows = offline_compile("--kernels", "pv", "--head-dims", "64,128", "--causal", "0,1", "--tiles",
+                           "128x64w4s3gcu,128x64w4s4gc,64x128w4s2gcu", "--flags", "NO_PV=1")
+    rows += offline_compile("--kernels", "qk_softmax", "--head-dims", "64", "--causal", "0", "--masks", "0",
+                            "--tiles", "64x128w4s3grcf")
+    assert len(rows) == 2 * 2 * 3 + 1
+    assert all(r["unfenced_releases"] == 0 for r in rows), [r for r in rows if r["unfenced_releases"]]
+
+
+def test_the_fence_count_sees_an_unfenced_release():
+    """The count itself: generic reads then an arrival count once; a fence between, the producer's expect_tx
+    arrival, or an arrival with no read before it, do not."""
+    from attnlab.triton.resources import unfenced_releases
+
+    read = "ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%r1, %r2, %r3, %r4}, [%r5];"
+    fence = "fence.proxy.async.shared::cta;"
+    arrive = "@%p9 mbarrier.arrive.shared::cta.b64 _, [%r6];"
+    expect = "@%p5 mbarrier.arrive.expect_tx.shared.b64 _, [%r7], 16384;"
+    assert unfenced_releases("\n".join([read, "bar.sync 0, 128;", arrive])) == 1
+    assert unfenced_releases("\n".join([read, fence, arrive])) == 0
+    assert unfenced_releases("\n".join([read, expect])) == 0
+    assert unfenced_releases("\n".join([arrive, "ld.shared.v4.b32 {%r1, %r2, %r3, %r4}, [%r8];", arrive, arrive])) == 1

@@ -21,7 +21,8 @@ from __future__ import annotations
 import triton
 from triton.experimental import gluon
 from triton.experimental.gluon import language as gl
-from triton.experimental.gluon.language.nvidia.hopper import mbarrier, tma, warpgroup_mma, warpgroup_mma_wait
+from triton.experimental.gluon.language.nvidia.hopper import (fence_async_shared, mbarrier, tma, warpgroup_mma,
+                                                             warpgroup_mma_wait)
 
 from attnlab.triton.fused_gluon import (CONSUMER_REGS, _items, _step_item, descriptor, partitions, programs_per_sm,
                                         sm_count, tma_ready)
@@ -86,8 +87,12 @@ def _consumer(p_smem, v_smem, full, empty, work, o_ptr, sob, soh, son, N, H, GRO
                 st = r % STAGES
                 mbarrier.wait(full.index(st), (r // STAGES) & 1)
                 p = p_smem.index(st * ROWS + WG).reshape([BLOCK_M, BLOCK_N]).load(s_layout)
-                mbarrier.arrive(empty.index(st), count=1)
                 part = part + p.to(gl.float32) * ((j * BLOCK_N + cols).to(gl.float32) * inv_n)[None, :]
+                # these generic-proxy reads ordered before the loader's next TMA write into the slot: without the
+                # proxy fence the one-consumer form (128x64w4s3gcu) came out wrong in 7-14 of 30-40 runs at N = 3000,
+                # D = 128, causal, fp16, and in 0 of 40 with it (scripts/experiments/pv_repeat.py, PERFORMANCE.md v47)
+                fence_async_shared()
+                mbarrier.arrive(empty.index(st), count=1)
                 r += 1
             o = (gl.convert_layout(gl.sum(part, axis=1), gl.SliceLayout(1, o_layout))[:, None]
                  + gl.zeros([BLOCK_M, D], gl.float32, o_layout))

@@ -339,6 +339,10 @@ def _item(where, t0, pbase, it, q_smem, k_smem, p_smem, p_desc, bars, smm, smn, 
     if Q_REGISTERS:  # Q as QKᵀ's register operand: each matmul then reads only its K tile from shared memory
         q = q.load(gl.DotOperandLayout(operand_index=0, parent=s_layout, k_width=2))
         if PERSISTENT:
+            # these generic-proxy reads ordered before the loader's TMA write of the next item's Q into the buffer:
+            # without the proxy fence such a release let the next TMA overwrite a slot still being read (the Gluon
+            # PV kernel's no_pv loads, 7-14 of 30-40 runs wrong; PERFORMANCE.md v47)
+            fence_async_shared()
             mbarrier.arrive(q_empty.index(WG), count=1)
     m_i = gl.full([BLOCK_M], -float("inf"), gl.float32, row_s)
     l_i = gl.zeros([BLOCK_M], gl.float32, row_s)

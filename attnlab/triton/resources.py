@@ -108,7 +108,30 @@ def _report(k, kernel, D, causal, mask_kind, tiles) -> dict:
     if r.returncode != 0:
         raise RuntimeError(f"ptxas failed: {r.stderr.strip()[:300]}")
     return dict(kernel=kernel, D=D, causal=causal, mask_kind=mask_kind, tiles=label(tiles),
-                smem_kib=k.metadata.shared / 1024, fits=k.metadata.shared <= smem_limit(tiles), **read_ptxas(r.stderr))
+                smem_kib=k.metadata.shared / 1024, fits=k.metadata.shared <= smem_limit(tiles), **read_ptxas(r.stderr),
+                unfenced_releases=unfenced_releases(k.asm["ptx"]))
+
+
+GENERIC_READ = re.compile(r"^(@!?%p\d+\s+)?(ldmatrix|ld\.shared\.v)")
+
+
+def unfenced_releases(ptx: str) -> int:
+    """How many mbarrier arrivals (the producer's expect_tx ones aside) follow generic-proxy reads of shared memory
+    (ldmatrix, vector ld.shared) with no fence.proxy.async between, in the PTX's order: a consumer releasing a slot
+    that the loader's next TMA write (the async proxy) may overwrite before those reads are ordered with it. Without
+    the fence the Gluon PV kernel's no_pv form came out wrong in 7-14 of 30-40 runs on the H200 (PERFORMANCE.md
+    v47). Reads of memory no TMA writes count too, so a non-zero count is a place to look, not a proof of a race."""
+    count, pending = 0, False
+    for line in ptx.splitlines():
+        t = line.strip()
+        if GENERIC_READ.match(t):
+            pending = True
+        elif "fence.proxy.async" in t:
+            pending = False
+        elif "mbarrier.arrive" in t and "expect_tx" not in t:
+            count += pending
+            pending = False
+    return count
 
 
 def _gluon_info(kernel: str, D: int, causal: bool, tiles: config.Tiles, mask_kind: int, dtype: str, n: int,
