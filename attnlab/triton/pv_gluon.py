@@ -100,24 +100,38 @@ def _consumer(p_smem, v_smem, full, empty, work, o_ptr, sob, soh, son, N, H, GRO
             r = _transposed_item(p_smem, v_smem, full, empty, r, n_tiles, o_ptr, b, h, sob, soh, son,
                                  start_m + WG * BLOCK_M, N, WG, D, BLOCK_M, BLOCK_N, STAGES, ROWS)
         else:
-            o = gl.zeros([BLOCK_M, D], gl.float32, o_layout)
-            for j in range(n_tiles):
-                st = r % STAGES
-                mbarrier.wait(full.index(st), (r // STAGES) & 1)
-                o = warpgroup_mma(p_smem.index(st * ROWS + WG).reshape([BLOCK_M, BLOCK_N]),
-                                  v_smem.index(st).reshape([BLOCK_N, D]), o, is_async=True)
-                o = warpgroup_mma_wait(num_outstanding=1, deps=[o])  # the previous tile's matmul is done
-                if j > 0:
-                    mbarrier.arrive(empty.index((r - 1) % STAGES), count=1)
-                r += 1
-            o = warpgroup_mma_wait(num_outstanding=0, deps=[o])
-            mbarrier.arrive(empty.index((r - 1) % STAGES), count=1)  # the item's last slot (the ring runs on)
+            o, r = _accumulate(gl.zeros([BLOCK_M, D], gl.float32, o_layout), p_smem, v_smem, full, empty, r, n_tiles,
+                               WG, D, BLOCK_M, BLOCK_N, STAGES, ROWS, False)
         if NO_PV or not TRANSPOSED:  # (_transposed_item stores its own)
             rows = start_m + WG * BLOCK_M
             offs_m = rows + gl.arange(0, BLOCK_M, gl.SliceLayout(1, o_layout))
             offs_d = gl.arange(0, D, gl.SliceLayout(0, o_layout))
             o_rows = o_ptr + b.to(gl.int64) * sob + h.to(gl.int64) * soh + offs_m.to(gl.int64) * son
             gl.store(o_rows[:, None] + offs_d[None, :], o.to(o_ptr.dtype.element_ty), mask=(offs_m < N)[:, None])
+
+
+@gluon.jit
+def _accumulate(o, p_smem, v_smem, full, empty, r, n_tiles, WG: gl.constexpr, D: gl.constexpr, BLOCK_M: gl.constexpr,
+                BLOCK_N: gl.constexpr, STAGES: gl.constexpr, ROWS: gl.constexpr, TRANSPOSED: gl.constexpr):
+    """o += P V over an item's key tiles (TRANSPOSED: Oᵀ += Vᵀ Pᵀ, both operands transposed views of the same
+    slots), from ring position r: one wgmma in flight while the next tile's waits, each slot released once the
+    matmul that read it is done. Returns (o, the ring position after the item)."""
+    for j in range(n_tiles):
+        st = r % STAGES
+        mbarrier.wait(full.index(st), (r // STAGES) & 1)
+        p = p_smem.index(st * ROWS + WG).reshape([BLOCK_M, BLOCK_N])
+        v = v_smem.index(st).reshape([BLOCK_N, D])
+        if TRANSPOSED:
+            o = warpgroup_mma(v.permute((1, 0)), p.permute((1, 0)), o, is_async=True)
+        else:
+            o = warpgroup_mma(p, v, o, is_async=True)
+        o = warpgroup_mma_wait(num_outstanding=1, deps=[o])  # the previous tile's matmul is done
+        if j > 0:
+            mbarrier.arrive(empty.index((r - 1) % STAGES), count=1)
+        r += 1
+    o = warpgroup_mma_wait(num_outstanding=0, deps=[o])
+    mbarrier.arrive(empty.index((r - 1) % STAGES), count=1)  # the item's last slot (the ring runs on)
+    return o, r
 
 
 @gluon.jit
@@ -130,19 +144,8 @@ def _transposed_item(p_smem, v_smem, full, empty, r, n_tiles, o_ptr, b, h, sob, 
     stores along D. Returns the ring position after the item."""
     ot_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1],
                                                         instr_shape=[16, BLOCK_M, 16])
-    o = gl.zeros([D, BLOCK_M], gl.float32, ot_layout)
-    for j in range(n_tiles):
-        st = r % STAGES
-        mbarrier.wait(full.index(st), (r // STAGES) & 1)
-        o = warpgroup_mma(v_smem.index(st).reshape([BLOCK_N, D]).permute((1, 0)),
-                          p_smem.index(st * ROWS + WG).reshape([BLOCK_M, BLOCK_N]).permute((1, 0)), o,
-                          is_async=True)
-        o = warpgroup_mma_wait(num_outstanding=1, deps=[o])  # the previous tile's matmul is done
-        if j > 0:
-            mbarrier.arrive(empty.index((r - 1) % STAGES), count=1)
-        r += 1
-    o = warpgroup_mma_wait(num_outstanding=0, deps=[o])
-    mbarrier.arrive(empty.index((r - 1) % STAGES), count=1)  # the item's last slot (the ring runs on)
+    o, r = _accumulate(gl.zeros([D, BLOCK_M], gl.float32, ot_layout), p_smem, v_smem, full, empty, r, n_tiles, WG, D,
+                       BLOCK_M, BLOCK_N, STAGES, ROWS, True)
     out_layout: gl.constexpr = gl.BlockedLayout([8, 1], [8, 4], [1, 4], [0, 1])  # 8 consecutive d a thread
     ot = gl.convert_layout(o.to(o_ptr.dtype.element_ty), out_layout)
     offs_m = rows + gl.arange(0, BLOCK_M, gl.SliceLayout(0, out_layout))
