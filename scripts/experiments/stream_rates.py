@@ -91,9 +91,9 @@ def patterns(D, N):
     torch.cuda.empty_cache()
 
 
-def ms_of(fn):
+def ms_of(fn, warmup=200, rep=300):
     """Median ms by do_bench after a long warm-up (the clock ramps from idle); buffers are GBs, far past L2."""
-    return triton.testing.do_bench(fn, warmup=200, rep=300, return_mode="median")
+    return triton.testing.do_bench(fn, warmup=warmup, rep=rep, return_mode="median")
 
 
 def main():
