@@ -255,12 +255,13 @@ def v42_winners(root) -> dict:
     return winners
 
 
-def test_the_pv_entries_are_what_session_16s_autotune_picks_against_the_triton_entries():
+def test_the_pv_entries_are_what_session_16s_autotune_and_v48s_rounds_pick_against_the_triton_entries():
     """Session 16's autotune of pv (outputs/h200/2026-12-01-s16-call8: Triton and persistent Gluon candidates, the
     PV kernel under qk_softmax-no_softmax, N = 512 … 16384, bf16) scored with the Triton entries that served before
     the Gluon PV kernel existed as incumbents: the Gluon kernel enters at D = 128 non-causal only (at D = 64 and
     under a causal mask it came within TIE of them, or behind), with a short entry keeping the Triton kernel below
-    N = 724; every Triton PV entry stays."""
+    N = 724. Then v48 (PERFORMANCE.md): three rounds of the Oᵀ form against the Triton entry at D = 64 non-causal put
+    it in the table from N = 2048, the shortest N timed; every other Triton PV entry stays."""
     from pathlib import Path
 
     root = Path(__file__).resolve().parents[1] / "outputs" / "h200"
@@ -272,14 +273,46 @@ def test_the_pv_entries_are_what_session_16s_autotune_picks_against_the_triton_e
     assert gluon == [("=128", False)]
     short = [(e["D"], e["causal"], e["below"]) for e in entries if e.get("short")]
     assert short == [(128, False, 724)]
-    assert len([k for k in config.SHORT if k[0] == "pv"]) == 1
+    winner, shortest = v48_winner(root)
+    assert (label(winner), shortest) == ("128x64w4s4gcy", 2048)
+    pv_short = {key[2:4]: entry for key, entry in config.SHORT.items() if key[0] == "pv"}
+    assert pv_short == {(128, False): (config.Tiles(128, 64, 8, 3), 724),  # session 16's
+                        (64, False): (config.lookup("pv", "sm90", 64, False, 2, gluon=False), shortest)}  # v48's
+    for n in (None, shortest, 16384):
+        assert config.lookup("pv", "sm90", 64, False, 2, N=n) == winner
+    assert not config.lookup("pv", "sm90", 64, False, 2, N=shortest - 1).gluon
     for e in entries:
         D = int(str(e["D"]).lstrip("="))
+        if (D, e["causal"]) == (64, False):  # session 16's pick there, the Triton entry: v48's incumbent
+            assert config.Tiles(**e["tiles"]) == config.lookup("pv", "sm90", 64, False, 2, gluon=False)
+            continue
         for n in ([e["below"] - 1] if e.get("short") else [None, 724, 16384]):
             assert config.Tiles(**e["tiles"]) == config.lookup("pv", "sm90", D, e["causal"], 2,
                                                                gluon=e["tiles"]["gluon"], N=n), (e, n)
-    for D, causal in ((64, False), (64, True), (128, True)):  # no Gluon entry: the Triton one at every N
+    for D, causal in ((64, True), (128, True)):  # no Gluon entry: the Triton one at every N
         assert not config.lookup("pv", "sm90", D, causal, 2, N=16384).gluon
+
+
+def v48_winner(root):
+    """PERFORMANCE.md v48's rule on v47's recorded rounds (pv_gluon.py's lines `time D causal N build_<label> ms
+    vs_triton over_floor x` in -s26-call5, -s26-call6 and -s27-call1's pvbench.log, D = 64 non-causal): the
+    candidate whose median qk_softmax build over the rounds is below the Triton entry's (`build_triton_table`) at
+    every N, with the shortest N timed. (Tiles, N); exactly one winner."""
+    rows = []
+    for run in ("2026-12-02-s26-call5", "2026-12-02-s26-call6", "2026-12-02-s27-call1"):
+        for line in (root / run / "pvbench.log").read_text().splitlines():
+            w = line.split()
+            if len(w) >= 6 and w[0] == "time" and w[1:3] == ["64", "0"] and w[4].startswith("build_"):
+                rows.append(dict(run=run, N=int(w[3]), label=w[4].removeprefix("build_"), ms=float(w[5])))
+    frame = pd.DataFrame(rows)
+    assert frame["run"].nunique() == 3
+    med = frame.groupby(["label", "N"])["ms"].median().unstack("N")
+    triton = med.loc["triton_table"]
+    assert (frame.groupby("label")["run"].nunique() == 3).sum() == 2  # the Triton entry and one candidate each round
+    wins = [lab for lab in med.index if lab != "triton_table" and med.loc[lab].notna().all()
+            and (med.loc[lab] < triton).all() and frame[frame["label"] == lab]["run"].nunique() == 3]
+    assert len(wins) == 1, wins
+    return parse_tiles(wins[0]), int(med.columns.min())
 
 
 def test_a_challenger_that_wins_the_score_at_short_n_only_goes_to_short():

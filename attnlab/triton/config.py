@@ -182,6 +182,10 @@ TABLE: dict[tuple, Tiles] = {
     # ms at N = 16384); at D = 64 and under a causal mask the Gluon candidates came within TIE of the Triton entries
     # (or behind), which stay. SHORT keeps the Triton kernel below N = 724.
     ("pv", "sm90", "=128", False, 2): Tiles(128, 64, 4, 4, gluon=True, persistent=True),
+    # pv at D = 64 exactly, non-causal: the persistent Gluon kernel as Oᵀ = Vᵀ Pᵀ (v47, v48), which beat the Triton
+    # entry below in the qk_softmax build's median over three rounds at every N timed (`-s26-call5`, `-s26-call6`,
+    # `-s27-call1`, N = 2048 … 16384: −0.6 to −2.3 %); SHORT keeps the Triton kernel below 2048, where it was not timed.
+    ("pv", "sm90", "=64", False, 2): Tiles(128, 64, 4, 4, gluon=True, persistent=True, o_transposed=True),
     # pv at D = 64 causal: 64×64 w4 s3, 1–2 % faster than 128×64 w8 at every N of session 8's sweep (call 4: score
     # 1.002 against 1.014); elsewhere 128×64 w8 s3 within the sweep's noise of the best.
     ("pv", "sm90", 64, True, 2): Tiles(64, 64, 4, 3),
@@ -214,7 +218,8 @@ TABLE: dict[tuple, Tiles] = {
 # (0.3874 against 0.4247), below 1448. A masked call runs these persistent only with its mask by TMA
 # (qk_softmax_gluon.as_run, v30; launch._qk_softmax_tiles).
 # Session 16's autotune of pv (`-s16-call8`): under the Gluon PV entry (D = 128 non-causal) the Triton kernel below
-# 724 (0.2448 ms at N = 512 against 0.2613).
+# 724 (0.2448 ms at N = 512 against 0.2613). Under v48's (D = 64 non-causal) the Triton kernel below 2048, the
+# shortest N its three rounds timed.
 # Session 22's (`-s22-call2`, qk_softmax, N = 512, 1024, 2048, 8192, with v40's one-pass kernel among the candidates,
 # which compete for short entries only: attnlab.autotune.pick): one pass with the row on chip wins at 512 and 1024
 # everywhere but D = 64 causal, so below 1025 (qk_softmax_row.ROW_MAX + 1; past it the entry would run the two-pass
@@ -225,6 +230,7 @@ TABLE: dict[tuple, Tiles] = {
 SHORT_N = 1024
 SHORT: dict[tuple, tuple[Tiles, int]] = {
     ("pv", "sm90", 128, False, 2): (Tiles(128, 64, 8, 3), 724),
+    ("pv", "sm90", 64, False, 2): (Tiles(128, 64, 8, 3), 2048),
     ("fused", "sm90", "=128", True, 2): (Tiles(64, 64, 4, 2, heavy_first=True, gluon=True, mask_tma=True,
                                                persistent=True, o_tma=True, one_consumer=True), 724),
     ("fused", "sm90", "=64", True, 2): (Tiles(64, 128, 4, 2, heavy_first=True, gluon=True, mask_tma=True,
