@@ -126,8 +126,9 @@ def test_builds_whose_kernels_are_written_differently_are_said_to_be():
     assert s["note"] == ("kernels written differently at B=1 H=8 N=1000 D=64 (materialised triton, qk_softmax gluon): "
                          "Δ includes the implementation, not the boundary alone")
     assert p["note"] == ""  # both Gluon
-    # the shared PV kernel on Hopper (the Gluon one non-causal at D = 128, and at D = 64 from N = 2048): in both rows with the same tiles, it says
-    # nothing about the S step's Δ, which still holds Triton scores against a Gluon P kernel
+    # the shared PV kernel on Hopper (the Gluon one non-causal at D = 128, and at D = 64 from N = 2048): in both rows
+    # with the same tiles, it says nothing about the S step's Δ, which still holds Triton scores against a Gluon P
+    # kernel
     pv_g = '"pv": {"gluon": true, "BLOCK_M": 128}'
     both = frame(row("materialised", 5.0, tiles=tri.replace('"pv": {"gluon": false}', pv_g)),
                  row("qk_softmax", 3.0, tiles=qk_g.replace('"pv": {"gluon": false}', pv_g)), row("fused", 1.4, tiles=fu_g))

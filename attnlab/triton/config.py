@@ -184,7 +184,8 @@ TABLE: dict[tuple, Tiles] = {
     ("pv", "sm90", "=128", False, 2): Tiles(128, 64, 4, 4, gluon=True, persistent=True),
     # pv at D = 64 exactly, non-causal: the persistent Gluon kernel as Oᵀ = Vᵀ Pᵀ (v47, v48), which beat the Triton
     # entry below in the qk_softmax build's median over three rounds at every N timed (`-s26-call5`, `-s26-call6`,
-    # `-s27-call1`, N = 2048 … 16384: −0.6 to −2.3 %); SHORT keeps the Triton kernel below 2048, where it was not timed.
+    # `-s27-call1`, N = 2048 … 16384: medians −0.6, −0.6, −1.7, −2.1 %; the bench's timer, `-s27-call4`, −1.0 to
+    # −1.3 %); SHORT keeps the Triton kernel below 2048 (a tie at 512 and 1024, `-s27-call2`).
     ("pv", "sm90", "=64", False, 2): Tiles(128, 64, 4, 4, gluon=True, persistent=True, o_transposed=True),
     # pv at D = 64 causal: 64×64 w4 s3, 1–2 % faster than 128×64 w8 at every N of session 8's sweep (call 4: score
     # 1.002 against 1.014); elsewhere 128×64 w8 s3 within the sweep's noise of the best.
