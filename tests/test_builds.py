@@ -3,7 +3,7 @@ import pytest
 import torch
 
 from attnlab import accuracy, builds, reference
-from attnlab.triton import launch
+from attnlab.triton import config, launch
 from tests.conftest import poisoned_out, rand_qkv
 
 OURS = builds.OURS
@@ -299,3 +299,62 @@ def test_rows_only_the_launcher_knows_are_aligned_give_the_same_result(name, N, 
     for causal in (False, True):
         o = run_ours(name, q, k, v, causal=causal)
         assert_accurate(name, o, q, k, v, causal=causal)
+
+
+def test_s_and_p_rows_start_on_lines():
+    """scores_buffer: rows of whole 128-byte lines (N = 3000's 6000-byte rows halved P's TMA store rate, PERFORMANCE.md
+    v50), the same N × N elements; contiguous wherever N · itemsize is already a multiple of 128."""
+    def layout(N, dtype):
+        x = launch.scores_buffer(_spec(N, dtype))
+        return tuple(x.shape[2:]), x.stride(), x.is_contiguous()
+
+    assert layout(3000, torch.bfloat16) == ((3000, 3000), (2 * 3000 * 3008, 3000 * 3008, 3008, 1), False)
+    assert layout(4096, torch.bfloat16)[2] and layout(64, torch.float16)[2] and layout(32, torch.float32)[2]
+    assert layout(100, torch.float32)[1][2] == 128 and layout(100, torch.bfloat16)[1][2] == 128
+    assert layout(1, torch.float16)[1][2] == 64
+
+
+def _spec(N, dtype):
+    q, k, v = rand_qkv(N=N, D=16, dtype=dtype)
+    return launch._prepare(q, k, v, False, None, None, None).spec
+
+
+@pytest.mark.parametrize("N,dtype", [(100, torch.float16), (40, torch.bfloat16), (100, torch.float32)], ids=str)
+@pytest.mark.parametrize("name", ("materialised", "qk_softmax", "materialised-no_softmax", "qk_softmax-no_pv"))
+def test_padded_rows_are_never_written_and_never_read(monkeypatch, name, N, dtype):
+    """Each S and P a build allocates is NaN throughout, padding included, before its kernels run: O must still be
+    accurate (a kernel that read the padding would carry NaN into it) and the padding must still be NaN afterwards."""
+    made, real = [], launch.scores_buffer
+
+    def poisoned(spec):
+        x = real(spec)
+        x.as_strided((x.shape[0] * x.shape[1] * N * x.stride(2),), (1,)).fill_(float("nan"))  # all its storage
+        made.append(x)
+        return x
+
+    monkeypatch.setattr(launch, "scores_buffer", poisoned)
+    q, k, v = rand_qkv(N=N, D=64, dtype=dtype)
+    for causal in (False, True):
+        made.clear()
+        o = run_ours(name, q, k, v, causal=causal)
+        assert_accurate(name, o, q, k, v, causal=causal)
+        assert len(made) == (2 if name.startswith("materialised") else 1)
+        for x in made:
+            row = x.stride(2)
+            assert row > N and row * x.element_size() % 128 == 0
+            pad = x.as_strided((*x.shape[:3], row - N), (*x.stride()[:3], 1), N)
+            assert pad.isnan().all(), "a kernel wrote into a row's padding"
+            assert not x.isnan().any(), "an element of S or P was never written"
+
+
+@pytest.mark.parametrize("bad", ["transposed", "shape", "dtype"])
+def test_a_p_whose_rows_the_kernels_cannot_index_is_one_clear_error(bad):
+    q, k, v = rand_qkv(N=64, D=16, dtype=torch.float16)
+    c = launch._prepare(q, k, v, False, None, None, None)
+    p = {"transposed": torch.empty(1, 2, 64, 64, dtype=q.dtype).transpose(2, 3),
+         "shape": torch.empty(1, 2, 64, 32, dtype=q.dtype),
+         "dtype": torch.empty(1, 2, 64, 64)}[bad]
+    with pytest.raises(ValueError, match=r"P must be a torch.float16 \(B, H, N, N\) = \(1, 2, 64, 64\) tensor"):
+        launch.write_p(c, p, config.Tiles(32, 16))
+    with pytest.raises(ValueError, match=r"P must be a torch.float16"):
+        launch._pv(c, p, None, None)

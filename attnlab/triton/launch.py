@@ -92,10 +92,44 @@ def _triton_args(t) -> dict:
 
 
 def rows_16b(N: int, dtype: torch.dtype) -> bool:
-    """Whether to tell the kernels that read or write S or P row by row (scores, softmax, PV) that each row starts
-    16-byte aligned, which Triton cannot see when N % 16 ≠ 0 (attnlab.triton.tiles.row_length). Only then: at
+    """Whether to tell the kernels that read or write S or P row by row (scores, softmax, PV) that N, where their
+    bounds masks cut each row, is a whole number of 16-byte vectors, which Triton cannot see when N % 16 ≠ 0
+    (attnlab.triton.tiles.row_length; the rows' own starts are on 128-byte lines, scores_buffer). Only then: at
     N % 16 == 0 the compile stays the one Triton makes by itself."""
     return N % 16 != 0 and (N * dtype.itemsize) % 16 == 0
+
+
+LINE_BYTES = 128  # an L2 line: where S's and P's rows start (scores_buffer)
+
+
+def scores_buffer(spec: Spec) -> torch.Tensor:
+    """A fresh (B, H, N, N) S or P in the input dtype whose rows start on 128-byte lines: a view of (B, H, N, row)
+    storage, row the least length ≥ N of whole lines (row = N wherever N · itemsize is a multiple of 128, every N of
+    the bench but 3000). At N = 3000 contiguous rows lie 6000 bytes apart, so each row of a TMA box straddles lines
+    that the neighbouring box writes too: P's boxes stored at 1.66 TB/s against 2.92 in rows of 3008, and the P kernel
+    ran 5–21 % slower (PERFORMANCE.md v50). The padding is allocated, never written or read."""
+    s = spec
+    return torch.empty(s.B, s.H, s.N, line_row(s.N, s.dtype.itemsize), dtype=s.dtype, device=s.device)[..., :s.N]
+
+
+def line_row(N: int, itemsize: int) -> int:
+    """The row length, in elements, that scores_buffer gives rows of N elements: the least whole number of lines."""
+    per_line = LINE_BYTES // itemsize
+    return -(-N // per_line) * per_line
+
+
+def row_stride(x: torch.Tensor, spec: Spec, name: str) -> int:
+    """The distance in elements between rows of a (B, H, N, N) S or P a kernel reads or writes (scores_buffer's, or
+    any with unit last stride and its rows evenly spaced through B and H, which is what the kernels index)."""
+    B, H, N = spec.B, spec.H, spec.N
+    row = x.stride(2) if x.dim() == 4 else 0
+    if (tuple(x.shape) != (B, H, N, N) or x.dtype != spec.dtype or x.stride(3) != 1 or row < N
+            or x.stride(1) != N * row or x.stride(0) != H * N * row):
+        raise ValueError(f"{name} must be a {spec.dtype} (B, H, N, N) = {(B, H, N, N)} tensor with unit last "
+                         f"stride and rows evenly spaced (strides (H·N·r, N·r, r, 1), r ≥ N; scores_buffer makes "
+                         f"one), got "
+                         f"{x.dtype} {tuple(x.shape)} with strides {x.stride()}")
+    return row
 
 
 def _out(spec: Spec, out) -> torch.Tensor:
@@ -114,6 +148,7 @@ def _pv(c: _Call, p: torch.Tensor, ablation, out) -> torch.Tensor:
     where _pv_tiles picks it, else the Triton one."""
     s = c.spec
     o = _out(s, out)
+    spn = row_stride(p, s, "P")
     chosen = _pv_tiles(s)
     if chosen.gluon:
         from attnlab.triton import pv_gluon
@@ -123,7 +158,7 @@ def _pv(c: _Call, p: torch.Tensor, ablation, out) -> torch.Tensor:
         return o
     t = _triton_args(chosen)
     _pv_mod.pv_kernel[_grid_m(s, t["BLOCK_M"])](
-        p, c.v, o, *c.v.stride()[:3], *o.stride()[:3], s.N, s.H, s.group, 1.0 / s.N,
+        p, c.v, o, *c.v.stride()[:3], *o.stride()[:3], s.N, s.H, s.group, 1.0 / s.N, spn,
         NO_PV=ablation == "no_pv", STAGES=t["num_stages"], ROWS_16B=rows_16b(s.N, p.dtype), **c.flags, **t)
     return o
 
@@ -147,18 +182,18 @@ def materialised(q, k, v, *, causal=False, attn_mask=None, scale=None, ablation=
     """S = scale·QKᵀ (+mask) → memory; P = softmax(S) → memory; O = P V."""
     c = _prepare(q, k, v, causal, attn_mask, scale, ablation)
     s = c.spec
-    S = torch.empty(s.B, s.H, s.N, s.N, dtype=s.dtype, device=s.device)
+    S = scores_buffer(s)
     t = _tiles("scores", s)
     grid = (triton.cdiv(s.N, t["BLOCK_M"]), triton.cdiv(s.N, t["BLOCK_N"]), s.B * s.H)
     _mat.scores_kernel[grid](c.q, c.k, S, c.mask, *c.q.stride()[:3], *c.k.stride()[:3], *c.mask_strides,
-                             s.N, s.H, s.group, s.scale, MASK_KIND=c.mask_kind, ROWS_16B=rows_16b(s.N, s.dtype),
-                             **c.flags, **t)
-    P = torch.empty_like(S)
+                             s.N, s.H, s.group, s.scale, S.stride(2), MASK_KIND=c.mask_kind,
+                             ROWS_16B=rows_16b(s.N, s.dtype), **c.flags, **t)
+    P = scores_buffer(s)
     block = triton.next_power_of_2(min(s.N, SOFTMAX_ROW_MAX))
     rows = max(1, 4096 // block) if not interpreting() else max(1, 16384 // block)
     n_rows = s.B * s.H * s.N
     _mat.softmax_kernel[(triton.cdiv(n_rows, rows),)](
-        S, P, n_rows, s.N, ROWS=rows, BLOCK=block, ONE_PASS=s.N <= block,
+        S, P, n_rows, s.N, S.stride(2), P.stride(2), ROWS=rows, BLOCK=block, ONE_PASS=s.N <= block,
         NO_SOFTMAX=ablation == "no_softmax", ROWS_16B=rows_16b(s.N, s.dtype),
         num_warps=min(16, max(4, block // 1024)))
     del S  # S is dead once P exists; freeing it here keeps the peak at S + P, as a user's code would
@@ -175,18 +210,20 @@ def qk_softmax_with(c: _Call, chosen: Tiles, ablation: str | None = None, out=No
     """The qk_softmax build on a prepared call with `chosen` tiles for its P kernel (write_p), then the PV kernel.
     The build passes _qk_softmax_tiles' choice; scripts/experiments/qk_gluon.py passes a candidate at any N."""
     s = c.spec
-    P = torch.empty(s.B, s.H, s.N, s.N, dtype=s.dtype, device=s.device)
+    P = scores_buffer(s)
     write_p(c, P, chosen, no_softmax=ablation == "no_softmax")
     return _pv(c, P, ablation, out)
 
 
 def write_p(c: _Call, P: torch.Tensor, chosen: Tiles, no_softmax: bool = False) -> None:
-    """The qk_softmax build's first kernel with `chosen` tiles: P = softmax(scale·QKᵀ + mask) into the contiguous
-    (B, H, N, N) P (S itself under the no_softmax ablation). The Gluon kernel for a Gluon entry, at any N (the build
-    sends only the N it takes, _qk_softmax_tiles; its own check sends others), else the Triton kernel. Under
+    """The qk_softmax build's first kernel with `chosen` tiles: P = softmax(scale·QKᵀ + mask) into the (B, H, N, N)
+    P (S itself under the no_softmax ablation). The Gluon kernel for a Gluon entry, at any N (the build
+    sends only the N it takes, _qk_softmax_tiles; its own check sends others), else the Triton kernel. P: the build's
+    scores_buffer, or any layout row_stride takes (scripts/experiments/p_pad.py passes padded ones). Under
     Tiles.fixed_reference the Gluon kernel flags the rows its pass 1 leaves wrong, and the Triton kernel then
     re-writes their blocks with REPAIR_TILES (a second launch, which returns at once where nothing is flagged)."""
     s = c.spec
+    row_stride(P, s, "P")
     log_scale = 1.0 if no_softmax else LOG2E  # softmax in exp2 units; the copy ablation writes S itself
     if chosen.gluon:  # the warp-specialised kernel (sm90, 16-bit), for the build and its ablations and masks alike
         from attnlab.triton import qk_softmax_gluon
@@ -215,7 +252,7 @@ def _triton_p(c: _Call, P: torch.Tensor, chosen: Tiles, log_scale: float, no_sof
     repair = {} if flags is None else dict(FLAGS=flags, REPAIR=True)
     _qks.qk_softmax_kernel[_grid_m(s, t["BLOCK_M"])](
         c.q, c.k, P, c.mask, *c.q.stride()[:3], *c.k.stride()[:3], *c.mask_strides,
-        s.N, s.H, s.group, s.scale * log_scale, log_scale,
+        s.N, s.H, s.group, s.scale * log_scale, log_scale, row_stride(P, s, "P"),
         MASK_KIND=c.mask_kind, NO_SOFTMAX=no_softmax, ONE_TILE=s.N <= t["BLOCK_N"], **repair, **c.flags, **t)
 
 

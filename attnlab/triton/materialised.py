@@ -3,6 +3,9 @@
     scores_kernel   S = scale · Q Kᵀ (+ mask)      reads Q, K        writes S (B, H, N, N)
     softmax_kernel  P = softmax(S) row by row       reads S           writes P (B, H, N, N)
     pv.pv_kernel    O = P V                         reads P, V        writes O
+
+S and P are (B, H, N, N) views whose rows lie `ssn` and `spn` elements apart (attnlab.triton.launch.scores_buffer:
+N, or more where N rows would not start on 128-byte lines).
 """
 import triton
 import triton.language as tl
@@ -15,11 +18,11 @@ LOG2E = tl.constexpr(1.4426950408889634)  # a global a @triton.jit function read
 @triton.jit
 def scores_kernel(Q, K, S, M,
                   sqb, sqh, sqn, skb, skh, skn, smb, smh, smm, smn,
-                  N, H, GROUP, qk_scale,
+                  N, H, GROUP, qk_scale, ssn,
                   D: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
                   CAUSAL: tl.constexpr, MASK_KIND: tl.constexpr, IEEE: tl.constexpr, UPCAST: tl.constexpr,
                   ROWS_16B: tl.constexpr = False):
-    # grid: (cdiv(N, BLOCK_M), cdiv(N, BLOCK_N), B·H); S is contiguous (B, H, N, N) in the input dtype,
+    # grid: (cdiv(N, BLOCK_M), cdiv(N, BLOCK_N), B·H); S is (B, H, N, N), rows ssn apart, in the input dtype,
     # in natural units (not log2), so the S a reader inspects is the S of the formula.
     N = row_length(N, S.dtype.element_ty.primitive_bitwidth, ROWS_16B)
     start_m = tl.program_id(0)
@@ -43,25 +46,26 @@ def scores_kernel(Q, K, S, M,
                        CAUSAL, True, MASK_KIND, IEEE, UPCAST)
     else:
         s = tl.full([BLOCK_M, BLOCK_N], float("-inf"), tl.float32)
-    s_ptrs = S + bh * N * N + offs_m.to(tl.int64)[:, None] * N + offs_n[None, :]
+    s_ptrs = S + bh * N * ssn + offs_m.to(tl.int64)[:, None] * ssn + offs_n[None, :]
     tl.store(s_ptrs, s.to(S.dtype.element_ty), mask=(offs_m[:, None] < N) & (offs_n[None, :] < N))
 
 
 @triton.jit
-def softmax_kernel(S, P, n_rows, N,
+def softmax_kernel(S, P, n_rows, N, ssn, spn,
                    ROWS: tl.constexpr, BLOCK: tl.constexpr, ONE_PASS: tl.constexpr, NO_SOFTMAX: tl.constexpr,
                    ROWS_16B: tl.constexpr = False):
-    # grid: (cdiv(B·H·N, ROWS),). Each program owns ROWS whole rows of S (contiguous, length N).
+    # grid: (cdiv(B·H·N, ROWS),). Each program owns ROWS whole rows of S (length N, ssn apart; P's spn apart).
     # ONE_PASS (the row fits one block): S is read exactly once. Otherwise the row is streamed twice: once for its
     # max and sum (online, as in the fused kernel), once to write P.
     N = row_length(N, S.dtype.element_ty.primitive_bitwidth, ROWS_16B)
     rows = tl.program_id(0) * ROWS + tl.arange(0, ROWS)
     row_ok = rows < n_rows
-    base = rows.to(tl.int64)[:, None] * N
+    s_row = S + rows.to(tl.int64)[:, None] * ssn
+    p_row = P + rows.to(tl.int64)[:, None] * spn
     cols = tl.arange(0, BLOCK)
     if ONE_PASS:
         ok = row_ok[:, None] & (cols[None, :] < N)
-        s = tl.load(S + base + cols[None, :], mask=ok, other=float("-inf")).to(tl.float32)
+        s = tl.load(s_row + cols[None, :], mask=ok, other=float("-inf")).to(tl.float32)
         if NO_SOFTMAX:
             p = masked_to_zero(s)  # ablation: softmax → copy; same bytes in, same bytes out
         else:
@@ -70,14 +74,14 @@ def softmax_kernel(S, P, n_rows, N,
             e = tl.math.exp2((s - m[:, None]) * LOG2E)
             l = tl.sum(e, 1)
             p = e / nonzero_sum(l)[:, None]
-        tl.store(P + base + cols[None, :], p.to(P.dtype.element_ty), mask=ok)
+        tl.store(p_row + cols[None, :], p.to(P.dtype.element_ty), mask=ok)
     else:
         m_i = tl.full([ROWS], float("-inf"), tl.float32)
         l_i = tl.zeros([ROWS], tl.float32)
         if not NO_SOFTMAX:
             for start in range(0, N, BLOCK):
                 ok = row_ok[:, None] & (start + cols[None, :] < N)
-                s = tl.load(S + base + start + cols[None, :], mask=ok, other=float("-inf")).to(tl.float32)
+                s = tl.load(s_row + start + cols[None, :], mask=ok, other=float("-inf")).to(tl.float32)
                 m_new = tl.maximum(m_i, tl.max(s, 1))
                 m_safe = masked_to_zero(m_new)
                 l_i = l_i * tl.math.exp2((m_i - m_safe) * LOG2E) + tl.sum(tl.math.exp2((s - m_safe[:, None]) * LOG2E), 1)
@@ -86,9 +90,9 @@ def softmax_kernel(S, P, n_rows, N,
         inv_l = 1.0 / nonzero_sum(l_i)
         for start in range(0, N, BLOCK):
             ok = row_ok[:, None] & (start + cols[None, :] < N)
-            s = tl.load(S + base + start + cols[None, :], mask=ok, other=float("-inf")).to(tl.float32)
+            s = tl.load(s_row + start + cols[None, :], mask=ok, other=float("-inf")).to(tl.float32)
             if NO_SOFTMAX:
                 p = masked_to_zero(s)
             else:
                 p = tl.math.exp2((s - m_safe[:, None]) * LOG2E) * inv_l[:, None]
-            tl.store(P + base + start + cols[None, :], p.to(P.dtype.element_ty), mask=ok)
+            tl.store(p_row + start + cols[None, :], p.to(P.dtype.element_ty), mask=ok)

@@ -8,11 +8,12 @@ from attnlab.triton.tiles import dot, load_rows, no_pv_output, no_pv_step, pv_ac
 @triton.jit
 def pv_kernel(P, V, O,
               svb, svh, svn, sob, soh, son,
-              N, H, GROUP, inv_n,
+              N, H, GROUP, inv_n, spn,
               D: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
               CAUSAL: tl.constexpr, NO_PV: tl.constexpr, IEEE: tl.constexpr, UPCAST: tl.constexpr,
               STAGES: tl.constexpr, ROWS_16B: tl.constexpr = False):
-    # grid: (cdiv(N, BLOCK_M), B·H). P is contiguous (B, H, N, N); V is (B, Hkv, N, D) with unit last stride.
+    # grid: (cdiv(N, BLOCK_M), B·H). P is (B, H, N, N), rows spn apart (launch.scores_buffer); V is (B, Hkv, N, D)
+    # with unit last stride.
     N = row_length(N, P.dtype.element_ty.primitive_bitwidth, ROWS_16B)
     start_m = tl.program_id(0)
     bh = tl.program_id(1).to(tl.int64)  # int64: bh · N² overflows int32 from N = 11586 at B·H = 16
@@ -20,7 +21,7 @@ def pv_kernel(P, V, O,
     h = bh % H
     offs_m = start_m * BLOCK_M + tl.arange(0, BLOCK_M)
     offs_d = tl.arange(0, BLOCK_D)
-    p_base = P + bh * N * N + offs_m.to(tl.int64)[:, None] * N
+    p_base = P + bh * N * spn + offs_m.to(tl.int64)[:, None] * spn
     v_base = V + b * svb + (h // GROUP) * svh
     acc = pv_accumulator(BLOCK_M, BLOCK_N, BLOCK_D, NO_PV)
     hi = N

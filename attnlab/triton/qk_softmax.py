@@ -14,13 +14,13 @@ from attnlab.triton.tiles import load_rows, masked_to_zero, nonzero_sum, score_t
 @triton.jit
 def qk_softmax_kernel(Q, K, P, M,
                       sqb, sqh, sqn, skb, skh, skn, smb, smh, smm, smn,
-                      N, H, GROUP, qk_scale, mask_scale,
+                      N, H, GROUP, qk_scale, mask_scale, spn,
                       D: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
                       CAUSAL: tl.constexpr, MASK_KIND: tl.constexpr, NO_SOFTMAX: tl.constexpr,
                       IEEE: tl.constexpr, UPCAST: tl.constexpr, ONE_TILE: tl.constexpr = False,
                       FLAGS=None, REPAIR: tl.constexpr = False):
-    # grid: (cdiv(N, BLOCK_M), B·H). P is contiguous (B, H, N, N) in the input dtype. ONE_TILE: N ≤ BLOCK_N (the
-    # launcher's promise), so pass 1 is skipped and pass 2's one tile takes its statistics from itself.
+    # grid: (cdiv(N, BLOCK_M), B·H). P is (B, H, N, N) in the input dtype, rows spn apart (launch.scores_buffer).
+    # ONE_TILE: N ≤ BLOCK_N (the launcher's promise), so pass 1 is skipped and pass 2's one tile takes its statistics from itself.
     # REPAIR: after the Gluon kernel's pass 1 against a fixed reference (Tiles.fixed_reference), only the blocks with
     # a row flagged in FLAGS (B·H·N int8, 1 = its P is wrong) are written, every row of them; the rest return at once.
     # Scores are in log2 units (qk_scale = scale · log2 e) so the softmax uses exp2; NO_SOFTMAX passes the natural
@@ -39,7 +39,7 @@ def qk_softmax_kernel(Q, K, P, M,
                   True, BLOCK_D != D)
     k_base = K + b * skb + (h // GROUP) * skh + offs_d[None, :]
     m_base = M + b * smb + h * smh + offs_m.to(tl.int64)[:, None] * smm
-    p_base = P + bh * N * N + offs_m.to(tl.int64)[:, None] * N
+    p_base = P + bh * N * spn + offs_m.to(tl.int64)[:, None] * spn
     hi = N
     if CAUSAL:
         hi = (start_m + 1) * BLOCK_M  # keys past this block's last row are all masked (and keys past N)

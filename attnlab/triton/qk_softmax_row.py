@@ -223,9 +223,10 @@ def qk_softmax_row_kernel(q_desc, k_desc, p_desc, M, N, H, GROUP, total, qk_scal
                           HEAVY_FIRST: gl.constexpr, CONSUMER_REGS: gl.constexpr, num_warps: gl.constexpr):
     """Persistent grid (≤ one program an SM) over total = cdiv(N, BLOCK_M)·B·H items of BLOCK_M rows; num_warps = 4
     (a warpgroup a consumer, two consumers and a loader warp). q/k descriptors over (B, H or Hkv, N, D) with
-    (1, 1, BLOCK_M or BLOCK_N, D) boxes; p_desc over the contiguous (B, H, N, N) P with a (1, 1, BLOCK_M, BLOCK_N)
-    box; ROW_TILES = cdiv(N, BLOCK_N), the row buffer's tiles; STAGES even (a ring slot then returns to the consumer
-    that last read it, or to the other only across the swap of an item boundary); M any pointer (items carry a
+    (1, 1, BLOCK_M or BLOCK_N, D) boxes; p_desc over the (B, H, N, N) P (rows on 128-byte lines:
+    launch.scores_buffer) with a (1, 1, BLOCK_M, BLOCK_N) box; ROW_TILES = cdiv(N, BLOCK_N), the row buffer's
+    tiles; STAGES even (a ring slot then returns to the consumer that last read it, or to the other only across the
+    swap of an item boundary); M any pointer (items carry a
     mask pointer this kernel never reads); qk_scale = scale·log2 e (the natural scale under NO_SOFTMAX)."""
     dtype: gl.constexpr = q_desc.dtype
     pid = gl.program_id(0)
@@ -285,7 +286,7 @@ def row_buffers(tiles, N: int, D: int, itemsize: int) -> int:
 
 
 def launch(q, k, p, *, N, H, group, qk_scale, causal, tiles, no_softmax=False) -> None:
-    """Write P for checked (B, H, N, D) q and k into the contiguous (B, H, N, N) p, one pass (qk_softmax_gluon.launch
+    """Write P for checked (B, H, N, D) q and k into the (B, H, N, N) p, one pass (qk_softmax_gluon.launch
     sends Tiles.one_pass here; ValueError where it does not `fit`, naming the limit)."""
     D, itemsize = q.shape[-1], q.element_size()
     if not fits(tiles, N, D, itemsize):

@@ -45,7 +45,7 @@ def compile_info(kernel: str, D: int, causal: bool, tiles: config.Tiles, mask_ki
     set other constexprs (e.g. NO_PV=True for the ablation)."""
     if kernel in ("fused", "qk_softmax", "pv") and tiles.gluon:
         return _gluon_info(kernel, D, causal, tiles, mask_kind, dtype, n, **flags)
-    from attnlab.triton.launch import rows_16b  # the launcher's rule, so the compile is the one a call makes
+    from attnlab.triton.launch import line_row, rows_16b  # the launcher's rules: the compile is the one a call makes
 
     fn = _kernel(kernel)
     if not isinstance(fn, triton.runtime.jit.JITFunction):
@@ -60,6 +60,7 @@ def compile_info(kernel: str, D: int, causal: bool, tiles: config.Tiles, mask_ki
     values.update(flags)
     constexprs = {n: values[n] for n in constexpr_names}
     ints = _int_args(D, mask_kind, N=n)
+    ints["spn"] = ints["ssn"] = line_row(n, DTYPES[dtype].itemsize)  # S's and P's rows (launch.scores_buffer)
     sig, div16 = {}, []
     for a in fn.arg_names:
         if a in constexprs:

@@ -72,9 +72,11 @@ def score_tile(q, k, mask_ptrs, offs_m, offs_n, N, qk_scale, mask_scale,
 
 @triton.jit
 def row_length(N, ELEM_BITS: tl.constexpr, ROWS_16B: tl.constexpr):
-    """N, the length of a row of a contiguous (…, N, N) S or P. Under ROWS_16B (the launcher's promise that
-    N × element size is a multiple of 16 bytes, see attnlab.triton.launch.rows_16b) it is written (N // v) · v, v the
-    elements in 16 bytes: the same value, in a form the compiler can see is a multiple of v. Triton's own
+    """N, the length of a row of an (…, N, N) S or P, as the bounds masks compare with it (the rows themselves lie
+    a separate stride apart, a multiple of 128 bytes: attnlab.triton.launch.scores_buffer). Under ROWS_16B (the
+    launcher's promise that N × element size is a multiple of 16 bytes, see attnlab.triton.launch.rows_16b) it is
+    written (N // v) · v, v the elements in 16 bytes: the same value, in a form the compiler can see is a multiple of
+    v, so that no 16-byte vector straddles the mask's edge. Triton's own
     specialisation only notices N % 16 == 0, so at N = 3000 it read and wrote these rows two bytes at a time: the PV
     kernel's P loads were `ld.global.b16` instead of pipelined 16-byte copies (PERFORMANCE.md v13)."""
     if ROWS_16B:
