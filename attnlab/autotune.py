@@ -36,11 +36,11 @@ def candidates(kernel: str) -> list[Tiles]:
     if kernel == "pv":  # and its Gluon kernel (v32, v32b): one item a program or persistent, 64- or 128-row
         # consumers, two consumers a program or one (two programs an SM), as many stages as fit at D = 128
         gluon = [(64, 128, 3, False), (64, 64, 6, False), (128, 64, 4, False), (64, 128, 2, True)]
-        # and Oᵀ = Vᵀ Pᵀ (v47: 0.3–4.5 % ahead of the Triton entry at D = 64 non-causal in two rounds, short of a
-        # table entry), persistent
+        # and Oᵀ = Vᵀ Pᵀ, persistent (v47, v48: the table's entry at D = 64 non-causal; v52: at D = 128 and, heavy
+        # rows first, under a causal mask)
         return narrow + [Tiles(m, n, 4, s, heavy_first=h, gluon=True, persistent=c, one_consumer=u)
                          for m, n, s, u in gluon for h in (False, True) for c in (False, True)] + [
-            Tiles(128, 64, 4, 4, gluon=True, persistent=True, o_transposed=True)]
+            Tiles(128, 64, 4, 4, heavy_first=h, gluon=True, persistent=True, o_transposed=True) for h in (False, True)]
     if kernel == "qk_softmax":  # its Gluon kernel (v12), 2 or 3 stages of the K ring, two consumers a program or one
         # (v27: two programs an SM; at D = 128 only 2 stages leave room for the second), one item a program or
         # persistent (v28); and one pass with the row on chip (v40: short N only, see pick; 4 stages of 64×128 fit a

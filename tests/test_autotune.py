@@ -259,13 +259,14 @@ def below_at_every_n(med, incumbent: str) -> list:
     return [lab for lab in med.index if lab != incumbent and (med.loc[lab] < med.loc[incumbent]).all()]
 
 
-def test_the_pv_entries_are_what_session_16s_autotune_and_v48s_rounds_pick_against_the_triton_entries():
+def test_the_pv_entries_are_what_session_16s_autotune_and_v48s_and_v52s_rounds_pick():
     """Session 16's autotune of pv (outputs/h200/2026-12-01-s16-call8: Triton and persistent Gluon candidates, the
     PV kernel under qk_softmax-no_softmax, N = 512 … 16384, bf16) scored with the Triton entries that served before
     the Gluon PV kernel existed as incumbents: the Gluon kernel enters at D = 128 non-causal only (at D = 64 and
     under a causal mask it came within TIE of them, or behind), with a short entry keeping the Triton kernel below
     N = 724. Then v48 (PERFORMANCE.md): three rounds of the Oᵀ form against the Triton entry at D = 64 non-causal put
-    it in the table from N = 2048, the shortest N timed; every other Triton PV entry stays."""
+    it in the table from N = 2048, the shortest N timed. Then v52: three rounds of the Oᵀ form against session 16's
+    picks at D = 128 non-causal and under both causal masks (v52_winners) replace them from the N each starts at."""
     from pathlib import Path
 
     root = Path(__file__).resolve().parents[1] / "outputs" / "h200"
@@ -279,22 +280,28 @@ def test_the_pv_entries_are_what_session_16s_autotune_and_v48s_rounds_pick_again
     assert short == [(128, False, 724)]
     winner, shortest = v48_winner(root)
     assert (label(winner), shortest) == ("128x64w4s4gcy", 2048)
+    later = {(64, False): (winner, shortest, "triton_table"), **v52_winners(root)}  # (D, causal): (tiles, from, vs)
+    assert {key: (label(t), n, vs) for key, (t, n, vs) in later.items()} == {
+        (64, False): ("128x64w4s4gcy", 2048, "triton_table"), (128, False): ("128x64w4s4gcy", 1024, "128x64w4s4gc"),
+        (64, True): ("128x64w4s4hgcy", 8192, "triton_table"), (128, True): ("128x64w4s4hgcy", 4096, "triton_table")}
     pv_short = {key[2:4]: entry for key, entry in config.SHORT.items() if key[0] == "pv"}
-    assert pv_short == {(128, False): (config.Tiles(128, 64, 8, 3), 724),  # session 16's
-                        (64, False): (config.lookup("pv", "sm90", 64, False, 2, gluon=False), shortest)}  # v48's
-    for n in (None, shortest, 16384):
-        assert config.lookup("pv", "sm90", 64, False, 2, N=n) == winner
-    assert not config.lookup("pv", "sm90", 64, False, 2, N=shortest - 1).gluon
+    assert pv_short == {(128, False): (config.Tiles(128, 64, 8, 3), 724),  # session 16's, kept under v52's entry
+                        **{key: (config.lookup("pv", "sm90", key[0], key[1], 2, gluon=False), start)
+                           for key, (_, start, vs) in later.items() if vs == "triton_table"}}  # v48's and v52's
+    for (D, causal), (t, start, _) in later.items():
+        for n in (None, start, 16384):
+            assert config.lookup("pv", "sm90", D, causal, 2, N=n) == t, (D, causal, n)
     for e in entries:
         D = int(str(e["D"]).lstrip("="))
-        if (D, e["causal"]) == (64, False):  # session 16's pick there, the Triton entry: v48's incumbent
-            assert config.Tiles(**e["tiles"]) == config.lookup("pv", "sm90", 64, False, 2, gluon=False)
+        vs = later.get((D, e["causal"]), (None, None, None))[2]
+        if not e.get("short") and (vs == "triton_table" or (vs and e["tiles"]["gluon"])):
+            # session 16's pick there: what v48 or v52 timed against (the Triton entry, or its Gluon entry)
+            t = config.Tiles(**e["tiles"])
+            assert label(t) == vs or t == config.lookup("pv", "sm90", D, e["causal"], 2, gluon=False), e
             continue
         for n in ([e["below"] - 1] if e.get("short") else [None, 724, 16384]):
             assert config.Tiles(**e["tiles"]) == config.lookup("pv", "sm90", D, e["causal"], 2,
                                                                gluon=e["tiles"]["gluon"], N=n), (e, n)
-    for D, causal in ((64, True), (128, True)):  # no Gluon entry: the Triton one at every N
-        assert not config.lookup("pv", "sm90", D, causal, 2, N=16384).gluon
 
 
 def v48_winner(root):
@@ -316,6 +323,49 @@ def v48_winner(root):
     wins = below_at_every_n(med, "triton_table")
     assert len(wins) == 1, wins
     return parse_tiles(wins[0]), int(med.columns.min())
+
+
+V52_ROUNDS = {  # (D, causal): each round's pvbench logs under outputs/h200 (pv_gluon.py --skip-check)
+    (128, False): [["2026-12-02-s28-call1/pvbench.log", "2026-12-02-s28-call5/n1024_r1/pvbench.log"],
+                   ["2026-12-02-s28-call2/pvbench.log", "2026-12-02-s28-call5/n1024_r2/pvbench.log"],
+                   ["2026-12-02-s28-call3/pvbench_d128.log", "2026-12-02-s28-call5/n1024_r3/pvbench.log"]],
+    (64, True): [["2026-12-02-s28-call3/causal/pvbench_causal.log"], ["2026-12-02-s28-call5/causal_r2/pvbench.log"],
+                 ["2026-12-02-s28-call5/causal_r3/pvbench.log"]],
+}
+V52_ROUNDS[(128, True)] = V52_ROUNDS[(64, True)]  # the same calls timed both head dims
+V52_INCUMBENT = {(128, False): "128x64w4s4gc", (64, True): "triton_table", (128, True): "triton_table"}
+
+
+def v52_winners(root) -> dict:
+    """PERFORMANCE.md v52's rule on its recorded rounds: a challenger replaces the incumbent from the least N timed
+    from which both its PV kernel alone (`pv_<label>`) and its qk_softmax build (`build_<label>`) have medians over
+    the three rounds below the incumbent's at every N timed. {(D, causal): (Tiles, from N, incumbent)}."""
+    winners = {}
+    for (D, causal), rounds in V52_ROUNDS.items():
+        rows = []
+        for r, logs in enumerate(rounds):
+            for log in logs:
+                for w in ((root / log).read_text().split("\n")):
+                    w = w.split()
+                    if len(w) >= 6 and w[0] == "time" and w[1:3] == [str(D), str(int(causal))] and w[4][:3] in (
+                            "pv_", "bui"):
+                        what, lab = w[4].split("_", 1)
+                        rows.append(dict(round=r, N=int(w[3]), what=what, label=lab, ms=float(w[5])))
+        frame = pd.DataFrame(rows)
+        rounds_of = frame.groupby("label")["round"].nunique()
+        frame = frame[frame["label"].isin(rounds_of.index[rounds_of == 3])]
+        med = frame.groupby(["what", "label", "N"])["ms"].median()
+        incumbent = V52_INCUMBENT[(D, causal)]
+        found = []
+        for lab in set(frame["label"]) - {incumbent, "triton_table"}:
+            below = pd.concat([(med[what].loc[lab] < med[what].loc[incumbent]) for what in ("pv", "build")],
+                              axis=1).all(axis=1).sort_index()
+            tail = below[::-1].cummin()[::-1]  # True from the least N from which every longer N is below
+            if tail.any():
+                found.append((parse_tiles(lab), int(tail.index[tail].min()), incumbent))
+        assert len(found) == 1, (D, causal, found)
+        winners[(D, causal)] = found[0]
+    return winners
 
 
 def test_a_challenger_that_wins_the_score_at_short_n_only_goes_to_short():

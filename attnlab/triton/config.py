@@ -181,7 +181,18 @@ TABLE: dict[tuple, Tiles] = {
     # Triton entries below as incumbents: 128×64 s4 scores 1.012 against 128×64 w8 s3's 1.022 (5.107 against 5.198
     # ms at N = 16384); at D = 64 and under a causal mask the Gluon candidates came within TIE of the Triton entries
     # (or behind), which stay. SHORT keeps the Triton kernel below N = 724.
-    ("pv", "sm90", "=128", False, 2): Tiles(128, 64, 4, 4, gluon=True, persistent=True),
+    # Since v52 (session 28) as Oᵀ = Vᵀ Pᵀ (v47), at D = 128 non-causal and, heavy rows first, under a causal mask at
+    # D = 64 and 128: the PV kernel alone and the qk_softmax build both below the entry before (the one above, or
+    # the Triton entry under a causal mask) in their medians over three rounds at every N from the entry's bound up
+    # (`-s28-call1`, `-call2`, `-call3`, `-call5`; N = 1024 … 16384 non-causal, 2048 … 16384 causal). The build:
+    # non-causal −2.3 / −3.8 / −1.5 / −0.8 / −0.0 % at N = 1024 / 2048 / 4096 / 8192 / 16384; D = 128 causal
+    # −0.8 / −1.9 / −2.6 % from 4096; D = 64 causal −1.5 / −2.1 % from 8192 (a tie at 4096, its PV kernel 3.5 %
+    # slower). SHORT keeps the Triton kernel below those bounds under a causal mask.
+    ("pv", "sm90", "=128", False, 2): Tiles(128, 64, 4, 4, gluon=True, persistent=True, o_transposed=True),
+    ("pv", "sm90", "=128", True, 2): Tiles(128, 64, 4, 4, heavy_first=True, gluon=True, persistent=True,
+                                           o_transposed=True),
+    ("pv", "sm90", "=64", True, 2): Tiles(128, 64, 4, 4, heavy_first=True, gluon=True, persistent=True,
+                                          o_transposed=True),
     # pv at D = 64 exactly, non-causal: the persistent Gluon kernel as Oᵀ = Vᵀ Pᵀ (v47, v48), which beat the Triton
     # entry below in the qk_softmax build's median over three rounds at every N timed (`-s26-call5`, `-s26-call6`,
     # `-s27-call1`, N = 2048 … 16384: medians −0.6, −0.6, −1.7, −2.1 %; the bench's timer, `-s27-call4`, −1.0 to
@@ -220,7 +231,8 @@ TABLE: dict[tuple, Tiles] = {
 # (qk_softmax_gluon.as_run, v30; launch._qk_softmax_tiles).
 # Session 16's autotune of pv (`-s16-call8`): under the Gluon PV entry (D = 128 non-causal) the Triton kernel below
 # 724 (0.2448 ms at N = 512 against 0.2613). Under v48's (D = 64 non-causal) the Triton kernel below 2048, the
-# shortest N its three rounds timed.
+# shortest N its three rounds timed. Under v52's causal entries the Triton entries below the N they start at (4096 at
+# D = 128, 8192 at D = 64).
 # Session 22's (`-s22-call2`, qk_softmax, N = 512, 1024, 2048, 8192, with v40's one-pass kernel among the candidates,
 # which compete for short entries only: attnlab.autotune.pick): one pass with the row on chip wins at 512 and 1024
 # everywhere but D = 64 causal, so below 1025 (qk_softmax_row.ROW_MAX + 1; past it the entry would run the two-pass
@@ -232,6 +244,8 @@ SHORT_N = 1024
 SHORT: dict[tuple, tuple[Tiles, int]] = {
     ("pv", "sm90", 128, False, 2): (Tiles(128, 64, 8, 3), 724),
     ("pv", "sm90", 64, False, 2): (Tiles(128, 64, 8, 3), 2048),
+    ("pv", "sm90", 128, True, 2): (Tiles(128, 64, 8, 3), 4096),
+    ("pv", "sm90", 64, True, 2): (Tiles(64, 64, 4, 3), 8192),
     ("fused", "sm90", "=128", True, 2): (Tiles(64, 64, 4, 2, heavy_first=True, gluon=True, mask_tma=True,
                                                persistent=True, o_tma=True, one_consumer=True), 724),
     ("fused", "sm90", "=64", True, 2): (Tiles(64, 128, 4, 2, heavy_first=True, gluon=True, mask_tma=True,
