@@ -46,6 +46,7 @@
 #             an override file, then as the table has it again (the keys without a Gluon entry are the run's control);
 #             PVAB_RUNS picks the runs, in order, from table, triton, table2 and interim (session 16's interim PV
 #             entries: scripts/experiments/pv_s16_interim.json, the Gluon PV kernel at every key from N = 5793)
+#             and pre52 (the PV entries v52 replaced: scripts/experiments/pv_pre_v52.json)
 #   qkprobe   the P kernel alone at N = 4096 non-causal, D = 128 and 64, as it is and with pass 1 changed
 #             (scripts/experiments/qk_exp_probe.py: none, pass1 = exponentials as FMAs, ref1 = no running max,
 #             ref1-fake = both; session 12's call 1)
@@ -277,7 +278,7 @@ pvab() {
   local run tiles args="--quick --builds qk_softmax,materialised --dtypes bfloat16 --repeats 3 --ns ${PVAB_NS:-1024,4096,16384}"
   for run in ${PVAB_RUNS:-table triton table2}; do
     case $run in triton) tiles=$out/pv_triton.json;; interim) tiles=scripts/experiments/pv_s16_interim.json;;
-                 *) tiles="";; esac
+                 pre52) tiles=scripts/experiments/pv_pre_v52.json;; *) tiles="";; esac
     ab_run pvab $run 180 "$args" "$tiles"
   done
 }

@@ -162,6 +162,35 @@ def test_the_interim_override_file_is_what_session_16s_calls_3_and_4_ran(monkeyp
                                                                                         (128, False), (128, True)}
 
 
+def test_the_pre_v52_override_file_is_what_the_bench_before_v52_ran(monkeypatch):
+    """scripts/experiments/pv_pre_v52.json (h200.sh's `PVAB_RUNS=... pre52`) must put back the PV tiles that the
+    bench of record before v52 (outputs/h200/2026-12-02-s27-call3) ran at every one of its qk_softmax rows, and the
+    table without it must differ from them exactly where v52 changed an entry. (The file carries the PV entries of
+    SHORT before v52 too: a tiles file's short entries replace all of SHORT's for its kernel, config.load_overrides.)"""
+    import json
+    from pathlib import Path
+
+    import pandas as pd
+
+    root = Path(__file__).resolve().parent.parent
+    rows = pd.read_csv(root / "outputs/h200/2026-12-02-s27-call3/bench/bench.csv")
+    rows = rows[rows.build == "qk_softmax"]
+    table = {(int(r.D), bool(r.causal), int(r.N)): config.lookup("pv", "sm90", int(r.D), bool(r.causal), 2,
+                                                                 N=int(r.N)) for _, r in rows.iterrows()}
+    monkeypatch.setattr(config, "TABLE", config.TABLE)
+    monkeypatch.setattr(config, "SHORT", config.SHORT)
+    config.load_overrides(str(root / "scripts/experiments/pv_pre_v52.json"))
+    changed = set()
+    for _, row in rows.iterrows():
+        ran = config.Tiles(**json.loads(row.tiles)["pv"])
+        key = (int(row.D), bool(row.causal), int(row.N))
+        assert config.lookup("pv", "sm90", *key[:2], 2, N=key[2]) == ran, (key, ran)
+        if table[key] != ran:
+            changed.add(key)
+    assert changed == {(128, False, n) for n in (1024, 2048, 3000, 4096, 8192, 16384)} | {
+        (128, True, n) for n in (4096, 8192, 16384)} | {(64, True, n) for n in (8192, 16384)}
+
+
 def test_releases_after_ordinary_shared_loads_are_fenced_from_the_loaders_next_tma():
     """Lab guard (PERFORMANCE.md v47): a consumer that reads a TMA-filled slot with ordinary shared loads (the generic
     proxy) and then hands the slot back must put a proxy fence between, or the loader's next TMA write (the async
