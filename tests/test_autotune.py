@@ -328,8 +328,8 @@ def v48_winner(root):
 V52_ROUNDS = {  # (D, causal): each round's pvbench logs under outputs/h200 (pv_gluon.py --skip-check)
     (128, False): [["2026-12-02-s28-call1/pvbench.log", "2026-12-02-s28-call5/n1024_r1/pvbench.log"],
                    ["2026-12-02-s28-call2/pvbench.log", "2026-12-02-s28-call5/n1024_r2/pvbench.log"],
-                   ["2026-12-02-s28-call3/pvbench_d128.log", "2026-12-02-s28-call5/n1024_r3/pvbench.log"]],
-    (64, True): [["2026-12-02-s28-call3/causal/pvbench_causal.log"], ["2026-12-02-s28-call5/causal_r2/pvbench.log"],
+                   ["2026-12-02-s28-call3/pvbench.log", "2026-12-02-s28-call5/n1024_r3/pvbench.log"]],
+    (64, True): [["2026-12-02-s28-call4/pvbench.log"], ["2026-12-02-s28-call5/causal_r2/pvbench.log"],
                  ["2026-12-02-s28-call5/causal_r3/pvbench.log"]],
 }
 V52_ROUNDS[(128, True)] = V52_ROUNDS[(64, True)]  # the same calls timed both head dims

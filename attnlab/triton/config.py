@@ -184,9 +184,9 @@ TABLE: dict[tuple, Tiles] = {
     # Since v52 (session 28) as Oᵀ = Vᵀ Pᵀ (v47), at D = 128 non-causal and, heavy rows first, under a causal mask at
     # D = 64 and 128: the PV kernel alone and the qk_softmax build both below the entry before (the one above, or
     # the Triton entry under a causal mask) in their medians over three rounds at every N from the entry's bound up
-    # (`-s28-call1`, `-call2`, `-call3`, `-call5`; N = 1024 … 16384 non-causal, 2048 … 16384 causal). The build:
+    # (`-s28-call1` … `-call5`; N = 1024 … 16384 non-causal, 2048 … 16384 causal). The build:
     # non-causal −4.1 / −3.8 / −1.5 / −0.8 / −0.0 % at N = 1024 / 2048 / 4096 / 8192 / 16384; D = 128 causal
-    # −0.7 / −2.1 / −2.6 % from 4096; D = 64 causal −1.5 / −2.1 % from 8192 (a tie at 4096, its PV kernel 3.5 %
+    # −0.7 / −2.1 / −2.6 % from 4096; D = 64 causal −1.5 / −2.1 % from 8192 (a tie at 4096, its PV kernel 3.8 %
     # slower). SHORT keeps the Triton kernel below those bounds under a causal mask.
     ("pv", "sm90", "=128", False, 2): Tiles(128, 64, 4, 4, gluon=True, persistent=True, o_transposed=True),
     ("pv", "sm90", "=128", True, 2): Tiles(128, 64, 4, 4, heavy_first=True, gluon=True, persistent=True,
