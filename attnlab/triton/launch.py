@@ -127,8 +127,7 @@ def row_stride(x: torch.Tensor, spec: Spec, name: str) -> int:
             or x.stride(1) != N * row or x.stride(0) != H * N * row):
         raise ValueError(f"{name} must be a {spec.dtype} (B, H, N, N) = {(B, H, N, N)} tensor with unit last "
                          f"stride and rows evenly spaced (strides (H·N·r, N·r, r, 1), r ≥ N; scores_buffer makes "
-                         f"one), got "
-                         f"{x.dtype} {tuple(x.shape)} with strides {x.stride()}")
+                         f"one), got {x.dtype} {tuple(x.shape)} with strides {x.stride()}")
     return row
 
 
@@ -217,8 +216,8 @@ def qk_softmax_with(c: _Call, chosen: Tiles, ablation: str | None = None, out=No
 
 def write_p(c: _Call, P: torch.Tensor, chosen: Tiles, no_softmax: bool = False) -> None:
     """The qk_softmax build's first kernel with `chosen` tiles: P = softmax(scale·QKᵀ + mask) into the (B, H, N, N)
-    P (S itself under the no_softmax ablation). The Gluon kernel for a Gluon entry, at any N (the build
-    sends only the N it takes, _qk_softmax_tiles; its own check sends others), else the Triton kernel. P: the build's
+    P (S itself under the no_softmax ablation). The Gluon kernel for a Gluon entry, at any N (the build sends only
+    the N it takes, _qk_softmax_tiles; its own check sends others), else the Triton kernel. P: the build's
     scores_buffer, or any layout row_stride takes (scripts/experiments/p_pad.py passes padded ones). Under
     Tiles.fixed_reference the Gluon kernel flags the rows its pass 1 leaves wrong, and the Triton kernel then
     re-writes their blocks with REPAIR_TILES (a second launch, which returns at once where nothing is flagged)."""

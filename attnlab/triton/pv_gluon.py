@@ -202,8 +202,8 @@ def pv_gluon_kernel(p_desc, v_desc, o_ptr, sob, soh, son, N, H, GROUP, total, in
 
 def launch(p, v, o, *, N, H, group, inv_n, causal, tiles, no_pv=False) -> None:
     """Run the kernel on a (B, H, N, N) P (rows 16-byte aligned: takes(), launch.scores_buffer) and a checked
-    (B, Hkv, N, D) V into O (B, H, N, D), with Tiles' BLOCK_M (rows a consumer), BLOCK_N, num_stages, one_consumer, persistent and
-    heavy_first (causal: the longest rows first)."""
+    (B, Hkv, N, D) V into O (B, H, N, D), with Tiles' BLOCK_M (rows a consumer), BLOCK_N, num_stages,
+    one_consumer, persistent and heavy_first (causal: the longest rows first)."""
     BM, BN = tiles.BLOCK_M, tiles.BLOCK_N
     rows, maxnreg = partitions(tiles)
     total = triton.cdiv(N, rows * BM) * p.shape[0] * H

@@ -20,7 +20,8 @@ def qk_softmax_kernel(Q, K, P, M,
                       IEEE: tl.constexpr, UPCAST: tl.constexpr, ONE_TILE: tl.constexpr = False,
                       FLAGS=None, REPAIR: tl.constexpr = False):
     # grid: (cdiv(N, BLOCK_M), B·H). P is (B, H, N, N) in the input dtype, rows spn apart (launch.scores_buffer).
-    # ONE_TILE: N ≤ BLOCK_N (the launcher's promise), so pass 1 is skipped and pass 2's one tile takes its statistics from itself.
+    # ONE_TILE: N ≤ BLOCK_N (the launcher's promise), so pass 1 is skipped and pass 2's one tile takes its
+    # statistics from itself.
     # REPAIR: after the Gluon kernel's pass 1 against a fixed reference (Tiles.fixed_reference), only the blocks with
     # a row flagged in FLAGS (B·H·N int8, 1 = its P is wrong) are written, every row of them; the rest return at once.
     # Scores are in log2 units (qk_scale = scale · log2 e) so the softmax uses exp2; NO_SOFTMAX passes the natural

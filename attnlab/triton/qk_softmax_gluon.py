@@ -410,7 +410,8 @@ def qk_softmax_gluon_kernel(q_desc, k_desc, p_desc, M, smb, smh, smm, smn, mask_
     (Tiles.one_consumer: two programs share an SM). q/k descriptors over (B, H or Hkv, N, D) with (1, 1, BLOCK_M or
     BLOCK_N, D) boxes; p_desc over the (B, H, N, N) P (rows on 128-byte lines: launch.scores_buffer) with a
     (1, 1, BLOCK_M, BLOCK_N) box; M the (B, H, N, N)-strided mask or any pointer when MASK_KIND = 0;
-    qk_scale = scale·log2 e (natural scale under NO_SOFTMAX); Q_REGISTERS: Tiles.q_registers. MASK_TMA: the mask tiles come through `mask_desc`, a descriptor
+    qk_scale = scale·log2 e (natural scale under NO_SOFTMAX); Q_REGISTERS: Tiles.q_registers. MASK_TMA: the mask
+    tiles come through `mask_desc`, a descriptor
     over the mask's (B or 1, H or 1, N, N) with a (1, 1, ROWS·BLOCK_M, BLOCK_N) box (MASK_B, MASK_H: 1 where the mask
     varies over batch, heads), into a ring of STAGES slots beside K's; else `mask_desc` is an unused placeholder.
     REF1: pass 1 against a fixed reference (Tiles.fixed_reference), each row's verdict into `flags` (B·H·N int8, 1 =

@@ -1,9 +1,9 @@
 """PERFORMANCE.md v46: does P's row stride set the P kernel's write rate? The qk_softmax P kernel (the table's tiles)
 writing into the contiguous (B, H, N, N) P against a view of a buffer whose rows are `pad` elements longer (the same
 N² elements written, rows no longer a power of two bytes apart), and TMA stores of P's 64 × 128 boxes alone in both
-layouts (tma_store_rate's kernel). With --pv also the table's PV kernel reading each layout, where that kernel is the
-Gluon one (its TMA descriptor takes P's strides; the Triton PV kernel assumes contiguous rows and is timed on the
-contiguous P only). Session 28 ran it at N = 3000, whose 6000-byte rows are not 128-byte aligned. GPU (sm90) only:
+layouts (tma_store_rate's kernel). With --pv also the table's PV kernel reading each layout. Session 28 ran it at
+N = 3000, whose 6000-byte rows are not 128-byte aligned (call 1, before v51: then the Triton PV kernel took
+contiguous rows only, so the causal cells, which run it, timed the contiguous P alone). GPU (sm90) only:
 
     python scripts/experiments/p_pad.py [--ns 4096,16384] [--pads 64,136] [--pv]
 """
@@ -65,7 +65,7 @@ def main():
                 if args.pv:
                     pv_tiles = launch._pv_tiles(c.spec)
                     o0 = launch._pv(c, ps[0], None, None)
-                    for pad in pads if pv_tiles.gluon else pads[:1]:
+                    for pad in pads:
                         assert torch.equal(launch._pv(c, ps[pad], None, None), o0), (D, N, causal, pad)
                         t = ms_of(lambda: launch._pv(c, ps[pad], None, None))
                         print(f"D={D} N={N} causal={int(causal)} pad={pad} pv_kernel ms={t:.4f} "
