@@ -309,17 +309,12 @@ def v48_winner(root):
     vs_triton over_floor x` in -s26-call5, -s26-call6 and -s27-call1's pvbench.log, D = 64 non-causal): the
     candidate whose median qk_softmax build over the rounds is below the Triton entry's (`build_triton_table`) at
     every N, with the shortest N timed. (Tiles, N); exactly one winner."""
-    rows = []
-    for run in ("2026-12-02-s26-call5", "2026-12-02-s26-call6", "2026-12-02-s27-call1"):
-        for line in (root / run / "pvbench.log").read_text().splitlines():
-            w = line.split()
-            if len(w) >= 6 and w[0] == "time" and w[1:3] == ["64", "0"] and w[4].startswith("build_"):
-                rows.append(dict(run=run, N=int(w[3]), label=w[4].removeprefix("build_"), ms=float(w[5])))
-    frame = pd.DataFrame(rows)
-    assert frame["run"].nunique() == 3
-    rounds = frame.groupby("label")["run"].nunique()
-    assert (rounds == 3).sum() == 2  # the Triton entry and one candidate in every round
-    med = frame[frame["label"].isin(rounds.index[rounds == 3])].groupby(["label", "N"])["ms"].median().unstack("N")
+    rounds = [[f"{run}/pvbench.log"] for run in ("2026-12-02-s26-call5", "2026-12-02-s26-call6",
+                                                 "2026-12-02-s27-call1")]
+    frame = pvbench_rounds(root, rounds, 64, False)
+    frame = frame[frame["what"] == "build"]
+    assert frame["label"].nunique() == 2  # the Triton entry and one candidate in every round
+    med = frame.groupby(["label", "N"])["ms"].median().unstack("N")
     wins = below_at_every_n(med, "triton_table")
     assert len(wins) == 1, wins
     return parse_tiles(wins[0]), int(med.columns.min())
@@ -336,24 +331,32 @@ V52_ROUNDS[(128, True)] = V52_ROUNDS[(64, True)]  # the same calls timed both he
 V52_INCUMBENT = {(128, False): "128x64w4s4gc", (64, True): "triton_table", (128, True): "triton_table"}
 
 
+def pvbench_rounds(root, rounds, D: int, causal: bool):
+    """pv_gluon.py's lines `time D causal N pv_<label>|build_<label> ms …` for one (D, causal) from each round's
+    logs (a list of paths under `root` a round), as rows (round, N, what = pv or build, label, ms), only the labels
+    timed in every round."""
+    rows = []
+    for r, logs in enumerate(rounds):
+        for log in logs:
+            for line in (root / log).read_text().splitlines():
+                w = line.split()
+                if len(w) >= 6 and w[0] == "time" and w[1:3] == [str(D), str(int(causal))] and w[4].startswith(
+                        ("pv_", "build_")):
+                    what, lab = w[4].split("_", 1)
+                    rows.append(dict(round=r, N=int(w[3]), what=what, label=lab, ms=float(w[5])))
+    frame = pd.DataFrame(rows)
+    assert frame["round"].nunique() == len(rounds), (D, causal)
+    timed = frame.groupby("label")["round"].nunique()
+    return frame[frame["label"].isin(timed.index[timed == len(rounds)])]
+
+
 def v52_winners(root) -> dict:
     """PERFORMANCE.md v52's rule on its recorded rounds: a challenger replaces the incumbent from the least N timed
     from which both its PV kernel alone (`pv_<label>`) and its qk_softmax build (`build_<label>`) have medians over
     the three rounds below the incumbent's at every N timed. {(D, causal): (Tiles, from N, incumbent)}."""
     winners = {}
     for (D, causal), rounds in V52_ROUNDS.items():
-        rows = []
-        for r, logs in enumerate(rounds):
-            for log in logs:
-                for w in ((root / log).read_text().split("\n")):
-                    w = w.split()
-                    if len(w) >= 6 and w[0] == "time" and w[1:3] == [str(D), str(int(causal))] and w[4][:3] in (
-                            "pv_", "bui"):
-                        what, lab = w[4].split("_", 1)
-                        rows.append(dict(round=r, N=int(w[3]), what=what, label=lab, ms=float(w[5])))
-        frame = pd.DataFrame(rows)
-        rounds_of = frame.groupby("label")["round"].nunique()
-        frame = frame[frame["label"].isin(rounds_of.index[rounds_of == 3])]
+        frame = pvbench_rounds(root, rounds, D, causal)
         med = frame.groupby(["what", "label", "N"])["ms"].median()
         incumbent = V52_INCUMBENT[(D, causal)]
         found = []

@@ -92,7 +92,7 @@ def test_the_repair_rewrites_the_blocks_of_flagged_rows_and_only_those(variant):
         flags[h * N + row] = 1
         block = slice(row // 32 * 32, min(N, row // 32 * 32 + 32))
         p[0, h, block] = float("nan")
-    launch._triton_p(c, p, TWO_PASSES, config.LOG2E, False, flags)
+    launch._triton_p(c, p, launch.row_stride(p, c.spec, "P"), TWO_PASSES, config.LOG2E, False, flags)
     ref = reference_p(q, k, causal, mask, False)
     for h, block in ((0, slice(0, 32)), (1, slice(96, 100))):
         torch.testing.assert_close(p[0, h, block].float(), ref[0, h, block], rtol=2e-3, atol=1e-5)

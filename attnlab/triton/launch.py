@@ -222,7 +222,7 @@ def write_p(c: _Call, P: torch.Tensor, chosen: Tiles, no_softmax: bool = False) 
     Tiles.fixed_reference the Gluon kernel flags the rows its pass 1 leaves wrong, and the Triton kernel then
     re-writes their blocks with REPAIR_TILES (a second launch, which returns at once where nothing is flagged)."""
     s = c.spec
-    row_stride(P, s, "P")
+    spn = row_stride(P, s, "P")
     log_scale = 1.0 if no_softmax else LOG2E  # softmax in exp2 units; the copy ablation writes S itself
     if chosen.gluon:  # the warp-specialised kernel (sm90, 16-bit), for the build and its ablations and masks alike
         from attnlab.triton import qk_softmax_gluon
@@ -234,9 +234,9 @@ def write_p(c: _Call, P: torch.Tensor, chosen: Tiles, no_softmax: bool = False) 
                                 qk_scale=s.scale * log_scale, mask_scale=log_scale, causal=s.causal, tiles=chosen,
                                 no_softmax=no_softmax, flags=flags)
         if flags is not None:
-            _triton_p(c, P, REPAIR_TILES, log_scale, no_softmax, flags)
+            _triton_p(c, P, spn, REPAIR_TILES, log_scale, no_softmax, flags)
         return
-    _triton_p(c, P, chosen, log_scale, no_softmax)
+    _triton_p(c, P, spn, chosen, log_scale, no_softmax)
 
 
 # The re-write after a pass 1 against a fixed reference (Tiles.fixed_reference): all but the flagged blocks return at
@@ -244,14 +244,16 @@ def write_p(c: _Call, P: torch.Tensor, chosen: Tiles, no_softmax: bool = False) 
 REPAIR_TILES = Tiles(64, 64, 4, 1)
 
 
-def _triton_p(c: _Call, P: torch.Tensor, chosen: Tiles, log_scale: float, no_softmax: bool, flags=None) -> None:
-    """The Triton P kernel with `chosen` tiles: every block of P, or (flags) only those with a flagged row."""
+def _triton_p(c: _Call, P: torch.Tensor, spn: int, chosen: Tiles, log_scale: float, no_softmax: bool,
+              flags=None) -> None:
+    """The Triton P kernel with `chosen` tiles: every block of P (rows spn apart, write_p's row_stride), or (flags)
+    only those with a flagged row."""
     s = c.spec
     t = _triton_args(chosen)
     repair = {} if flags is None else dict(FLAGS=flags, REPAIR=True)
     _qks.qk_softmax_kernel[_grid_m(s, t["BLOCK_M"])](
         c.q, c.k, P, c.mask, *c.q.stride()[:3], *c.k.stride()[:3], *c.mask_strides,
-        s.N, s.H, s.group, s.scale * log_scale, log_scale, row_stride(P, s, "P"),
+        s.N, s.H, s.group, s.scale * log_scale, log_scale, spn,
         MASK_KIND=c.mask_kind, NO_SOFTMAX=no_softmax, ONE_TILE=s.N <= t["BLOCK_N"], **repair, **c.flags, **t)
 
 

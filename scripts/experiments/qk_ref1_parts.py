@@ -40,11 +40,12 @@ def main():
                 return lambda: qk_softmax_gluon.launch(c.q, c.k, p, c.mask, c.mask_strides, 0, tiles=t, flags=fl, **kw)
 
             zero = torch.zeros_like(flags)
+            spn = launch.row_stride(p, c.spec, "P")
             parts = dict(
                 g=gluon(t_g), gf=gluon(t_f, flags),
-                repair_table=lambda: launch._triton_p(c, p, launch._lookup("qk_softmax", c.spec, gluon=False),
+                repair_table=lambda: launch._triton_p(c, p, spn, launch._lookup("qk_softmax", c.spec, gluon=False),
                                                       config.LOG2E, False, zero),
-                repair_small=lambda: launch._triton_p(c, p, launch.REPAIR_TILES, config.LOG2E, False, zero),
+                repair_small=lambda: launch._triton_p(c, p, spn, launch.REPAIR_TILES, config.LOG2E, False, zero),
                 write_p_f=lambda: launch.write_p(c, p, t_f))
             for what, fn in parts.items():
                 print(f"parts {D} {N} {what} {timed(fn):.4f}", flush=True)
