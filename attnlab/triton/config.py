@@ -70,10 +70,6 @@ class Tiles:
     # Gluon PV kernel only: Oᵀ = Vᵀ Pᵀ, so that at D = 64 each wgmma is 64 × BLOCK_M (BLOCK_M up to 256) instead of
     # BLOCK_M × 64, and Oᵀ goes out through shared memory (PERFORMANCE.md v47; label suffix `y`).
     o_transposed: bool = False
-    # Gluon qk_softmax kernel only: one pass at any N, each row block's keys split among a group of programs that
-    # swap their rows' (max, sum) through global memory (attnlab.triton.qk_softmax_split; non-causal, no mask: other
-    # calls run the two-pass kernel, persistent, qk_softmax_gluon.as_run; PERFORMANCE.md v53; label suffix `k`).
-    split_row: bool = False
 
     def as_dict(self) -> dict:
         return asdict(self)
@@ -81,7 +77,7 @@ class Tiles:
 
 # the fields only the Gluon kernels read
 GLUON_ONLY = ("gluon", "mask_tma", "q_registers", "persistent", "o_tma", "one_consumer", "fixed_reference",
-              "one_pass", "o_transposed", "split_row")
+              "one_pass", "o_transposed")
 
 
 def interpreting() -> bool:

@@ -276,7 +276,7 @@ def _qk_softmax_tiles(s: Spec, ablation: str | None = None, mask: torch.Tensor |
     # the row says which ran, and the ablation report notes a zero_mask that ran other tiles than its base
     if mask is None and (s.mask_kind != "none" or ablation == "zero_mask"):
         mask = _meta_mask(s, torch.uint8 if s.mask_kind == "bool" else s.dtype)
-    return qk_softmax_gluon.as_run(chosen, mask, s.D, s.dtype.itemsize, s.N, s.causal)
+    return qk_softmax_gluon.as_run(chosen, mask, s.D, s.dtype.itemsize, s.N)
 
 
 def fused(q, k, v, *, causal=False, attn_mask=None, scale=None, ablation=None, out=None) -> torch.Tensor:

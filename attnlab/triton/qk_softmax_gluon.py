@@ -488,20 +488,11 @@ def mask_fits(tiles, stages: int, D: int, itemsize: int, mask_itemsize: int) -> 
     return tiles_bytes + stages * rows * BM * BN * mask_itemsize + SMEM_SPARE <= smem_limit(tiles)
 
 
-def _sms() -> int:
-    """The SMs a persistent grid spreads over: this GPU's, or the H200's 132 where none is present (offline)."""
-    return sm_count(torch.device("cuda")) if torch.cuda.is_available() else 132
-
-
-def as_run(tiles, mask, D: int, itemsize: int, N: int | None = None, causal: bool = False):
+def as_run(tiles, mask, D: int, itemsize: int, N: int | None = None):
     """The tiles a call at sequence length N runs with, given its (B, H, N, N) mask view (None: no mask; a meta tensor
-    will do) and whether it is causal:
+    will do):
       * Tiles.one_pass without a mask where the row fits on chip (attnlab.triton.qk_softmax_row.fits; N = None: the
-        entry as it stands): as they are (Tiles.split_row off); else as below, the two-pass kernel persistent unless
-        Tiles.split_row;
-      * Tiles.split_row without a mask, non-causal, where a group of programs can hold the row
-        (attnlab.triton.qk_softmax_split.fits on this GPU's SMs): as they are; else the two-pass kernel, persistent,
-        as below;
+        entry as it stands): as they are; else the two-pass kernel, persistent, as below;
       * no mask: `tiles` as they are;
       * any mask: without Tiles.fixed_reference and Tiles.q_registers (v42's options, for unmasked calls; beside a
         mask's tiles they spill, offline for sm_90a 40–424 bytes a thread where the same kernels without them
@@ -516,14 +507,8 @@ def as_run(tiles, mask, D: int, itemsize: int, N: int | None = None, causal: boo
         from attnlab.triton import qk_softmax_row
 
         if mask is None and (N is None or qk_softmax_row.fits(tiles, N, D, itemsize)):
-            return replace(tiles, split_row=False)
-        tiles = replace(tiles, one_pass=False, persistent=not tiles.split_row)
-    if tiles.split_row:
-        from attnlab.triton import qk_softmax_split
-
-        if mask is None and not causal and (N is None or qk_softmax_split.fits(tiles, N, D, itemsize, _sms())):
             return tiles
-        tiles = replace(tiles, split_row=False, persistent=True)
+        tiles = replace(tiles, one_pass=False, persistent=True)
     if mask is None:
         return tiles
     tiles = replace(tiles, fixed_reference=False, q_registers=False)
@@ -547,15 +532,6 @@ def launch(q, k, p, mask, mask_strides, mask_kind, *, N, H, group, qk_scale, mas
     through the loader warp with K (v30), else by the consumers' loads. Tiles.fixed_reference (not under
     no_softmax, which has no pass 1): pass 1 against a fixed reference, each row's verdict into `flags` (B·H·N int8,
     the caller's: 1 where the row's P is wrong and must be re-written, attnlab.triton.launch.write_p)."""
-    if tiles.split_row:  # one pass, the row split among a group (as_run sends the calls it cannot take elsewhere)
-        from attnlab.triton import qk_softmax_split
-
-        if mask_kind:
-            raise ValueError(f"tiles {tiles}: the split-row P kernel takes no mask (qk_softmax_gluon.as_run gives the "
-                             f"tiles a masked call runs with)")
-        qk_softmax_split.launch(q, k, p, N=N, H=H, group=group, qk_scale=qk_scale, causal=causal, tiles=tiles,
-                                no_softmax=no_softmax)
-        return
     if tiles.one_pass:  # one pass, the row on chip (as_run sends masked calls and longer rows to the two passes)
         from attnlab.triton import qk_softmax_row
 

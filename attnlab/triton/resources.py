@@ -142,7 +142,7 @@ def _gluon_info(kernel: str, D: int, causal: bool, tiles: config.Tiles, mask_kin
     from triton.experimental.gluon._runtime import GluonASTSource
     from triton.runtime.jit import mangle_type
 
-    from attnlab.triton import fused_gluon, pv_gluon, qk_softmax_gluon, qk_softmax_row, qk_softmax_split
+    from attnlab.triton import fused_gluon, pv_gluon, qk_softmax_gluon, qk_softmax_row
 
     tdtype = DTYPES[dtype]
     ints = _int_args(D, mask_kind, N=n)
@@ -175,17 +175,6 @@ def _gluon_info(kernel: str, D: int, causal: bool, tiles: config.Tiles, mask_kin
         values = qk_softmax_row.constexprs(tiles, D=D, N=min(n, qk_softmax_row.ROW_MAX), itemsize=tdtype.itemsize,
                                            causal=causal, no_softmax=no_softmax)
         floats = ("qk_scale",)
-    elif kernel == "qk_softmax" and tiles.split_row:  # one pass, the row split among a group (H200's 132 SMs)
-        fn = qk_softmax_split.qk_softmax_split_kernel
-        sig["q_desc"] = mangle_type(fused_gluon.descriptor(x, tiles.BLOCK_M))
-        sig["k_desc"] = mangle_type(fused_gluon.descriptor(x, tiles.BLOCK_N))
-        p = torch.empty(1, ints["H"], ints["N"], ints["N"], dtype=tdtype)
-        sig["p_desc"] = mangle_type(fused_gluon.descriptor(p, tiles.BLOCK_M, tiles.BLOCK_N))
-        sig.pop("M")  # no mask pointer
-        sig["stats"], sig["count"] = "*fp32", "*i32"
-        G, seg, _ = qk_softmax_split.plan(tiles, n, D, tdtype.itemsize, 132)
-        values = qk_softmax_split.constexprs(tiles, D=D, G=G, seg_tiles=seg, no_softmax=no_softmax)
-        floats = ("qk_scale",)
     elif kernel == "qk_softmax":
         fn = qk_softmax_gluon.qk_softmax_gluon_kernel
         sig["q_desc"] = mangle_type(fused_gluon.descriptor(x, tiles.BLOCK_M))
@@ -211,7 +200,7 @@ def _gluon_info(kernel: str, D: int, causal: bool, tiles: config.Tiles, mask_kin
                                         no_softmax=no_softmax, no_pv=no_pv)
         floats = ("qk_scale", "mask_scale", "inv_n")
     ints_named = ("sob", "soh", "son", "N", "H", "GROUP") if kernel == "pv" else ("N", "H", "GROUP") if (
-        fn in (qk_softmax_row.qk_softmax_row_kernel, qk_softmax_split.qk_softmax_split_kernel)) else (
+        fn is qk_softmax_row.qk_softmax_row_kernel) else (
         ("smb", "smh", "smm", "smn", "N", "H", "GROUP") + (("sob", "soh", "son") if kernel == "fused" else ()))
     sig["total"] = "i32"
     for a in ints_named:
@@ -264,8 +253,7 @@ LABEL_FLAGS = (("h", "heavy_first", "heavy-first"), ("p", "paired", "paired rows
                ("u", "one_consumer", "one consumer a program"),
                ("f", "fixed_reference", "pass 1 against a fixed reference"),
                ("a", "one_pass", "one pass, the row on chip"),
-               ("y", "o_transposed", "Oᵀ = Vᵀ Pᵀ"),
-               ("k", "split_row", "one pass, the row split among a group of programs"))
+               ("y", "o_transposed", "Oᵀ = Vᵀ Pᵀ"))
 
 
 def label(t: config.Tiles) -> str:

@@ -85,10 +85,10 @@ def check(tiles, part=(0, 1)):
                 # TMA can store its rows)
                 c = launch._prepare(q, k, v, causal, mask, None, ablation)
                 p = torch.full((B, H, N, N), float("nan"), device="cuda", dtype=dtype)
-                # one-pass tiles (Tiles.one_pass, Tiles.split_row) run as the build runs them: the two-pass kernel for
-                # the calls they cannot take (qk_softmax_gluon.as_run)
-                run = qk_softmax_gluon.as_run(t, c.mask if c.mask_kind else None, D, dtype.itemsize, N, causal) if (
-                    t.one_pass or t.split_row) else t
+                # one-pass tiles (Tiles.one_pass) run as the build runs them: the two-pass kernel for masked calls and
+                # rows too long to keep (qk_softmax_gluon.as_run)
+                run = qk_softmax_gluon.as_run(t, c.mask if c.mask_kind else None, D, dtype.itemsize, N) if (
+                    t.one_pass) else t
                 launch.write_p(c, p, run, no_softmax)
                 line += "" if run == t else f"ran={label(run)} "
                 torch.cuda.synchronize()
