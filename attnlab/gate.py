@@ -1,6 +1,7 @@
 """The correctness gate: every build against the fp64 oracle on fresh random inputs, on the best device present.
 
-    attnlab check                     GPU: N 512–4096, D 64/128, causal and not, bf16 and fp16, GQA; CPU: a small grid
+    attnlab check                     GPU: N 512–4096, D 64/128, causal and not, bf16 and fp16, GQA at N = 1000 and
+                                      3000 and at N % 8 ≠ 0 (1001, 2999); CPU: a small grid
     attnlab check --out gate.csv      also write one row per (build, case)
     attnlab check --jobs 4            the shapes shared among 4 processes at once (most of the gate's time on a GPU is
                                       Triton compiling each kernel variant, which runs on one CPU core a process)
@@ -32,6 +33,8 @@ def grid(device: torch.device, quick: bool = False, ns=None) -> list:
         main = [shape(2, 4, 4, n, d, dt, c) for dt, n, d, c in
                 itertools.product((torch.bfloat16, torch.float16), ns, (64, 128), (False, True))]
         gqa = [shape(1, 8, 2, n, 128, torch.bfloat16, c) for n in (1000, 3000) for c in (False, True)]
+        # N % 8 ≠ 0: P's rows padded to lines (launch.scores_buffer) are what lets the Gluon P and PV kernels run there
+        gqa += [shape(1, 8, 2, n, d, torch.float16, c) for n, d in ((1001, 64), (2999, 128)) for c in (False, True)]
         odd_d = [shape(1, 4, 4, 300, d, torch.bfloat16, c) for d in (80, 256) for c in (False, True)]
         odd_d += [shape(1, 4, 4, 300, 64, torch.float32, c) for c in (False, True)]  # fp32: the IEEE dot path
         return main + ([] if quick else gqa + odd_d)

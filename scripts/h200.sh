@@ -58,6 +58,12 @@
 #             has it, with scripts/experiments/qk_pre_v42.json in front (session 23's qk_softmax tiles), then as the
 #             table has it again; QKAB_RUNS (default "table pre table2"), QKAB_NS (default 2048,4096,8192,16384),
 #             QKAB_DTYPES (default bfloat16,float16); PERFORMANCE.md Next 13
+#   raggedgate  the gate (as `gate`) at N = 1001 and 2999 (N % 8 ≠ 0; with the grid's GQA shapes, N = 1001 and 2999
+#             among them) for the builds that write or read P and their ablations (v54: the Gluon P and PV kernels
+#             there since P's rows start on lines)
+#   raggedab  the qk_softmax and materialised builds at RAGGED_NS (default 2999,3000,3001), bf16 and fp16, --repeats 2,
+#             as the table has it, then with every 16-bit D = 64 and 128 qk_softmax and PV entry forced to the key's
+#             Triton one (what ran at N % 8 ≠ 0 before v54), then as the table has it again
 #   pair      the qk_softmax build, its parts and cuBLAS's QKᵀ-then-PV pair over the issue's floor at every cell of the
 #             bench (scripts/experiments/pair_probe.py; PAIR_ARGS; session 20, PERFORMANCE.md v37)
 set -u
@@ -243,20 +249,21 @@ pvbench() {
   echo "pvbench rc=$?"; grep -a "^time\|^ceil\|Error" "$out/pvbench.log" | tail -150
 }
 pv_override() {
-  # an autotune-style tiles file (attnlab.triton.config.load_overrides) on stdout: every 16-bit D = 64 and 128 PV
-  # entry set to the tiles of label $1, or with $1 = triton to each key's Triton table entry
-  python3 - "$1" <<'PY'
+  # an autotune-style tiles file (attnlab.triton.config.load_overrides) on stdout: every 16-bit D = 64 and 128 entry
+  # of the kernels $2 (default pv; e.g. qk_softmax,pv) set to the tiles of label $1, or with $1 = triton to each
+  # key's Triton table entry
+  python3 - "$1" "${2:-pv}" <<'PY'
 import json, sys
 from attnlab.triton import config
 from attnlab.triton.resources import parse_tiles
 
-def tiles(d, c):
+def tiles(kernel, d, c):
     if sys.argv[1] == "triton":
-        return config.lookup("pv", "sm90", d, c, 2, gluon=False)
+        return config.lookup(kernel, "sm90", d, c, 2, gluon=False)
     return parse_tiles(sys.argv[1])
 
-print(json.dumps([dict(kernel="pv", family="sm90", D=f"={d}", causal=c, itemsize=2, tiles=tiles(d, c).as_dict())
-                  for d in (64, 128) for c in (False, True)]))
+print(json.dumps([dict(kernel=kn, family="sm90", D=f"={d}", causal=c, itemsize=2, tiles=tiles(kn, d, c).as_dict())
+                  for kn in sys.argv[2].split(",") for d in (64, 128) for c in (False, True)]))
 PY
 }
 pvgate() {
@@ -280,6 +287,20 @@ pvab() {
     case $run in triton) tiles=$out/pv_triton.json;; interim) tiles=scripts/experiments/pv_s16_interim.json;;
                  pre52) tiles=scripts/experiments/pv_pre_v52.json;; *) tiles="";; esac
     ab_run pvab $run 180 "$args" "$tiles"
+  done
+}
+raggedgate() {
+  timeout 420 python3 -m attnlab.cli check --ns 1001,2999 --dtypes bfloat16,float16 --jobs 8 \
+    --builds materialised,qk_softmax,qk_softmax-no_pv,materialised-no_pv,qk_softmax-zero_mask,qk_softmax-no_softmax \
+    --out "$out/raggedgate.csv" > "$out/raggedgate.log" 2>&1
+  echo "raggedgate rc=$?"; tail -10 "$out/raggedgate.log"
+}
+raggedab() {
+  pv_override triton qk_softmax,pv > "$out/pre_v54.json"
+  local run tiles args="--quick --builds qk_softmax,materialised --dtypes bfloat16,float16 --repeats 2"
+  for run in ${RAGGED_RUNS:-table pre table2}; do
+    tiles=""; [ "$run" = pre ] && tiles=$out/pre_v54.json
+    ab_run raggedab $run 200 "$args --ns ${RAGGED_NS:-2999,3000,3001}" "$tiles"
   done
 }
 qkab() {

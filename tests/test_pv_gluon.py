@@ -4,6 +4,8 @@ ablation take the same PV kernel, what the rows record, and that it compiles for
 Its arithmetic is checked on the GPU (scripts/experiments/pv_gluon.py: O from a NaN-poisoned buffer against P·V in
 fp64 from the same P, every case; `attnlab check`); here the compile runs offline in a child process.
 """
+import contextlib
+
 import pytest
 import torch
 
@@ -35,27 +37,25 @@ def _inputs(N, D=128, dtype=torch.bfloat16):
 
 
 @pytest.mark.parametrize("build", ["qk_softmax", "materialised"])
-@pytest.mark.parametrize("N,D,dtype,kernel", [(1024, 128, torch.bfloat16, "gluon"), (1000, 64, torch.float16, "gluon"),
-                                              (8, 128, torch.bfloat16, "gluon"), (1020, 128, torch.bfloat16, "triton"),
-                                              (1, 64, torch.bfloat16, "triton")])
-def test_a_build_and_its_no_pv_ablation_run_one_pv_kernel(pv_dispatch, build, N, D, dtype, kernel):
+@pytest.mark.parametrize("N,D,dtype,entry", [(1024, 128, torch.bfloat16, "forced"), (1000, 64, torch.float16, "forced"),
+                                             (8, 128, torch.bfloat16, "forced"), (1020, 128, torch.bfloat16, "forced"),
+                                             (1, 64, torch.bfloat16, "forced"), (2999, 64, torch.float16, "table"),
+                                             (1020, 128, torch.bfloat16, "table")])
+def test_a_build_and_its_no_pv_ablation_run_one_pv_kernel(pv_dispatch, build, N, D, dtype, entry):
     """Lab guard: the no_pv saving is a difference against the build, so the ablation flag never moves a call to the
-    other PV kernel. The case decides it: the Gluon kernel takes 16-bit P at D = 64 or 128 with N % 8 == 0 (TMA
-    reads P's rows only when they are 16-byte aligned); every other case runs the key's Triton entry, never the
-    forced Gluon tiles."""
+    other PV kernel. The Gluon kernel takes 16-bit P at D = 64 or 128 at any N (v54: scores_buffer starts P's rows
+    on 128-byte lines, so TMA reads them at N % 8 ≠ 0 too, N = 1020 and 2999 here), both for forced Gluon tiles and
+    for the table's own entry."""
     if not config.interpreting():
         pytest.skip("CPU tensors reach the launcher only under the interpreter")
     q, k, v = _inputs(N, D, dtype)
     fn = getattr(launch, build)
-    with config.forced("pv", GLUON_PV):
+    tiles = GLUON_PV if entry == "forced" else config.lookup("pv", "sm90", D, False, dtype.itemsize, N=N)
+    assert tiles.gluon  # the table's 16-bit entries at D = 64 and 128 are Gluon ones at these N
+    with config.forced("pv", GLUON_PV) if entry == "forced" else contextlib.nullcontext():
         for ablation in (None, "no_pv"):
             fn(q, k, v, ablation=ablation)
-    assert [c[0] for c in pv_dispatch] == [kernel, kernel]
-    assert [c[1] for c in pv_dispatch] == [False, True]
-    if kernel == "gluon":
-        assert pv_dispatch[0][2] == GLUON_PV
-    else:  # the real table's Triton entry for the case, not the forced tiles
-        assert pv_dispatch[0][2] == config.lookup("pv", "sm90", D, False, dtype.itemsize, gluon=False).BLOCK_M
+    assert pv_dispatch == [("gluon", False, tiles), ("gluon", True, tiles)]
 
 
 @pytest.mark.parametrize("D,dtype", [(80, torch.bfloat16), (128, torch.float32)])
@@ -71,12 +71,13 @@ def test_forced_gluon_pv_tiles_refuse_a_case_the_kernel_cannot_compile(pv_dispat
 
 
 def test_the_rows_record_the_pv_kernel_that_ran(pv_dispatch):
-    """tile_config names the PV tiles the launch uses: the Gluon entry where it takes the case, the Triton one
-    where it does not (N % 8 ≠ 0)."""
+    """tile_config names the PV tiles the launch uses: the forced Gluon entry at every N, N % 8 ≠ 0 too (v54), and
+    the Triton one where the forced tiles are Triton's."""
     from attnlab.validate import check
 
-    with config.forced("pv", GLUON_PV):
-        for N, gluon in ((1024, True), (1020, False)):
+    triton_pv = config.Tiles(64, 64, 4, 2)
+    for tiles, N, gluon in ((GLUON_PV, 1024, True), (GLUON_PV, 1020, True), (triton_pv, 1020, False)):
+        with config.forced("pv", tiles):
             q, k, v = _inputs(N)
             spec = check(q, k, v)
             for build in ("qk_softmax", "materialised"):
@@ -84,9 +85,7 @@ def test_the_rows_record_the_pv_kernel_that_ran(pv_dispatch):
                     assert launch.tile_config(build, spec, ablation)["pv"]["gluon"] is gluon
 
 
-def test_the_cases_the_kernel_takes():
-    assert pv_gluon.takes(4096) and pv_gluon.takes(3000)
-    assert not pv_gluon.takes(1020)  # P's rows 2040 bytes: not 16-byte aligned
+def test_the_cases_the_kernel_compiles_for():
     # the dtypes and D it compiles for: fp32 and D = 80 are refused (test_forced_gluon_pv_tiles_refuse_…)
     assert not fused_gluon.compiles_for(torch.float32, 128)
     assert not fused_gluon.compiles_for(torch.bfloat16, 80)

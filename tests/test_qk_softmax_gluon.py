@@ -40,11 +40,11 @@ def _inputs(N, D=128, dtype=torch.bfloat16):
 
 
 @pytest.mark.parametrize("N,kernel", [(1024, "gluon"), (3000, "gluon"), (1000, "gluon"), (512, "gluon"),
-                                      (504, "triton"), (1020, "triton"), (1, "triton")])
+                                      (504, "triton"), (1020, "gluon"), (2999, "gluon"), (1, "triton")])
 def test_the_build_and_all_its_ablations_run_one_p_kernel(hopper_dispatch, N, kernel):
     """Lab guard: no_softmax, no_pv and zero_mask savings are differences against `qk_softmax`, so a mask or an
-    ablation flag never moves a call to the other P kernel. N decides it (TMA stores P rows only when N % 8 == 0;
-    below MIN_N = 512 the Triton kernel is faster), for every variant alike."""
+    ablation flag never moves a call to the other P kernel. N decides it (below MIN_N = 512 the Triton kernel is
+    faster; from it on the Gluon kernel runs at any N, N % 8 ≠ 0 too since v54), for every variant alike."""
     if not config.interpreting():
         pytest.skip("CPU tensors reach the launcher only under the interpreter")
     q, k, v = _inputs(N)
@@ -59,7 +59,9 @@ def test_the_build_and_all_its_ablations_run_one_p_kernel(hopper_dispatch, N, ke
     assert recorded["gluon"] is (kernel == "gluon")  # the row says which kernel wrote P
     if kernel == "gluon":  # the same tiles, but for how a mask comes in: by TMA where it can (v30)
         assert [c[3] for c in hopper_dispatch[:3]] == [GLUON_TILES] * 3
-        readable = [True, N % 16 == 0]  # the additive (2-byte) mask's rows are 16-byte aligned; the boolean one's
+        # the masks are the caller's unpadded (N, N) tensors: their rows are 16-byte aligned, so TMA reads them, only
+        # where N % 8 == 0 (the additive 2-byte mask) and N % 16 == 0 (the boolean one); else the consumers load them
+        readable = [N % 8 == 0, N % 16 == 0]
         assert [c[3] for c in hopper_dispatch[3:]] == [replace(GLUON_TILES, mask_tma=r) for r in readable]
 
 
@@ -224,10 +226,33 @@ def test_which_calls_take_the_gluon_kernel_on_hopper(D, dtype, gluon):
         assert not config.lookup("qk_softmax", "interpreter", D, causal, dtype.itemsize).gluon
 
 
+def test_a_p_whose_rows_tma_cannot_reach_is_one_clear_error():
+    """The Gluon P and PV kernels store and read P by TMA where it lies: a caller's P with rows 2040 bytes apart
+    (contiguous at N = 1020) is refused before anything compiles, naming the constraint; scores_buffer's P at the
+    same N (rows of 1024 elements, 2048 bytes) passes the same check."""
+    from attnlab.triton import fused_gluon
+
+    N = 1020
+    q, k, v = _inputs(N)
+    p = torch.empty(1, 2, N, N, dtype=torch.bfloat16)
+    o = torch.empty_like(q)
+    calls = (lambda: qk_softmax_gluon.launch(q, k, p, None, (0, 0, 0, 0), 0, N=N, H=2, group=1, qk_scale=1.0,
+                                             mask_scale=1.0, causal=False, tiles=GLUON_TILES),
+             lambda: pv_gluon.launch(p, v, o, N=N, H=2, group=1, inv_n=1 / N, causal=False, tiles=GLUON_TILES))
+    for call in calls:
+        with pytest.raises(ValueError, match=r"P must have .* 16-byte aligned base and row stride .* strides "
+                                             r"\(2080800, 1040400, 1020, 1\)"):
+            call()
+    padded = launch.scores_buffer(check(q, k, v))
+    assert padded.stride(2) == 1024
+    fused_gluon.check_p_rows(padded)  # no error
+
+
 def test_the_sequence_lengths_the_kernel_takes():
-    """16-byte-aligned P rows (N % 8 == 0) from MIN_N = 512 on (session 13: the Gluon kernel faster there)."""
-    assert [n for n in (1, 8, 504, 512, 1000, 1020, 1024, 1028, 3000, 4096) if qk_softmax_gluon.takes(n)] == [
-        512, 1000, 1024, 3000, 4096]
+    """From MIN_N = 512 on (session 13: the Gluon kernel faster there), at any N: scores_buffer's rows start on
+    128-byte lines, so TMA stores P's rows at N % 8 ≠ 0 too (v54)."""
+    assert [n for n in (1, 8, 504, 511, 512, 513, 1000, 1020, 1024, 1028, 2999, 3000, 4096)
+            if qk_softmax_gluon.takes(n)] == [512, 513, 1000, 1020, 1024, 1028, 2999, 3000, 4096]
 
 
 TWO_CONSUMERS, ONE_CONSUMER = (config.Tiles(64, 128, 4, 3, heavy_first=True, gluon=True, one_consumer=u)

@@ -152,9 +152,9 @@ TABLE: dict[tuple, Tiles] = {
     ("fused", "sm90", 128, False, 2): Tiles(128, 64, 8, 3, paired=True),
     ("fused", "sm90", 128, True, 2): Tiles(64, 64, 4, 3, heavy_first=True),
     ("fused", "sm90", 256, "any", 2): Tiles(64, 32, 4, 2),
-    # qk_softmax at D = 64 and 128 exactly, N % 8 == 0: the warp-specialised Gluon kernel with P stored by TMA (v12:
-    # 1.05–1.41× the Triton kernel's build time at N = 1024…16384, except D = 64 causal N = 1024, 0.985×; 3 stages
-    # 4–13 % faster than 2). Other D and N keep the Triton entries below.
+    # qk_softmax at D = 64 and 128 exactly, any N (v54; N % 8 == 0 before): the warp-specialised Gluon kernel with P
+    # stored by TMA (v12: 1.05–1.41× the Triton kernel's build time at N = 1024…16384, except D = 64 causal
+    # N = 1024, 0.985×; 3 stages 4–13 % faster than 2). Other D and N keep the Triton entries below.
     # D = 64 causal: one consumer a program, two programs an SM (v27; session 12's autotune, `outputs/h200/
     # 2026-11-30-s12-call3`: the build at N = 1024 / 2048 / 8192 0.5994 / 1.0724 / 3.9198 ms against two consumers'
     # 0.7076 / 1.1329 / 3.9047).

@@ -637,12 +637,25 @@ def _smem_layout(block: tuple, dtype: torch.dtype):
     return gl.NVMMASharedLayout.get_default_for(list(block), getattr(gl, str(dtype).split(".")[-1]))
 
 
+def tma_readable(x: torch.Tensor) -> bool:
+    """Whether TMA can read or write x as it lies: unit last stride, 16-byte aligned base and other strides."""
+    return x.stride(-1) == 1 and x.data_ptr() % 16 == 0 and all((s * x.element_size()) % 16 == 0
+                                                                for s in x.stride()[:-1])
+
+
 def tma_ready(x: torch.Tensor) -> torch.Tensor:
-    """x itself when TMA can read it (16-byte aligned base and strides, unit last stride), else a fresh contiguous copy
-    (the caching allocator aligns it; .contiguous() would hand back a misaligned but contiguous x unchanged)."""
-    ok = x.stride(-1) == 1 and x.data_ptr() % 16 == 0 and all((s * x.element_size()) % 16 == 0
-                                                               for s in x.stride()[:-1])
-    return x if ok else torch.empty(x.shape, dtype=x.dtype, device=x.device).copy_(x)
+    """x itself when TMA can read it (tma_readable), else a fresh contiguous copy (the caching allocator aligns it;
+    .contiguous() would hand back a misaligned but contiguous x unchanged)."""
+    return x if tma_readable(x) else torch.empty(x.shape, dtype=x.dtype, device=x.device).copy_(x)
+
+
+def check_p_rows(p: torch.Tensor) -> None:
+    """The P kernels' TMA boxes store and read P where it lies, so its rows must start 16 bytes apart: one ValueError
+    naming the constraint otherwise (attnlab.triton.launch.scores_buffer's rows start on 128-byte lines at any N)."""
+    if not tma_readable(p):
+        raise ValueError(f"P must have unit last stride and a 16-byte aligned base and row stride for the Gluon "
+                         f"kernels' TMA (attnlab.triton.launch.scores_buffer makes one at any N), got strides "
+                         f"{tuple(p.stride())} of {p.element_size()}-byte elements at address {p.data_ptr():#x}")
 
 
 def tma_can_read(mask: torch.Tensor) -> bool:

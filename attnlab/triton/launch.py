@@ -163,17 +163,15 @@ def _pv(c: _Call, p: torch.Tensor, ablation, out) -> torch.Tensor:
 
 
 def _pv_tiles(s: Spec) -> Tiles:
-    """The PV kernel's tiles for this case: a Gluon entry (attnlab.triton.pv_gluon; the table has them for fp16/bf16
-    at D = 64 and 128 only, forced tiles that ask for another dtype or D are an error, as for fused) at N % 8 == 0,
-    where TMA can read P's rows; at other N the key's Triton entry. No ablation enters: the build and its no_pv
-    ablation run the same kernel, and the row records it (tile_config)."""
+    """The PV kernel's tiles for this case: the key's entry, a Gluon one (attnlab.triton.pv_gluon; the table has them
+    for fp16/bf16 at D = 64 and 128 only, forced tiles that ask for another dtype or D are an error, as for fused) at
+    any N, since scores_buffer starts P's rows on lines where TMA can read them (v54; before, N % 8 == 0 only). No
+    ablation enters: the build and its no_pv ablation run the same kernel, and the row records it (tile_config)."""
     chosen = _lookup("pv", s)
     if chosen.gluon:
-        from attnlab.triton import fused_gluon, pv_gluon
+        from attnlab.triton import fused_gluon
 
         fused_gluon.check_case(chosen, s.dtype, s.D, "PV")
-        if not pv_gluon.takes(s.N):
-            return _lookup("pv", s, gluon=False)
     return chosen
 
 
@@ -259,12 +257,12 @@ def _triton_p(c: _Call, P: torch.Tensor, spn: int, chosen: Tiles, log_scale: flo
 
 def _qk_softmax_tiles(s: Spec, ablation: str | None = None, mask: torch.Tensor | None = None):
     """The qk_softmax kernel's tiles for this case. A Gluon entry takes fp16/bf16 at D = 64 or 128 (forced tiles
-    that ask for anything else are an error, as for fused); at an N it does not take (P rows TMA cannot store,
-    N % 8 ≠ 0, or N below qk_softmax_gluon.MIN_N, where the Triton kernel is faster: qk_softmax_gluon.takes) the
-    key's Triton entry runs instead, for the build and its ablations alike, and the row records it. Under a mask (the
-    call's own `mask` view, or for the row's record the one its spec or the zero_mask ablation implies: additive in
-    q's dtype, or boolean, broadcast over B and H) qk_softmax_gluon.as_run says how it comes in: by TMA with fewer
-    stages where the entry's do not leave room, or by the consumers' loads, one item a program."""
+    that ask for anything else are an error, as for fused); below qk_softmax_gluon.MIN_N, where the Triton kernel
+    is faster (qk_softmax_gluon.takes: any N above it since v54), the key's Triton entry runs instead, for the build
+    and its ablations alike, and the row records it. Under a mask (the call's own `mask` view, or for the row's
+    record the one its spec or the zero_mask ablation implies: additive in q's dtype, or boolean, broadcast over B
+    and H) qk_softmax_gluon.as_run says how it comes in: by TMA with fewer stages where the entry's do not leave
+    room, or by the consumers' loads, one item a program."""
     chosen = _lookup("qk_softmax", s)
     if not chosen.gluon:
         return chosen

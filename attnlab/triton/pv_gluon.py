@@ -1,5 +1,6 @@
 """O = P V from a P in device memory, on Hopper, in Gluon: the PV kernel of `qk_softmax` and `materialised` alike
-where it compiles (16-bit, D = 64 or 128, N % 8 == 0; elsewhere attnlab.triton.pv runs). PERFORMANCE.md v32.
+where it compiles (16-bit, D = 64 or 128, at any N: P's rows start on 128-byte lines, launch.scores_buffer;
+elsewhere attnlab.triton.pv runs). PERFORMANCE.md v32; any N since v54.
 
 Why a second PV kernel: at D = 128 the PV stage reads P (2.15 GB at N = 4096 in FlashAttention's shapes, 0.51 ms at
 the copy rate) while it does as many FLOPs as one QKᵀ (0.40 ms at the matmul rate), so it must overlap the two to
@@ -24,14 +25,8 @@ from triton.experimental.gluon import language as gl
 from triton.experimental.gluon.language.nvidia.hopper import (fence_async_shared, mbarrier, tma, warpgroup_mma,
                                                              warpgroup_mma_wait)
 
-from attnlab.triton.fused_gluon import (CONSUMER_REGS, _items, _step_item, descriptor, partitions, programs_per_sm,
-                                        sm_count, tma_ready)
-
-
-def takes(N: int) -> bool:
-    """Whether this kernel reads P at sequence length N (for a dtype and D it compiles for: fused_gluon.check_case):
-    TMA reads P's rows only when they are 16-byte aligned, N % 8 == 0 for 16-bit P."""
-    return N % 8 == 0
+from attnlab.triton.fused_gluon import (CONSUMER_REGS, _items, _step_item, check_p_rows, descriptor, partitions,
+                                        programs_per_sm, sm_count, tma_ready)
 
 
 @gluon.jit
@@ -201,9 +196,10 @@ def pv_gluon_kernel(p_desc, v_desc, o_ptr, sob, soh, son, N, H, GROUP, total, in
 
 
 def launch(p, v, o, *, N, H, group, inv_n, causal, tiles, no_pv=False) -> None:
-    """Run the kernel on a (B, H, N, N) P (rows 16-byte aligned: takes(), launch.scores_buffer) and a checked
-    (B, Hkv, N, D) V into O (B, H, N, D), with Tiles' BLOCK_M (rows a consumer), BLOCK_N, num_stages,
+    """Run the kernel on a (B, H, N, N) P (rows 16-byte aligned, fused_gluon.check_p_rows: launch.scores_buffer's)
+    and a checked (B, Hkv, N, D) V into O (B, H, N, D), with Tiles' BLOCK_M (rows a consumer), BLOCK_N, num_stages,
     one_consumer, persistent and heavy_first (causal: the longest rows first)."""
+    check_p_rows(p)
     BM, BN = tiles.BLOCK_M, tiles.BLOCK_N
     rows, maxnreg = partitions(tiles)
     total = triton.cdiv(N, rows * BM) * p.shape[0] * H

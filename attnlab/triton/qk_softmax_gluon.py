@@ -2,8 +2,8 @@
 and sum, then P written once), warp specialised so that the P writes, the matmuls and the exponentials can overlap
 (PERFORMANCE.md v12: 1.05–1.45× the Triton kernel's build from N = 1024; v16: with its exponentials replaced by FMAs
 it is within 5 % of itself, so they are hidden, and its time is the two passes' matmuls and pass 2's stores). It
-compiles for D = 64 and 128 exactly, fp16 and bf16, and takes N a multiple of 8 (P's rows are then 16-byte aligned,
-which TMA needs) from N = MIN_N on; at other N the Triton kernel runs.
+compiles for D = 64 and 128 exactly, fp16 and bf16, and takes any N from N = MIN_N on (TMA needs P's rows 16-byte
+aligned, and launch.scores_buffer starts them on 128-byte lines at any N: v54); below it the Triton kernel runs.
 
 Why: P is the build's traffic (N² elements written here, read by the PV kernel), and the Triton kernel's loop does
 matmul, exponentials and stores one after the other in every warp. Here
@@ -33,7 +33,7 @@ from triton.experimental.gluon.language.nvidia.hopper import (fence_async_shared
                                                               warpgroup_mma_wait)
 
 from attnlab.triton.fused_gluon import (ROWS_PER_PROGRAM, SMEM_SPARE, _items, _mask_tile, _needs_masks, _program,
-                                        _scores, _step_item, _tile, descriptor, mask_path, partitions,
+                                        _scores, _step_item, _tile, check_p_rows, descriptor, mask_path, partitions,
                                         programs_per_sm, sm_count, smem_limit, tma_can_read, tma_ready)
 
 PBUF = gl.constexpr(2)  # P buffers per consumer: one being filled while the other's store drains
@@ -520,9 +520,10 @@ def as_run(tiles, mask, D: int, itemsize: int, N: int | None = None):
 
 
 def takes(N: int) -> bool:
-    """Whether this kernel writes P at sequence length N: TMA stores P's rows only when they are 16-byte aligned
-    (N % 8 == 0 for 16-bit P), and below MIN_N the Triton kernel is faster."""
-    return N % 8 == 0 and N >= MIN_N
+    """Whether the build runs this kernel at sequence length N: from MIN_N on, where it is faster than the Triton
+    kernel. Any N: P's rows start on 128-byte lines (launch.scores_buffer), so TMA stores them (before v54, when P's
+    rows lay N elements apart, only N % 8 == 0)."""
+    return N >= MIN_N
 
 
 def launch(q, k, p, mask, mask_strides, mask_kind, *, N, H, group, qk_scale, mask_scale, causal, tiles,
@@ -531,7 +532,9 @@ def launch(q, k, p, mask, mask_strides, mask_kind, *, N, H, group, qk_scale, mas
     calls it for Tiles.gluon when `takes(N)`, with as_run's tiles). Tiles.mask_tma: a mask TMA can read comes
     through the loader warp with K (v30), else by the consumers' loads. Tiles.fixed_reference (not under
     no_softmax, which has no pass 1): pass 1 against a fixed reference, each row's verdict into `flags` (B·H·N int8,
-    the caller's: 1 where the row's P is wrong and must be re-written, attnlab.triton.launch.write_p)."""
+    the caller's: 1 where the row's P is wrong and must be re-written, attnlab.triton.launch.write_p). P's rows must
+    start 16 bytes apart (fused_gluon.check_p_rows), as launch.scores_buffer's do at any N."""
+    check_p_rows(p)
     if tiles.one_pass:  # one pass, the row on chip (as_run sends masked calls and longer rows to the two passes)
         from attnlab.triton import qk_softmax_row
 

@@ -1,5 +1,6 @@
 """The qk_softmax build's P kernel in one pass, for rows short enough to stay on chip (Tiles.one_pass, label `a`;
-PERFORMANCE.md v40). Hopper, Gluon; D = 64 or 128, fp16 or bf16, N a multiple of 8 up to ROW_MAX.
+PERFORMANCE.md v40). Hopper, Gluon; D = 64 or 128, fp16 or bf16, any N up to ROW_MAX (P's rows on
+128-byte lines, launch.scores_buffer, since v54).
 
 Why: the two-pass kernel (attnlab.triton.qk_softmax_gluon) computes every score twice, once for the row's max and
 sum and once to write P, because a row of N keys does not fit on chip. At N ≤ 1024 the N keys of BLOCK_M = 64 rows

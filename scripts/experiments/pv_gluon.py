@@ -6,8 +6,8 @@ kernel in one process. GPU (sm90) only:
 
 Check: for each candidate, O of the PV stage (launch._pv, the builds' own entry, so the dispatch is exercised) from a
 real softmax P into a NaN-poisoned output, against P·V in fp64 from the same P (no_pv: Σ_n P[:, n]·n/N), next to the
-Triton kernel's error on the same P: ragged N (8, 200, 1000, 3000), N = 1020 (not a multiple of 8: the Triton kernel
-runs, and the line says so), GQA, V as a strided (B, N, H, D) view, causal, fp16 and bf16. A case fails when an
+Triton kernel's error on the same P: ragged N (8, 200, 1000, 3000), N = 1020 (not a multiple of 8: P's rows padded to
+lines as the builds' are, so the Gluon kernel runs there too since v54; the line says which ran), GQA, V as a strided (B, N, H, D) view, causal, fp16 and bf16. A case fails when an
 element is NaN or the error exceeds twice the Triton kernel's plus a quarter of the dtype's epsilon (of O's largest
 element). --part k/n: this process's share of the check's cases (by (D, causal, dtype), so that n processes compile
 disjoint kernels at once).
@@ -31,13 +31,15 @@ EPS = {torch.bfloat16: 2.0 ** -8, torch.float16: 2.0 ** -11}
 
 
 def softmax_p(q, k, causal):
-    """A real P: softmax(QKᵀ/√D) in fp32 with the causal mask, rounded to q's dtype (GQA: k repeated)."""
+    """A real P: softmax(QKᵀ/√D) in fp32 with the causal mask, rounded to q's dtype (GQA: k repeated), in rows that
+    start on 128-byte lines as the builds' (launch.scores_buffer: TMA reads them at any N)."""
     B, H, N, D = q.shape
     kk = k.repeat_interleave(H // k.shape[1], dim=1)
     s = (q.float() @ kk.float().transpose(-1, -2)) / math.sqrt(D)
     if causal:
         s = s.masked_fill(torch.ones(N, N, dtype=torch.bool, device=q.device).triu(1), float("-inf"))
-    return torch.softmax(s, dim=-1).to(q.dtype).contiguous()
+    p = torch.empty(B, H, N, launch.line_row(N, q.element_size()), dtype=q.dtype, device=q.device)[..., :N]
+    return p.copy_(torch.softmax(s, dim=-1))
 
 
 def reference(p, v, no_pv):

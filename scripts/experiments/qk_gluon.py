@@ -14,9 +14,9 @@ Shapes: ragged N (8, 24, 136, 1000, 3000), N = 100 (not a multiple of 8), GQA, a
 hiding whole rows (at N = 1024 their rows are 16-byte aligned, so TMA brings them: v30), additive masks varying over
 the batch or over the heads, the no_softmax ablation, causal, and what a pass 1 against a fixed reference
 (Tiles.fixed_reference) gets wrong for the Triton kernel to re-write: a first key tile hidden, finite scores far
-below the rest in the first tile, scores 144 times as large. P is checked straight from the Gluon kernel
-wherever N % 8 == 0; through the build, N below qk_softmax_gluon.MIN_N or not a multiple of 8 runs the Triton kernel
-(each line says which ran).
+below the rest in the first tile, scores 144 times as large. P is checked straight from the Gluon kernel at
+every N (into a buffer laid out as the build's, launch.scores_buffer, whose rows TMA stores at N % 8 ≠ 0 too: v54);
+through the build, N below qk_softmax_gluon.MIN_N runs the Triton kernel (each line says which ran).
 Then medians of CUDA-graph replays (gluon_fa3.timed) at FlashAttention's shapes (B·N = 16384, H·D = 2048), bf16:
 the whole build (P kernel + PV kernel, `build`: each candidate at every N, below MIN_N too) with the table's Triton
 tiles and with each candidate, the PV kernel alone, and the build over the issue's floor
@@ -62,8 +62,9 @@ def check(tiles, part=(0, 1)):
     shapes = [(1, 2, 2, 8, 64), (2, 3, 3, 24, 64), (1, 4, 2, 136, 128), (1, 2, 2, 100, 128), (1, 8, 2, 1000, 64),
               (1, 4, 4, 3000, 128), (2, 16, 16, 1024, 128), (2, 4, 2, 256, 128), (1, 2, 2, 4096, 64),
               (4, 16, 8, 520, 64),  # 520: more items than SMs, an odd number of key tiles an item, GQA
-              (8, 16, 8, 512, 64), (4, 16, 16, 512, 128)]  # more items than SMs where a one-pass program alternates
-    # two row buffers (qk_softmax_row.row_buffers)
+              (8, 16, 8, 512, 64), (4, 16, 16, 512, 128),  # more items than SMs where a one-pass program
+              # alternates two row buffers (qk_softmax_row.row_buffers)
+              (1, 4, 2, 1001, 64), (1, 2, 2, 2999, 128)]  # N % 8 ≠ 0 through the build's Gluon kernels (v54)
     variants = [dict(), dict(ablation="no_softmax"), dict(mask="bool"), dict(mask="add"), dict(mask="add_heads"),
                 dict(layout="bnhd"), dict(mask="bool_first"), dict(mask="first_low"), dict(scale=12.0)]
     for (B, H, Hkv, N, D), causal, dtype, var, t in itertools.product(
@@ -81,24 +82,23 @@ def check(tiles, part=(0, 1)):
         line = ""
         try:
             ok = True
-            if N % 8 == 0 or not t.gluon:  # P itself, straight from the kernel (Gluon's: below MIN_N too, where
-                # TMA can store its rows)
-                c = launch._prepare(q, k, v, causal, mask, None, ablation)
-                p = torch.full((B, H, N, N), float("nan"), device="cuda", dtype=dtype)
-                # one-pass tiles (Tiles.one_pass) run as the build runs them: the two-pass kernel for masked calls and
-                # rows too long to keep (qk_softmax_gluon.as_run)
-                run = qk_softmax_gluon.as_run(t, c.mask if c.mask_kind else None, D, dtype.itemsize, N) if (
-                    t.one_pass) else t
-                launch.write_p(c, p, run, no_softmax)
-                line += "" if run == t else f"ran={label(run)} "
-                torch.cuda.synchronize()
-                ref = reference_p(q, k, causal, mask, scale, no_softmax)
-                # 1 % of each element plus a floor: bf16 rounds to 0.4 %, and P's entries are ~1/N
-                excess = (p.float() - ref).abs() - (1e-2 * ref.abs() + (1e-2 if no_softmax else 1e-5))
-                worst = excess.nan_to_num(nan=float("inf")).max().item()
-                nan_p = p.isnan().sum().item()
-                ok = nan_p == 0 and worst <= 0
-                line += f"P worst_excess={worst:.3g} nan={nan_p} "
+            # P itself, straight from the kernel (Gluon's: below MIN_N too)
+            c = launch._prepare(q, k, v, causal, mask, None, ablation)
+            p = launch.scores_buffer(c.spec).fill_(float("nan"))
+            # one-pass tiles (Tiles.one_pass) run as the build runs them: the two-pass kernel for masked calls and
+            # rows too long to keep (qk_softmax_gluon.as_run)
+            run = qk_softmax_gluon.as_run(t, c.mask if c.mask_kind else None, D, dtype.itemsize, N) if (
+                t.one_pass) else t
+            launch.write_p(c, p, run, no_softmax)
+            line += "" if run == t else f"ran={label(run)} "
+            torch.cuda.synchronize()
+            ref = reference_p(q, k, causal, mask, scale, no_softmax)
+            # 1 % of each element plus a floor: bf16 rounds to 0.4 %, and P's entries are ~1/N
+            excess = (p.float() - ref).abs() - (1e-2 * ref.abs() + (1e-2 if no_softmax else 1e-5))
+            worst = excess.nan_to_num(nan=float("inf")).max().item()
+            nan_p = p.isnan().sum().item()
+            ok = nan_p == 0 and worst <= 0
+            line += f"P worst_excess={worst:.3g} nan={nan_p} "
             o = torch.full((B, H, N, D), float("nan"), device="cuda", dtype=dtype)
             with config.forced("qk_softmax", t):
                 launch.qk_softmax(q, k, v, causal=causal, attn_mask=mask, ablation=ablation, out=o)
@@ -111,7 +111,7 @@ def check(tiles, part=(0, 1)):
         except Exception as e:  # noqa: BLE001
             ok, line = False, f"{type(e).__name__}: {str(e)[:300]}"
         bad += not ok
-        if not ok or N in (100, 1000, 3000):
+        if not ok or N in (100, 1000, 1001, 2999, 3000):
             print(f"check {'ok ' if ok else 'BAD'} B={B} H={H} Hkv={Hkv} N={N} D={D} causal={causal} {dtype} {var} "
                   f"{t} {line}", flush=True)
     print(f"check: {bad} bad", flush=True)
