@@ -290,7 +290,7 @@ pvab() {
   done
 }
 raggedgate() {
-  timeout 420 python3 -m attnlab.cli check --ns 1001,2999 --dtypes bfloat16,float16 --jobs 8 \
+  timeout ${RAGGED_GATE_TIMEOUT:-420} python3 -m attnlab.cli check --ns 1001,2999 --dtypes bfloat16,float16 --jobs 8 \
     --builds materialised,qk_softmax,qk_softmax-no_pv,materialised-no_pv,qk_softmax-zero_mask,qk_softmax-no_softmax \
     --out "$out/raggedgate.csv" > "$out/raggedgate.log" 2>&1
   echo "raggedgate rc=$?"; tail -10 "$out/raggedgate.log"
@@ -300,7 +300,7 @@ raggedab() {
   local run tiles args="--quick --builds qk_softmax,materialised --dtypes bfloat16,float16 --repeats 2"
   for run in ${RAGGED_RUNS:-table pre table2}; do
     tiles=""; [ "$run" = pre ] && tiles=$out/pre_v54.json
-    ab_run raggedab $run 200 "$args --ns ${RAGGED_NS:-2999,3000,3001}" "$tiles"
+    ab_run raggedab $run ${RAGGED_AB_TIMEOUT:-200} "$args --ns ${RAGGED_NS:-2999,3000,3001}" "$tiles"
   done
 }
 qkab() {
