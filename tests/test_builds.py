@@ -284,9 +284,23 @@ def test_batch_times_heads_past_the_grid_limit_is_refused_clearly(name):
 
 
 def test_which_row_lengths_the_launcher_vouches_for():
-    """rows_16b: only where Triton cannot see it itself (N % 16 ≠ 0) and it is true (N × element size % 16 == 0)."""
+    """rows_16b: only where Triton cannot see it itself (N % 16 ≠ 0) and it is true (N × element size % 16 == 0).
+    rows_pad: where rows end inside a vector, and only for rows with room for the rest of that vector before the next
+    row (scores_buffer's), never a caller's contiguous ones, a misaligned view, or one whose last row's room lies
+    outside its storage."""
     assert [n for n in (8, 16, 24, 40, 100, 3000, 4096, 3001) if launch.rows_16b(n, torch.bfloat16)] == [8, 24, 40, 3000]
     assert [n for n in (4, 8, 100, 3000, 4096, 3001) if launch.rows_16b(n, torch.float32)] == [4, 8, 100, 3000]
+    for N, dtype, ragged in ((2999, torch.bfloat16, True), (3000, torch.bfloat16, False), (100, torch.float16, True),
+                             (99, torch.float32, True), (100, torch.float32, False)):
+        assert launch.ragged_rows(N, dtype.itemsize) is ragged
+        assert launch.rows_pad(N, launch.scores_buffer(_spec(N, dtype))) is ragged
+    N = 37
+    assert launch.rows_pad(N, launch.scores_buffer(_spec(N, torch.bfloat16)))
+    assert not launch.rows_pad(N, torch.empty(1, 2, N, N, dtype=torch.bfloat16))  # rows 74 bytes apart
+    room = torch.empty(1, 2, N, 64, dtype=torch.bfloat16)
+    assert launch.rows_pad(N, room[..., :N]) and not launch.rows_pad(N, room[..., 1:N + 1])  # base off 16 bytes
+    tight = torch.empty(2 * N * 64 - 64 + N, dtype=torch.bfloat16).as_strided((1, 2, N, N), (2 * N * 64, N * 64, 64, 1))
+    assert not launch.rows_pad(N, tight)  # the last row's room past N lies outside the storage
 
 
 @pytest.mark.parametrize("N,dtype", [(40, torch.bfloat16), (24, torch.float16), (100, torch.float32)], ids=str)
@@ -319,11 +333,16 @@ def _spec(N, dtype):
     return launch._prepare(q, k, v, False, None, None, None).spec
 
 
-@pytest.mark.parametrize("N,dtype", [(100, torch.float16), (40, torch.bfloat16), (100, torch.float32)], ids=str)
+@pytest.mark.parametrize("N,dtype", [(100, torch.float16), (37, torch.bfloat16), (40, torch.bfloat16),
+                                     (100, torch.float32), (99, torch.float32)], ids=str)
 @pytest.mark.parametrize("name", ("materialised", "qk_softmax", "materialised-no_softmax", "qk_softmax-no_pv"))
-def test_padded_rows_are_never_written_and_never_read(monkeypatch, name, N, dtype):
+def test_padding_past_the_rows_last_vector_is_never_written_and_what_is_read_there_never_counts(monkeypatch, name, N,
+                                                                                                dtype):
     """Each S and P a build allocates is NaN throughout, padding included, before its kernels run: O must still be
-    accurate (a kernel that read the padding would carry NaN into it) and the padding must still be NaN afterwards."""
+    accurate (a kernel that let what it read in the padding count would carry NaN into O), and the padding must still
+    be NaN afterwards past the 16-byte vector that holds a row's last element. That vector the Triton kernels read
+    and write to its end where N × element size is not a multiple of 16 bytes (launch.rows_pad, v55: N = 100 in fp16,
+    37 in bf16, 99 in fp32), so that they move whole vectors; elsewhere nothing past N is written."""
     made, real = [], launch.scores_buffer
 
     def poisoned(spec):
@@ -339,11 +358,14 @@ def test_padded_rows_are_never_written_and_never_read(monkeypatch, name, N, dtyp
         o = run_ours(name, q, k, v, causal=causal)
         assert_accurate(name, o, q, k, v, causal=causal)
         assert len(made) == (2 if name.startswith("materialised") else 1)
+        vec = 16 // dtype.itemsize
+        end = -(-N // vec) * vec  # the end of the vector that holds a row's last element
+        assert launch.rows_pad(N, *made) is (end > N)
         for x in made:
             row = x.stride(2)
             assert row > N and row * x.element_size() % 128 == 0
-            pad = x.as_strided((*x.shape[:3], row - N), (*x.stride()[:3], 1), N)
-            assert pad.isnan().all(), "a kernel wrote into a row's padding"
+            pad = x.as_strided((*x.shape[:3], row - end), (*x.stride()[:3], 1), end)
+            assert pad.isnan().all(), "a kernel wrote into a row's padding past its last vector"
             assert not x.isnan().any(), "an element of S or P was never written"
 
 

@@ -99,6 +99,28 @@ def rows_16b(N: int, dtype: torch.dtype) -> bool:
     return N % 16 != 0 and (N * dtype.itemsize) % 16 == 0
 
 
+def ragged_rows(N: int, itemsize: int) -> bool:
+    """Whether rows of N elements end inside a 16-byte vector (N · itemsize not a multiple of 16: N = 2999 in 16 bits)."""
+    return (N * itemsize) % 16 != 0
+
+
+def rows_pad(N: int, *rows: torch.Tensor) -> bool:
+    """Whether to let the kernels that read or write S or P row by row (scores, softmax, PV) run each row on to the
+    next 16-byte vector past N (attnlab.triton.tiles.padded_length), where N × element size is not a multiple of 16
+    bytes: only where every such row tensor's rows start 16 bytes apart with room for that vector before the next row
+    (scores_buffer's rows, whole 128-byte lines, always have it; a caller's contiguous P does not). Without it those
+    rows move 2 bytes at a time (v55: materialised at N = 2999 took 3.4× its time at N = 3000)."""
+    if not rows or not ragged_rows(N, rows[0].element_size()):
+        return False
+    vec = 16 // rows[0].element_size()
+    padded = -(-N // vec) * vec
+
+    def room(x):  # the last row's padding lies inside x's storage too
+        return (x.storage_offset() + x.shape[0] * x.stride(0)) * x.element_size() <= x.untyped_storage().nbytes()
+
+    return all(x.data_ptr() % 16 == 0 and x.stride(2) >= padded and x.stride(2) % vec == 0 and room(x) for x in rows)
+
+
 LINE_BYTES = 128  # an L2 line: where S's and P's rows start (scores_buffer)
 
 
@@ -107,7 +129,9 @@ def scores_buffer(spec: Spec) -> torch.Tensor:
     storage, row the least length ≥ N of whole lines (row = N wherever N · itemsize is a multiple of 128, every N of
     the bench but 3000). At N = 3000 contiguous rows lie 6000 bytes apart, so each row of a TMA box straddles lines
     that the neighbouring box writes too: P's boxes stored at 1.66 TB/s against 2.92 in rows of 3008, and the P kernel
-    ran 5–21 % slower (PERFORMANCE.md v50). The padding is allocated, never written or read."""
+    ran 5–21 % slower (PERFORMANCE.md v50). The padding is never part of S or P: where N · itemsize is not a multiple of
+    16 bytes the Triton kernels read and write its first 16-byte vector (rows_pad: v55) and mask what they find
+    there; no other kernel touches it."""
     s = spec
     return torch.empty(s.B, s.H, s.N, line_row(s.N, s.dtype.itemsize), dtype=s.dtype, device=s.device)[..., :s.N]
 
@@ -158,7 +182,8 @@ def _pv(c: _Call, p: torch.Tensor, ablation, out) -> torch.Tensor:
     t = _triton_args(chosen)
     _pv_mod.pv_kernel[_grid_m(s, t["BLOCK_M"])](
         p, c.v, o, *c.v.stride()[:3], *o.stride()[:3], s.N, s.H, s.group, 1.0 / s.N, spn,
-        NO_PV=ablation == "no_pv", STAGES=t["num_stages"], ROWS_16B=rows_16b(s.N, p.dtype), **c.flags, **t)
+        NO_PV=ablation == "no_pv", STAGES=t["num_stages"], ROWS_16B=rows_16b(s.N, p.dtype),
+        ROWS_PAD=rows_pad(s.N, p), **c.flags, **t)
     return o
 
 
@@ -184,14 +209,14 @@ def materialised(q, k, v, *, causal=False, attn_mask=None, scale=None, ablation=
     grid = (triton.cdiv(s.N, t["BLOCK_M"]), triton.cdiv(s.N, t["BLOCK_N"]), s.B * s.H)
     _mat.scores_kernel[grid](c.q, c.k, S, c.mask, *c.q.stride()[:3], *c.k.stride()[:3], *c.mask_strides,
                              s.N, s.H, s.group, s.scale, S.stride(2), MASK_KIND=c.mask_kind,
-                             ROWS_16B=rows_16b(s.N, s.dtype), **c.flags, **t)
+                             ROWS_16B=rows_16b(s.N, s.dtype), ROWS_PAD=rows_pad(s.N, S), **c.flags, **t)
     P = scores_buffer(s)
     block = triton.next_power_of_2(min(s.N, SOFTMAX_ROW_MAX))
     rows = max(1, 4096 // block) if not interpreting() else max(1, 16384 // block)
     n_rows = s.B * s.H * s.N
     _mat.softmax_kernel[(triton.cdiv(n_rows, rows),)](
         S, P, n_rows, s.N, S.stride(2), P.stride(2), ROWS=rows, BLOCK=block, ONE_PASS=s.N <= block,
-        NO_SOFTMAX=ablation == "no_softmax", ROWS_16B=rows_16b(s.N, s.dtype),
+        NO_SOFTMAX=ablation == "no_softmax", ROWS_16B=rows_16b(s.N, s.dtype), ROWS_PAD=rows_pad(s.N, S, P),
         num_warps=min(16, max(4, block // 1024)))
     del S  # S is dead once P exists; freeing it here keeps the peak at S + P, as a user's code would
     return _pv(c, P, ablation, out)

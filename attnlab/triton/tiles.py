@@ -86,6 +86,29 @@ def row_length(N, ELEM_BITS: tl.constexpr, ROWS_16B: tl.constexpr):
 
 
 @triton.jit
+def padded_length(N, ELEM_BITS: tl.constexpr, ROWS_PAD: tl.constexpr):
+    """The bound for the column masks of loads and stores of S's and P's rows: N, or under ROWS_PAD (the launcher's
+    promise, attnlab.triton.launch.rows_pad, that each row's padding reaches the next 16-byte vector past N and may
+    be read and written) N rounded up to whole 16-byte vectors, in a form the compiler sees is a multiple of one, so
+    that rows whose N × element size is not a multiple of 16 bytes (N = 2999) still move 16 bytes at a time. A kernel
+    under ROWS_PAD masks the values past N itself (`past_n`): what it reads there is whatever lies in the padding.
+    PERFORMANCE.md v55: at N = 2999 the materialised build ran 3.4× its time at N = 3000 with 2-byte accesses."""
+    if ROWS_PAD:
+        VEC: tl.constexpr = 128 // ELEM_BITS
+        N = ((N + VEC - 1) // VEC) * VEC
+    return N
+
+
+@triton.jit
+def past_n(x, cols, N, value, ROWS_PAD: tl.constexpr):
+    """x with its columns at or past N set to `value` under ROWS_PAD (they were read from a row's padding,
+    padded_length), else x itself."""
+    if ROWS_PAD:
+        x = tl.where(cols[None, :] < N, x, value).to(x.dtype)
+    return x
+
+
+@triton.jit
 def masked_to_zero(s):
     """s with its -inf (masked) entries 0: the no_softmax ablation's P (the scores themselves), and a row max before
     exp2(s - max), so that a row every key of which is masked so far gives exp2(-inf) = 0, never NaN."""
