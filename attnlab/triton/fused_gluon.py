@@ -660,12 +660,9 @@ def check_p_rows(p: torch.Tensor) -> None:
 
 def tma_can_read(mask: torch.Tensor) -> bool:
     """Whether TMA can read a (B, H, N, N)-strided mask view: 1- or 2-byte elements, unit column stride, 16-byte-aligned
-    base and row stride, and batch and head strides that are 0 (broadcast) or 16-byte multiples."""
-    esz = mask.element_size()
-    sb, sh, sm, sn = mask.stride()
-    if esz > 2 or sn != 1 or mask.data_ptr() % 16 or (sm * esz) % 16 or sm == 0:
-        return False
-    return not any(s and (s * esz) % 16 for s in (sb, sh))
+    base and row stride, and batch and head strides that are 0 (broadcast) or 16-byte multiples: tma_readable's rule
+    (a stride of 0 is a multiple of 16 bytes), for small elements and rows that are not broadcast."""
+    return mask.element_size() <= 2 and mask.stride(2) != 0 and tma_readable(mask)
 
 
 def mask_descriptor(mask: torch.Tensor, rows: int, cols: int):

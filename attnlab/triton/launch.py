@@ -96,7 +96,7 @@ def rows_16b(N: int, dtype: torch.dtype) -> bool:
     bounds masks cut each row, is a whole number of 16-byte vectors, which Triton cannot see when N % 16 ≠ 0
     (attnlab.triton.tiles.row_length; the rows' own starts are on 128-byte lines, scores_buffer). Only then: at
     N % 16 == 0 the compile stays the one Triton makes by itself."""
-    return N % 16 != 0 and (N * dtype.itemsize) % 16 == 0
+    return N % 16 != 0 and not ragged_rows(N, dtype.itemsize)
 
 
 def ragged_rows(N: int, itemsize: int) -> bool:
