@@ -29,7 +29,8 @@
 #   fa3bench  fused's Gluon kernel against the table, cuDNN and FA2 (gluon_fa3.py --skip-check $FA3_ARGS)
 #   maskab    v11: the check with the mask by TMA (Tiles.mask_tma), then the mask's cost with and without it
 #   qkcheck   the qk_softmax Gluon kernel's own check (scripts/experiments/qk_gluon.py --check-only) in eight processes
-#             at once (QK_CHECK_TILES, else QK_TILES: tile labels, default the table's 64x128w4s3hg)
+#             at once (QK_CHECK_TILES, else QK_TILES: tile labels, default the table's 64x128w4s3hg; QK_CHECK_ARGS
+#             e.g. "--check-ns 1001,2999 --check-variants 0,1"; QK_CHECK_TIMEOUT, default 280 s)
 #   qkbench   its timing against the Triton kernel at N = 1024 and 4096 (QK_TILES; QK_NS other N, QK_ARGS e.g.
 #             "--ds 128 --causal 0"), compiled first in four processes
 #   qkrepeat  the qk_softmax build timed in rounds in one process (scripts/experiments/qk_repeat.py; QKREP_ARGS)
@@ -157,7 +158,7 @@ maskab() {
 qkcheck() {
   local start=$(date +%s) k
   for k in 0 1 2 3 4 5 6 7; do
-    timeout 280 python3 scripts/experiments/qk_gluon.py --check-only \
+    timeout ${QK_CHECK_TIMEOUT:-280} python3 scripts/experiments/qk_gluon.py --check-only ${QK_CHECK_ARGS:-} \
       --check-tiles "${QK_CHECK_TILES:-${QK_TILES:-64x128w4s3hg}}" \
       --part $k/8 > "$out/qkcheck$k.log" 2>&1 &
   done

@@ -301,6 +301,11 @@ def test_which_row_lengths_the_launcher_vouches_for():
     assert launch.rows_pad(N, room[..., :N]) and not launch.rows_pad(N, room[..., 1:N + 1])  # base off 16 bytes
     tight = torch.empty(2 * N * 64 - 64 + N, dtype=torch.bfloat16).as_strided((1, 2, N, N), (2 * N * 64, N * 64, 64, 1))
     assert not launch.rows_pad(N, tight)  # the last row's room past N lies outside the storage
+    # padded_view: the same storage, rows widened to the vector's end (40 bf16 = 5 vectors) where rows_pad holds
+    x = launch.scores_buffer(_spec(N, torch.bfloat16))
+    wide = launch.padded_view(x, N)
+    assert wide.shape == (*x.shape[:3], 40) and wide.stride() == x.stride() and wide.data_ptr() == x.data_ptr()
+    assert launch.padded_view(tight, N) is tight and launch.padded_view(x[..., :32, :32], 32).shape[-1] == 32
 
 
 @pytest.mark.parametrize("N,dtype", [(40, torch.bfloat16), (24, torch.float16), (100, torch.float32)], ids=str)
@@ -336,13 +341,14 @@ def _spec(N, dtype):
 @pytest.mark.parametrize("N,dtype", [(100, torch.float16), (37, torch.bfloat16), (40, torch.bfloat16),
                                      (100, torch.float32), (99, torch.float32)], ids=str)
 @pytest.mark.parametrize("name", ("materialised", "qk_softmax", "materialised-no_softmax", "qk_softmax-no_pv"))
-def test_padding_past_the_rows_last_vector_is_never_written_and_what_is_read_there_never_counts(monkeypatch, name, N,
-                                                                                                dtype):
+def test_padding_past_the_rows_last_vector_is_never_written_and_its_last_vector_holds_what_the_reader_needs(
+        monkeypatch, name, N, dtype):
     """Each S and P a build allocates is NaN throughout, padding included, before its kernels run: O must still be
-    accurate (a kernel that let what it read in the padding count would carry NaN into O), and the padding must still
-    be NaN afterwards past the 16-byte vector that holds a row's last element. That vector the Triton kernels read
-    and write to its end where N × element size is not a multiple of 16 bytes (launch.rows_pad, v55: N = 100 in fp16,
-    37 in bf16, 99 in fp32), so that they move whole vectors; elsewhere nothing past N is written."""
+    accurate, and the padding must still be NaN afterwards past the 16-byte vector that holds a row's last element.
+    That vector the kernels read and write to its end where N × element size is not a multiple of 16 bytes
+    (launch.rows_pad, v55: N = 100 in fp16, 37 in bf16, 99 in fp32), so that they move whole vectors: its columns
+    past N must hold -inf in S and 0 in P, which the PV kernel reads as it lies (v56: launch.padded_view); where rows
+    end on a vector nothing past N is written."""
     made, real = [], launch.scores_buffer
 
     def poisoned(spec):
@@ -367,6 +373,12 @@ def test_padding_past_the_rows_last_vector_is_never_written_and_what_is_read_the
             pad = x.as_strided((*x.shape[:3], row - end), (*x.stride()[:3], 1), end)
             assert pad.isnan().all(), "a kernel wrote into a row's padding past its last vector"
             assert not x.isnan().any(), "an element of S or P was never written"
+            tail = launch.padded_view(x, N)[..., N:]
+            assert tail.shape[-1] == end - N
+        if end > N:
+            if name.startswith("materialised"):
+                assert (launch.padded_view(made[0], N)[..., N:] == float("-inf")).all(), "S's padding is not -inf"
+            assert (launch.padded_view(made[-1], N)[..., N:] == 0).all(), "P's padding is not 0 for the PV kernel"
 
 
 @pytest.mark.parametrize("bad", ["transposed", "shape", "dtype"])

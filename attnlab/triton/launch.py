@@ -121,6 +121,18 @@ def rows_pad(N: int, *rows: torch.Tensor) -> bool:
     return all(x.data_ptr() % 16 == 0 and x.stride(2) >= padded and x.stride(2) % vec == 0 and room(x) for x in rows)
 
 
+def padded_view(x: torch.Tensor, N: int) -> torch.Tensor:
+    """x, a (B, H, N, N) S or P, widened to its rows' padded length where rows_pad holds (the columns from N to the
+    end of the 16-byte vector that holds each row's last element), else x itself. The Gluon P kernels store P through
+    a TMA descriptor over this view, so that they write the padding too, as 0 (their keys past N are masked), as the
+    Triton P kernels do: every writer of P leaves that padding 0, and the Triton PV kernel reads it as it lies instead
+    of masking it in registers (PERFORMANCE.md v56). `padded_view(x, N)[..., N:]` is the padding itself."""
+    if not rows_pad(N, x):
+        return x
+    vec = 16 // x.element_size()
+    return x.as_strided((*x.shape[:3], -(-N // vec) * vec), x.stride(), x.storage_offset())
+
+
 LINE_BYTES = 128  # an L2 line: where S's and P's rows start (scores_buffer)
 
 
@@ -130,8 +142,8 @@ def scores_buffer(spec: Spec) -> torch.Tensor:
     the bench but 3000). At N = 3000 contiguous rows lie 6000 bytes apart, so each row of a TMA box straddles lines
     that the neighbouring box writes too: P's boxes stored at 1.66 TB/s against 2.92 in rows of 3008, and the P kernel
     ran 5–21 % slower (PERFORMANCE.md v50). The padding is never part of S or P: where N · itemsize is not a multiple of
-    16 bytes the Triton kernels read and write its first 16-byte vector (rows_pad: v55) and mask what they find
-    there; no other kernel touches it."""
+    16 bytes the kernels read and write its first 16-byte vector (rows_pad: v55, padded_view), every writer of P
+    leaves 0 there (S's writer -inf), and the PV kernel takes P's as it lies (v56); nothing touches the rest."""
     s = spec
     return torch.empty(s.B, s.H, s.N, line_row(s.N, s.dtype.itemsize), dtype=s.dtype, device=s.device)[..., :s.N]
 
@@ -277,7 +289,8 @@ def _triton_p(c: _Call, P: torch.Tensor, spn: int, chosen: Tiles, log_scale: flo
     _qks.qk_softmax_kernel[_grid_m(s, t["BLOCK_M"])](
         c.q, c.k, P, c.mask, *c.q.stride()[:3], *c.k.stride()[:3], *c.mask_strides,
         s.N, s.H, s.group, s.scale * log_scale, log_scale, spn,
-        MASK_KIND=c.mask_kind, NO_SOFTMAX=no_softmax, ONE_TILE=s.N <= t["BLOCK_N"], **repair, **c.flags, **t)
+        MASK_KIND=c.mask_kind, NO_SOFTMAX=no_softmax, ONE_TILE=s.N <= t["BLOCK_N"], ROWS_PAD=rows_pad(s.N, P),
+        **repair, **c.flags, **t)
 
 
 def _qk_softmax_tiles(s: Spec, ablation: str | None = None, mask: torch.Tensor | None = None):

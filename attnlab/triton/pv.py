@@ -2,8 +2,7 @@
 import triton
 import triton.language as tl
 
-from attnlab.triton.tiles import (dot, load_rows, no_pv_output, no_pv_step, padded_length, past_n, pv_accumulator,
-                                  row_length)
+from attnlab.triton.tiles import dot, load_rows, no_pv_output, no_pv_step, padded_length, pv_accumulator, row_length
 
 
 @triton.jit
@@ -15,7 +14,8 @@ def pv_kernel(P, V, O,
               STAGES: tl.constexpr, ROWS_16B: tl.constexpr = False, ROWS_PAD: tl.constexpr = False):
     # grid: (cdiv(N, BLOCK_M), B·H). P is (B, H, N, N), rows spn apart (launch.scores_buffer); V is (B, Hkv, N, D)
     # with unit last stride. Under ROWS_PAD P's rows are read to the next 16-byte vector past N (padded_length), and
-    # what lies there (never written by the Gluon P kernel) counts as 0.
+    # what lies there is taken as it lies: every writer of P leaves 0 there (launch.padded_view). Masking it here
+    # instead took P's tiles into registers: 145 a thread against 97 at 8 warps (PERFORMANCE.md v55, v56).
     N = row_length(N, P.dtype.element_ty.primitive_bitwidth, ROWS_16B)
     NC = padded_length(N, P.dtype.element_ty.primitive_bitwidth, ROWS_PAD)
     start_m = tl.program_id(0)
@@ -37,14 +37,12 @@ def pv_kernel(P, V, O,
         # stand-in ran slower than the PV it replaces (run 11).
         for start_n in tl.range(0, hi, BLOCK_N, num_stages=STAGES):  # STAGES: the launch's num_stages
             offs_n = start_n + tl.arange(0, BLOCK_N)
-            p = past_n(tl.load(p_base + offs_n[None, :], mask=(offs_m[:, None] < N) & (offs_n[None, :] < NC),
-                               other=0.0), offs_n, N, 0.0, ROWS_PAD)
+            p = tl.load(p_base + offs_n[None, :], mask=(offs_m[:, None] < N) & (offs_n[None, :] < NC), other=0.0)
             acc = no_pv_step(acc, p, offs_n, inv_n)
     else:
         for start_n in range(0, hi, BLOCK_N):
             offs_n = start_n + tl.arange(0, BLOCK_N)
-            p = past_n(tl.load(p_base + offs_n[None, :], mask=(offs_m[:, None] < N) & (offs_n[None, :] < NC),
-                               other=0.0), offs_n, N, 0.0, ROWS_PAD)
+            p = tl.load(p_base + offs_n[None, :], mask=(offs_m[:, None] < N) & (offs_n[None, :] < NC), other=0.0)
             v = load_rows(v_base + offs_n[:, None] * svn + offs_d[None, :], offs_n, offs_d, N, D, True, BLOCK_D != D)
             acc = dot(p, v, acc, IEEE, UPCAST)
     if NO_PV:

@@ -8,7 +8,7 @@ trip costs one extra QKᵀ: the attribution tables count it.
 import triton
 import triton.language as tl
 
-from attnlab.triton.tiles import load_rows, masked_to_zero, nonzero_sum, score_tile
+from attnlab.triton.tiles import load_rows, masked_to_zero, nonzero_sum, padded_length, score_tile
 
 
 @triton.jit
@@ -18,14 +18,17 @@ def qk_softmax_kernel(Q, K, P, M,
                       D: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
                       CAUSAL: tl.constexpr, MASK_KIND: tl.constexpr, NO_SOFTMAX: tl.constexpr,
                       IEEE: tl.constexpr, UPCAST: tl.constexpr, ONE_TILE: tl.constexpr = False,
-                      FLAGS=None, REPAIR: tl.constexpr = False):
+                      FLAGS=None, REPAIR: tl.constexpr = False, ROWS_PAD: tl.constexpr = False):
     # grid: (cdiv(N, BLOCK_M), B·H). P is (B, H, N, N) in the input dtype, rows spn apart (launch.scores_buffer).
     # ONE_TILE: N ≤ BLOCK_N (the launcher's promise), so pass 1 is skipped and pass 2's one tile takes its
     # statistics from itself.
+    # ROWS_PAD (launch.rows_pad): P's rows are written on to the next 16-byte vector past N, 0 there (its keys are
+    # masked), which the PV kernel reads as it lies (launch.padded_view).
     # REPAIR: after the Gluon kernel's pass 1 against a fixed reference (Tiles.fixed_reference), only the blocks with
     # a row flagged in FLAGS (B·H·N int8, 1 = its P is wrong) are written, every row of them; the rest return at once.
     # Scores are in log2 units (qk_scale = scale · log2 e) so the softmax uses exp2; NO_SOFTMAX passes the natural
     # scale and writes P = S (masked entries 0): no statistics pass, no exp, no normalisation.
+    NC = padded_length(N, P.dtype.element_ty.primitive_bitwidth, ROWS_PAD)
     start_m = tl.program_id(0)
     bh = tl.program_id(1).to(tl.int64)
     b = bh // H
@@ -77,11 +80,11 @@ def qk_softmax_kernel(Q, K, P, M,
             if ONE_TILE:  # and its sum
                 l_i = tl.sum(e, 1)
             p = e * (1.0 / nonzero_sum(l_i))[:, None]
-        tl.store(p_base + offs_n[None, :], p.to(P.dtype.element_ty), mask=out_ok & (offs_n[None, :] < N))
+        tl.store(p_base + offs_n[None, :], p.to(P.dtype.element_ty), mask=out_ok & (offs_n[None, :] < NC))
     # Causal: the tiles past the diagonal hold zeros, written like the materialised build's softmax writes them,
     # so the two builds differ by the S round trip alone.
     hi_tiles = tl.cdiv(hi, BLOCK_N) * BLOCK_N
     for start_n in range(hi_tiles, N, BLOCK_N):
         offs_n = start_n + tl.arange(0, BLOCK_N)
         zero = tl.zeros([BLOCK_M, BLOCK_N], dtype=P.dtype.element_ty)
-        tl.store(p_base + offs_n[None, :], zero, mask=out_ok & (offs_n[None, :] < N))
+        tl.store(p_base + offs_n[None, :], zero, mask=out_ok & (offs_n[None, :] < NC))

@@ -35,6 +35,7 @@ from triton.experimental.gluon.language.nvidia.hopper import (fence_async_shared
 from attnlab.triton.fused_gluon import (ROWS_PER_PROGRAM, SMEM_SPARE, _items, _mask_tile, _needs_masks, _program,
                                         _scores, _step_item, _tile, check_p_rows, descriptor, mask_path, partitions,
                                         programs_per_sm, sm_count, smem_limit, tma_can_read, tma_ready)
+from attnlab.triton.launch import padded_view
 
 PBUF = gl.constexpr(2)  # P buffers per consumer: one being filled while the other's store drains
 CONSUMER_REGS = 232  # setmaxnreg of the consumer warpgroups (a multiple of 8; the loader gets 24)
@@ -533,8 +534,11 @@ def launch(q, k, p, mask, mask_strides, mask_kind, *, N, H, group, qk_scale, mas
     through the loader warp with K (v30), else by the consumers' loads. Tiles.fixed_reference (not under
     no_softmax, which has no pass 1): pass 1 against a fixed reference, each row's verdict into `flags` (B·H·N int8,
     the caller's: 1 where the row's P is wrong and must be re-written, attnlab.triton.launch.write_p). P's rows must
-    start 16 bytes apart (fused_gluon.check_p_rows), as launch.scores_buffer's do at any N."""
+    start 16 bytes apart (fused_gluon.check_p_rows), as launch.scores_buffer's do at any N. Where their padding
+    reaches the next 16-byte vector past N (launch.rows_pad), P's descriptor spans it (launch.padded_view), so that
+    the kernels store 0 there (keys past N are masked) for the PV kernel to read as it lies (v56)."""
     check_p_rows(p)
+    p = padded_view(p, N)
     if tiles.one_pass:  # one pass, the row on chip (as_run sends masked calls and longer rows to the two passes)
         from attnlab.triton import qk_softmax_row
 

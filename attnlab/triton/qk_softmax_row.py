@@ -287,8 +287,9 @@ def row_buffers(tiles, N: int, D: int, itemsize: int) -> int:
 
 
 def launch(q, k, p, *, N, H, group, qk_scale, causal, tiles, no_softmax=False) -> None:
-    """Write P for checked (B, H, N, D) q and k into the (B, H, N, N) p, one pass (qk_softmax_gluon.launch
-    sends Tiles.one_pass here; ValueError where it does not `fit`, naming the limit)."""
+    """Write P for checked (B, H, N, D) q and k into the (B, H, N, N) p, or its launch.padded_view (whose padding
+    gets 0), one pass (qk_softmax_gluon.launch sends Tiles.one_pass here; ValueError where it does not `fit`,
+    naming the limit)."""
     D, itemsize = q.shape[-1], q.element_size()
     if not fits(tiles, N, D, itemsize):
         raise ValueError(f"tiles {tiles}: the one-pass P kernel keeps a row of N ≤ {ROW_MAX} keys in shared memory "

@@ -15,7 +15,8 @@ hiding whole rows (at N = 1024 their rows are 16-byte aligned, so TMA brings the
 the batch or over the heads, the no_softmax ablation, causal, and what a pass 1 against a fixed reference
 (Tiles.fixed_reference) gets wrong for the Triton kernel to re-write: a first key tile hidden, finite scores far
 below the rest in the first tile, scores 144 times as large. P is checked straight from the Gluon kernel at
-every N (into a buffer laid out as the build's, launch.scores_buffer, whose rows TMA stores at N % 8 ≠ 0 too: v54);
+every N (into a buffer laid out as the build's, launch.scores_buffer, whose rows TMA stores at N % 8 ≠ 0 too: v54),
+its padding to the end of each row's last 16-byte vector included, which must hold 0 (v56: launch.padded_view);
 through the build, N below qk_softmax_gluon.MIN_N runs the Triton kernel (each line says which ran).
 Then medians of CUDA-graph replays (gluon_fa3.timed) at FlashAttention's shapes (B·N = 16384, H·D = 2048), bf16:
 the whole build (P kernel + PV kernel, `build`: each candidate at every N, below MIN_N too) with the table's Triton
@@ -57,7 +58,9 @@ def mine(key, part):
     return sum(map(ord, repr(key))) % n == k
 
 
-def check(tiles, part=(0, 1)):
+def check(tiles, part=(0, 1), ns=None, variant_ids=None):
+    """The check at every shape and variant below, or (ns) only the shapes with these N, each variant (variant_ids:
+    its indices in `variants`) at them in bf16."""
     bad = 0
     shapes = [(1, 2, 2, 8, 64), (2, 3, 3, 24, 64), (1, 4, 2, 136, 128), (1, 2, 2, 100, 128), (1, 8, 2, 1000, 64),
               (1, 4, 4, 3000, 128), (2, 16, 16, 1024, 128), (2, 4, 2, 256, 128), (1, 2, 2, 4096, 64),
@@ -67,11 +70,15 @@ def check(tiles, part=(0, 1)):
               (1, 4, 2, 1001, 64), (1, 2, 2, 2999, 128)]  # N % 8 ≠ 0 through the build's Gluon kernels (v54)
     variants = [dict(), dict(ablation="no_softmax"), dict(mask="bool"), dict(mask="add"), dict(mask="add_heads"),
                 dict(layout="bnhd"), dict(mask="bool_first"), dict(mask="first_low"), dict(scale=12.0)]
+    if ns is not None:
+        shapes = [x for x in shapes if x[3] in ns]
+    if variant_ids is not None:
+        variants = [variants[i] for i in variant_ids]
+    variant_ns = (24, 100, 136, 520, 1000, 1024) if ns is None else ns
     for (B, H, Hkv, N, D), causal, dtype, var, t in itertools.product(
             shapes, (False, True), (torch.bfloat16, torch.float16), variants, tiles):
         # N = 1024: a boolean mask TMA can read (16-byte rows), so v30's 1-byte mask ring runs
-        if var and (N not in (24, 100, 136, 520, 1000, 1024) or dtype != torch.bfloat16) and not (
-                N == 512 and var.get("ablation")):
+        if var and (N not in variant_ns or dtype != torch.bfloat16) and not (N == 512 and var.get("ablation")):
             continue  # each variant is its own compile
         if not mine((D, causal, dtype, tuple(var.items())), part):
             continue
@@ -97,8 +104,10 @@ def check(tiles, part=(0, 1)):
             excess = (p.float() - ref).abs() - (1e-2 * ref.abs() + (1e-2 if no_softmax else 1e-5))
             worst = excess.nan_to_num(nan=float("inf")).max().item()
             nan_p = p.isnan().sum().item()
-            ok = nan_p == 0 and worst <= 0
-            line += f"P worst_excess={worst:.3g} nan={nan_p} "
+            # where rows end inside a 16-byte vector the PV kernel reads the vector's padding as it lies: it must be 0
+            pad_p = (launch.padded_view(p, N)[..., N:] != 0).sum().item()
+            ok = nan_p == 0 and worst <= 0 and pad_p == 0
+            line += f"P worst_excess={worst:.3g} nan={nan_p} pad_nonzero={pad_p} "
             o = torch.full((B, H, N, D), float("nan"), device="cuda", dtype=dtype)
             with config.forced("qk_softmax", t):
                 launch.qk_softmax(q, k, v, causal=causal, attn_mask=mask, ablation=ablation, out=o)
@@ -182,6 +191,8 @@ def main():
     ap.add_argument("--causal", default="0,1")
     ap.add_argument("--tiles", default="64x128w4s3hg,64x128w4s2hg")
     ap.add_argument("--check-tiles", default="64x128w4s3hg")
+    ap.add_argument("--check-ns", help="check only the shapes with these N (e.g. 1001,2999), every variant there")
+    ap.add_argument("--check-variants", help="indices of the check's variants to run (0: none, 1: no_softmax, ...)")
     ap.add_argument("--check-only", action="store_true")
     ap.add_argument("--skip-check", action="store_true", help="time only (the kernels already checked)")
     ap.add_argument("--ablations", action="store_true", help="also time each candidate's no_softmax P kernel")
@@ -190,7 +201,9 @@ def main():
     args = ap.parse_args()
     part = tuple(int(x) for x in args.part.split("/"))
     t0 = time.time()
-    bad = 0 if args.skip_check else check([parse_tiles(x) for x in args.check_tiles.split(",")], part)
+    ints = lambda x: None if x is None else [int(v) for v in x.split(",")]  # noqa: E731
+    bad = 0 if args.skip_check else check([parse_tiles(x) for x in args.check_tiles.split(",")], part,
+                                          ints(args.check_ns), ints(args.check_variants))
     print(f"check wall {time.time() - t0:.0f} s", flush=True)
     if bad or args.check_only:
         return
