@@ -339,7 +339,8 @@ def _spec(N, dtype):
 
 
 @pytest.mark.parametrize("N,dtype", [(100, torch.float16), (37, torch.bfloat16), (40, torch.bfloat16),
-                                     (100, torch.float32), (99, torch.float32)], ids=str)
+                                     (100, torch.float32), (99, torch.float32), (1, torch.float16),
+                                     (3, torch.bfloat16), (2, torch.float32)], ids=str)
 @pytest.mark.parametrize("name", ("materialised", "qk_softmax", "materialised-no_softmax", "qk_softmax-no_pv"))
 def test_padding_past_the_rows_last_vector_is_never_written_and_its_last_vector_holds_what_the_reader_needs(
         monkeypatch, name, N, dtype):

@@ -223,7 +223,9 @@ def materialised(q, k, v, *, causal=False, attn_mask=None, scale=None, ablation=
                              s.N, s.H, s.group, s.scale, S.stride(2), MASK_KIND=c.mask_kind,
                              ROWS_16B=rows_16b(s.N, s.dtype), ROWS_PAD=rows_pad(s.N, S), **c.flags, **t)
     P = scores_buffer(s)
-    block = triton.next_power_of_2(min(s.N, SOFTMAX_ROW_MAX))
+    # at least one 16-byte vector: under ROWS_PAD a short row's block must reach its padding's end to write P's 0s
+    # there (N = 1 in fp16: a block of 1 left columns 1–7 unwritten, and the PV kernel reads them: v56)
+    block = triton.next_power_of_2(min(max(s.N, 16 // s.dtype.itemsize), SOFTMAX_ROW_MAX))
     rows = max(1, 4096 // block) if not interpreting() else max(1, 16384 // block)
     n_rows = s.B * s.H * s.N
     _mat.softmax_kernel[(triton.cdiv(n_rows, rows),)](
