@@ -248,6 +248,33 @@ def test_a_p_whose_rows_tma_cannot_reach_is_one_clear_error():
     fused_gluon.check_p_rows(padded)  # no error
 
 
+@pytest.mark.parametrize("N,one_pass,width", [(2999, False, 3000), (3000, False, 3000), (1001, True, 1008),
+                                               (1001, False, 1008), (1000, True, 1000)])
+def test_p_is_stored_through_its_rows_padding_where_the_pv_kernel_reads_it(monkeypatch, N, one_pass, width):
+    """Where a row of P ends inside a 16-byte vector (launch.rows_pad), both Gluon P kernels store P through a
+    descriptor over launch.padded_view, so that the vector's columns past N get the kernel's 0 (its keys there are
+    masked): the Triton PV kernel reads them as they lie (v56). Elsewhere the descriptor is exactly N wide."""
+    from attnlab.triton import qk_softmax_row
+
+    widths = []
+
+    def descriptor(x, block_rows, block_cols=None):
+        widths.append(x.shape[-1])
+        return x
+
+    for mod in (qk_softmax_gluon, qk_softmax_row):
+        monkeypatch.setattr(mod, "descriptor", descriptor)
+        monkeypatch.setattr(mod, "sm_count", lambda device: 132)
+    monkeypatch.setattr(qk_softmax_gluon, "qk_softmax_gluon_kernel", KernelStandIn())
+    monkeypatch.setattr(qk_softmax_row, "qk_softmax_row_kernel", KernelStandIn())
+    q, k, v = _inputs(N, D=64)
+    p = launch.scores_buffer(check(q, k, v))
+    tiles = replace(GLUON_TILES, one_pass=one_pass, persistent=one_pass)
+    qk_softmax_gluon.launch(q, k, p, q, (0, 0, 0, 0), 0, N=N, H=2, group=1, qk_scale=1.0, mask_scale=1.0,
+                            causal=False, tiles=tiles)
+    assert widths[2] == width and widths[:2] == [64, 64]  # q, k, then P
+
+
 def test_the_sequence_lengths_the_kernel_takes():
     """From MIN_N = 512 on (session 13: the Gluon kernel faster there), at any N: scores_buffer's rows start on
     128-byte lines, so TMA stores P's rows at N % 8 ≠ 0 too (v54)."""
