@@ -104,6 +104,13 @@ def ragged_rows(N: int, itemsize: int) -> bool:
     return (N * itemsize) % 16 != 0
 
 
+def vector_end(N: int, itemsize: int) -> int:
+    """N rounded up to whole 16-byte vectors of itemsize-byte elements: where a row of N elements ends under rows_pad
+    (the host's twin of attnlab.triton.tiles.padded_length)."""
+    vec = 16 // itemsize
+    return -(-N // vec) * vec
+
+
 def rows_pad(N: int, *rows: torch.Tensor) -> bool:
     """Whether to let the kernels that read or write S or P row by row (scores, softmax, PV) run each row on to the
     next 16-byte vector past N (attnlab.triton.tiles.padded_length), where N × element size is not a multiple of 16
@@ -113,7 +120,7 @@ def rows_pad(N: int, *rows: torch.Tensor) -> bool:
     if not rows or not ragged_rows(N, rows[0].element_size()):
         return False
     vec = 16 // rows[0].element_size()
-    padded = -(-N // vec) * vec
+    padded = vector_end(N, rows[0].element_size())
 
     def room(x):  # the last row's padding lies inside x's storage too
         return (x.storage_offset() + x.shape[0] * x.stride(0)) * x.element_size() <= x.untyped_storage().nbytes()
@@ -129,8 +136,7 @@ def padded_view(x: torch.Tensor, N: int) -> torch.Tensor:
     of masking it in registers (PERFORMANCE.md v56). `padded_view(x, N)[..., N:]` is the padding itself."""
     if not rows_pad(N, x):
         return x
-    vec = 16 // x.element_size()
-    return x.as_strided((*x.shape[:3], -(-N // vec) * vec), x.stride(), x.storage_offset())
+    return x.as_strided((*x.shape[:3], vector_end(N, x.element_size())), x.stride(), x.storage_offset())
 
 
 LINE_BYTES = 128  # an L2 line: where S's and P's rows start (scores_buffer)
@@ -223,9 +229,9 @@ def materialised(q, k, v, *, causal=False, attn_mask=None, scale=None, ablation=
                              s.N, s.H, s.group, s.scale, S.stride(2), MASK_KIND=c.mask_kind,
                              ROWS_16B=rows_16b(s.N, s.dtype), ROWS_PAD=rows_pad(s.N, S), **c.flags, **t)
     P = scores_buffer(s)
-    # at least one 16-byte vector: under ROWS_PAD a short row's block must reach its padding's end to write P's 0s
-    # there (N = 1 in fp16: a block of 1 left columns 1–7 unwritten, and the PV kernel reads them: v56)
-    block = triton.next_power_of_2(min(max(s.N, 16 // s.dtype.itemsize), SOFTMAX_ROW_MAX))
+    # to the end of the row's last 16-byte vector: under ROWS_PAD a short row's block must reach its padding's end to
+    # write P's 0s there (N = 1 in fp16: a block of 1 left columns 1–7 unwritten, and the PV kernel reads them: v56)
+    block = triton.next_power_of_2(min(vector_end(s.N, s.dtype.itemsize), SOFTMAX_ROW_MAX))
     rows = max(1, 4096 // block) if not interpreting() else max(1, 16384 // block)
     n_rows = s.B * s.H * s.N
     _mat.softmax_kernel[(triton.cdiv(n_rows, rows),)](

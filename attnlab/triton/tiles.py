@@ -90,9 +90,11 @@ def padded_length(N, ELEM_BITS: tl.constexpr, ROWS_PAD: tl.constexpr):
     """The bound for the column masks of loads and stores of S's and P's rows: N, or under ROWS_PAD (the launcher's
     promise, attnlab.triton.launch.rows_pad, that each row's padding reaches the next 16-byte vector past N and may
     be read and written) N rounded up to whole 16-byte vectors, in a form the compiler sees is a multiple of one, so
-    that rows whose N × element size is not a multiple of 16 bytes (N = 2999) still move 16 bytes at a time. A kernel
-    under ROWS_PAD masks the values past N itself (`past_n`): what it reads there is whatever lies in the padding.
-    PERFORMANCE.md v55: at N = 2999 the materialised build ran 3.4× its time at N = 3000 with 2-byte accesses."""
+    that rows whose N × element size is not a multiple of 16 bytes (N = 2999) still move 16 bytes at a time
+    (attnlab.triton.launch.vector_end is its host twin). Writers under ROWS_PAD fill the padding with their masked
+    value (S −inf, P 0); the softmax kernel still masks what it reads from S's there (`past_n`), the PV kernel takes
+    P's as it lies (v56: the mask cost it registers). PERFORMANCE.md v55: at N = 2999 the materialised build ran 3.4×
+    its time at N = 3000 with 2-byte accesses."""
     if ROWS_PAD:
         VEC: tl.constexpr = 128 // ELEM_BITS
         N = ((N + VEC - 1) // VEC) * VEC
