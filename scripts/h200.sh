@@ -18,7 +18,8 @@
 #             (fused, qk_softmax, materialised, sdpa_flash, sdpa_cudnn, flex; BENCH_TIMEOUT, default 500 s)
 #   ncu_profile  Nsight Compute's sections for scripts/experiments/ncu_cases.py's cases (qk_softmax's two kernels,
 #             fused and cuDNN at small and large N) into ncu.csv
-#   stages    profiler stage times of materialised and qk_softmax (attnlab.kernels), and fused's refusal
+#   stages    profiler stage times of materialised and qk_softmax (attnlab.kernels), and fused's refusal, at
+#             N = 1024 (the one-pass P kernel) and 4096, D = 64 and 128, causal and not, bf16
 #   gluoncheck  the Gluon kernel's own accuracy check (scripts/experiments/gluon_fa3.py --check-only: masks that hide
 #             rows, N = 1 with a mask, both ablations, strided inputs, GQA, ragged N), beyond the gate's shapes
 #             (FUSED_TILES: tile labels, default the table's Gluon kernels: 64x128w4s2hgmco, and config.SHORT's
@@ -314,19 +315,19 @@ qkab() {
   done
 }
 stages() {
-  timeout 120 python3 - > "$out/stages.log" 2>&1 <<'PY'
+  timeout ${STAGES_TIMEOUT:-240} python3 - > "$out/stages.log" 2>&1 <<'PY'
 import torch
 from attnlab import kernels, measure
-for D in (64, 128):
-    q, k, v = measure.make_inputs(measure.Case("fused", 4, 2048 // D, 2048 // D, 4096, D, "bfloat16", False, "cuda"))
+for N, D, causal in ((n, d, c) for n in (1024, 4096) for d in (64, 128) for c in (False, True)):
+    q, k, v = measure.make_inputs(measure.Case("fused", 16384 // N, 2048 // D, 2048 // D, N, D, "bfloat16", causal, "cuda"))
     for build in ("materialised", "qk_softmax", "fused"):
-        ms = kernels.kernel_times(build, q, k, v)
+        ms = kernels.kernel_times(build, q, k, v, causal=causal)
         try:
-            print(f"D={D} {build}"); print(kernels.stage_table(ms, build).round(3).to_string(index=False))
-        except kernels.StagesNotSeparable as e:
-            print(f"D={D} {build}: {sum(ms.values()):.3f} ms in {sorted(ms)}; {e}")
+            print(f"N={N} D={D} causal={causal} {build}"); print(kernels.stage_table(ms, build).round(4).to_string(index=False))
+        except ValueError as e:  # StagesNotSeparable (fused) or a kernel the table does not know
+            print(f"N={N} D={D} causal={causal} {build}: {sum(ms.values()):.4f} ms in {sorted(ms)}; {e}")
 PY
-  echo "stages rc=$?"; tail -30 "$out/stages.log"
+  echo "stages rc=$?"; tail -60 "$out/stages.log"
 }
 bundle() {
   bash scripts/bundle.sh "$out"  # more than the device tool's 8 files back as one bundle.tar

@@ -4,14 +4,15 @@ launch hands them, on CPU tensors (a TMA descriptor is only a record of shape, s
 import pytest
 import torch
 
-from attnlab.triton import fused_gluon, pv_gluon, qk_softmax_gluon
+from attnlab.triton import fused_gluon, pv_gluon, qk_softmax_gluon, qk_softmax_row
 from attnlab.triton.resources import parse_tiles
 from tests.conftest import KernelStandIn
 
 
 # each kernel's constexpr parameters, read before any test puts a stand-in in its place
 PARAMS = {k.__name__: {p.name for p in k.params if p.is_constexpr} for k in (
-    fused_gluon.fused_gluon_kernel, qk_softmax_gluon.qk_softmax_gluon_kernel, pv_gluon.pv_gluon_kernel)}
+    fused_gluon.fused_gluon_kernel, qk_softmax_gluon.qk_softmax_gluon_kernel, qk_softmax_row.qk_softmax_row_kernel,
+    pv_gluon.pv_gluon_kernel)}
 
 
 def _record(monkeypatch, module, name):
@@ -68,6 +69,27 @@ def test_qk_softmax_launch_passes_exactly_its_constexprs(monkeypatch, label, mas
     assert want["REF1"] == (tiles.fixed_reference and not no_softmax)  # no_softmax has no pass 1
     assert want["MASK_TMA"] == (mask_kind != 0 and tiles.mask_tma)
     assert set(want) | {"num_warps"} == PARAMS["qk_softmax_gluon_kernel"]
+
+
+@pytest.mark.parametrize("label", ["64x128w4s2ga", "64x128w4s4ga", "64x128w4s2hga"])
+@pytest.mark.parametrize("N, D", [(256, 64), (1024, 128), (1001, 64)])
+@pytest.mark.parametrize("causal, no_softmax", [(False, False), (True, False), (False, True)])
+def test_one_pass_launch_passes_exactly_its_constexprs(monkeypatch, label, N, D, causal, no_softmax):
+    """The one-pass P kernel (qk_softmax_row, the table's entry below N = 1025): its row's tiles and row buffers are
+    constants of N, so a launch at another N must hand the kernel the N-dependent ones."""
+    tiles = parse_tiles(label)
+    if not qk_softmax_row.fits(tiles, N, D, 2):
+        pytest.skip(f"{label} does not fit N = {N}, D = {D}")  # launch refuses it (tests/test_qk_softmax_gluon.py)
+    got = _record(monkeypatch, qk_softmax_row, "qk_softmax_row_kernel")
+    q, k, _ = _qkv(D, N=N, H=2)
+    p = torch.empty(2, 2, N, -(-N // 64) * 64, dtype=q.dtype)[..., :N]  # rows on lines, as launch.scores_buffer's
+    qk_softmax_row.launch(q, k, p, N=N, H=2, group=1, qk_scale=0.1, causal=causal, tiles=tiles,
+                          no_softmax=no_softmax)
+    want = qk_softmax_row.constexprs(tiles, D=D, N=N, itemsize=2, causal=causal, no_softmax=no_softmax)
+    (kw,) = got
+    assert {name: kw[name] for name in want} == want
+    assert want["ROW_TILES"] == -(-N // tiles.BLOCK_N) and want["ROW_BUFS"] in (1, 2)
+    assert set(want) | {"num_warps"} == PARAMS["qk_softmax_row_kernel"]
 
 
 @pytest.mark.parametrize("label", ["128x64w4s4gc", "64x128w4s3hg", "64x128w4s2hgu"])

@@ -1,4 +1,7 @@
 """Stage times only where stages are separate kernels; the fused kernel's insides are refused."""
+import importlib
+import pkgutil
+
 import pytest
 import torch
 
@@ -33,14 +36,39 @@ def test_missing_kernels_and_library_builds_are_clear_errors():
         kernels.stage_table({}, "sdpa_flash")
 
 
-def test_the_stage_table_names_the_kernels_the_launchers_launch():
-    """If a kernel is renamed, the mapping must follow: the names are the Triton functions' own."""
-    from attnlab.triton import materialised, pv, pv_gluon, qk_softmax, qk_softmax_gluon
+def _defined_kernels() -> set[str]:
+    """Every kernel attnlab.triton's modules define (a Triton or Gluon JIT function named *_kernel), found by walking
+    the package, so that a kernel added later cannot be missed the way a hand-kept list missed one (session 32:
+    qk_softmax_row_kernel, the one-pass P kernel at N ≤ 1024 since v40, was in no stage)."""
+    import attnlab.triton as package
 
-    launched = {materialised.scores_kernel.__name__, materialised.softmax_kernel.__name__, pv.pv_kernel.__name__,
-                pv_gluon.pv_gluon_kernel.__name__, qk_softmax.qk_softmax_kernel.__name__,
-                qk_softmax_gluon.qk_softmax_gluon_kernel.__name__}
-    assert {k for stages in kernels.STAGES.values() for names, _ in stages for k in names} == launched
+    found = set()
+    for info in pkgutil.iter_modules(package.__path__):
+        module = importlib.import_module(f"{package.__name__}.{info.name}")
+        found |= {name for name, obj in vars(module).items()
+                  if name.endswith("_kernel") and callable(getattr(obj, "fn", None)) and obj.fn.__module__ == module.__name__}
+    return found
+
+
+def test_every_kernel_is_a_stage_or_a_whole_build():
+    """If a kernel is added or renamed, the mapping must follow: the names are the Triton functions' own."""
+    staged = {k for stages in kernels.STAGES.values() for names, _ in stages for k in names}
+    defined = _defined_kernels()
+    assert {"qk_softmax_row_kernel", "qk_softmax_gluon_kernel", "pv_gluon_kernel", "pv_kernel"} <= defined  # the walk works
+    assert not staged & set(kernels.UNSTAGED)
+    assert staged | set(kernels.UNSTAGED) == defined
+
+
+def test_the_one_pass_p_kernel_is_the_p_stage():
+    t = kernels.stage_table({"qk_softmax_row_kernel": 0.2, "pv_kernel": 0.1}, "qk_softmax")
+    assert list(t.kernel) == ["qk_softmax_row_kernel", "pv_kernel"]
+    assert t.ms.tolist() == [0.2, 0.1]
+
+
+@pytest.mark.parametrize("name", kernels.UNSTAGED)
+def test_a_whole_build_kernel_has_no_stage_table(name):
+    with pytest.raises(ValueError, match="lacks"):
+        kernels.stage_table({name: 1.0}, "qk_softmax")
 
 
 def test_kernel_times_needs_cuda():
