@@ -11,19 +11,18 @@ power cap settles to the clock this load gets: session 32's first measure of a c
 than its second), and nvidia-smi's clocks, power, temperature and clock-event reasons are read before and after it,
 so a time that moved can be read against the card.
 
-The event pairs time the GPU only if the whole call is queued before the GPU reaches the first event: a sleep kernel
-(torch.cuda._sleep, a few times the call's host issue time) holds the stream while Python issues the call. Without
-it (session 32) the pairs counted the 0.08–0.33 ms the host spends issuing a call, and read 4–17 % above both other
-timers. A repetition whose first event had already fired when the call was queued is left out and counted.
-Prints one line per case and a verdict against the issue's bounds: |harness − do_bench| ≤ 3 % and
-|harness − events| ≤ 3 %, |run 1 − run 2| ≤ 2 %.
-
-Then, not judged: at N = 512, where issuing one call from Python takes about as long as its kernels, the eager
-do_bench time beside the graph-replayed harness time and the host's issue time (what the graph removes).
+The event pairs time the GPU only if the whole call is queued before the GPU reaches the first event, so each timed
+call follows a few untimed calls of its own (lead_calls: enough to cover several host issue times) that keep the GPU
+busy while Python issues it, then the flush. Without that (session 32, call 2) the pairs counted the 0.08–0.33 ms the
+host spends issuing a call and read 4–17 % above both other timers; with an idle sleep kernel holding the stream
+instead (call 3) they read 4–12 % *below* them for the kernels at the card's power cap (the clock recovers while the
+GPU idles) and agreed within 0.1 % for the two that were not. A repetition whose first event had already fired
+when the call was queued is left out and counted.
 """
 from __future__ import annotations
 
 import argparse
+import math
 import statistics
 import sys
 import time
@@ -43,9 +42,7 @@ SMALL = [  # (build, B, H, N, D, causal) where issuing a call from Python takes 
 AGREE = 0.03  # |harness − other timer| / other timer, for cases of 1 ms or more (issue 3)
 REPEAT = 0.02  # |second − first| / first, the same case measured twice in one run
 SETTLE_S = 1.0  # the case's own eager calls before it is measured, after its compile
-HOLD_ISSUES = 4  # the event timer's hold: this many times the call's host issue time ...
-HOLD_MIN_MS = 0.5  # ... and at least this long
-MAX_HZ = 2.0e9  # cycles a ms are counted at this clock (above the H200's 1980 MHz): a slower clock holds longer
+LEAD_ISSUES = 4  # the untimed calls before each event-timed one cover this many times the call's host issue time
 
 
 def verdict(harness_ms: float, again_ms: float, events_ms: float, do_bench_ms: float) -> dict:
@@ -67,11 +64,12 @@ def _eager_step(case):
     return lambda: acc.add_(b.attend(q, k, v, causal=case.causal).sum(dtype=torch.float32))
 
 
-def hold_cycles(host_ms: float) -> int:
-    """GPU clock cycles for torch.cuda._sleep to hold the stream while the host issues a call of `host_ms`."""
-    if not host_ms >= 0:  # NaN too
-        raise ValueError(f"host_ms must be a time in ms >= 0, got {host_ms!r}")
-    return int(max(HOLD_MIN_MS, HOLD_ISSUES * host_ms) * 1e-3 * MAX_HZ)
+def lead_calls(host_ms: float, call_ms: float) -> int:
+    """Untimed calls to queue before each event-timed call: at least 2, and enough GPU time to cover LEAD_ISSUES
+    host issue times (a call the host issues faster than the GPU runs it falls further behind with each one)."""
+    if not (host_ms >= 0 and call_ms > 0):  # NaN too
+        raise ValueError(f"host_ms must be >= 0 and call_ms > 0 (times in ms), got {host_ms!r} and {call_ms!r}")
+    return max(2, math.ceil(LEAD_ISSUES * host_ms / call_ms))
 
 
 def covered_median(times: list[float], covered: list[bool]) -> tuple[float, int]:
@@ -82,21 +80,22 @@ def covered_median(times: list[float], covered: list[bool]) -> tuple[float, int]
     return (statistics.median(kept) if len(kept) * 2 >= len(times) and kept else float("nan")), missed
 
 
-def _event_median_ms(step, hold: int, reps: int = 50, cuda=torch.cuda) -> tuple[float, int]:
-    """covered_median of `step` between two CUDA events, each call after an L2-flushing 512 MiB write and a
-    `hold`-cycle sleep that keeps the GPU from reaching the first event before the call is queued behind it."""
+def _event_median_ms(step, lead: int, reps: int = 50, cuda=torch.cuda) -> tuple[float, int]:
+    """covered_median of `step` between two CUDA events, each call after `lead` untimed calls of its own (the GPU
+    busy, at this load's clock, while the host issues the timed one) and an L2-flushing 512 MiB write."""
     flush = torch.empty(512 << 20, dtype=torch.uint8, device="cuda")
     for _ in range(5):
         step()
     times, covered = [], []
     for _ in range(reps):
-        cuda._sleep(hold)
+        for _ in range(lead):
+            step()
         flush.zero_()
         start, end = cuda.Event(enable_timing=True), cuda.Event(enable_timing=True)
         start.record()
         step()
         end.record()
-        covered.append(not start.query())  # still pending: the GPU was busy with the hold until all was queued
+        covered.append(not start.query())  # still pending: the GPU was busy with the lead until all was queued
         end.synchronize()
         times.append(start.elapsed_time(end))
     return covered_median(times, covered)
@@ -133,7 +132,7 @@ def main(argv=None) -> int:
         _settle(step)
         before = _state()
         first, second = (measure.measure(case, ceilings=ceilings) for _ in range(2))
-        ref, missed = _event_median_ms(step, hold_cycles(first["host_ms"]))
+        ref, missed = _event_median_ms(step, lead_calls(first["host_ms"], first["ms"]))
         bench = statistics.median(triton.testing.do_bench(step, warmup=25, rep=100, return_mode="all"))
         row = dict(build=name, B=B, H=H, N=N, D=D, causal=causal, harness_ms=first["ms"], again_ms=second["ms"],
                    events_ms=ref, do_bench_ms=bench, spread_1=first["ms_p80"] / first["ms_p20"],

@@ -30,13 +30,15 @@ def test_a_nan_event_time_fails_the_verdict_in_either_position():
     assert not selfcheck.verdict(2.0, 2.0, 2.0, float("nan"))["ok"]
 
 
-def test_the_hold_covers_several_host_issue_times_at_the_top_clock():
-    # session 32: the fused build's host issue 0.237 ms at N = 512; a hold of 4 issues at 2 GHz
-    assert selfcheck.hold_cycles(0.237) == int(4 * 0.237e-3 * 2e9)
-    assert selfcheck.hold_cycles(0.0) == int(selfcheck.HOLD_MIN_MS * 1e-3 * 2e9)  # never shorter than the floor
-    assert selfcheck.hold_cycles(0.237) / 1980e6 * 1e3 >= 4 * 0.237  # in ms at the H200's top clock, still 4 issues
-    with pytest.raises(ValueError, match="host_ms must be a time in ms >= 0, got nan"):
-        selfcheck.hold_cycles(float("nan"))
+def test_the_lead_covers_several_host_issue_times():
+    # session 32, call 3: qk_softmax's host issue 1.283 ms against a 1.886 ms call; sdpa_flash 0.202 against 1.84
+    assert selfcheck.lead_calls(1.283, 1.886) == 3  # 3 × 1.886 ≥ 4 × 1.283
+    assert selfcheck.lead_calls(0.202, 1.84) == 2  # never fewer than 2
+    assert selfcheck.lead_calls(2.0, 1.0) == 8
+    with pytest.raises(ValueError, match="host_ms must be >= 0 and call_ms > 0"):
+        selfcheck.lead_calls(float("nan"), 1.0)
+    with pytest.raises(ValueError, match="call_ms > 0"):
+        selfcheck.lead_calls(0.1, 0.0)
 
 
 def test_uncovered_repetitions_are_left_out_and_counted():
@@ -63,30 +65,27 @@ class _FakeEvent:
 
 
 class _FakeCuda:
-    """torch.cuda's Event and _sleep as the event timer uses them, logging the order of what it queues."""
+    """torch.cuda's Event as the event timer uses it, logging the order of what it queues."""
 
     def __init__(self, pending):
         self.log, self.pending, self.n = [], pending, 0
-
-    def _sleep(self, cycles):
-        self.log.append(f"sleep {cycles}")
 
     def Event(self, enable_timing):  # noqa: N802 - torch.cuda's name
         self.n += 1
         return _FakeEvent(self.log, "start" if self.n % 2 else "end", self.pending)
 
 
-def test_the_event_timer_holds_the_stream_then_flushes_then_times(monkeypatch):
+def test_the_event_timer_leads_with_untimed_calls_then_flushes_then_times(monkeypatch):
     monkeypatch.setattr(selfcheck.torch, "empty", lambda *a, **k: type("Flush", (), {"zero_": lambda self: log.append("flush")})())
     fake = _FakeCuda(pending=True)
     log = fake.log
-    calls = []
-    ms, missed = selfcheck._event_median_ms(lambda: (calls.append(1), log.append("step")), hold=1234, reps=3, cuda=fake)
-    assert (ms, missed) == (2.0, 0) and len(calls) == 5 + 3
-    first = log.index("sleep 1234")
-    assert log[first:first + 6] == ["sleep 1234", "flush", "start.record", "step", "end.record", "end.sync"]
+    ms, missed = selfcheck._event_median_ms(lambda: log.append("step"), lead=2, reps=3, cuda=fake)
+    assert (ms, missed) == (2.0, 0)
+    assert log[:5] == ["step"] * 5  # warm-up
+    rep = ["step", "step", "flush", "start.record", "step", "end.record", "end.sync"]
+    assert log[5:] == rep * 3
     # a GPU that had already passed the first event when the call was queued: every repetition left out
     fake = _FakeCuda(pending=False)
     log = fake.log
-    ms, missed = selfcheck._event_median_ms(lambda: None, hold=1, reps=4, cuda=fake)
+    ms, missed = selfcheck._event_median_ms(lambda: None, lead=2, reps=4, cuda=fake)
     assert missed == 4 and ms != ms
