@@ -16,8 +16,10 @@ call follows a few untimed calls of its own (lead_calls: enough to cover several
 busy while Python issues it, then the flush. Without that (session 32, call 2) the pairs counted the 0.08–0.33 ms the
 host spends issuing a call and read 4–17 % above both other timers; with an idle sleep kernel holding the stream
 instead (call 3) they read 4–12 % *below* them for the kernels at the card's power cap (the clock recovers while the
-GPU idles) and agreed within 0.1 % for the two that were not. A repetition whose first event had already fired
-when the call was queued is left out and counted.
+GPU idles) and agreed within 0.1 % for the two that were not. For the same reason nothing waits for the GPU
+between repetitions (call 4 synced each one, and the GPU's short idle while Python queued the next put the power-capped
+causal case 5 % below the others); the events are read once all have run. A repetition whose first event had
+already fired when the call was queued is left out and counted.
 """
 from __future__ import annotations
 
@@ -86,8 +88,8 @@ def _event_median_ms(step, lead: int, reps: int = 50, cuda=torch.cuda) -> tuple[
     flush = torch.empty(512 << 20, dtype=torch.uint8, device="cuda")
     for _ in range(5):
         step()
-    times, covered = [], []
-    for _ in range(reps):
+    pairs, covered = [], []
+    for _ in range(reps):  # no sync in the loop: an idle GPU between repetitions would run cooler and faster
         for _ in range(lead):
             step()
         flush.zero_()
@@ -96,9 +98,9 @@ def _event_median_ms(step, lead: int, reps: int = 50, cuda=torch.cuda) -> tuple[
         step()
         end.record()
         covered.append(not start.query())  # still pending: the GPU was busy with the lead until all was queued
-        end.synchronize()
-        times.append(start.elapsed_time(end))
-    return covered_median(times, covered)
+        pairs.append((start, end))
+    pairs[-1][1].synchronize()
+    return covered_median([start.elapsed_time(end) for start, end in pairs], covered)
 
 
 def _settle(step, seconds: float = SETTLE_S) -> None:
