@@ -89,3 +89,39 @@ def test_the_event_timer_leads_with_untimed_calls_then_flushes_then_times(monkey
     log = fake.log
     ms, missed = selfcheck._event_median_ms(lambda: None, lead=2, reps=4, cuda=fake)
     assert missed == 4 and ms != ms
+
+
+def test_the_cap_name_is_the_load_logs():
+    from attnlab.load import REASONS
+
+    assert selfcheck.CAPPED == REASONS[0x4]
+
+
+def _row(**kw):
+    row = dict(ok=True, repeat=0.0, vs_events=0.0, vs_do_bench=0.0, reasons="", mhz_1=1980.0, mhz_2=1980.0)
+    row.update(kw)
+    return row
+
+
+def test_a_failure_says_whether_the_card_was_at_its_power_cap():
+    # session 32, call 5: qk_softmax's repeat -2.7 % at the cap
+    note = selfcheck.failure_note(_row(ok=False, repeat=-0.0271, reasons="software power cap", mhz_1=1455.0,
+                                       mhz_2=1500.0))
+    assert note == "repeat -2.7% at the software power cap (the two measurements' median SM clocks 1455 and 1500 MHz)"
+    # the same repeat below the cap is not excused: only the bound is said
+    assert selfcheck.failure_note(_row(ok=False, repeat=-0.0271)) == ""
+    # timers apart are said whatever the card did
+    note = selfcheck.failure_note(_row(ok=False, repeat=-0.0288, vs_do_bench=0.0379, reasons="software power cap"))
+    assert note.endswith("; +3.8% against the do_bench") and note.startswith("repeat -2.9%")
+    assert selfcheck.failure_note(_row(ok=False, vs_events=float("nan"))) == "+nan% against the event pairs"
+    assert selfcheck.failure_note(_row()) == ""
+
+
+def test_the_summary_counts_the_failures_at_the_cap():
+    import pandas as pd
+
+    rows = [_row(), _row(ok=False, repeat=-0.03, reasons="software power cap"), _row(ok=False, vs_events=0.05)]
+    df = pd.DataFrame([{**r, "note": selfcheck.failure_note(r)} for r in rows])
+    assert selfcheck.summary(df) == ("selfcheck: 1 passed, 2 failed (1 of them a repeat at the software power cap: "
+                                     "the card's clock moved between two measurements of the same case; see note)")
+    assert selfcheck.summary(df.iloc[:1]) == "selfcheck: 1 passed, 0 failed"
