@@ -26,7 +26,7 @@ STAGES = {
                      (("softmax_kernel",), "P = softmax(S), S read and P written"),
                      (("pv_gluon_kernel", "pv_kernel"), "O = P V, P read")],
     "qk_softmax": [(("qk_softmax_gluon_kernel", "qk_softmax_row_kernel", "qk_softmax_kernel"),
-                    "P = softmax(scale·QKᵀ + mask) (two QKᵀ passes, or one where the row fits on chip), P written"),
+                    "P = softmax(scale·QKᵀ + mask) (two QKᵀ passes, or one where a row fits on chip), P written"),
                    (("pv_gluon_kernel", "pv_kernel"), "O = P V, P read")],
 }
 # the kernels that run a whole build in one launch: no stage of theirs can be timed apart (stage_table refuses them)

@@ -60,14 +60,17 @@ CAPPED = "software power cap"  # attnlab.load.REASONS[0x4]: the card lowers its 
 
 
 def failure_note(row: dict) -> str:
-    """Why a failed case failed, where the card says: a repeat outside REPEAT at the power cap is the card's clock
-    moving between the two measurements (mhz_1, mhz_2: their median SM clocks), which no timer can remove."""
+    """Why a failed case failed, as far as the card says. A repeat outside REPEAT at the power cap: the card then
+    moves its clock to hold its power, and two measurements of the same call see different clocks (session 32: the
+    cases below the cap repeated within 0.8 %, those at it within 0.4–2.9 % on one machine); mhz_1 and mhz_2 are the
+    measurements' medians of LoadLog's 50 ms clock samples, a coarse view of it."""
     if row["ok"]:
         return ""
     notes = []
     if abs(row["repeat"]) > REPEAT and CAPPED in str(row.get("reasons", "")):
-        notes.append(f"repeat {row['repeat']:+.1%} at the {CAPPED} (the two measurements' median SM clocks "
-                     f"{row.get('mhz_1', float('nan')):.0f} and {row.get('mhz_2', float('nan')):.0f} MHz)")
+        notes.append(f"repeat {row['repeat']:+.1%} at the {CAPPED} (the two measurements' sampled SM clocks, "
+                     f"medians of 50 ms samples, {row.get('mhz_1', float('nan')):.0f} and "
+                     f"{row.get('mhz_2', float('nan')):.0f} MHz)")
     for key, name in (("vs_events", "event pairs"), ("vs_do_bench", "do_bench")):
         if not abs(row[key]) <= AGREE:
             notes.append(f"{row[key]:+.1%} against the {name}")

@@ -46,7 +46,8 @@ def _defined_kernels() -> set[str]:
     for info in pkgutil.iter_modules(package.__path__):
         module = importlib.import_module(f"{package.__name__}.{info.name}")
         found |= {name for name, obj in vars(module).items()
-                  if name.endswith("_kernel") and callable(getattr(obj, "fn", None)) and obj.fn.__module__ == module.__name__}
+                  if name.endswith("_kernel") and callable(getattr(obj, "fn", None))
+                  and obj.fn.__module__ == module.__name__}
     return found
 
 
@@ -54,7 +55,7 @@ def test_every_kernel_is_a_stage_or_a_whole_build():
     """If a kernel is added or renamed, the mapping must follow: the names are the Triton functions' own."""
     staged = {k for stages in kernels.STAGES.values() for names, _ in stages for k in names}
     defined = _defined_kernels()
-    assert {"qk_softmax_row_kernel", "qk_softmax_gluon_kernel", "pv_gluon_kernel", "pv_kernel"} <= defined  # the walk works
+    assert {"qk_softmax_row_kernel", "qk_softmax_gluon_kernel", "pv_gluon_kernel", "pv_kernel"} <= defined  # it walks
     assert not staged & set(kernels.UNSTAGED)
     assert staged | set(kernels.UNSTAGED) == defined
 

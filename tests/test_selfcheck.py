@@ -76,7 +76,8 @@ class _FakeCuda:
 
 
 def test_the_event_timer_leads_with_untimed_calls_then_flushes_then_times(monkeypatch):
-    monkeypatch.setattr(selfcheck.torch, "empty", lambda *a, **k: type("Flush", (), {"zero_": lambda self: log.append("flush")})())
+    flush = type("Flush", (), {"zero_": lambda self: log.append("flush")})
+    monkeypatch.setattr(selfcheck.torch, "empty", lambda *a, **k: flush())
     fake = _FakeCuda(pending=True)
     log = fake.log
     ms, missed = selfcheck._event_median_ms(lambda: log.append("step"), lead=2, reps=3, cuda=fake)
@@ -107,7 +108,8 @@ def test_a_failure_says_whether_the_card_was_at_its_power_cap():
     # session 32, call 5: qk_softmax's repeat -2.7 % at the cap
     note = selfcheck.failure_note(_row(ok=False, repeat=-0.0271, reasons="software power cap", mhz_1=1455.0,
                                        mhz_2=1500.0))
-    assert note == "repeat -2.7% at the software power cap (the two measurements' median SM clocks 1455 and 1500 MHz)"
+    assert note == ("repeat -2.7% at the software power cap (the two measurements' sampled SM clocks, medians of "
+                    "50 ms samples, 1455 and 1500 MHz)")
     # the same repeat below the cap is not excused: only the bound is said
     assert selfcheck.failure_note(_row(ok=False, repeat=-0.0271)) == ""
     # timers apart are said whatever the card did
