@@ -14,12 +14,13 @@ so a time that moved can be read against the card.
 The event pairs time the GPU only if the whole call is queued before the GPU reaches the first event, so each timed
 call follows a few untimed calls of its own (lead_calls: enough to cover several host issue times) that keep the GPU
 busy while Python issues it, then the flush. Without that (session 32, call 2) the pairs counted the 0.08–0.33 ms the
-host spends issuing a call and read 4–17 % above both other timers; with an idle sleep kernel holding the stream
-instead (call 3) they read 4–12 % *below* them for the kernels at the card's power cap (the clock recovers while the
-GPU idles) and agreed within 0.1 % for the two that were not. For the same reason nothing waits for the GPU
-between repetitions (call 4 synced each one, and the GPU's short idle while Python queued the next put the power-capped
-causal case 5 % below the others); the events are read once all have run. A repetition whose first event had
-already fired when the call was queued is left out and counted.
+host spends issuing a call: the harness read 4–17 % below them (and within 1.5 % of do_bench but in one case). With
+an idle sleep kernel holding the stream instead (call 3) the harness read 4–12 % *above* them for the kernels at the
+card's power cap (the clock recovers while the GPU idles), within 0.2 % for the two that were not. For the same
+reason nothing waits for the GPU between repetitions (call 4 synced each one, and the GPU's short idle while Python
+queued the next left the harness 5.6 % above the pairs in the power-capped causal case); the events are read once
+all have run (calls 5 and 6: within 2.7 % in every case). A repetition whose first event had already fired when
+the call was queued is left out and counted.
 """
 from __future__ import annotations
 
