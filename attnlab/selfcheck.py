@@ -62,9 +62,9 @@ CAPPED = "software power cap"  # attnlab.load.REASONS[0x4]: the card lowers its 
 
 def failure_note(row: dict) -> str:
     """Why a failed case failed, as far as the card says. A repeat outside REPEAT at the power cap: the card then
-    moves its clock to hold its power, and two measurements of the same call see different clocks (session 32: the
-    cases below the cap repeated within 0.8 %, those at it within 0.4–2.9 % on one machine); mhz_1 and mhz_2 are the
-    measurements' medians of LoadLog's 50 ms clock samples, a coarse view of it."""
+    moves its clock to hold its power, and two measurements of the same call see different clocks (session 32,
+    calls 5 and 6: materialised, never at the cap, repeated within 0.04 %; the four cases at it within 0.4–2.9 %);
+    mhz_1 and mhz_2 are the measurements' medians of LoadLog's 50 ms clock samples, a coarse view of it."""
     if row["ok"]:
         return ""
     notes = []
