@@ -116,10 +116,22 @@ def _sweep(params, out, quiet: bool) -> tuple[int, str | None]:
     return 0, df.attrs["out_dir"]
 
 
-# Processes at once on a GPU machine for `attnlab run`'s gate (attnlab check --jobs) and warm step: most of both is
-# Triton compiling, one CPU core a process (h200.sh's gate at N = 512: 47 s in four against 135-179 s in one,
-# session 7).
+# Processes at once on a GPU machine for `attnlab run`'s warm step (and, on a machine of fewer than 16 cores, its
+# gate: gate_jobs): most of both is Triton compiling, one CPU core a process (h200.sh's gate at N = 512: 47 s in four
+# against 135-179 s in one, session 7). The warm step keeps 4: its cases reach N = 16384, where the materialised
+# builds hold tens of GB each.
 GPU_JOBS = 4
+GATE_JOBS_MAX = 8  # the gate's shapes are small (N ≤ 4096, B·H ≤ 8); its 14 families dealt to 8 parts: 7 shapes at most
+
+
+def gate_jobs(cores: int | None = None) -> int:
+    """Processes for `attnlab run`'s gate on a GPU: one a pair of cores (a compile's own threads, and the driver's),
+    GPU_JOBS at least, GATE_JOBS_MAX at most."""
+    import os
+
+    if cores is None:
+        cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+    return max(GPU_JOBS, min(GATE_JOBS_MAX, cores // 2))
 
 
 def _warm(params) -> None:
@@ -155,7 +167,7 @@ def main(argv=None) -> int:
     import importlib
 
     gpu = torch.cuda.get_device_name() if torch.cuda.is_available() else None
-    gate_args = ["--jobs", str(GPU_JOBS)] if gpu else []  # on a GPU the gate's time is compiling: share it out
+    gate_args = ["--jobs", str(gate_jobs())] if gpu else []  # on a GPU the gate's time is compiling: share it out
     code = int(importlib.import_module("attnlab.gate").main(gate_args) or 0)  # as _delegate loads it (tests replace it)
     if code:
         print("attnlab: the correctness gate failed; not sweeping (attnlab sweep runs the sweep anyway)",

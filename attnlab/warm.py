@@ -32,18 +32,22 @@ def cases(params_path: str) -> list[measure.Case]:
 
 
 def mine(all_cases: list[measure.Case], part: int, jobs: int) -> list[measure.Case]:
-    """Child `part`'s cases: dealt round robin over the builds of each shape, shifted by the shape's index, so that
-    every child gets every build at some shapes (a build's compiles are not all in one process)."""
-    shapes: dict = {}
+    """Child `part`'s cases: each build's cases of one family (its shapes but for N and B: the kernel variants they
+    compile differ by N at most) go to one child, so no two children compile the same variant at once; dealt round
+    robin over the builds, shifted by the family's index, so that a child gets every build in some family where
+    there are as many families as children (a build's compiles are not all in one process). Before session 32 the
+    shift was the shape's index, which sent one build's six N of a family to four children: the same Gluon variants
+    compiled in up to four processes at once."""
+    families: dict = {}
     names: dict = {}
     for c in all_cases:
-        shapes.setdefault(_shape(c), len(shapes))
+        families.setdefault(_family(c), len(families))
         names.setdefault(c.build, len(names))
-    return [c for c in all_cases if (shapes[_shape(c)] + names[c.build]) % jobs == part]
+    return [c for c in all_cases if (families[_family(c)] + names[c.build]) % jobs == part]
 
 
-def _shape(c: measure.Case) -> tuple:
-    return c.B, c.H, c.Hkv, c.N, c.D, c.dtype, c.causal
+def _family(c: measure.Case) -> tuple:
+    return c.H, c.Hkv, c.D, c.dtype, c.causal
 
 
 def run_part(all_cases: list[measure.Case], part: int, jobs: int) -> tuple[int, list[str]]:

@@ -148,7 +148,7 @@ def test_run_gates_then_sweeps_the_params_for_this_device(monkeypatch, capsys):
 
 
 def test_run_on_a_gpu_compiles_our_kernels_in_parallel_before_the_sweep(monkeypatch, capsys):
-    """On a GPU the run's gate shares its shapes among GPU_JOBS processes, and the run warms Triton's cache
+    """On a GPU the run's gate shares its shapes among gate_jobs() processes, and the run warms Triton's cache
     (attnlab.warm) with the params it sweeps, after the gate and before the sweep; a case that failed to warm is
     said, and the sweep still runs. Without a GPU the gate runs in one process and nothing is warmed."""
     from attnlab import warm
@@ -171,7 +171,7 @@ def test_run_on_a_gpu_compiles_our_kernels_in_parallel_before_the_sweep(monkeypa
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
     monkeypatch.setattr(torch.cuda, "get_device_name", lambda *a: "NVIDIA H200")
     assert cli.main(["run"]) == 0
-    assert gate == [["--jobs", str(cli.GPU_JOBS)]]  # the gate's compiles shared among processes too
+    assert gate == [["--jobs", str(cli.gate_jobs())]]  # the gate's compiles shared among processes too
     assert order == [("warm", "h200.yaml", cli.GPU_JOBS), ("sweep", "h200.yaml")]
     out = capsys.readouterr().out
     assert "our kernels compiled for the sweep in" in out
@@ -241,3 +241,11 @@ def test_a_real_sweep_renders_with_report_even_where_n_equals_d(tmp_path, capsys
     assert tables in capsys.readouterr().out  # `attnlab report` prints them; `attnlab run` names the files
     assert "no saving predicted at B=1 H=2 N=16 D=16" in tables
     assert (out / "figures.html").exists()
+
+
+def test_the_gates_processes_follow_the_cores():
+    assert cli.gate_jobs(16) == 8  # the lent H200 machine: 16 cores
+    assert cli.gate_jobs(128) == cli.GATE_JOBS_MAX == 8  # more parts would not shorten the longest (7 shapes)
+    assert cli.gate_jobs(4) == cli.gate_jobs(1) == cli.GPU_JOBS == 4  # as before on a small machine
+    assert cli.gate_jobs(12) == 6
+    assert 4 <= cli.gate_jobs() <= 8  # this machine's

@@ -49,7 +49,7 @@ def test_jobs_share_the_shapes_and_write_the_rows_one_process_writes(tmp_path, c
 def test_a_process_that_dies_fails_the_shapes_it_had_left():
     """A child that exits before writing its rows (here: a dtype its grid lacks, exit 2) leaves one FAIL row per
     shape it owned, naming the part and its exit status; nothing is silently missing."""
-    rows = gate._in_parallel(["--device", "cpu", "--quick", "--dtypes", "float64"], jobs=2, n_shapes=3)
+    rows = gate._in_parallel(["--device", "cpu", "--quick", "--dtypes", "float64"], jobs=2, owners=[0, 1, 0])
     assert [r["shape"] for r in rows] == [0, 1, 2]
     assert all(r["status"].startswith("FAIL: part") and "exited with 2" in r["status"] for r in rows)
     assert [r["status"].split()[2] for r in rows] == ["0/2", "1/2", "0/2"]
@@ -65,3 +65,28 @@ def test_bad_arguments_are_one_line_and_exit_2(argv, says, capsys):
     assert gate.main(["--device", "cpu", "--quick", *argv]) == 2
     err = capsys.readouterr().err.strip()
     assert says in err and len(err.splitlines()) == 1
+
+
+def test_the_gpu_grid_is_dealt_by_family():
+    """Shapes of one (dtype, D, causal) compile the same variants, so one part checks them all; with 8 parts the
+    46 shapes' longest part has 7 (dealing i % 8 split every family in two, by N's parity)."""
+    cases = gate.grid(torch.device("cuda"))
+    assert len(cases) == 46
+    for jobs in (1, 4, 8):
+        owners = gate.deal(cases, jobs)
+        assert set(owners) == set(range(jobs))
+        by_family = {}
+        for c, k in zip(cases, owners):
+            assert by_family.setdefault(gate.family(c), k) == k
+    owners = gate.deal(cases, 8)
+    assert max(owners.count(k) for k in range(8)) == 7
+    assert gate.deal(cases, 4)[:32] == [i % 4 for i in range(32)]  # the main grid as before, at 4
+
+
+def test_a_part_checks_the_shapes_deal_gives_it(capsys):
+    argv = ["--device", "cpu", "--quick", "--builds", "torch_eager", "--dtypes", "float32"]
+    cases = [c for c in gate.grid(torch.device("cpu"), quick=True) if c.dtype == "float32"]
+    owners = gate.deal(cases, 2)
+    assert gate.main([*argv, "--part", "1/2"]) == 0
+    out = capsys.readouterr().out
+    assert f"gate: {owners.count(1)} passed" in out and owners.count(1) < len(cases)

@@ -31,10 +31,27 @@ def test_the_parts_cover_our_cases_once_and_spread_every_build(params):
     ours = warm.cases(params)
     assert ours and all(builds.get(c.build).family != "library" for c in ours)
     assert len(ours) == len([c for c in sweep.grid(sweep.load_params(params), "cpu") if c.build != "torch_eager"])
-    parts = [warm.mine(ours, k, 3) for k in range(3)]
-    assert sorted((c.case_id for p in parts for c in p)) == sorted(c.case_id for c in ours)
-    for p in parts:  # with 4 shapes, each child gets each build at one shape at least
+    for jobs in (2, 3):
+        parts = [warm.mine(ours, k, jobs) for k in range(jobs)]
+        assert sorted((c.case_id for p in parts for c in p)) == sorted(c.case_id for c in ours)
+    parts = [warm.mine(ours, k, 2) for k in range(2)]
+    for p in parts:  # two families (causal or not) for two children: each child gets each build in one of them
         assert {c.build for c in p} == {c.build for c in ours}
+
+
+def test_a_builds_family_is_compiled_in_one_child():
+    """One build's cases that differ only by N (and B) compile the same kernel variants: one child gets them all, so
+    two children never compile one variant at once (session 32: the shape-shifted deal sent them to four)."""
+    p = dict(sweep.load_params("params/h200.yaml"), device="cpu")  # the H200 grid's cases, without a GPU
+    ours = [c for c in sweep.grid(p, "cpu") if builds.get(c.build).family != "library"]
+    assert len(ours) == 288
+    owner = {}
+    for k in range(4):
+        for c in warm.mine(ours, k, 4):
+            assert owner.setdefault((c.build, c.D, c.causal), k) == k
+    assert len(owner) == 48
+    for k in range(4):  # and every child still gets every build, in one (D, causal) each
+        assert sorted(b for b, _, _ in (key for key, o in owner.items() if o == k)) == sorted({c.build for c in ours})
 
 
 def test_warm_runs_every_case_in_child_processes(params):
