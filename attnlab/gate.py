@@ -3,7 +3,7 @@
     attnlab check                     GPU: N 512–4096, D 64/128, causal and not, bf16 and fp16, GQA at N = 1000 and
                                       3000 and at N % 8 ≠ 0 (1001, 2999); CPU: a small grid
     attnlab check --out gate.csv      also write one row per (build, case)
-    attnlab check --jobs 4            the shapes shared among 4 processes at once (most of the gate's time on a GPU is
+    attnlab check --jobs 8            the shapes shared among 8 processes at once (most of the gate's time on a GPU is
                                       Triton compiling each kernel variant, which runs on one CPU core a process)
 
 Our builds write into a NaN-poisoned output, so an element a kernel never writes fails the gate. Accuracy is judged
