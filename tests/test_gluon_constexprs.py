@@ -4,8 +4,9 @@ launch hands them, on CPU tensors (a TMA descriptor is only a record of shape, s
 import pytest
 import torch
 
-from attnlab.triton import fused_gluon, pv_gluon, qk_softmax_gluon, qk_softmax_row
+from attnlab.triton import fused_gluon, launch, pv_gluon, qk_softmax_gluon, qk_softmax_row
 from attnlab.triton.resources import parse_tiles
+from attnlab.validate import check
 from tests.conftest import KernelStandIn
 
 
@@ -81,8 +82,8 @@ def test_one_pass_launch_passes_exactly_its_constexprs(monkeypatch, label, N, D,
     if not qk_softmax_row.fits(tiles, N, D, 2):
         pytest.skip(f"{label} does not fit N = {N}, D = {D}")  # launch refuses it (tests/test_qk_softmax_gluon.py)
     got = _record(monkeypatch, qk_softmax_row, "qk_softmax_row_kernel")
-    q, k, _ = _qkv(D, N=N, H=2)
-    p = torch.empty(2, 2, N, -(-N // 64) * 64, dtype=q.dtype)[..., :N]  # rows on lines, as launch.scores_buffer's
+    q, k, v = _qkv(D, N=N, H=2)
+    p = launch.scores_buffer(check(q, k, v))  # the build's P: rows on lines, which TMA takes at any N
     qk_softmax_row.launch(q, k, p, N=N, H=2, group=1, qk_scale=0.1, causal=causal, tiles=tiles,
                           no_softmax=no_softmax)
     want = qk_softmax_row.constexprs(tiles, D=D, N=N, itemsize=2, causal=causal, no_softmax=no_softmax)
