@@ -329,16 +329,22 @@ def _consume_ms(o: torch.Tensor, dev: torch.device, **timing) -> tuple[float, st
     return ms, why
 
 
-def spin_up(dev: torch.device, seconds: float = 0.3) -> None:
+def spin_up(dev: torch.device, seconds: float = 0.3, work=None, per_sync: int = 20) -> None:
     """Bring a GPU back to its working clock: after seconds of host-side compilation it idles (345 MHz on the
-    H200), and do_bench's 25 ms warm-up does not bring it back (the first H200 autotune ran ~15 % slow that way)."""
+    H200), and do_bench's 25 ms warm-up does not bring it back (the first H200 autotune ran ~15 % slow that way).
+    `work`, issued per_sync times between syncs for `seconds`: a 4096² bf16 matmul, or the caller's own call (the
+    clock a card at its power cap gives that load: attnlab.selfcheck)."""
     if dev.type != "cuda":
         return
-    a = torch.randn(4096, 4096, device=dev, dtype=torch.bfloat16)
+    if work is None:
+        a = torch.randn(4096, 4096, device=dev, dtype=torch.bfloat16)
+
+        def work():
+            return a @ a
     t0 = time.perf_counter()
     while time.perf_counter() - t0 < seconds:
-        for _ in range(20):
-            a @ a
+        for _ in range(per_sync):
+            work()
         torch.cuda.synchronize(dev)
 
 

@@ -28,7 +28,6 @@ import argparse
 import math
 import statistics
 import sys
-import time
 
 import torch
 
@@ -134,15 +133,6 @@ def _event_median_ms(step, lead: int, reps: int = 50, cuda=torch.cuda) -> tuple[
     return covered_median([start.elapsed_time(end) for start, end in pairs], covered)
 
 
-def _settle(step, seconds: float = SETTLE_S) -> None:
-    """`step` issued eagerly for `seconds`, synced every few calls: the card's clock under this load, not after idle."""
-    t0 = time.perf_counter()
-    while time.perf_counter() - t0 < seconds:
-        for _ in range(4):
-            step()
-        torch.cuda.synchronize()
-
-
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(prog="python -m attnlab.selfcheck", description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -164,7 +154,7 @@ def main(argv=None) -> int:
             case = measure.Case(name, B, H, H, N, D, "bfloat16", causal, "cuda")
             step = _eager_step(case)
             step()  # compiles; the GPU idles meanwhile
-            _settle(step)
+            measure.spin_up(torch.device("cuda"), SETTLE_S, work=step, per_sync=4)  # at this load's clock
             before = _state()
             first, second = (measure.measure(case, ceilings=ceilings, load=load) for _ in range(2))
             ref, missed = _event_median_ms(step, lead_calls(first["host_ms"], first["ms"]))

@@ -310,3 +310,14 @@ def test_a_failed_consumption_capture_is_said_and_not_reused(monkeypatch):
     o = torch.ones(1, 2, 3, 4)
     ms, why = m._consume_ms(o, torch.device("cpu"), warmup_ms=0, reps_ms=1, min_reps=3)
     assert ms > 0 and why.startswith("graph capture failed") and not m._consume
+
+
+def test_spin_up_runs_the_callers_work_between_syncs(monkeypatch):
+    """attnlab.selfcheck settles the card on the case's own call: spin_up issues it per_sync times between syncs,
+    for at least `seconds`; on a CPU it does nothing."""
+    syncs, calls = [], []
+    monkeypatch.setattr(torch.cuda, "synchronize", lambda dev=None: syncs.append(len(calls)))
+    m.spin_up(type("Dev", (), {"type": "cuda"})(), 0.01, work=lambda: calls.append(1), per_sync=4)
+    assert syncs and syncs == [4 * (i + 1) for i in range(len(syncs))]
+    m.spin_up(torch.device("cpu"), 1.0, work=lambda: calls.append(1))
+    assert len(calls) == syncs[-1]
