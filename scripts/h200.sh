@@ -95,8 +95,9 @@ warm() {
   echo "warm rc=$? wall=$(( $(date +%s) - start )) s"; grep -a "^warm\|failed" "$out/warm.log" | head -12
 }
 labrun() {
-  # `attnlab run` as `make run` runs it (the device has no network for make's pip step): the gate in four processes,
-  # the warm step, the sweep of params/h200.yaml, its report; timed end to end (on a fresh machine: Next 3)
+  # `attnlab run` as `make run` runs it (the device has no network for make's pip step): the gate in cli.gate_jobs()
+  # processes (8 on the H200 machine's 16 cores), the warm step, the sweep of params/h200.yaml, its report; timed end
+  # to end (on a fresh machine: Next 3, Next 21)
   local start=$(date +%s)
   timeout ${RUN_TIMEOUT:-590} python3 -m attnlab.cli run --out "$out/run" > "$out/run.log" 2>&1
   echo "labrun rc=$? wall=$(( $(date +%s) - start )) s"; grep -a "^attnlab\|^gate:" "$out/run.log" | tail -8
@@ -111,9 +112,11 @@ selfcheck() {
   echo "selfcheck rc=$?"; tail -10 "$out/selfcheck.log"
 }
 gate() {
-  # --jobs 4 shares its shapes among four processes so that four compile at once: 47 s (session 7, call 1), against
-  # 135–179 s in one process (session 6, calls 1 and 3)
-  timeout 300 python3 -m attnlab.cli check --ns 512 --dtypes bfloat16,float16 --builds $OURS --jobs 4 \
+  # --jobs shares its shapes among processes so that several compile at once: 47 s in four (session 7, call 1),
+  # against 135–179 s in one (session 6, calls 1 and 3); as many as `attnlab run`'s gate takes (cli.gate_jobs: one a
+  # pair of cores, 4 to 8), whole (dtype, D, causal) families to each (gate.deal)
+  timeout 300 python3 -m attnlab.cli check --ns 512 --dtypes bfloat16,float16 --builds $OURS \
+    --jobs "$(python3 -c 'from attnlab.cli import gate_jobs; print(gate_jobs())')" \
     --out "$out/gate.csv" > "$out/gate.log" 2>&1
   echo "gate rc=$?"; tail -12 "$out/gate.log"
 }
