@@ -66,6 +66,8 @@
 #   raggedab  the qk_softmax and materialised builds at RAGGED_NS (default 2999,3000,3001), bf16 and fp16, --repeats 2,
 #             as the table has it, then with every 16-bit D = 64 and 128 qk_softmax and PV entry forced to the key's
 #             Triton one (what ran at N % 8 ≠ 0 before v54), then as the table has it again
+#   waves     the grid's last wave (scripts/experiments/waves.py; WAVES_ARGS): each kernel of qk_softmax and fused at
+#             the bench's heads and at 33/32 of them, a whole number of rounds on 132 SMs (PERFORMANCE.md v57)
 #   pair      the qk_softmax build, its parts and cuBLAS's QKᵀ-then-PV pair over the floor at every cell of the
 #             bench (scripts/experiments/pair_probe.py; PAIR_ARGS; session 20, PERFORMANCE.md v37)
 set -u
@@ -331,6 +333,11 @@ for N, D, causal in ((n, d, c) for n in (1024, 4096) for d in (64, 128) for c in
             print(f"N={N} D={D} causal={causal} {build}: {sum(ms.values()):.4f} ms in {sorted(ms)}; {e}")
 PY
   echo "stages rc=$?"; tail -60 "$out/stages.log"
+}
+waves() {
+  timeout ${WAVES_TIMEOUT:-300} python3 scripts/experiments/waves.py --out "$out/waves.csv" ${WAVES_ARGS:-} \
+    > "$out/waves.log" 2>&1
+  echo "waves rc=$?"; grep -v Warning "$out/waves.log" | tail -40
 }
 bundle() {
   bash scripts/bundle.sh "$out"  # more than the device tool's 8 files back as one bundle.tar
