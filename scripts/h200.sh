@@ -38,6 +38,7 @@
 #   power     each build replayed back to back for POWER_SECONDS (default 4) while the clock is sampled
 #             (scripts/experiments/power_probe.py: median clock, power and clock-event reasons per build; session 15)
 #   pvcheck   the Gluon PV kernel's own check (scripts/experiments/pv_gluon.py --check-only) in eight processes at once
+#             (PV_CHECK_ARGS e.g. "--ds 64": the head dims checked)
 #             (PV_TILES: tile labels, default 64x128w4s3hg,64x128w4s2hg,64x128w4s2hgu)
 #   pvbench   the PV kernel alone and the qk_softmax build with each PV candidate against the Triton PV kernel
 #             (PV_TILES; PV_ARGS e.g. "--ns 4096 --ds 128")
@@ -243,7 +244,7 @@ pvcheck() {
   local start=$(date +%s) k
   for k in 0 1 2 3 4 5 6 7; do
     timeout 240 python3 scripts/experiments/pv_gluon.py --check-only --tiles "${PV_TILES:-64x128w4s3hg,64x128w4s2hg,64x128w4s2hgu}" \
-      --part $k/8 > "$out/pvcheck$k.log" 2>&1 &
+      --part $k/8 ${PV_CHECK_ARGS:-} > "$out/pvcheck$k.log" 2>&1 &
   done
   wait
   cat "$out"/pvcheck?.log > "$out/pvcheck.log" && rm "$out"/pvcheck?.log

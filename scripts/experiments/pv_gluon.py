@@ -3,6 +3,7 @@ kernel in one process. GPU (sm90) only:
 
     python scripts/experiments/pv_gluon.py [--check-only | --skip-check] [--part k/n] [--tiles 64x128w4s3g,...]
                                            [--ns 512,1024,4096,16384] [--ds 128,64] [--causal 0,1]
+(--ds picks the head dims of the check and of the timing.)
 
 Check: for each candidate, O of the PV stage (launch._pv, the builds' own entry, so the dispatch is exercised) from a
 real softmax P into a NaN-poisoned output, against P·V in fp64 from the same P (no_pv: Σ_n P[:, n]·n/N), next to the
@@ -61,10 +62,10 @@ def passes(err: float, triton_err: float, scale: float, dtype) -> bool:
     return math.isfinite(err) and err <= 2 * triton_err + EPS[dtype] * scale / 4
 
 
-def check(cands, part=(0, 1)) -> int:
+def check(cands, part=(0, 1), ds=(64, 128)) -> int:
     bad = 0
     cases = [(N, D, causal, dtype, hkv, strided, no_pv)
-             for N, D, causal, dtype in itertools.product((8, 200, 1000, 1020, 3000), (64, 128), (False, True),
+             for N, D, causal, dtype in itertools.product((8, 200, 1000, 1020, 3000), ds, (False, True),
                                                           (torch.bfloat16, torch.float16))
              for hkv, strided, no_pv in ((4, False, False), (2, True, False), (4, False, True))]
     print("check tiles N D causal dtype Hkv strided_v no_pv kernel err triton_err verdict", flush=True)
@@ -144,9 +145,10 @@ def main():
     cands = [parse_tiles(x) for x in a.tiles.split(",")]
     if not all(t.gluon for t in cands):
         raise SystemExit("--tiles: Gluon candidates only (labels with g); the table's Triton entry runs beside them")
-    bad = 0 if a.skip_check else check(cands, tuple(int(x) for x in a.part.split("/")))
+    ds = [int(x) for x in a.ds.split(",")]  # the check's head dims too (a D = 64-only candidate, v58)
+    bad = 0 if a.skip_check else check(cands, tuple(int(x) for x in a.part.split("/")), ds)
     if not a.check_only:
-        bench(cands, [int(x) for x in a.ns.split(",")], [int(x) for x in a.ds.split(",")],
+        bench(cands, [int(x) for x in a.ns.split(",")], ds,
               [bool(int(x)) for x in a.causal.split(",")])
     raise SystemExit(1 if bad else 0)
 
