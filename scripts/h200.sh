@@ -38,8 +38,8 @@
 #   power     each build replayed back to back for POWER_SECONDS (default 4) while the clock is sampled
 #             (scripts/experiments/power_probe.py: median clock, power and clock-event reasons per build; session 15)
 #   pvcheck   the Gluon PV kernel's own check (scripts/experiments/pv_gluon.py --check-only) in eight processes at once
-#             (PV_CHECK_ARGS e.g. "--ds 64": the head dims checked)
-#             (PV_TILES: tile labels, default 64x128w4s3hg,64x128w4s2hg,64x128w4s2hgu)
+#             (PV_TILES: tile labels, default 64x128w4s3hg,64x128w4s2hg,64x128w4s2hgu; PV_CHECK_ARGS e.g. "--ds 64":
+#             the head dims checked)
 #   pvbench   the PV kernel alone and the qk_softmax build with each PV candidate against the Triton PV kernel
 #             (PV_TILES; PV_ARGS e.g. "--ns 4096 --ds 128")
 #   pvgate    the gate (as `gate`) for the builds that read P, with the first of PV_TILES as every 16-bit D = 64 and
