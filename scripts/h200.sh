@@ -17,7 +17,7 @@
 #   bench     attnlab bench in bf16 and fp16 with the two untuned shapes: issue 5's benchmark, all six builds
 #             (fused, qk_softmax, materialised, sdpa_flash, sdpa_cudnn, flex; BENCH_TIMEOUT, default 500 s)
 #   ncu_profile  Nsight Compute's sections for scripts/experiments/ncu_cases.py's cases (qk_softmax's two kernels,
-#             fused and cuDNN at small and large N) into ncu.csv
+#             fused and cuDNN at small and large N) into ncu.csv (NCU_PROFILE_CASES, e.g. 1: those cases only)
 #   stages    profiler stage times of materialised and qk_softmax (attnlab.kernels), and fused's refusal, at
 #             N = 1024 (the one-pass P kernel) and 4096, D = 64 and 128, causal and not, bf16
 #   gluoncheck  the Gluon kernel's own accuracy check (scripts/experiments/gluon_fa3.py --check-only: masks that hide
@@ -192,7 +192,7 @@ ncu_profile() {
   timeout 400 "${ncu:-ncu}" --profile-from-start off --clock-control none --section SpeedOfLight \
     --section MemoryWorkloadAnalysis --section ComputeWorkloadAnalysis --section WarpStateStats \
     --section SchedulerStats --section Occupancy --section LaunchStats --csv --page details \
-    python3 scripts/experiments/ncu_cases.py > "$out/ncu.csv" 2> "$out/ncu.err"
+    python3 scripts/experiments/ncu_cases.py ${NCU_PROFILE_CASES:-} > "$out/ncu.csv" 2> "$out/ncu.err"
   echo "ncu rc=$?"; grep -a "^case\|==ERR\|==WARN" "$out/ncu.csv" "$out/ncu.err" | head -20; wc -l "$out/ncu.csv"
 }
 ncu_source() {
