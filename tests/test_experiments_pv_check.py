@@ -14,8 +14,9 @@ from attnlab.triton import config, launch  # noqa: E402
 
 
 def _nan_empty(*shape, **kw):
-    """torch.empty whose memory is NaN, not whatever the allocator had: a P built on it shows unwritten padding."""
-    return torch.full(shape[0] if len(shape) == 1 and not isinstance(shape[0], int) else shape, float("nan"), **kw)
+    """torch.empty(B, H, N, row, ...) whose memory is NaN, not whatever the allocator had: a P built on it shows
+    padding left unwritten."""
+    return torch.full(shape, float("nan"), **kw)
 
 
 def test_the_check_p_has_its_padding_zero_and_the_triton_baseline_reads_it_finite(monkeypatch):
@@ -25,10 +26,9 @@ def test_the_check_p_has_its_padding_zero_and_the_triton_baseline_reads_it_finit
     with monkeypatch.context() as m:
         m.setattr(torch, "empty", _nan_empty)
         p = pv_gluon.softmax_p(q, k, causal=False)
-    row = launch.line_row(N, p.element_size())
-    assert p.stride(2) == row > N
-    whole = p.as_strided((1, 2, N, row), (2 * N * row, N * row, row, 1))
-    assert (whole[..., N:] == 0).all()
+    assert p.stride(2) == launch.line_row(N, p.element_size()) > N  # the builds' layout: rows on lines
+    pad = launch.padded_view(p, N)[..., N:]  # the vector past N that the PV kernel reads
+    assert pad.shape[-1] == 4 and (pad == 0).all()
     assert torch.allclose(p.float().sum(-1), torch.ones(1, 2, N), atol=2e-2)
     ref = pv_gluon.reference(p, v, no_pv=False)
     c = launch._prepare(q, k, v, False, None, None, None)

@@ -26,22 +26,24 @@ from attnlab import model
 from attnlab.bench import qk_softmax_floor_ms
 from attnlab.triton import config, launch, pv_gluon
 from attnlab.triton.resources import label, parse_tiles
+from attnlab.validate import check as check_args
 from gluon_fa3 import qk_parts, timed  # this script's directory is on sys.path when it runs
 
 EPS = {torch.bfloat16: 2.0 ** -8, torch.float16: 2.0 ** -11}
 
 
 def softmax_p(q, k, causal):
-    """A real P: softmax(QKᵀ/√D) in fp32 with the causal mask, rounded to q's dtype (GQA: k repeated), in rows that
-    start on 128-byte lines as the builds' (launch.scores_buffer: TMA reads them at any N), with the rows' padding 0
-    as every writer of P leaves it (v56: the Triton PV kernel reads the first vector past N as it lies; before
-    session 33 this P's padding was torch.empty's, and at N = 1020 the Triton baseline came out NaN)."""
+    """A real P: softmax(QKᵀ/√D) in fp32 with the causal mask, rounded to q's dtype (GQA: k repeated), in the builds'
+    own buffer (launch.scores_buffer: rows on 128-byte lines, which TMA reads at any N), its padding vector past N 0
+    as every writer of P leaves it (v56: the Triton PV kernel reads that vector as it lies; before session 33 this P
+    left it as torch.empty gave it, and at N = 1020 the Triton baseline came out NaN)."""
     B, H, N, D = q.shape
     kk = k.repeat_interleave(H // k.shape[1], dim=1)
     s = (q.float() @ kk.float().transpose(-1, -2)) / math.sqrt(D)
     if causal:
         s = s.masked_fill(torch.ones(N, N, dtype=torch.bool, device=q.device).triu(1), float("-inf"))
-    p = torch.zeros(B, H, N, launch.line_row(N, q.element_size()), dtype=q.dtype, device=q.device)[..., :N]
+    p = launch.scores_buffer(check_args(q, k, k))
+    launch.padded_view(p, N)[..., N:].zero_()  # the columns the kernels run on to (none where N fills whole vectors)
     return p.copy_(torch.softmax(s, dim=-1))
 
 
