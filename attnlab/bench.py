@@ -2,6 +2,7 @@
 
     attnlab bench [--quick] [--repeats K] [--out DIR]   FlashAttention's convention: B·N = 16384, H·D = 2048
     attnlab bench --autotune [--out DIR]                re-run the sweep that chose attnlab.triton.config.TABLE
+    attnlab bench --read DIR                            print a finished bench's tables again from its bench.csv
 
 Each case: the first call timed alone (compile), then triton.testing.do_bench's median (device events, L2 flushed
 between repetitions) over replays of a CUDA graph of the call (the sweep's timer; the row's `timer` says when a call
@@ -125,11 +126,19 @@ def qk_softmax_floor_ms(B, H, N, D, dtype, causal, ceil):
     """P written once and read once at the copy bandwidth, plus one QKᵀ at the matmul rate (the issue's floor).
 
     The bytes are the model's P round trip (attnlab.report.boundaries): the read is the lower half when causal."""
+    parts = qk_softmax_floor_parts(B, H, N, D, dtype, causal, ceil)
+    return parts["floor_p_ms"] + parts["floor_qk_ms"]
+
+
+def qk_softmax_floor_parts(B, H, N, D, dtype, causal, ceil) -> dict:
+    """The floor's two terms (floor_p_ms: P's round trip at the copy rate; floor_qk_ms: one QKᵀ at the matmul rate)
+    and, beside them, qkvo_ms: Q, K, V read and O written once at the copy rate, which the floor leaves out."""
     from attnlab.report import boundaries as bd
 
     name = str(dtype).removeprefix("torch.")
-    return (bd.ms_at(bd.boundary_bytes("P round trip", B, H, N, name, causal), ceil["tbps"])
-            + bd.ms_at(bd.qk_pass_flops(B, H, N, D, causal), ceil["tflops"]))
+    return dict(floor_p_ms=bd.ms_at(bd.boundary_bytes("P round trip", B, H, N, name, causal), ceil["tbps"]),
+                floor_qk_ms=bd.ms_at(bd.qk_pass_flops(B, H, N, D, causal), ceil["tflops"]),
+                qkvo_ms=bd.ms_at(bd.qkvo_bytes(B, H, H, N, D, name), ceil["tbps"]))
 
 
 def recorded_label(tiles_json, kernel: str) -> str:
@@ -187,6 +196,7 @@ def bench_shape(B, H, N, D, dtype, causal, names, ceil, args, load, rows: list) 
                 row.update(err=verdict.err, err_limit=verdict.limit, accurate=verdict.ok)
         if name == "qk_softmax":
             row["floor_ms"] = qk_softmax_floor_ms(B, H, N, D, dtype, causal, ceil)
+            row.update(qk_softmax_floor_parts(B, H, N, D, dtype, causal, ceil))
         rows.append(row)
         del o
     del q, k, v
@@ -287,6 +297,47 @@ def summary(r) -> str:
     return "\n".join(lines)
 
 
+LINE_MIN_N = 2048  # below it other entries write P (config.SHORT: the one-pass kernel to N = 1024) and read it
+
+
+def floor_lines(df) -> str:
+    """qk_softmax against its floor as a line (attnlab.report.lines, x = floor_ms) through its rows at
+    FlashAttention's shapes from N = LINE_MIN_N: `slope` is the build over its floor in the limit of long rows,
+    `fixed` the milliseconds that do not grow with N, beside the time Q, K, V and O's bytes take at the run's copy
+    rate (the floor leaves them out; '—' for rows written before they were recorded). '' where no group has three
+    such rows."""
+    from attnlab.report import lines
+
+    if "floor_ms" not in df or "status" not in df:
+        return ""
+    t = lines.fit(df, ["qk_softmax"], "floor_ms", min_n=LINE_MIN_N)
+    if not len(t):
+        return ""
+    qk = df[(df.build == "qk_softmax") & (df.B * df.N == TOKENS) & (df.H * df.D == WIDTH)]
+    out = [f"qk_softmax as a line through its N ≥ {LINE_MIN_N} rows, ms = fixed + slope × floor (at these shapes the "
+           "floor grows as N, Q, K, V and O's bytes do not): slope is qk / floor at long N, fixed what does not grow",
+           "| dtype | D | causal | slope | fixed ms | Q, K, V, O at copy rate, ms | worst residual % | rows |",
+           "|---|---|---|---|---|---|---|---|"]
+    for r in t.itertuples():
+        g = qk[(qk.dtype == r.dtype) & (qk.D == r.D) & (qk.causal == r.causal)]
+        qkvo = g["qkvo_ms"].median() if "qkvo_ms" in g else float("nan")
+        out.append(f"| {r.dtype} | {r.D} | {'yes' if r.causal else 'no'} | {r.slope:.3f} | {r.fixed_ms:.4f} | "
+                   f"{'—' if qkvo != qkvo else f'{qkvo:.4f}'} | {r.max_resid_pct:.1f} | {r.points} |")
+    return "\n".join(out)
+
+
+def report(df) -> str:
+    """What a finished bench prints from its rows: the ratios of every shape, issue 5's summary, qk_softmax's line
+    against its floor."""
+    import pandas as pd
+
+    r = ratios(df)
+    with pd.option_context("display.width", 250, "display.max_columns", 30, "display.max_rows", 500):
+        text = [r.to_string(float_format=lambda x: f"{x:.2f}"), summary(r)]
+    text.append(floor_lines(df))
+    return "\n".join(t for t in text if t)
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="attnlab bench", description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -305,10 +356,22 @@ def main(argv: list[str] | None = None) -> int:
                                                         "64x128w4s2hgmc,128x64w8s3), instead of each kernel's list")
     ap.add_argument("--tiles", default=None, help="tile overrides: a tiles.json written by --autotune --out")
     ap.add_argument("--out", default=None, help="directory for bench.csv and ratios.csv (tiles.json with --autotune)")
+    ap.add_argument("--read", default=None, metavar="BENCH", help="print what a finished bench printed, from its "
+                                                                  "bench.csv (the file or its directory); no GPU")
     args = ap.parse_args(argv)
     if args.repeats < 1:
         print(f"attnlab bench: error: --repeats must be at least 1, got {args.repeats}", file=sys.stderr)
         return 2
+    if args.read:
+        import pandas as pd
+
+        path = os.path.join(args.read, "bench.csv") if os.path.isdir(args.read) else args.read
+        if not os.path.isfile(path):
+            print(f"attnlab bench: error: --read must name a bench.csv or a directory holding one, got {args.read!r}",
+                  file=sys.stderr)
+            return 2
+        print(report(pd.read_csv(path)))
+        return 0
     if not torch.cuda.is_available():
         print("attnlab bench: error: needs a CUDA GPU (timing the interpreter measures Python)", file=sys.stderr)
         return 2
@@ -334,11 +397,7 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     df = run(args)
     r = ratios(df)
-    import pandas as pd
-
-    with pd.option_context("display.width", 250, "display.max_columns", 30, "display.max_rows", 500):
-        print(r.to_string(float_format=lambda x: f"{x:.2f}"))
-    print(summary(r))
+    print(report(df))
     bad = df[(df.get("accurate") == False)]  # noqa: E712 - NaN for library rows
     if len(bad):
         print("ACCURACY FAILURES:\n" + bad.to_string())

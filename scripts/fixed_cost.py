@@ -11,24 +11,15 @@ Prints, per (dtype, D, causal) and build, fixed_ms, ms_per_1k_N and the fit's wo
 """
 import argparse
 
-import numpy as np
 import pandas as pd
+
+from attnlab.report import lines
 
 
 def fit(bench: pd.DataFrame, builds=("fused", "sdpa_cudnn", "sdpa_flash")) -> pd.DataFrame:
-    """One row per (dtype, D, causal, build): the line through that build's ok rows at FlashAttention's shapes."""
-    b = bench[(bench.B * bench.N == 16384) & (bench.H * bench.D == 2048) & bench.build.isin(builds)
-              & (bench.status == "ok")]
-    rows = []
-    for (dtype, D, causal, build), g in b.groupby(["dtype", "D", "causal", "build"]):
-        if g.N.nunique() < 3:
-            continue  # a line through two points says nothing about how well it fits
-        A = np.vstack([np.ones(len(g)), g.N.to_numpy() / 1000]).T
-        (fixed, slope), *_ = np.linalg.lstsq(A, g.ms.to_numpy(), rcond=None)
-        resid = np.abs(A @ [fixed, slope] - g.ms.to_numpy()) / g.ms.to_numpy()
-        rows.append(dict(dtype=dtype, D=D, causal=causal, build=build, fixed_ms=fixed, ms_per_1k_N=slope,
-                         max_resid_pct=100 * resid.max(), points=len(g)))
-    return pd.DataFrame(rows)
+    """One row per (dtype, D, causal, build): the line through that build's ok rows at FlashAttention's shapes
+    (attnlab.report.lines.fit against N in thousands)."""
+    return lines.fit(bench, builds, "N").rename(columns={"slope": "ms_per_1k_N"})
 
 
 def main():

@@ -69,6 +69,8 @@
 #             Triton one (what ran at N % 8 ≠ 0 before v54), then as the table has it again
 #   waves     the grid's last wave (scripts/experiments/waves.py; WAVES_ARGS): each kernel of qk_softmax and fused at
 #             the bench's heads and at 33/32 of them, a whole number of rounds on 132 SMs (PERFORMANCE.md v57)
+#   klines    each of qk_softmax's kernels at every bench N and (D, causal), bf16, and a line fixed + slope·N per
+#             kernel: which one holds the build's fixed part (scripts/experiments/kernel_lines.py; KLINES_ARGS)
 #   pair      the qk_softmax build, its parts and cuBLAS's QKᵀ-then-PV pair over the floor at every cell of the
 #             bench (scripts/experiments/pair_probe.py; PAIR_ARGS; session 20, PERFORMANCE.md v37)
 set -u
@@ -339,6 +341,11 @@ waves() {
   timeout ${WAVES_TIMEOUT:-300} python3 scripts/experiments/waves.py --out "$out/waves.csv" ${WAVES_ARGS:-} \
     > "$out/waves.log" 2>&1
   echo "waves rc=$?"; grep -v Warning "$out/waves.log" | tail -40
+}
+klines() {
+  timeout ${KLINES_TIMEOUT:-300} python3 scripts/experiments/kernel_lines.py --out "$out/kernel_lines.csv" \
+    ${KLINES_ARGS:-} > "$out/kernel_lines.log" 2>&1
+  echo "klines rc=$?"; grep -v Warning "$out/kernel_lines.log" | tail -30
 }
 bundle() {
   bash scripts/bundle.sh "$out"  # more than the device tool's 8 files back as one bundle.tar

@@ -53,6 +53,12 @@ def o_bytes(B: int, H: int, N: int, D: int, dtype: str) -> int:
     return B * H * N * D * itemsize(dtype)
 
 
+def qkvo_bytes(B: int, H: int, Hkv: int, N: int, D: int, dtype: str) -> int:
+    """Q read, K and V read (Hkv heads), O written, each once: the traffic every build has and the floors above leave
+    out (at FlashAttention's shapes the same at every N, while P's grows as N)."""
+    return (2 * B * H + 2 * B * Hkv) * N * D * itemsize(dtype)
+
+
 def held_saving(boundary: str, B: int, H: int, N: int, D: int, dtype: str) -> int:
     """Peak bytes a step should save: materialised peaks at S + P (it frees S before O exists), qk_softmax at P + O,
     fused at O; so the S step saves S − O and the P step saves P (attnlab.model.hold_bytes, the same three holds)."""
