@@ -98,7 +98,9 @@ def test_run_writes_one_checked_row_per_build_and_shape(monkeypatch, tmp_path):
     df = bench.run(args)
     assert df.build.tolist() == ["fused", "qk_softmax", "sdpa_math"] and (df.status == "ok").all()
     assert df.loc[df.build == "fused", "accurate"].item() is True
-    assert df.loc[df.build == "qk_softmax", "floor_ms"].item() > 0
+    qk = df[df.build == "qk_softmax"].iloc[0]
+    assert qk.floor_ms > 0 and qk.floor_p_ms + qk.floor_qk_ms == pytest.approx(qk.floor_ms)
+    assert qk.qkvo_ms == pytest.approx(4 * 2 * 40 * 16 * 4 / 1e12 * 1e3)  # fp32 Q, K, V, O once at 1 TB/s
     assert df.tflops.tolist() == pytest.approx([4 * 2 * 40 * 40 * 16 / 2 / 2.0 / 1e9] * 3)
     assert (df.timer == "do_bench+graph").all()  # each row says how it was timed
     assert (df.peak_bytes == 1234.0).all()  # each row carries its build's peak allocation
