@@ -75,13 +75,16 @@ def test_p_matches_an_fp32_softmax(tiles, one_tile, variant, one_tile_flags):
         assert (p.float().triu(1) == 0).all()
 
 
-@pytest.mark.parametrize("variant", ["plain", "causal", "bool"])
-def test_the_repair_rewrites_the_blocks_of_flagged_rows_and_only_those(variant):
+@pytest.mark.parametrize("variant,span", [("plain", 4096), ("causal", 4096), ("bool", 4096), ("plain", 64),
+                                          ("causal", 64)])
+def test_the_repair_rewrites_the_blocks_of_flagged_rows_and_only_those(variant, span, monkeypatch):
     """Tiles.fixed_reference: the Gluon kernel's pass 1 flags the rows its fixed reference leaves wrong, and this
     kernel (REPAIR) re-writes every block with a flagged row. Here a flagged row's block holds NaN and must come out
-    right; a block with no flag holds a sentinel and must keep it."""
+    right; a block with no flag holds a sentinel and must keep it. A program reads the flags of launch.REPAIR_SPAN
+    rows: with 64 of them, N = 100 takes two programs a head and head 1's flagged block is the second one's."""
     if not config.interpreting():
         pytest.skip("CPU tensors reach the kernel only under the interpreter")
+    monkeypatch.setattr(launch, "REPAIR_SPAN", span)
     N, H = 100, 2
     q, k, v = rand_qkv(B=1, H=H, Hkv=H, N=N, D=32, dtype=torch.float16, seed=3)
     causal, mask = variant == "causal", _mask(variant, N)
@@ -97,3 +100,13 @@ def test_the_repair_rewrites_the_blocks_of_flagged_rows_and_only_those(variant):
     for h, block in ((0, slice(0, 32)), (1, slice(96, 100))):
         torch.testing.assert_close(p[0, h, block].float(), ref[0, h, block], rtol=2e-3, atol=1e-5)
     assert (p[0, 0, 32:] == 7.0).all() and (p[0, 1, :96] == 7.0).all(), "a block without a flagged row was written"
+
+
+def test_a_repair_span_its_blocks_do_not_divide_is_one_clear_error(monkeypatch):
+    monkeypatch.setattr(launch, "REPAIR_SPAN", 48)
+    q, k, v = rand_qkv(B=1, H=1, Hkv=1, N=64, D=16, dtype=torch.float32, seed=1)
+    c = launch._prepare(q, k, v, False, None, None, None)
+    p = torch.zeros(1, 1, 64, 64)
+    with pytest.raises(ValueError, match="a re-write's BLOCK_M must divide REPAIR_SPAN = 48"):
+        launch._triton_p(c, p, 64, TWO_PASSES, config.LOG2E, False, torch.zeros(64, dtype=torch.int8))
+

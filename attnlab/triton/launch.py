@@ -285,6 +285,7 @@ def write_p(c: _Call, P: torch.Tensor, chosen: Tiles, no_softmax: bool = False) 
 # The re-write after a pass 1 against a fixed reference (Tiles.fixed_reference): all but the flagged blocks return at
 # once, so what counts is how many programs an SM holds at a time; one stage keeps its shared memory small.
 REPAIR_TILES = Tiles(64, 64, 4, 1)
+REPAIR_SPAN = 4096  # the rows whose flags one program of the re-write reads at once (session 34)
 
 
 def _triton_p(c: _Call, P: torch.Tensor, spn: int, chosen: Tiles, log_scale: float, no_softmax: bool,
@@ -293,8 +294,12 @@ def _triton_p(c: _Call, P: torch.Tensor, spn: int, chosen: Tiles, log_scale: flo
     only those with a flagged row."""
     s = c.spec
     t = _triton_args(chosen)
-    repair = {} if flags is None else dict(FLAGS=flags, REPAIR=True)
-    _qks.qk_softmax_kernel[_grid_m(s, t["BLOCK_M"])](
+    repair, grid = {}, _grid_m(s, t["BLOCK_M"])
+    if flags is not None:  # a program checks REPAIR_SPAN rows' flags (qk_softmax_kernel's REPAIR)
+        if REPAIR_SPAN % t["BLOCK_M"]:
+            raise ValueError(f"tiles {chosen}: a re-write's BLOCK_M must divide REPAIR_SPAN = {REPAIR_SPAN}")
+        repair, grid = dict(FLAGS=flags, REPAIR=True, REPAIR_SPAN=REPAIR_SPAN), _grid_m(s, REPAIR_SPAN)
+    _qks.qk_softmax_kernel[grid](
         c.q, c.k, P, c.mask, *c.q.stride()[:3], *c.k.stride()[:3], *c.mask_strides,
         s.N, s.H, s.group, s.scale * log_scale, log_scale, spn,
         MASK_KIND=c.mask_kind, NO_SOFTMAX=no_softmax, ONE_TILE=s.N <= t["BLOCK_N"], ROWS_PAD=rows_pad(s.N, P),

@@ -18,26 +18,52 @@ def qk_softmax_kernel(Q, K, P, M,
                       D: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
                       CAUSAL: tl.constexpr, MASK_KIND: tl.constexpr, NO_SOFTMAX: tl.constexpr,
                       IEEE: tl.constexpr, UPCAST: tl.constexpr, ONE_TILE: tl.constexpr = False,
-                      FLAGS=None, REPAIR: tl.constexpr = False, ROWS_PAD: tl.constexpr = False):
-    # grid: (cdiv(N, BLOCK_M), B·H). P is (B, H, N, N) in the input dtype, rows spn apart (launch.scores_buffer).
+                      FLAGS=None, REPAIR: tl.constexpr = False, REPAIR_SPAN: tl.constexpr = 4096,
+                      ROWS_PAD: tl.constexpr = False):
+    # grid: (cdiv(N, BLOCK_M), B·H), one block of BLOCK_M rows a program. P is (B, H, N, N) in the input dtype, rows
+    # spn apart (launch.scores_buffer).
     # ONE_TILE: N ≤ BLOCK_N (the launcher's promise), so pass 1 is skipped and pass 2's one tile takes its
     # statistics from itself.
     # ROWS_PAD (launch.rows_pad): P's rows are written on to the next 16-byte vector past N, 0 there (its keys are
     # masked), which the PV kernel reads as it lies (launch.padded_view).
     # REPAIR: after the Gluon kernel's pass 1 against a fixed reference (Tiles.fixed_reference), only the blocks with
-    # a row flagged in FLAGS (B·H·N int8, 1 = its P is wrong) are written, every row of them; the rest return at once.
+    # a row flagged in FLAGS (B·H·N int8, 1 = its P is wrong) are written, every row of them. Then the grid is
+    # (cdiv(N, REPAIR_SPAN), B·H): a program reads the flags of REPAIR_SPAN rows (a multiple of BLOCK_M) in one load
+    # and returns where none is set, as every program does on inputs the fixed reference serves (PERFORMANCE.md
+    # session 34: a program a block of 64 rows took 0.010 ms a call to find nothing at N = 4096 D = 64, 8192
+    # programs); else it writes its flagged blocks one after another.
     # Scores are in log2 units (qk_scale = scale · log2 e) so the softmax uses exp2; NO_SOFTMAX passes the natural
     # scale and writes P = S (masked entries 0): no statistics pass, no exp, no normalisation.
-    NC = padded_length(N, P.dtype.element_ty.primitive_bitwidth, ROWS_PAD)
-    start_m = tl.program_id(0)
     bh = tl.program_id(1).to(tl.int64)
+    if REPAIR:
+        rows = tl.program_id(0) * REPAIR_SPAN + tl.arange(0, REPAIR_SPAN)
+        span = tl.load(FLAGS + bh * N + rows, mask=rows < N, other=0)
+        if tl.max(span.to(tl.int32), 0) != 0:
+            for i in range(0, REPAIR_SPAN // BLOCK_M):
+                start_m = tl.program_id(0) * (REPAIR_SPAN // BLOCK_M) + i
+                offs_m = start_m * BLOCK_M + tl.arange(0, BLOCK_M)
+                flagged = tl.load(FLAGS + bh * N + offs_m, mask=offs_m < N, other=0)
+                if tl.max(flagged.to(tl.int32), 0) != 0:
+                    _p_block(Q, K, P, M, sqb, sqh, sqn, skb, skh, skn, smb, smh, smm, smn, N, H, GROUP, qk_scale,
+                             mask_scale, spn, start_m, bh, D, BLOCK_D, BLOCK_M, BLOCK_N, CAUSAL, MASK_KIND,
+                             NO_SOFTMAX, IEEE, UPCAST, ONE_TILE, ROWS_PAD)
+    else:
+        _p_block(Q, K, P, M, sqb, sqh, sqn, skb, skh, skn, smb, smh, smm, smn, N, H, GROUP, qk_scale, mask_scale,
+                 spn, tl.program_id(0), bh, D, BLOCK_D, BLOCK_M, BLOCK_N, CAUSAL, MASK_KIND, NO_SOFTMAX, IEEE,
+                 UPCAST, ONE_TILE, ROWS_PAD)
+
+
+@triton.jit
+def _p_block(Q, K, P, M, sqb, sqh, sqn, skb, skh, skn, smb, smh, smm, smn, N, H, GROUP, qk_scale, mask_scale, spn,
+             start_m, bh, D: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+             CAUSAL: tl.constexpr, MASK_KIND: tl.constexpr, NO_SOFTMAX: tl.constexpr, IEEE: tl.constexpr,
+             UPCAST: tl.constexpr, ONE_TILE: tl.constexpr, ROWS_PAD: tl.constexpr):
+    """P's block start_m (rows start_m·BLOCK_M …) of head bh = b·H + h: both passes, and the zero tiles past the
+    diagonal under a causal mask."""
+    NC = padded_length(N, P.dtype.element_ty.primitive_bitwidth, ROWS_PAD)
     b = bh // H
     h = bh % H
     offs_m = start_m * BLOCK_M + tl.arange(0, BLOCK_M)
-    if REPAIR:
-        flagged = tl.load(FLAGS + bh * N + offs_m, mask=offs_m < N, other=0)
-        if tl.max(flagged.to(tl.int32), 0) == 0:
-            return
     offs_d = tl.arange(0, BLOCK_D)
     q = load_rows(Q + b * sqb + h * sqh + offs_m[:, None] * sqn + offs_d[None, :], offs_m, offs_d, N, D,
                   True, BLOCK_D != D)

@@ -46,7 +46,7 @@ def compile_info(kernel: str, D: int, causal: bool, tiles: config.Tiles, mask_ki
     if kernel in ("fused", "qk_softmax", "pv") and tiles.gluon:
         return _gluon_info(kernel, D, causal, tiles, mask_kind, dtype, n, **flags)
     # the launcher's rules: the compile is the one a call makes (on scores_buffer's rows, which have room to pad)
-    from attnlab.triton.launch import line_row, ragged_rows, rows_16b
+    from attnlab.triton.launch import REPAIR_SPAN, line_row, ragged_rows, rows_16b
 
     fn = _kernel(kernel)
     if not isinstance(fn, triton.runtime.jit.JITFunction):
@@ -56,7 +56,7 @@ def compile_info(kernel: str, D: int, causal: bool, tiles: config.Tiles, mask_ki
     values = dict(D=D, BLOCK_D=config.head_dim_bucket(D), BLOCK_M=tiles.BLOCK_M, BLOCK_N=tiles.BLOCK_N,
                   CAUSAL=causal, MASK_KIND=mask_kind, NO_SOFTMAX=False, NO_PV=False, IEEE=dtype == "fp32",
                   UPCAST=False, TMA=tiles.tma, HEAVY_FIRST=tiles.heavy_first, PAIRED=tiles.paired,
-                  STAGES=tiles.num_stages, ONE_TILE=n <= tiles.BLOCK_N, REPAIR=False,
+                  STAGES=tiles.num_stages, ONE_TILE=n <= tiles.BLOCK_N, REPAIR=False, REPAIR_SPAN=REPAIR_SPAN,
                   ROWS_16B=rows_16b(n, DTYPES[dtype]), ROWS_PAD=ragged_rows(n, DTYPES[dtype].itemsize))
     values.update(flags)
     constexprs = {n: values[n] for n in constexpr_names}
