@@ -30,7 +30,7 @@ def test_ratios_are_library_time_over_ours():
     rows = [dict(build=b, dtype="bfloat16", D=64, causal=False, N=1024, B=16, H=32, ms=ms, tflops=100 / ms)
             for b, ms in (("fused", 1.0), ("sdpa_flash", 1.3), ("sdpa_cudnn", 0.8), ("flex", 1.1))]
     rows.append(dict(build="qk_softmax", dtype="bfloat16", D=64, causal=False, N=1024, B=16, H=32, ms=3.0,
-                     tflops=33.3, floor_ms=2.0))
+                     tflops=33.3, floor_ms=2.0, floor_p_ms=1.5, floor_qk_ms=0.5, qkvo_ms=0.3))
     rows[0]["tiles"] = '{"fused": {"BLOCK_M": 64, "BLOCK_N": 128, "gluon": true}}'
     rows[-1]["tiles"] = ('{"pv": {"BLOCK_M": 128, "BLOCK_N": 64, "num_stages": 4, "gluon": true, "persistent": true}, '
                          '"qk_softmax": {"gluon": false}}')
@@ -50,6 +50,10 @@ def test_ratios_are_library_time_over_ours():
     assert r["qk_softmax_vs_sdpa_cudnn"] == pytest.approx(0.8 / 3)
     assert "materialised_vs_sdpa_flash" not in r  # not measured here: no column
     assert r["qk_softmax_over_floor"] == pytest.approx(1.5)
+    # the least qk / floor any build could reach: P's round trip and Q, K, V, O's bytes, QKᵀ hidden under them
+    assert r["qk_softmax_bytes_over_floor"] == pytest.approx((1.5 + 0.3) / 2.0)
+    assert "qk_softmax_bytes_over_floor" not in bench.ratios(pd.DataFrame(rows[:1] + [
+        {k: v for k, v in rows[-1].items() if k != "qkvo_ms"}])).iloc[0]  # rows written before qkvo_ms: no column
 
 
 def test_the_summary_reads_the_ratios_as_the_issue_does():
@@ -61,14 +65,18 @@ def test_the_summary_reads_the_ratios_as_the_issue_does():
         case = dict(dtype="bfloat16", D=64, causal=False, N=N, B=B, H=H)
         rows += [dict(build=b, ms=ms, tflops=10 / ms, **case)
                  for b, ms in (("fused", fused), ("sdpa_flash", flash), ("sdpa_cudnn", cudnn), ("qk_softmax", qk))]
-        rows[-1].update(floor_ms=2.0, repeats=3, ms_min=qk * 0.9, ms_max=qk * 1.1)
+        rows[-1].update(floor_ms=2.0, repeats=3, ms_min=qk * 0.9, ms_max=qk * 1.1, floor_p_ms=1.6, qkvo_ms=N / 1024)
     text = bench.summary(bench.ratios(pd.DataFrame(rows)))
     table = [line for line in text.splitlines() if line.startswith("| bfloat16")]
-    assert table == ["| bfloat16 | 64 | no | 10 5 | 0.90 1.10 | 0.80 1.05 | 0.35 0.46 | 0.31 0.44 | 1.30 2.40 |"]
+    assert table == ["| bfloat16 | 64 | no | 10 5 | 0.90 1.10 | 0.80 1.05 | 0.35 0.46 | 0.31 0.44 | 1.30 2.40 | "
+                     "1.05 1.30 |"]
     assert "fused ≥ 1.0× sdpa_flash at N ≥ 1024: 1 of 1 (smallest 1.100)" in text  # N = 512's 0.90 not counted
     assert "fused ≥ 0.9× sdpa_cudnn: 1 of 2 (smallest 0.800)" in text
     assert "qk_softmax ≤ 1.25× its floor: 0 of 2 (smallest 1.300)" in text
     assert "  at each case's fastest graph: 1 of 2 (smallest 1.170)" in text  # 2.6 · 0.9 / 2
+    # (1.6 + 0.5) / 2 and (1.6 + 1.0) / 2: the bytes alone allow 1.25 at N = 512, not at N = 1024
+    assert ("  cells whose bytes alone (P round trip + Q, K, V, O at the copy rate) are ≤ 1.25× the floor: 1 of 2 "
+            "(largest 1.300)") in text
     assert "  bfloat16 D=64 causal=False N=3000 B=5 H=32: fused TF/s 2, fused / flash 1.25" in text
 
 
