@@ -2,7 +2,7 @@
 
 For each kernel (fused, qk_softmax, pv), head dim D ∈ {64, 128} and causal or not, every candidate tile configuration
 is timed at several N in FlashAttention's convention (B·N = 16384, H·D = 2048) with the benchmark's own timer
-(attnlab.bench.time_case: do_bench's median over CUDA-graph replays). A candidate's score is the geometric mean over N
+(attnlab.measure.time_case: do_bench's median over CUDA-graph replays). A candidate's score is the geometric mean over N
 of its time over the best candidate's time at that N (1.0: best everywhere); the lowest score over the N at or above
 config.SHORT_N wins, so one configuration serves them all (TABLE is keyed by D, causal and dtype); the table's entry
 stays unless a candidate beats its score by more than TIE (noise) and is no slower than it, beyond TIE, at the
@@ -194,8 +194,7 @@ def run(kernels: list[str], dtype: torch.dtype, ns: list[int], out: str | None =
 
     import pandas as pd
 
-    from attnlab.bench import TOKENS, WIDTH, _case, oracle_check, time_case
-    from attnlab.measure import make_inputs, spin_up
+    from attnlab.measure import TOKENS, WIDTH, bench_case, make_inputs, oracle_check, spin_up, time_case
     from attnlab.triton import config
 
     # the build each kernel is timed in: pv in the qk_softmax build it serves (session 18; session 16 timed it under
@@ -209,7 +208,7 @@ def run(kernels: list[str], dtype: torch.dtype, ns: list[int], out: str | None =
         build = plan[kernel]
         cands = only if only is not None else candidates(kernel)
         for case, (D, causal, N) in enumerate(itertools.product((64, 128), (False, True), ns)):
-            q, k, v = make_inputs(_case(build, TOKENS // N, WIDTH // D, N, D, dtype, causal))
+            q, k, v = make_inputs(bench_case(build, TOKENS // N, WIDTH // D, N, D, dtype, causal))
             first = len(rows)
             for t in rotated(cands, case):
                 if t.heavy_first and not causal:  # every block does the same work: the order cannot matter

@@ -21,17 +21,15 @@ import argparse
 import itertools
 import json
 import os
-import statistics
 import sys
-import time
 
 import torch
 
 from attnlab import model
+from attnlab.ceilings import measure_ceilings
 from attnlab.load import LoadLog
-from attnlab.measure import CompileWatch, cold_call, graphed, make_inputs, one_line, peak_pass, spin_up
+from attnlab.measure import TOKENS, WIDTH, bench_case, make_inputs, oracle_check, spin_up, time_case
 
-TOKENS, WIDTH = 16384, 2048
 BUILDS = ("fused", "qk_softmax", "materialised", "sdpa_flash", "sdpa_cudnn", "flex")
 LIBRARY = ("sdpa_flash", "sdpa_cudnn", "flex")
 
@@ -46,86 +44,10 @@ def shapes(dtypes, ns, quick=False):
     return out
 
 
-def _case(name, B, H, N, D, dtype, causal, device="cuda"):
-    from attnlab.measure import Case
-
-    return Case(name, B, H, H, N, D, dtype, causal, device)
-
-
-def oracle_check(name, o, q, k, v, causal):
-    """Accuracy of build `name` (an ablation against its own stand-in's reference) on the batch·head slice whose
-    fp64 scores fit the harness's budget (attnlab.measure.ref_slice)."""
-    from attnlab import builds, measure
-
-    B, H, N, D = q.shape
-    case = measure.Case(name, B, H, k.shape[1], N, D, q.dtype, causal, str(q.device))
-    b, h, _ = measure.ref_slice(case, measure.REF_BUDGET)
-    return measure.judge_slice(case, b, h, o, q, k, v, builds.get(name).ablation)
-
-
-def time_case(name, q, k, v, causal, repeats: int = 1, load=None) -> dict:
-    """cold_s, ms (warm median), ms_min and ms_max, status, o (the output), timer, peak_bytes, for a
-    torch.compile'd build compile_note, graph_ms (each graph's time, JSON), and with `load` (an open
-    attnlab.load.LoadLog) the card's clock, power and clock-event reasons over the timed graphs, and each graph's
-    own clock (graph_mhz, JSON). The warm time is triton.testing.do_bench's median over replays of a CUDA
-    graph of the call (attnlab.measure.graphed, as the sweep times): at N = 512 launching a call from Python can take
-    longer than its kernels (the Gluon kernel's host side did, 2026-11-29 run 14), and the library rows launch from
-    C++. With `repeats` > 1 the call is captured that many times, each graph in a memory pool of its own (so its
-    buffers lie elsewhere) and timed alone: ms is the median of those medians, ms_min and ms_max their range
-    (PERFORMANCE.md, session 13: a single graph's time carries 2–7 %, partly where P lies). A call that cannot be
-    captured is timed eagerly and says so in `timer`. As in the sweep, a compiled build (flex) starts each shape from
-    a reset torch._dynamo (a bench of many shapes never reaches its recompile limit) and its row says so, and says if
-    anything compiled while it was timed; peak_bytes comes from a pass of its own after the timing."""
-    import triton.testing
-
-    from attnlab import builds
-
-    b = builds.get(name)
-    dev = torch.device("cuda")
-
-    def fn():
-        return b.attend(q, k, v, causal=causal)
-
-    nan = float("nan")
-    graphs: list = []
-    try:
-        watch = CompileWatch(b.base)
-        cold, o = cold_call(fn, dev)
-        watch.cold_done()
-        times, clocks, t0 = [], [], time.time()
-        for _ in range(repeats):
-            run_, why = graphed(fn, dev, graphs)
-            t1 = time.time()
-            times.append(triton.testing.do_bench(run_, warmup=100, rep=100, return_mode="median"))
-            if load is not None:  # each graph's own clock: a slow graph at a low clock is the power cap, not the graph
-                clocks.append(load.window(t1, time.time())["sm_clock_mhz"])
-            graphs.clear()  # the graph's pool: the next capture gets a fresh one, and it would count in the peak
-        out = dict(cold_s=cold, ms=statistics.median(times), ms_min=min(times), ms_max=max(times), status="ok", o=o,
-                   timer="do_bench+graph" if run_ is not fn else f"do_bench ({why})", **watch.note(),
-                   graph_ms=json.dumps([round(t, 5) for t in times]))
-        if load is not None:
-            out.update(load.window(t0, time.time()), graph_mhz=json.dumps(clocks))
-        try:  # a peak pass that runs out of memory loses the peak, not the time measured above
-            out["peak_bytes"] = peak_pass(fn, dev)[0]
-        except torch.OutOfMemoryError:
-            torch.cuda.empty_cache()
-            out["peak_bytes"] = nan
-        return out
-    except builds.Unsupported as e:
-        return dict(cold_s=nan, ms=nan, status=f"unsupported: {e}", o=None, timer="")
-    except torch.OutOfMemoryError:
-        torch.cuda.empty_cache()
-        return dict(cold_s=nan, ms=nan, status="oom", o=None, timer="")
-    except Exception as e:  # noqa: BLE001 - a failing row is recorded, the benchmark goes on
-        return dict(cold_s=nan, ms=nan, status=one_line(f"error: {type(e).__name__}: {e}", 600), o=None, timer="")
-    finally:
-        graphs.clear()  # frees the graph and its memory pool
-
-
 def qk_softmax_floor_ms(B, H, N, D, dtype, causal, ceil):
     """P written once and read once at the copy bandwidth, plus one QKᵀ at the matmul rate (the issue's floor).
 
-    The bytes are the model's P round trip (attnlab.report.boundaries): the read is the lower half when causal."""
+    The bytes are the model's P round trip (attnlab.model.boundary_bytes): the read is the lower half when causal."""
     parts = qk_softmax_floor_parts(B, H, N, D, dtype, causal, ceil)
     return parts["floor_p_ms"] + parts["floor_qk_ms"]
 
@@ -133,7 +55,7 @@ def qk_softmax_floor_ms(B, H, N, D, dtype, causal, ceil):
 def qk_softmax_floor_parts(B, H, N, D, dtype, causal, ceil) -> dict:
     """The floor's two terms (floor_p_ms: P's round trip at the copy rate; floor_qk_ms: one QKᵀ at the matmul rate)
     and, beside them, qkvo_ms: Q, K, V read and O written once at the copy rate, which the floor leaves out."""
-    from attnlab.report import boundaries as bd
+    from attnlab import model as bd
 
     name = str(dtype).removeprefix("torch.")
     return dict(floor_p_ms=bd.ms_at(bd.boundary_bytes("P round trip", B, H, N, name, causal), ceil["tbps"]),
@@ -144,7 +66,8 @@ def qk_softmax_floor_parts(B, H, N, D, dtype, causal, ceil) -> dict:
 def recorded_label(tiles_json, kernel: str) -> str:
     """The tile label (attnlab.triton.resources.label, e.g. 64x128w4s2hgmco) of `kernel`'s tiles in a row's recorded
     tiles; '' where the row records none, or tiles of fields this version no longer has."""
-    from attnlab.triton.config import Tiles, recorded_tiles
+    from attnlab.schema import recorded_tiles
+    from attnlab.triton.config import Tiles
     from attnlab.triton.resources import label
 
     try:
@@ -161,7 +84,7 @@ def run(args) -> "pandas.DataFrame":  # noqa: F821
     names = args.builds.split(",")
     ceilings = {}
     if "qk_softmax" in names:  # its floor is stated against this run's measured ceilings
-        ceilings = {dt: model.measure_ceilings(torch.device("cuda"), dt) for dt in dtypes}
+        ceilings = {dt: measure_ceilings(torch.device("cuda"), dt) for dt in dtypes}
         print("ceilings:", {str(k): v for k, v in ceilings.items()}, flush=True)
     rows = []
     spin_up(torch.device("cuda"), 1.0)
@@ -180,7 +103,7 @@ def bench_shape(B, H, N, D, dtype, causal, names, ceil, args, load, rows: list) 
     from attnlab.triton import launch
     from attnlab.validate import check
 
-    shape = _case("fused", B, H, N, D, dtype, causal)
+    shape = bench_case("fused", B, H, N, D, dtype, causal)
     q, k, v = make_inputs(shape)  # the harness's inputs: random normal, seeded by the shape
     spec = check(q, k, v, causal=causal)
     flops = model.flops(shape)
@@ -212,7 +135,7 @@ def ratios(df):
     import pandas as pd
 
     from attnlab.builds import OURS
-    from attnlab.triton.config import kernel_label
+    from attnlab.schema import kernel_label
 
     key = ["dtype", "D", "causal", "N", "B", "H"]
     ms = df.pivot_table(index=key, columns="build", values="ms")

@@ -43,12 +43,12 @@ import torch
 from attnlab import builds, model, provenance
 from attnlab.accuracy import judge
 from attnlab.builds import Unsupported
-from attnlab.report.groups import less_consumption
-from attnlab.schema import COLUMNS, TYPES
+from attnlab.schema import COLUMNS, TYPES, less_consumption
 from attnlab.triton import launch
 from attnlab.validate import check
 
 COMPILED = ("flex",)  # builds that go through torch.compile: dynamo reset per shape, fallbacks reported
+TOKENS, WIDTH = 16384, 2048  # FlashAttention's benchmark shapes: B·N = TOKENS, H·D = WIDTH at every N and D
 REF_BUDGET = 2 * model.GiB  # fp64 scores the reference may hold before it is computed on a slice
 CPU_FLUSH_BYTES = 64 << 20  # written between CPU repetitions: larger than the last-level cache of most CPUs
 MAX_CPU_REPS = 1000
@@ -456,7 +456,7 @@ def measure(case: Case, *, ceilings: dict, reps_ms: float = 100.0, warmup_ms: fl
             ref_budget_bytes: int = REF_BUDGET, seed: int = 0, run_id: str = "", load=None) -> dict:
     """Measure one case; always return a complete row (a failing build is a status, never an exception).
 
-    `ceilings` is model.measure_ceilings' dict for the run. `load`: an open attnlab.load.LoadLog, whose samples over
+    `ceilings` is attnlab.ceilings.measure's dict for the run. `load`: an open attnlab.load.LoadLog, whose samples over
     the timed repetitions give the row's clock, power and clock-event reasons. An unknown build name raises
     ValueError: that is the caller's mistake, not a measurement."""
     build = builds.get(case.build)
@@ -542,3 +542,78 @@ def rates(row: dict) -> dict:
         row["pct_flops"] = 100 * row["tflops"] / row["ceiling_tflops"]
         row["pct_bw"] = 100 * row["tbps"] / row["ceiling_tbps"]
     return row
+
+
+# -- the benchmark's case: graph-replayed time, with repeats (attnlab.bench, attnlab.autotune) ---------------------
+
+def bench_case(name, B, H, N, D, dtype, causal, device="cuda") -> Case:
+    """A benchmark shape as a Case (no grouped-query attention: Hkv = H)."""
+    return Case(name, B, H, H, N, D, dtype, causal, device)
+
+
+def oracle_check(name, o, q, k, v, causal):
+    """Accuracy of build `name` (an ablation against its own stand-in's reference) on the batch·head slice whose
+    fp64 scores fit the harness's budget (ref_slice)."""
+    B, H, N, D = q.shape
+    case = Case(name, B, H, k.shape[1], N, D, q.dtype, causal, str(q.device))
+    b, h, _ = ref_slice(case, REF_BUDGET)
+    return judge_slice(case, b, h, o, q, k, v, builds.get(name).ablation)
+
+
+BENCH_TIMING = dict(warmup_ms=100.0, reps_ms=100.0, min_reps=10)  # the benchmark's and the autotune's settings
+
+
+def time_case(name, q, k, v, causal, repeats: int = 1, load=None, **timing) -> dict:
+    """cold_s, ms (warm median), ms_min and ms_max, status, o (the output), timer, peak_bytes, for a
+    torch.compile'd build compile_note, graph_ms (each graph's time, JSON), and with `load` (an open
+    attnlab.load.LoadLog) the card's clock, power and clock-event reasons over the timed graphs, and each graph's
+    own clock (graph_mhz, JSON). The warm time is the median over replays of a CUDA graph of the call (graphed, then
+    _time: the sweep's timer; `timing` as measure takes it, BENCH_TIMING by default): at N = 512 launching a call from Python can take
+    longer than its kernels (the Gluon kernel's host side did, 2026-11-29 run 14), and the library rows launch from
+    C++. With `repeats` > 1 the call is captured that many times, each graph in a memory pool of its own (so its
+    buffers lie elsewhere) and timed alone: ms is the median of those medians, ms_min and ms_max their range
+    (PERFORMANCE.md, session 13: a single graph's time carries 2–7 %, partly where P lies). A call that cannot be
+    captured is timed eagerly and says so in `timer`. As in the sweep, a compiled build (flex) starts each shape from
+    a reset torch._dynamo (a bench of many shapes never reaches its recompile limit) and its row says so, and says if
+    anything compiled while it was timed; peak_bytes comes from a pass of its own after the timing."""
+    timing = {**BENCH_TIMING, **timing}
+    b = builds.get(name)
+    dev = torch.device("cuda")
+
+    def fn():
+        return b.attend(q, k, v, causal=causal)
+
+    nan = float("nan")
+    graphs: list = []
+    try:
+        watch = CompileWatch(b.base)
+        cold, o = cold_call(fn, dev)
+        watch.cold_done()
+        times, clocks, t0 = [], [], time.time()
+        for _ in range(repeats):
+            run_, why = graphed(fn, dev, graphs)
+            t1 = time.time()
+            times.append(statistics.median(_time(run_, dev, **timing)[0]))
+            if load is not None:  # each graph's own clock: a slow graph at a low clock is the power cap, not the graph
+                clocks.append(load.window(t1, time.time())["sm_clock_mhz"])
+            graphs.clear()  # the graph's pool: the next capture gets a fresh one, and it would count in the peak
+        out = dict(cold_s=cold, ms=statistics.median(times), ms_min=min(times), ms_max=max(times), status="ok", o=o,
+                   timer="do_bench+graph" if run_ is not fn else f"do_bench ({why})", **watch.note(),
+                   graph_ms=json.dumps([round(t, 5) for t in times]))
+        if load is not None:
+            out.update(load.window(t0, time.time()), graph_mhz=json.dumps(clocks))
+        try:  # a peak pass that runs out of memory loses the peak, not the time measured above
+            out["peak_bytes"] = peak_pass(fn, dev)[0]
+        except torch.OutOfMemoryError:
+            torch.cuda.empty_cache()
+            out["peak_bytes"] = nan
+        return out
+    except builds.Unsupported as e:
+        return dict(cold_s=nan, ms=nan, status=f"unsupported: {e}", o=None, timer="")
+    except torch.OutOfMemoryError:
+        torch.cuda.empty_cache()
+        return dict(cold_s=nan, ms=nan, status="oom", o=None, timer="")
+    except Exception as e:  # noqa: BLE001 - a failing row is recorded, the benchmark goes on
+        return dict(cold_s=nan, ms=nan, status=one_line(f"error: {type(e).__name__}: {e}", 600), o=None, timer="")
+    finally:
+        graphs.clear()  # frees the graph and its memory pool

@@ -1,5 +1,5 @@
-"""What a build must do, counted from its name: FLOPs, bytes through device memory, bytes held at once; and the
-device's own ceilings, measured, against which achieved rates are stated.
+"""What a build must do, counted from its name: FLOPs, bytes through device memory, bytes held at once, and what each
+fusion step removes. Pure arithmetic on shapes (no torch): the device's measured ceilings are attnlab.ceilings.
 
 Sizes of one case (E = bytes per element of the case's dtype):
 
@@ -31,30 +31,128 @@ Bytes held at once (the floor on peak allocation; a build allocating less is not
 FLOPs: 4·B·H·N²·D (two N×N×D products, 2 FLOPs per multiply-add), halved for causal: the count FlashAttention,
 Triton's tutorial and attention-gym use, so achieved TFLOP/s compare across them. Softmax FLOPs are not counted.
 
-A case here is anything with the fields of attnlab.measure.Case (build, B, H, Hkv, N, D, dtype, causal).
+A case here is anything with the fields of attnlab.measure.Case (build, B, H, Hkv, N, D, dtype, causal). What a build
+must hold comes from its name alone (HOLDS): the model sits below the builds, which take their `holds` from here.
+
+What each fusion step removes, predicted from our kernels' data flow (attnlab/triton/*.py):
+
+    size of S, of P   B·H·N²·itemsize, in the input dtype, full N×N even when causal: the scores kernel writes -inf
+                      past the diagonal and both softmax kernels write 0 there.
+
+    S round trip      materialised → qk_softmax
+      bytes           S written once + S read by the softmax kernel: once for N ≤ SOFTMAX_ROW_MAX, twice beyond
+                      (a longer row is streamed once for its max and sum, once more to write P)
+      and             qk_softmax *adds* one QKᵀ pass: it recomputes the scores rather than write S
+
+    P round trip      qk_softmax → fused
+      bytes           P written once (full) + P read by the PV kernel: full, or half when causal (PV skips tiles past
+                      the diagonal; ½ is the model, the diagonal tiles add N·BLOCK_M/2 elements per head)
+      and             the step also *removes* that second QKᵀ pass
+
+    one QKᵀ pass      2·B·H·N²·D FLOPs, halved when causal (the GUIDE's 4·B·H·N²·D forward is QKᵀ + PV)
+
+    time at a ceiling ms = bytes / (TB/s · 1e9);  ms = FLOPs / (TFLOP/s · 1e9)
+
+Not counted: Q, K, V and O traffic (B·H·N·D elements each, the same in both builds of a step, except the second
+read of K in qk_softmax's extra pass), launch overheads, and the mask tensor.
 """
 from __future__ import annotations
 
-import statistics
-import time
-
-import torch
-
-from attnlab import builds
-from attnlab.load import LoadLog
-from attnlab.report.boundaries import SOFTMAX_ROW_MAX, boundary_bytes, nn_bytes
-
 GiB = 1 << 30
+SOFTMAX_ROW_MAX = 16384  # rows up to this length are read once by the softmax kernel; longer ones twice
+# The (B, H, N, N) tensors each base build must hold at once in device memory (attnlab.builds takes them from here).
+HOLDS = {"materialised": "S+P", "qk_softmax": "P", "fused": "none",
+         "torch_eager": "S+P", "sdpa_default": "none", "sdpa_flash": "none", "sdpa_efficient": "none",
+         "sdpa_cudnn": "none", "sdpa_math": "S+P", "flex": "none"}
 
 
-def dtype_of(case) -> torch.dtype:
-    """The case's dtype as a torch.dtype (cases may carry the name or the dtype itself)."""
-    return case.dtype if isinstance(case.dtype, torch.dtype) else getattr(torch, case.dtype)
+def holds(build: str) -> str:
+    """'S+P', 'P' or 'none' for a build name ('<base>-<ablation>' holds what its base holds)."""
+    try:
+        return HOLDS[build.split("-", 1)[0]]
+    except KeyError:
+        raise ValueError(f"build must be one of {', '.join(HOLDS)} (or '<build>-<ablation>'); got {build!r}") from None
+
+
+def ablation(build: str) -> str | None:
+    """The ablation in a build name '<base>-<ablation>', or None."""
+    return build.split("-", 1)[1] if "-" in build else None
+
+
+# -- boundaries: what each fusion step removes (module docstring) ------------------------------------------------
+
+ITEMSIZE = {"bfloat16": 2, "float16": 2, "float32": 4}
+BOUNDARIES = {  # boundary → (the build that has it, the build without it), in the order fusion removes them
+    "S round trip": ("materialised", "qk_softmax"),
+    "P round trip": ("qk_softmax", "fused"),
+}
+QK_PASSES_REMOVED = {"S round trip": -1, "P round trip": +1}  # QKᵀ passes each step removes (−1: adds one)
+
+
+def itemsize(dtype: str) -> int:
+    try:
+        return ITEMSIZE[str(dtype)]
+    except KeyError:
+        raise ValueError(f"dtype must be one of {', '.join(ITEMSIZE)}, got {dtype!r}") from None
+
+
+def nn_bytes(B: int, H: int, N: int, dtype: str) -> int:
+    """Bytes of one (B, H, N, N) tensor, S or P, in the input dtype."""
+    return B * H * N * N * itemsize(dtype)
+
+
+def o_bytes(B: int, H: int, N: int, D: int, dtype: str) -> int:
+    """Bytes of O, (B, H, N, D) in the input dtype."""
+    return B * H * N * D * itemsize(dtype)
+
+
+def qkvo_bytes(B: int, H: int, Hkv: int, N: int, D: int, dtype: str) -> int:
+    """Q read, K and V read (Hkv heads), O written, each once: the traffic every build has and the floors above leave
+    out (at FlashAttention's shapes the same at every N, while P's grows as N)."""
+    return (2 * B * H + 2 * B * Hkv) * N * D * itemsize(dtype)
+
+
+def held_saving(boundary: str, B: int, H: int, N: int, D: int, dtype: str) -> int:
+    """Peak bytes a step should save: materialised peaks at S + P (it frees S before O exists), qk_softmax at P + O,
+    fused at O; so the S step saves S − O and the P step saves P (hold_bytes, the same three holds)."""
+    size = nn_bytes(B, H, N, dtype)
+    if boundary == "S round trip":
+        return size - o_bytes(B, H, N, D, dtype)
+    if boundary == "P round trip":
+        return size
+    raise ValueError(f"boundary must be one of {', '.join(BOUNDARIES)}, got {boundary!r}")
+
+
+def boundary_bytes(boundary: str, B: int, H: int, N: int, dtype: str, causal: bool) -> int:
+    """Bytes the boundary moves through device memory (written + read), per the module docstring."""
+    size = nn_bytes(B, H, N, dtype)
+    if boundary == "S round trip":
+        return size * (1 + (1 if N <= SOFTMAX_ROW_MAX else 2))
+    if boundary == "P round trip":
+        return size + (size // 2 if causal else size)  # size is even: itemsize ≥ 2
+    raise ValueError(f"boundary must be one of {', '.join(BOUNDARIES)}, got {boundary!r}")
+
+
+def qk_pass_flops(B: int, H: int, N: int, D: int, causal: bool) -> int:
+    """FLOPs of one QKᵀ over every live score: 2·B·H·N²·D, halved when causal."""
+    return B * H * N * N * D * (1 if causal else 2)
+
+
+def ms_at(amount: float, tera_per_s: float) -> float:
+    """Milliseconds to move `amount` bytes at TB/s, or to do `amount` FLOPs at TFLOP/s."""
+    return amount / (tera_per_s * 1e9)
+
+
+# -- one case ------------------------------------------------------------------------------------------------------
+
+def dtype_name(case) -> str:
+    """The case's dtype by name, 'bfloat16' (cases may carry the name or a torch.dtype)."""
+    return str(case.dtype).removeprefix("torch.")
 
 
 def sizes(case) -> dict:
     """E, Pb, qb, ob, kvb of the module docstring, in bytes."""
-    E = dtype_of(case).itemsize
+    E = itemsize(dtype_name(case))
     Pb = case.B * case.H * case.N * case.N * E
     qb = case.B * case.H * case.N * case.D * E
     kvb = 2 * case.B * case.Hkv * case.N * case.D * E
@@ -69,21 +167,21 @@ def flops(case) -> int:
 
 def bytes_moved(case) -> int:
     """The fewest bytes the case's build must move through device memory (module docstring)."""
-    b = builds.get(case.build)
+    held, ab = holds(case.build), ablation(case.build)
     s = sizes(case)
     moved = s["qb"] + s["kvb"] + s["ob"]
-    # The S and P round trips come from the one place their formulas live (attnlab.report.boundaries), so the
-    # rates in a row and the attribution tables count the same bytes.
-    shape = (case.B, case.H, case.N, str(dtype_of(case)).removeprefix("torch."), bool(case.causal))
-    if b.holds in ("P", "S+P"):
+    # The S and P round trips come from boundary_bytes, so the rates in a row and the attribution tables count the
+    # same bytes.
+    shape = (case.B, case.H, case.N, dtype_name(case), bool(case.causal))
+    if held in ("P", "S+P"):
         moved += boundary_bytes("P round trip", *shape)  # P written in full, read (lower triangle if causal)
-    if b.holds == "S+P":
+    if held == "S+P":
         moved += boundary_bytes("S round trip", *shape)  # S written, read back by the softmax
-        if b.ablation == "no_softmax" and case.N > SOFTMAX_ROW_MAX:
+        if ab == "no_softmax" and case.N > SOFTMAX_ROW_MAX:
             moved -= nn_bytes(*shape[:4])  # the copy needs no statistics pass: a long row is read once, not twice
-    if b.ablation == "no_pv":
+    if ab == "no_pv":
         moved -= s["kvb"] // 2  # V never read
-    elif b.ablation == "zero_mask":
+    elif ab == "zero_mask":
         moved += case.N * case.N * s["E"]  # the (N, N) additive mask, read once
     return moved
 
@@ -91,66 +189,4 @@ def bytes_moved(case) -> int:
 def hold_bytes(case) -> int:
     """The bytes the build must hold at once for its name: the floor its peak allocation must reach."""
     s = sizes(case)
-    return {"S+P": 2 * s["Pb"], "P": s["Pb"] + s["ob"], "none": s["ob"]}[builds.get(case.build).holds]
-
-
-# -- ceilings -----------------------------------------------------------------------------------------------------
-
-def _cpu_median_ms(fn, reps: int = 5) -> float:
-    fn()  # warm-up: first-touch page faults and thread-pool start are not the rate
-    times = []
-    for _ in range(reps):
-        t0 = time.perf_counter()
-        fn()
-        times.append((time.perf_counter() - t0) * 1e3)
-    return statistics.median(times)
-
-
-def _cuda_median_ms(fn) -> float:
-    import triton.testing
-
-    # A long warm-up: an idle GPU's SM clock starts low (345 MHz on an H200) and a ceiling must be the ramped rate.
-    return statistics.median(triton.testing.do_bench(fn, warmup=200, rep=200, return_mode="all"))
-
-
-def measure_ceilings(device, dtype) -> dict:
-    """The device's own copy bandwidth and matmul rate, measured now, never a datasheet constant.
-
-    Bandwidth: one large device-to-device copy, counting bytes read plus bytes written (2 × size), so that a
-    kernel's bytes_moved / time compares with it directly. Matmul: a square product in the run's dtype (fp32 with
-    torch's default, i.e. no TF32). On CUDA the copy is 1 GiB (far past any L2) and the product 8192³, timed by
-    do_bench; on CPU small versions (32 MiB, 512³, perf_counter medians) keep it under a couple of seconds.
-    copy_mhz and matmul_mhz: the median SM clock while each was timed (attnlab.load; None without a GPU), since a
-    card at its power limit runs each workload at a clock of its own.
-    """
-    device = torch.device(device)
-    dt = dtype if isinstance(dtype, torch.dtype) else getattr(torch, dtype)
-    cuda = device.type == "cuda"
-    copy_bytes = GiB if cuda else 32 << 20
-    n = 8192 if cuda else 512
-    src = torch.randn(copy_bytes // 4, device=device)  # random, not zeros: nothing gets to compress or skip
-    dst = torch.empty_like(src)
-    a = torch.randn(n, n, device=device, dtype=dt)
-    b = torch.randn(n, n, device=device, dtype=dt)
-    timer = _cuda_median_ms if cuda else _cpu_median_ms
-    with LoadLog(device) as log:  # the clock each was measured at: a build drawing more power runs at a lower one
-        t0 = time.time()
-        copy_ms = timer(lambda: dst.copy_(src))
-        t1 = time.time()
-        mm_ms = timer(lambda: torch.mm(a, b))
-        t2 = time.time()
-        clocks = dict(copy_mhz=log.window(t0, t1)["sm_clock_mhz"], matmul_mhz=log.window(t1, t2)["sm_clock_mhz"])
-    clocks = {k: v if v == v else None for k, v in clocks.items()}  # None, not NaN: provenance.json stays JSON
-    del src, dst, a, b
-    if cuda:
-        torch.cuda.empty_cache()
-    return dict(
-        tbps=2 * copy_bytes / (copy_ms * 1e-3) / 1e12,
-        tflops=2 * n**3 / (mm_ms * 1e-3) / 1e12,
-        copy_bytes=copy_bytes,
-        matmul_n=n,
-        dtype=str(dt).removeprefix("torch."),
-        device=str(device),
-        timer="do_bench" if cuda else "perf_counter",
-        **clocks,
-    )
+    return {"S+P": 2 * s["Pb"], "P": s["Pb"] + s["ob"], "none": s["ob"]}[holds(case.build)]

@@ -1,8 +1,12 @@
 """The results table: long format, one row per measured case, every column always present.
 
 The sweep (attnlab.sweep) appends rows as they are measured; the reports (attnlab.report) are pure functions of a
-table of such rows. Missing numbers are NaN with the reason in a *_note column, never 0.
+table of such rows. Missing numbers are NaN with the reason in a *_note column, never 0. Two readings of a row live
+here beside the columns they read: its recorded tiles (`tiles`), and its time less the consumption step (`ms`,
+`consume_ms`).
 """
+import json
+import math
 
 COLUMNS = {
     # identity of the case
@@ -80,3 +84,33 @@ TYPES = {
     "causal": "bool",
 }
 assert set(TYPES) == set(COLUMNS), set(TYPES) ^ set(COLUMNS)
+
+
+def recorded_tiles(tiles_json) -> dict:
+    """A result row's recorded tiles (the JSON of attnlab.triton.launch.tile_config) as {kernel: tiles dict}; {} where
+    the row records none (a library build, an older run)."""
+    try:
+        recorded = json.loads(tiles_json)
+    except (TypeError, ValueError):
+        return {}
+    return {k: t for k, t in recorded.items() if isinstance(t, dict)} if isinstance(recorded, dict) else {}
+
+
+def kernel_label(tiles_json, kernel: str | None = "fused") -> str:
+    """'gluon' or 'triton': which kernel of that name ran (fused, or qk_softmax's P kernel), from a result row's
+    recorded tiles (recorded_tiles); with kernel=None, 'gluon' when any of the row's kernels is a Gluon one. '' when
+    the row records no such tiles."""
+    recorded = recorded_tiles(tiles_json)
+    picked = list(recorded.values()) if kernel is None else [recorded[kernel]] if kernel in recorded else []
+    if not picked:
+        return ""
+    return "gluon" if any(t.get("gluon") for t in picked) else "triton"
+
+
+def less_consumption(ms: float, consume_ms: float) -> float:
+    """The attention's own time: the median less the consumption step timed alone (which is inside every `ms`).
+    Differences between builds cancel the step anyway; rates and ratios must not carry it (up to 20 % of a fused
+    call at N = 512 on the H200). Kept as `ms` where the step's time is unknown or not below it."""
+    if isinstance(consume_ms, float) and math.isfinite(consume_ms) and 0 < consume_ms < ms:
+        return ms - consume_ms
+    return ms

@@ -144,10 +144,11 @@ def main(argv=None) -> int:
     import pandas as pd
     import triton.testing
 
-    from attnlab import measure, model
+    from attnlab import measure
+    from attnlab.ceilings import measure_ceilings
     from attnlab.load import LoadLog
 
-    ceilings = model.measure_ceilings(torch.device("cuda"), torch.bfloat16)
+    ceilings = measure_ceilings(torch.device("cuda"), torch.bfloat16)
     rows = []
     with LoadLog("cuda") as load:  # each measurement's SM clock and clock-event reasons, as the sweep's rows have
         for name, B, H, N, D, causal in CASES:

@@ -40,6 +40,7 @@ import torch
 import yaml
 
 from attnlab import builds, measure as _measure, model, provenance
+from attnlab.ceilings import measure_ceilings
 from attnlab.load import LoadLog
 from attnlab.schema import COLUMNS, LATER, TYPES
 from attnlab.validate import DTYPES, MAX_HEAD_DIM
@@ -374,7 +375,7 @@ def run(params, out_dir=None, *, progress: bool = True) -> pd.DataFrame:
                    - len(todo), measured=0, interrupted=None, clocks_start=_clocks(device))
     ceilings = prov.get("ceilings", {}).get(p["dtype"])
     if ceilings is None:
-        ceilings = model.measure_ceilings(device, p["dtype"])
+        ceilings = measure_ceilings(device, p["dtype"])
     prov = {**here, "run_id": out.name, "results": RESULTS, "params": prov.get("params", p),
             "started": prov.get("started", session["started"]), "ended": None,
             "ceilings": {**prov.get("ceilings", {}), p["dtype"]: ceilings},

@@ -85,15 +85,15 @@ def test_bad_autotune_arguments_get_one_clear_error(capsys, monkeypatch):
 
 
 def _gpu_stand_ins(monkeypatch, time_case, accurate):
-    """autotune.run's GPU parts stood in for: bench.time_case by `time_case`, the oracle check by `accurate(o)` on the
+    """autotune.run's GPU parts stood in for: measure.time_case by `time_case`, the oracle check by `accurate(o)` on the
     timed call's output, inputs as zeros, no spin-up, an sm90 family."""
     import torch
 
     from attnlab import measure
     from attnlab.accuracy import Verdict
 
-    monkeypatch.setattr(bench, "time_case", time_case)
-    monkeypatch.setattr(bench, "oracle_check", lambda name, o, *a: Verdict(0.0, 0.0, 1.0, accurate(o)))
+    monkeypatch.setattr(measure, "time_case", time_case)
+    monkeypatch.setattr(measure, "oracle_check", lambda name, o, *a: Verdict(0.0, 0.0, 1.0, accurate(o)))
     monkeypatch.setattr(measure, "spin_up", lambda *a: None)
     monkeypatch.setattr(measure, "make_inputs", lambda case: [torch.zeros(1, 1, case.N, case.D)] * 3)
     monkeypatch.setattr(torch.cuda, "empty_cache", lambda: None)

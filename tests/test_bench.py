@@ -98,13 +98,13 @@ def test_run_writes_one_checked_row_per_build_and_shape(monkeypatch, tmp_path):
     """bench.run's plumbing on the CPU: the GPU-only pieces (timer, clock spin-up, ceilings) stood in for."""
     import argparse
 
-    from attnlab import builds, model
+    from attnlab import builds
 
-    real_case = bench._case
-    monkeypatch.setattr(bench, "_case", lambda *a: real_case(*a, device="cpu"))
+    real_case = bench.bench_case
+    monkeypatch.setattr(bench, "bench_case", lambda *a: real_case(*a, device="cpu"))
     monkeypatch.setattr(bench, "spin_up", lambda *a, **k: None)
     monkeypatch.setattr(bench.torch.cuda, "empty_cache", lambda: None)
-    monkeypatch.setattr(model, "measure_ceilings", lambda dev, dt: dict(tbps=1.0, tflops=1.0))
+    monkeypatch.setattr(bench, "measure_ceilings", lambda dev, dt: dict(tbps=1.0, tflops=1.0))
     monkeypatch.setattr(bench, "shapes", lambda dtypes, ns, quick: [(1, 2, 40, 16, torch.float32, True)])
 
     logs = []
@@ -140,8 +140,6 @@ class _FakeBuild:
 
 def _cpu_timing(monkeypatch, base, graph_counts, peak=lambda fn, dev: (99.0, "", None)):
     """time_case's GPU pieces stood in for: the build, torch._dynamo's graph counter, the timer, the peak pass."""
-    import triton.testing
-
     from attnlab import builds, measure
 
     counts = iter(graph_counts)
@@ -149,12 +147,12 @@ def _cpu_timing(monkeypatch, base, graph_counts, peak=lambda fn, dev: (99.0, "",
     monkeypatch.setattr(builds, "get", lambda name: _FakeBuild(base))
     monkeypatch.setattr(measure, "_dynamo_reset", lambda: resets.append(1))
     monkeypatch.setattr(measure, "_graphs", lambda: next(counts))
-    monkeypatch.setattr(bench, "cold_call", lambda fn, dev: (0.5, fn()))
-    monkeypatch.setattr(bench, "graphed", lambda fn, dev, graphs: (fn, "no graph here"))
-    monkeypatch.setattr(triton.testing, "do_bench", lambda fn, **kw: (fn(), 1.5)[1])
-    monkeypatch.setattr(bench, "peak_pass", peak)
+    monkeypatch.setattr(measure, "cold_call", lambda fn, dev: (0.5, fn()))
+    monkeypatch.setattr(measure, "graphed", lambda fn, dev, graphs: (fn, "no graph here"))
+    monkeypatch.setattr(measure, "_time", lambda fn, dev, **kw: ([(fn(), 1.5)[1]], "do_bench"))
+    monkeypatch.setattr(measure, "peak_pass", peak)
     q = torch.zeros(1, 1, 8, 4)
-    return bench.time_case("flex" if base == "flex" else "fused", q, q, q, False), resets
+    return measure.time_case("flex" if base == "flex" else "fused", q, q, q, False), resets
 
 
 def test_a_compiled_build_starts_each_shape_from_a_reset_dynamo_and_says_if_it_recompiled(monkeypatch):
@@ -171,7 +169,7 @@ def test_a_compiled_build_starts_each_shape_from_a_reset_dynamo_and_says_if_it_r
 
 
 def test_a_peak_pass_out_of_memory_keeps_the_measured_time(monkeypatch):
-    monkeypatch.setattr(bench.torch.cuda, "empty_cache", lambda: None)
+    monkeypatch.setattr(torch.cuda, "empty_cache", lambda: None)
 
     def oom(fn, dev):
         raise torch.OutOfMemoryError("no room")
@@ -184,9 +182,7 @@ def test_repeats_time_each_case_in_fresh_graphs_and_report_their_median_and_rang
     """`attnlab bench --repeats k` (PERFORMANCE.md Next 5: one graph's time carries 2–7 %): k captures, each timed
     alone and freed before the next; ms is the median of the k times, ms_min and ms_max their range; the ratio table
     then gives qk_softmax over its floor at both ends. k < 1 is one clear error."""
-    import triton.testing
-
-    from attnlab import builds
+    from attnlab import builds, measure
 
     captured, times = [], iter([3.0, 1.0, 2.0])
 
@@ -197,12 +193,12 @@ def test_repeats_time_each_case_in_fresh_graphs_and_report_their_median_and_rang
         return fn, "stand-in"
 
     monkeypatch.setattr(builds, "get", lambda name: _FakeBuild("fused"))
-    monkeypatch.setattr(bench, "cold_call", lambda fn, dev: (0.5, fn()))
-    monkeypatch.setattr(bench, "graphed", graphed)
-    monkeypatch.setattr(triton.testing, "do_bench", lambda fn, **kw: next(times))
-    monkeypatch.setattr(bench, "peak_pass", lambda fn, dev: (7.0, "", None))
+    monkeypatch.setattr(measure, "cold_call", lambda fn, dev: (0.5, fn()))
+    monkeypatch.setattr(measure, "graphed", graphed)
+    monkeypatch.setattr(measure, "_time", lambda fn, dev, **kw: ([next(times)], "do_bench"))
+    monkeypatch.setattr(measure, "peak_pass", lambda fn, dev: (7.0, "", None))
     q = torch.zeros(1, 1, 8, 4)
-    out = bench.time_case("fused", q, q, q, False, repeats=3)
+    out = measure.time_case("fused", q, q, q, False, repeats=3)
     assert len(captured) == 3
     assert (out["ms"], out["ms_min"], out["ms_max"]) == (2.0, 1.0, 3.0) and out["peak_bytes"] == 7.0
     assert out["graph_ms"] == "[3.0, 1.0, 2.0]"  # each graph's own time, in the order timed

@@ -225,21 +225,32 @@ def test_table_is_ordered_and_complete():
                 "sdpa_efficient", "sdpa_cudnn", "sdpa_math", "flex"]
     assert [n for n in builds.names() if "-" not in n] == expected
     assert {builds.get(n).holds for n in OURS} == {"S+P", "P", "none"}
+
+
+def test_every_build_has_what_it_holds_in_the_model_and_the_model_names_no_other():
+    """attnlab.model.HOLDS is where a build's holds live: every build in the table has one, every ablation holds what
+    its base holds, and the model knows no base that is not a build."""
+    from attnlab import model
+
+    assert {b.base for b in builds.BUILDS.values()} == set(model.HOLDS)
+    for b in builds.BUILDS.values():
+        assert b.holds == model.HOLDS[b.base]
+    assert builds.get("torch_eager").holds == builds.get("sdpa_math").holds == "S+P"  # both write S and P out
     assert len(ABLATED) == 9 and all(n in builds.BUILDS for n in ABLATED)
 
 
 def test_bench_oracle_check_slices_like_the_harness(monkeypatch):
     """bench's per-shape accuracy check: on a head slice (whole GQA groups) when the oracle would be too big."""
-    from attnlab import bench, measure
+    from attnlab import measure
 
     q, k, v = rand_qkv(B=2, H=4, Hkv=2, N=40, D=32, seed=21)
     o = builds.get("fused").attend(q, k, v)
-    assert bench.oracle_check("fused", o, q, k, v, False).ok
+    assert measure.oracle_check("fused", o, q, k, v, False).ok
     monkeypatch.setattr(measure, "REF_BUDGET", 40 * 40 * 8 * 2)  # two heads' scores: batch 0, heads 0:2
-    assert bench.oracle_check("fused", o, q, k, v, False).ok
+    assert measure.oracle_check("fused", o, q, k, v, False).ok
     wrong = o.clone()
     wrong[0, 1] += 1.0  # inside the slice: must be caught
-    assert not bench.oracle_check("fused", wrong, q, k, v, False).ok
+    assert not measure.oracle_check("fused", wrong, q, k, v, False).ok
 
 
 @pytest.mark.parametrize("seed", range(8))

@@ -10,6 +10,7 @@ from dataclasses import replace
 import pytest
 import torch
 
+from attnlab import schema
 from attnlab.triton import config, fused_gluon, launch
 from tests.conftest import KernelStandIn, offline_compile
 
@@ -175,9 +176,9 @@ def test_gluon_tiles_refuse_what_the_kernel_cannot_do(hopper_dispatch):
 
 
 def test_rows_name_the_fused_kernel_from_their_recorded_tiles():
-    assert config.kernel_label('{"fused": {"BLOCK_M": 64, "gluon": true}}') == "gluon"
-    assert config.kernel_label('{"fused": {"BLOCK_M": 128, "paired": true}}') == "triton"  # rows from before v10
-    assert config.kernel_label('{"qk_softmax": {}, "pv": {}}') == "" and config.kernel_label(float("nan")) == ""
+    assert schema.kernel_label('{"fused": {"BLOCK_M": 64, "gluon": true}}') == "gluon"
+    assert schema.kernel_label('{"fused": {"BLOCK_M": 128, "paired": true}}') == "triton"  # rows from before v10
+    assert schema.kernel_label('{"qk_softmax": {}, "pv": {}}') == "" and schema.kernel_label(float("nan")) == ""
 
 
 def test_which_masks_tma_can_bring():

@@ -23,7 +23,7 @@ def test_gate_fails_a_wrong_build(monkeypatch, tmp_path, capsys):
     """A build off by a little more than the rule allows must fail the gate (exit 1), with its row kept."""
     eager = builds.get("torch_eager")
     wrong = Build("torch_eager", lambda q, k, v, **kw: eager.attend(q, k, v, **kw) * 1.05, "library", "torch_eager",
-                  None, "S+P", "torch eager, 5 % off")
+                  None, "torch eager, 5 % off")
     monkeypatch.setattr(builds, "get", lambda name: wrong if name == "torch_eager" else eager)
     out = tmp_path / "gate.csv"
     code = gate.main(["--device", "cpu", "--quick", "--builds", "torch_eager", "--dtypes", "float32",

@@ -52,19 +52,17 @@ def test_without_a_gpu_the_log_is_inert():
 def test_the_bench_rows_carry_the_clock_and_the_ratio_table_each_builds(monkeypatch):
     """time_case puts the log's window over its timed graphs into the row; ratios gives each build's clock beside
     its ratios, and the summary prints them."""
-    import triton.testing
-
-    from attnlab import builds
+    from attnlab import builds, measure
     from tests.test_bench import _FakeBuild
 
     monkeypatch.setattr(builds, "get", lambda name: _FakeBuild("fused"))
-    monkeypatch.setattr(bench, "cold_call", lambda fn, dev: (0.5, fn()))
-    monkeypatch.setattr(bench, "graphed", lambda fn, dev, graphs: (fn, "stand-in"))
-    monkeypatch.setattr(triton.testing, "do_bench", lambda fn, **kw: time.sleep(0.05) or 1.0)
-    monkeypatch.setattr(bench, "peak_pass", lambda fn, dev: (7.0, "", None))
+    monkeypatch.setattr(measure, "cold_call", lambda fn, dev: (0.5, fn()))
+    monkeypatch.setattr(measure, "graphed", lambda fn, dev, graphs: (fn, "stand-in"))
+    monkeypatch.setattr(measure, "_time", lambda fn, dev, **kw: ([time.sleep(0.05) or 1.0], "do_bench"))
+    monkeypatch.setattr(measure, "peak_pass", lambda fn, dev: (7.0, "", None))
     q = torch.zeros(1, 1, 8, 4)
     with load.LoadLog("cpu", period_ms=5, reader=lambda: (1485, 692.0, 0x4)) as log:
-        out = bench.time_case("fused", q, q, q, False, repeats=2, load=log)
+        out = measure.time_case("fused", q, q, q, False, repeats=2, load=log)
     assert (out["sm_clock_mhz"], out["power_w"], out["clock_reasons"]) == (1485.0, 692.0, "software power cap")
     assert json.loads(out["graph_ms"]) == [1.0, 1.0] and json.loads(out["graph_mhz"]) == [1485.0, 1485.0]
 

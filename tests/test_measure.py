@@ -23,7 +23,8 @@ def case(build="fused", N=64, D=16, causal=False, B=1, H=2, Hkv=2, dtype="float3
 
 
 def fake_build(monkeypatch, name, attend, holds="none", family="library"):
-    monkeypatch.setitem(builds.BUILDS, name, Build(name, attend, family, name, None, holds, "a test build"))
+    monkeypatch.setitem(builds.BUILDS, name, Build(name, attend, family, name, None, "a test build"))
+    monkeypatch.setitem(model.HOLDS, name, holds)
 
 
 def test_case_keeps_dtype_by_name_and_a_stable_id():

@@ -5,6 +5,7 @@ import pytest
 import torch
 
 from attnlab import builds, model
+from attnlab.ceilings import measure_ceilings
 from attnlab.measure import Case
 
 # B=1, H=2, N=64, D=32, fp32: Pb = 1·2·64·64·4 = 32768; qb = ob = 1·2·64·32·4 = 16384; kvb = 2·16384 = 32768
@@ -75,18 +76,18 @@ def test_unknown_build_is_refused():
 
 
 def test_cpu_ceilings_are_measured_positive_rates():
-    c = model.measure_ceilings("cpu", "float32")
+    c = measure_ceilings("cpu", "float32")
     assert c["timer"] == "perf_counter" and c["device"] == "cpu" and c["dtype"] == "float32"
     assert math.isfinite(c["tbps"]) and c["tbps"] > 0
     assert math.isfinite(c["tflops"]) and c["tflops"] > 0
-    b = model.measure_ceilings("cpu", torch.bfloat16)
+    b = measure_ceilings("cpu", torch.bfloat16)
     assert b["dtype"] == "bfloat16" and b["tflops"] > 0
     assert c["copy_mhz"] is None and c["matmul_mhz"] is None  # no GPU clock to sample here (None: JSON has no NaN)
 
 
 def test_a_copy_softmax_reads_a_long_row_once():
     """Past SOFTMAX_ROW_MAX the softmax streams S twice (statistics, then P); its copy ablation needs one read."""
-    from attnlab.report.boundaries import SOFTMAX_ROW_MAX
+    from attnlab.model import SOFTMAX_ROW_MAX
 
     N = SOFTMAX_ROW_MAX * 2
     base = Case("materialised", 1, 1, 1, N, 16, "bfloat16")

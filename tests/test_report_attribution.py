@@ -10,7 +10,7 @@ import pytest
 
 from attnlab import report
 from attnlab.report import boundary_time
-from attnlab.report import boundaries as bd
+from attnlab import model as bd
 from tests.test_report_groups import frame, row
 
 EXACT = dict(rel=1e-12)
@@ -26,12 +26,6 @@ def test_boundary_bytes_by_hand():
     assert bd.boundary_bytes("S round trip", 1, 1, 20000, "float32", False) == 3 * 1_600_000_000  # two reads
     assert bd.qk_pass_flops(1, 8, 1000, 64, causal=False) == 1.024e9
     assert bd.qk_pass_flops(1, 8, 1000, 64, causal=True) == 0.512e9
-
-
-def test_softmax_row_limit_matches_the_kernel_launcher():
-    from attnlab.triton import launch
-
-    assert bd.SOFTMAX_ROW_MAX == launch.SOFTMAX_ROW_MAX
 
 
 def test_unknown_dtype_and_boundary_are_refused():

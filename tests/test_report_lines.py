@@ -5,7 +5,8 @@ import pytest
 import torch
 
 from attnlab import bench
-from attnlab.report import boundaries, lines
+from attnlab import model
+from attnlab.report import lines
 
 
 def _qk_rows(fixed, slope, D=128, causal=False, ns=(1024, 2048, 4096, 8192), qkvo=True, status="ok"):
@@ -53,7 +54,7 @@ def test_the_floor_parts_add_up_to_the_floor_and_qkvo_is_q_k_v_and_o_once():
         bench.qk_softmax_floor_ms(4, 16, 4096, 128, torch.bfloat16, True, ceil))
     assert parts["qkvo_ms"] == pytest.approx(4 * 4 * 16 * 4096 * 128 * 2 / 4e12 * 1e3)
     # under GQA K and V have Hkv heads
-    assert boundaries.qkvo_bytes(2, 8, 2, 100, 64, "float16") == (2 * 2 * 8 + 2 * 2 * 2) * 100 * 64 * 2
+    assert model.qkvo_bytes(2, 8, 2, 100, 64, "float16") == (2 * 2 * 8 + 2 * 2 * 2) * 100 * 64 * 2
 
 
 def test_the_bench_prints_the_line_from_n_2048_with_q_k_v_o_beside_it():
@@ -78,6 +79,3 @@ def test_read_prints_a_finished_bench_again_without_a_gpu(tmp_path, capsys):
     assert bench.main(["--read", str(tmp_path / "nothing")]) == 2
     assert "--read must name a bench.csv or a directory holding one, got" in capsys.readouterr().err
 
-
-def test_lines_and_bench_share_flashattention_convention():
-    assert (lines.TOKENS, lines.WIDTH) == (bench.TOKENS, bench.WIDTH)

@@ -16,6 +16,7 @@ from typing import Callable
 
 import torch
 
+from attnlab import model
 from attnlab.builds import library
 from attnlab.triton import launch
 from attnlab.triton.launch import Unsupported
@@ -37,8 +38,12 @@ class Build:
     family: str  # "ours", "ablation" or "library"
     base: str  # the build an ablation modifies; the build's own name otherwise
     ablation: str | None
-    holds: str  # the (B, H, N, N) tensors it must hold at once in device memory: "S+P", "P" or "none"
     about: str
+
+    @property
+    def holds(self) -> str:
+        """The (B, H, N, N) tensors it must hold at once in device memory: "S+P", "P" or "none" (attnlab.model)."""
+        return model.holds(self.name)
 
 
 _zero_masks: dict = {}
@@ -66,7 +71,6 @@ def _ablated(base: str, ablation: str) -> Callable:
     return partial(launcher, ablation=ablation)
 
 
-_HOLDS = {"materialised": "S+P", "qk_softmax": "P", "fused": "none"}
 _ABOUT = {
     "materialised": "Triton: S = QKᵀ to memory, softmax reads S writes P, PV reads P",
     "qk_softmax": "Triton: QKᵀ+scale+mask+softmax in one kernel writes only P; then the same PV kernel",
@@ -75,20 +79,20 @@ _ABOUT = {
 
 BUILDS: dict[str, Build] = {}
 for _name in OURS:
-    BUILDS[_name] = Build(_name, getattr(launch, _name), "ours", _name, None, _HOLDS[_name], _ABOUT[_name])
+    BUILDS[_name] = Build(_name, getattr(launch, _name), "ours", _name, None, _ABOUT[_name])
 for _name in OURS:
     for _ab, _what in ABLATIONS.items():
         BUILDS[f"{_name}-{_ab}"] = Build(f"{_name}-{_ab}", _ablated(_name, _ab), "ablation", _name, _ab,
-                                         _HOLDS[_name], f"{_name} with {_what}")
+                                         f"{_name} with {_what}")
 BUILDS.update({
-    "torch_eager": Build("torch_eager", library.torch_eager, "library", "torch_eager", None, "S+P",
+    "torch_eager": Build("torch_eager", library.torch_eager, "library", "torch_eager", None,
                          "plain PyTorch ops (matmul, softmax, matmul) as users write them, never compiled"),
-    "sdpa_default": Build("sdpa_default", library.sdpa("default"), "library", "sdpa_default", None, "none",
+    "sdpa_default": Build("sdpa_default", library.sdpa("default"), "library", "sdpa_default", None,
                           "F.scaled_dot_product_attention, torch picks the backend"),
-    **{n: Build(n, library.sdpa(n), "library", n, None, "S+P" if n == "sdpa_math" else "none",
+    **{n: Build(n, library.sdpa(n), "library", n, None,
                 f"F.scaled_dot_product_attention forced to the {b.name} backend alone")
        for n, b in library.SDPA_BACKENDS.items()},
-    "flex": Build("flex", library.flex, "library", "flex", None, "none",
+    "flex": Build("flex", library.flex, "library", "flex", None,
                   "FlexAttention through torch.compile(dynamic=False), causal by block mask"),
 })
 

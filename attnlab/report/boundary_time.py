@@ -3,7 +3,7 @@ bytes take at the run's measured copy bandwidth.
 
 materialised → qk_softmax removes the S round trip and fused then removes the P round trip (attnlab.builds), so the
 difference between two adjacent builds is what one boundary costs, measured; its bytes over the bandwidth ceiling
-are what it would cost if moving bytes were all it did (the formulas: attnlab.report.boundaries). Read the ratio with
+are what it would cost if moving bytes were all it did (the formulas: attnlab.model). Read the ratio with
 `qk_removed_ms` beside it: the S step also adds a QKᵀ pass (qk_softmax recomputes the scores), which shrinks its Δ,
 and the P step removes that pass again, which grows its Δ; `measured_over_with_qk` sets Δ against both together. Beyond that, a ratio above 1 says the round trip costs
 more than its bytes at full bandwidth (extra launches, traffic below peak); below 1, some of it overlapped with
@@ -17,11 +17,11 @@ import math
 
 import pandas as pd
 
-from attnlab.report import boundaries as bd
+from attnlab import model as bd
 from attnlab.report import groups
 
 COLUMNS = {
-    **bd.STEP_COLUMNS,
+    **groups.STEP_COLUMNS,
     "from_ms": "from_build's median ms", "to_ms": "to_build's median ms",
     "delta_ms": "from_ms − to_ms: the time removing the boundary saved, measured",
     "bytes": "bytes the boundary moves (written + read), predicted",

@@ -12,7 +12,13 @@ import math
 import numpy as np
 import pandas as pd
 
+from attnlab import schema
+
 SHAPE = ("B", "H", "Hkv", "N", "D")
+STEP_COLUMNS = {  # the leading columns of every per-boundary table (attribution, memory)
+    "boundary": "the memory round trip the step removes",
+    "from_build": "the build that has the boundary", "to_build": "the build without it",
+}
 LEADING = ("dtype", "causal", "D", "N", "B", "H", "Hkv")  # first columns of every table, in this order
 _SORT = ("D", "N", "B", "H", "Hkv")
 
@@ -104,20 +110,11 @@ def value(found: dict, build: str, shape: tuple, column: str = "ms", role: str =
     return float(v), ""
 
 
-def less_consumption(ms: float, consume_ms: float) -> float:
-    """The attention's own time: the median less the consumption step timed alone (which is inside every `ms`).
-    Differences between builds cancel the step anyway; rates and ratios must not carry it (up to 20 % of a fused
-    call at N = 512 on the H200). Kept as `ms` where the step's time is unknown or not below it."""
-    if isinstance(consume_ms, float) and math.isfinite(consume_ms) and 0 < consume_ms < ms:
-        return ms - consume_ms
-    return ms
-
-
 def net_ms(found: dict, build: str, shape: tuple, role: str = "") -> tuple[float, str]:
     """build's median ms less its consume_ms (less_consumption), or (NaN, why not)."""
     ms, why = value(found, build, shape, "ms", role)
     consume = found[(build, shape)].get("consume_ms", math.nan) if (build, shape) in found else math.nan
-    return less_consumption(ms, consume), why
+    return schema.less_consumption(ms, consume), why
 
 
 def shared(found: dict, builds, shape: tuple, column: str) -> tuple[float, str]:
@@ -168,9 +165,7 @@ def same_implementation(found: dict, builds, shape: tuple) -> str:
     alone (on Hopper, qk_softmax and fused take warp-specialised Gluon kernels at some D while materialised does not).
     A kernel every compared row runs with the same tiles (materialised's and qk_softmax's shared PV kernel, Gluon at
     some shapes since session 16) is left out: it is in both sides of the difference, so it says nothing about it."""
-    from attnlab.triton.config import recorded_tiles
-
-    recorded = {b: recorded_tiles(found[(b, shape)].get("tiles")) for b in builds if (b, shape) in found}
+    recorded = {b: schema.recorded_tiles(found[(b, shape)].get("tiles")) for b in builds if (b, shape) in found}
     recorded = {b: r for b, r in recorded.items() if r}
     shared = {k for k, t in next(iter(recorded.values()), {}).items()
               if all(r.get(k) == t for r in recorded.values())} if len(recorded) > 1 else set()

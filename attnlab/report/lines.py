@@ -15,7 +15,8 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-TOKENS, WIDTH = 16384, 2048  # attnlab.bench's FlashAttention convention (a test keeps the two equal)
+from attnlab.measure import TOKENS, WIDTH
+
 
 
 def fit(bench: pd.DataFrame, builds, x: str = "N", min_n: int = 0) -> pd.DataFrame:

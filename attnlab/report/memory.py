@@ -2,7 +2,7 @@
 
 materialised holds S and P at once (S is freed only once P exists), qk_softmax holds P, fused holds neither
 (attnlab.builds), so the peak difference between adjacent builds should be one (B, H, N, N) tensor in the input
-dtype — B·H·N²·itemsize (attnlab.report.boundaries.nn_bytes). Off by more than allocator rounding means a build
+dtype — B·H·N²·itemsize (attnlab.model.nn_bytes). Off by more than allocator rounding means a build
 holds something its name says it does not.
 """
 from __future__ import annotations
@@ -11,18 +11,18 @@ import math
 
 import pandas as pd
 
-from attnlab.report import boundaries as bd
+from attnlab import model as bd
 from attnlab.report import groups
 
 HELD = {"S round trip": "S", "P round trip": "P"}  # the tensor a step stops holding
 
 COLUMNS = {
-    **bd.STEP_COLUMNS,
+    **groups.STEP_COLUMNS,
     "from_peak_bytes": "from_build's peak allocation", "to_peak_bytes": "to_build's peak allocation",
     "saved_bytes": "from_peak_bytes − to_peak_bytes, measured",
     "tensor": "the tensor the step stops holding, S or P",
     "predicted_bytes": "the peak bytes the step should save: S − O for the S step (materialised frees S before O "
-                       "exists, qk_softmax holds O beside P), P for the P step (attnlab.report.boundaries)",
+                       "exists, qk_softmax holds O beside P), P for the P step (attnlab.model.held_saving)",
     "saved_over_predicted": "saved_bytes / predicted_bytes",
     "note": "why a number is NaN (on a CPU, peak allocation is unknown), and any alloc_flag the rows carry",
 }

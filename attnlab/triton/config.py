@@ -297,29 +297,6 @@ def gluon_verified() -> bool:
     return triton.__version__.startswith(GLUON_TRITON)
 
 
-def recorded_tiles(tiles_json) -> dict:
-    """A result row's recorded tiles (the JSON of attnlab.triton.launch.tile_config) as {kernel: tiles dict}; {} where
-    the row records none (a library build, an older run)."""
-    import json
-
-    try:
-        recorded = json.loads(tiles_json)
-    except (TypeError, ValueError):
-        return {}
-    return {k: t for k, t in recorded.items() if isinstance(t, dict)} if isinstance(recorded, dict) else {}
-
-
-def kernel_label(tiles_json, kernel: str | None = "fused") -> str:
-    """'gluon' or 'triton': which kernel of that name ran (fused, or qk_softmax's P kernel), from a result row's
-    recorded tiles (recorded_tiles); with kernel=None, 'gluon' when any of the row's kernels is a Gluon one. '' when
-    the row records no such tiles."""
-    recorded = recorded_tiles(tiles_json)
-    picked = list(recorded.values()) if kernel is None else [recorded[kernel]] if kernel in recorded else []
-    if not picked:
-        return ""
-    return "gluon" if any(t.get("gluon") for t in picked) else "triton"
-
-
 @contextmanager
 def forced(kernel: str, t: Tiles):
     """Use `t` for `kernel` everywhere inside the block, at every N (the autotune sweep's way to try a candidate)."""

@@ -17,11 +17,11 @@ from attnlab.triton import pv as _pv_mod
 from attnlab.triton import qk_softmax as _qks
 from attnlab.triton.config import (GLUON_ONLY, LOG2E, Tiles, head_dim_bucket, interpreting, tiles,
                                    unsupported_reason)
+from attnlab.model import SOFTMAX_ROW_MAX
 from attnlab.validate import Spec, check, mask_4d
 
 KERNEL_ABLATIONS = (None, "no_softmax", "no_pv")
 MAX_GRID_YZ = 65535  # CUDA's limit on a grid's second and third axes, where our kernels put B·H
-SOFTMAX_ROW_MAX = 16384  # rows up to this length are read once by the softmax kernel; longer ones twice
 
 
 class Unsupported(RuntimeError):
