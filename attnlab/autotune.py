@@ -55,11 +55,11 @@ def candidates(kernel: str) -> list[Tiles]:
                                     for n, s in ((128, 2), (128, 4), (64, 4)) for h in (False, True)]
     if kernel != "fused":
         raise ValueError(f"autotune: kernel must be one of fused, qk_softmax, pv; got {kernel!r}")
-    wide = [Tiles(*b, tma=tma) for b in base for tma in (False, True)]
+    wide = [Tiles(*b) for b in base]
     wide += [Tiles(128, 32, 4, 3), Tiles(64, 32, 4, 2), Tiles(128, 128, 4, 3)]
     wide += [Tiles(*b, heavy_first=True) for b in base[:4]]  # launch order: v6
     # paired rows (v8): two row blocks per program sharing K/V, one's softmax overlapping the other's PV
-    wide += [Tiles(128, 64, 8, 3, paired=True), Tiles(128, 64, 8, 3, paired=True, tma=True),
+    wide += [Tiles(128, 64, 8, 3, paired=True),
              Tiles(64, 64, 4, 3, paired=True), Tiles(128, 64, 8, 3, heavy_first=True, paired=True)]
     # the warp-specialised Gluon kernel (v10), its mask by TMA (v11: it changes nothing without a mask, and the
     # zero_mask ablation should run the kernel the build does), persistent (v18), persistent with O by TMA (v22).
@@ -170,7 +170,7 @@ def _short_entry(rows, winner, ms_by_n, now):
     after = min(int(m) for m in ms_by_n[winner] if m > n)
     below = round(math.sqrt(n * after))
     if fast.one_pass:
-        from attnlab.triton.qk_softmax_row import ROW_MAX
+        from attnlab.triton.hopper.qk_softmax_row import ROW_MAX
 
         below = min(below, ROW_MAX + 1)
     return fast, score, below

@@ -478,7 +478,7 @@ def test_a_one_pass_candidate_competes_for_the_short_entry_alone_and_serves_only
     times past ROW_MAX are another kernel's); it takes the short entry where it beats the winner clearly, below
     ROW_MAX + 1 at most (the geometric middle of 1024 and 2048, 1448, would send N = 1032 to a two-pass kernel the
     sweep never timed there)."""
-    from attnlab.triton.qk_softmax_row import ROW_MAX
+    from attnlab.triton.hopper.qk_softmax_row import ROW_MAX
 
     def chosen(times):  # (label, below) of each entry pick makes from these times, the table's 64x128w4s3g incumbent
         entries = autotune.pick(short_frame(times, ns=(512, 1024, 2048, 8192)), "sm90", 2,

@@ -3,7 +3,7 @@ import pytest
 import torch
 
 from attnlab import accuracy, builds, reference
-from attnlab.triton import config, launch
+from attnlab.triton import config, launch, layout
 from tests.conftest import poisoned_out, rand_qkv
 
 OURS = builds.OURS
@@ -303,7 +303,7 @@ def test_which_row_lengths_the_launcher_vouches_for():
     assert [n for n in (4, 8, 100, 3000, 4096, 3001) if launch.rows_16b(n, torch.float32)] == [4, 8, 100, 3000]
     for N, dtype, ragged in ((2999, torch.bfloat16, True), (3000, torch.bfloat16, False), (100, torch.float16, True),
                              (99, torch.float32, True), (100, torch.float32, False)):
-        assert launch.ragged_rows(N, dtype.itemsize) is ragged
+        assert layout.ragged_rows(N, dtype.itemsize) is ragged
         assert launch.rows_pad(N, launch.scores_buffer(_spec(N, dtype))) is ragged
     N = 37
     assert launch.rows_pad(N, launch.scores_buffer(_spec(N, torch.bfloat16)))
@@ -314,9 +314,9 @@ def test_which_row_lengths_the_launcher_vouches_for():
     assert not launch.rows_pad(N, tight)  # the last row's room past N lies outside the storage
     # padded_view: the same storage, rows widened to the vector's end (40 bf16 = 5 vectors) where rows_pad holds
     x = launch.scores_buffer(_spec(N, torch.bfloat16))
-    wide = launch.padded_view(x, N)
+    wide = layout.padded_view(x, N)
     assert wide.shape == (*x.shape[:3], 40) and wide.stride() == x.stride() and wide.data_ptr() == x.data_ptr()
-    assert launch.padded_view(tight, N) is tight and launch.padded_view(x[..., :32, :32], 32).shape[-1] == 32
+    assert layout.padded_view(tight, N) is tight and layout.padded_view(x[..., :32, :32], 32).shape[-1] == 32
 
 
 @pytest.mark.parametrize("N,dtype", [(40, torch.bfloat16), (24, torch.float16), (100, torch.float32)], ids=str)
@@ -359,7 +359,7 @@ def test_padding_past_the_rows_last_vector_is_never_written_and_its_last_vector_
     accurate, and the padding must still be NaN afterwards past the 16-byte vector that holds a row's last element.
     That vector the kernels read and write to its end where N × element size is not a multiple of 16 bytes
     (launch.rows_pad, v55: N = 100 in fp16, 37 in bf16, 99 in fp32), so that they move whole vectors: its columns
-    past N must hold -inf in S and 0 in P, which the PV kernel reads as it lies (v56: launch.padded_view); where rows
+    past N must hold -inf in S and 0 in P, which the PV kernel reads as it lies (v56: layout.padded_view); where rows
     end on a vector nothing past N is written."""
     made, real = [], launch.scores_buffer
 
@@ -385,12 +385,12 @@ def test_padding_past_the_rows_last_vector_is_never_written_and_its_last_vector_
             pad = x.as_strided((*x.shape[:3], row - end), (*x.stride()[:3], 1), end)
             assert pad.isnan().all(), "a kernel wrote into a row's padding past its last vector"
             assert not x.isnan().any(), "an element of S or P was never written"
-            tail = launch.padded_view(x, N)[..., N:]
+            tail = layout.padded_view(x, N)[..., N:]
             assert tail.shape[-1] == end - N
         if end > N:
             if name.startswith("materialised"):
-                assert (launch.padded_view(made[0], N)[..., N:] == float("-inf")).all(), "S's padding is not -inf"
-            assert (launch.padded_view(made[-1], N)[..., N:] == 0).all(), "P's padding is not 0 for the PV kernel"
+                assert (layout.padded_view(made[0], N)[..., N:] == float("-inf")).all(), "S's padding is not -inf"
+            assert (layout.padded_view(made[-1], N)[..., N:] == 0).all(), "P's padding is not 0 for the PV kernel"
 
 
 @pytest.mark.parametrize("bad", ["transposed", "shape", "dtype"])

@@ -40,7 +40,7 @@ def test_autotune_overrides_file_goes_in_front(tmp_path):
     import json
 
     entry = dict(kernel="fused", family="interpreter", D=16, causal=False, itemsize=4,
-                 tiles=dict(BLOCK_M=16, BLOCK_N=16, num_warps=4, num_stages=2, tma=False))
+                 tiles=dict(BLOCK_M=16, BLOCK_N=16, num_warps=4, num_stages=2))
     path = tmp_path / "tiles.json"
     path.write_text(json.dumps([entry]))
     saved = config.TABLE

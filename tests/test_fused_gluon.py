@@ -1,4 +1,4 @@
-"""The fused build's Gluon kernel (attnlab.triton.fused_gluon) without a GPU: which calls take it, that a build and its
+"""The fused build's Gluon kernel (attnlab.triton.hopper.fused) without a GPU: which calls take it, that a build and its
 ablations take the same kernel, and that every variant compiles for sm_90a within the SM's limits.
 
 Gluon has no CPU interpreter, so its arithmetic is checked on the GPU (`attnlab check`, and
@@ -11,7 +11,9 @@ import pytest
 import torch
 
 from attnlab import schema
-from attnlab.triton import config, fused_gluon, launch
+from attnlab.triton import config, launch
+from attnlab.triton.hopper import common
+from attnlab.triton.hopper import fused as fused_gluon
 from tests.conftest import KernelStandIn, offline_compile
 
 
@@ -48,8 +50,8 @@ def test_a_persistent_program_s_items_cover_the_work_once(nprog, total):
     for pairs in (False, True):
         taken = []
         for pid in range(min(total, nprog)):
-            start, end, step = fused_gluon._items.fn(pid, nprog, total, pairs)
-            taken += [fused_gluon._item_at.fn(x, pid, nprog, pairs) for x in range(start, end, step)]
+            start, end, step = common.items.fn(pid, nprog, total, pairs)
+            taken += [common.item_at.fn(x, pid, nprog, pairs) for x in range(start, end, step)]
         assert sorted(taken) == list(range(total)), (pairs, total, nprog)
 
 
@@ -58,7 +60,7 @@ def test_pairs_of_causal_row_blocks_weigh_alike(n_blocks):
     """v24: a head's row blocks in pair order (heaviest, lightest, …) are each block once, and for an even count
     every pair of consecutive positions holds n_blocks + 1 key tiles (block r has r + 1), so programs taking pairs
     carry equal loads."""
-    order = [fused_gluon._pair_order.fn(pos, n_blocks) for pos in range(n_blocks)]
+    order = [common.pair_order.fn(pos, n_blocks) for pos in range(n_blocks)]
     assert sorted(order) == list(range(n_blocks)) and order[0] == n_blocks - 1
     if n_blocks % 2 == 0:
         assert {order[i] + order[i + 1] + 2 for i in range(0, n_blocks, 2)} == {n_blocks + 1}
@@ -123,9 +125,9 @@ def test_a_fused_build_and_all_its_ablations_run_one_kernel(hopper_dispatch, D, 
 def test_tma_takes_strided_views_and_copies_only_what_it_cannot_read():
     base = torch.randn(2, 64, 4, 128, dtype=torch.bfloat16)
     view = base.transpose(1, 2)  # (B, H, N, D) over a (B, N, H, D) tensor: 16-byte strides, read in place
-    assert fused_gluon.tma_ready(view) is view
+    assert common.tma_ready(view) is view
     odd = torch.randn(2 * 4 * 64 * 128 + 1, dtype=torch.bfloat16)[1:].view(2, 4, 64, 128)  # base 2 bytes off
-    fixed = fused_gluon.tma_ready(odd)
+    fixed = common.tma_ready(odd)
     assert fixed is not odd and fixed.data_ptr() % 16 == 0 and torch.equal(fixed, odd)
 
 
@@ -186,17 +188,17 @@ def test_which_masks_tma_can_bring():
     batch/head dims become size-1 dims (coordinate 0); anything else keeps the consumers' loads."""
     N = 256
     flat = torch.zeros(N, N, dtype=torch.bfloat16).expand(2, 4, N, N)  # the zero_mask ablation's broadcast mask
-    desc, vary_b, vary_h = fused_gluon.mask_descriptor(flat, 128, 128)
+    desc, vary_b, vary_h = common.mask_descriptor(flat, 128, 128)
     assert (vary_b, vary_h) == (0, 0) and list(desc.shape) == [1, 1, N, N] and list(desc.block_shape) == [1, 1, 128, 128]
     per_batch = torch.zeros(2, 1, N, N, dtype=torch.uint8).expand(2, 4, N, N)
-    desc, vary_b, vary_h = fused_gluon.mask_descriptor(per_batch, 128, 128)
+    desc, vary_b, vary_h = common.mask_descriptor(per_batch, 128, 128)
     assert (vary_b, vary_h) == (1, 0) and list(desc.shape) == [2, 1, N, N] and desc.strides[0] == N * N
     full = torch.zeros(2, 4, N, N, dtype=torch.float16)
-    assert fused_gluon.mask_descriptor(full, 128, 128)[1:] == (1, 1)
-    assert fused_gluon.mask_descriptor(torch.zeros(N, N).expand(2, 4, N, N), 128, 128) is None  # fp32: no room
-    assert fused_gluon.mask_descriptor(torch.zeros(100, 100, dtype=torch.uint8).expand(1, 1, 100, 100), 128,
+    assert common.mask_descriptor(full, 128, 128)[1:] == (1, 1)
+    assert common.mask_descriptor(torch.zeros(N, N).expand(2, 4, N, N), 128, 128) is None  # fp32: no room
+    assert common.mask_descriptor(torch.zeros(100, 100, dtype=torch.uint8).expand(1, 1, 100, 100), 128,
                                        128) is None  # 100-byte rows
-    assert fused_gluon.mask_descriptor(torch.zeros(129, 129, dtype=torch.bfloat16).expand(1, 1, 129, 129), 128,
+    assert common.mask_descriptor(torch.zeros(129, 129, dtype=torch.bfloat16).expand(1, 1, 129, 129), 128,
                                        128) is None  # 258-byte rows
 
 
@@ -318,9 +320,9 @@ def test_one_consumer_programs_launch_an_item_of_block_m_rows_and_two_fit_an_sm(
         fused_gluon.launch(q, q, q, torch.empty_like(q), q, (0, 0, 0, 0), 0, N=N, H=H, group=1, qk_scale=1.0,
                            mask_scale=1.0, inv_n=1.0, causal=True, tiles=t)
     launched = [(grid, a["total"], a["ROWS"], a["maxnreg"]) for grid, a in gluon_launches]
-    assert launched == [((8 * 32,), 8 * 32, 2, fused_gluon.MAXNREG), ((16 * 32,), 16 * 32, 1, 128),
+    assert launched == [((8 * 32,), 8 * 32, 2, common.MAXNREG), ((16 * 32,), 16 * 32, 1, 128),
                         ((264,), 16 * 32, 1, 128)]
-    assert 2 * 256 * fused_gluon.MAXNREG_ONE <= 64 * 1024
+    assert 2 * 256 * common.MAXNREG_ONE <= 64 * 1024
 
 
 def test_one_consumer_variant_compiles_small_enough_for_two_programs_an_sm():
@@ -331,4 +333,4 @@ def test_one_consumer_variant_compiles_small_enough_for_two_programs_an_sm():
     assert len(rows) == 8
     for r in rows:
         assert r["fits"] and not r["wgmma_serialised"] and r["spill_stores"] == 0, r
-        assert r["smem_kib"] < 113 and r["registers"] == fused_gluon.MAXNREG_ONE, r
+        assert r["smem_kib"] < 113 and r["registers"] == common.MAXNREG_ONE, r

@@ -4,7 +4,12 @@ launch hands them, on CPU tensors (a TMA descriptor is only a record of shape, s
 import pytest
 import torch
 
-from attnlab.triton import fused_gluon, launch, pv_gluon, qk_softmax_gluon, qk_softmax_row
+from attnlab.triton import launch
+from attnlab.triton.hopper import common
+from attnlab.triton.hopper import fused as fused_gluon
+from attnlab.triton.hopper import pv as pv_gluon
+from attnlab.triton.hopper import qk_softmax as qk_softmax_gluon
+from attnlab.triton.hopper import qk_softmax_row
 from attnlab.triton.resources import parse_tiles
 from attnlab.validate import check
 from tests.conftest import KernelStandIn
@@ -63,7 +68,7 @@ def test_qk_softmax_launch_passes_exactly_its_constexprs(monkeypatch, label, mas
     qk_softmax_gluon.launch(q, k, p, mask, (0, 0, 256, 1) if mask_kind else (0, 0, 0, 0), mask_kind, N=256, H=2,
                             group=1, qk_scale=0.1, mask_scale=1.0, causal=False, tiles=tiles, no_softmax=no_softmax,
                             flags=flags)
-    md = fused_gluon.mask_path(tiles, mask, mask_kind)
+    md = common.mask_path(tiles, mask, mask_kind)
     want = qk_softmax_gluon.constexprs(tiles, D=128, causal=False, mask_kind=mask_kind, md=md, no_softmax=no_softmax)
     (kw,) = got
     assert {name: kw[name] for name in want} == want

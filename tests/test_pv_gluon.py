@@ -1,4 +1,4 @@
-"""The PV kernel in Gluon (attnlab.triton.pv_gluon) without a GPU: which calls take it, that a build and its no_pv
+"""The PV kernel in Gluon (attnlab.triton.hopper.pv) without a GPU: which calls take it, that a build and its no_pv
 ablation take the same PV kernel, what the rows record, and that it compiles for sm_90a within the SM's limits.
 
 Its arithmetic is checked on the GPU (scripts/experiments/pv_gluon.py: O from a NaN-poisoned buffer against P·V in
@@ -9,7 +9,9 @@ import contextlib
 import pytest
 import torch
 
-from attnlab.triton import config, fused_gluon, launch, pv_gluon
+from attnlab.triton import config, launch
+from attnlab.triton.hopper import common
+from attnlab.triton.hopper import pv as pv_gluon
 from attnlab.triton.resources import parse_tiles
 from tests.conftest import KernelStandIn, offline_compile
 
@@ -87,8 +89,8 @@ def test_the_rows_record_the_pv_kernel_that_ran(pv_dispatch):
 
 def test_the_cases_the_kernel_compiles_for():
     # the dtypes and D it compiles for: fp32 and D = 80 are refused (test_forced_gluon_pv_tiles_refuse_…)
-    assert not fused_gluon.compiles_for(torch.float32, 128)
-    assert not fused_gluon.compiles_for(torch.bfloat16, 80)
+    assert not common.compiles_for(torch.float32, 128)
+    assert not common.compiles_for(torch.bfloat16, 80)
 
 
 @pytest.mark.parametrize("flags", [None, "NO_PV=1"])

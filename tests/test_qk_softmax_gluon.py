@@ -1,4 +1,4 @@
-"""The qk_softmax build's Gluon kernel (attnlab.triton.qk_softmax_gluon) without a GPU: which calls take it, that the
+"""The qk_softmax build's Gluon kernel (attnlab.triton.hopper.qk_softmax) without a GPU: which calls take it, that the
 build and its ablations take the same kernel, what the rows record, and that every variant compiles for sm_90a.
 
 Its arithmetic is checked on the GPU (scripts/experiments/qk_gluon.py: P itself in a NaN-poisoned buffer against an
@@ -9,7 +9,10 @@ from dataclasses import replace
 import pytest
 import torch
 
-from attnlab.triton import config, launch, pv_gluon, qk_softmax_gluon
+from attnlab.triton import config, launch
+from attnlab.triton.hopper import common
+from attnlab.triton.hopper import pv as pv_gluon
+from attnlab.triton.hopper import qk_softmax as qk_softmax_gluon
 from attnlab.triton.resources import label
 from attnlab.validate import check
 from tests.conftest import KernelStandIn, offline_compile
@@ -156,7 +159,7 @@ def test_a_one_pass_entry_runs_its_kernel_where_the_row_fits_and_a_mask_runs_the
     than its base). From N = 1025 the key's TABLE entry serves: no row is longer than ROW_MAX on chip."""
     if not config.interpreting():
         pytest.skip("CPU tensors reach the launcher only under the interpreter")
-    from attnlab.triton import qk_softmax_row
+    from attnlab.triton.hopper import qk_softmax_row
 
     entry = config.lookup("qk_softmax", "sm90", D, causal, 2, N=N)
     assert entry.one_pass and qk_softmax_row.fits(entry, N, D, 2)
@@ -176,7 +179,7 @@ def test_one_pass_tiles_where_the_row_does_not_fit_run_the_two_pass_kernel():
     """qk_softmax_gluon.as_run: one-pass tiles at an N past ROW_MAX, or whose ring and row buffer overflow a program's
     shared memory (4 stages of 128 keys at D = 128 and N = 1024), run the two-pass kernel, persistent, with the same
     tiles otherwise; without N (the entry as it stands) they stay."""
-    from attnlab.triton import qk_softmax_row
+    from attnlab.triton.hopper import qk_softmax_row
 
     t = config.Tiles(64, 128, 4, 4, gluon=True, one_pass=True)
     two_pass = replace(t, one_pass=False, persistent=True)
@@ -190,7 +193,7 @@ def test_one_pass_tiles_where_the_row_does_not_fit_run_the_two_pass_kernel():
 
 
 def test_the_one_pass_kernel_refuses_tiles_that_do_not_fit_with_one_clear_error():
-    from attnlab.triton import qk_softmax_row
+    from attnlab.triton.hopper import qk_softmax_row
 
     q = torch.zeros(1, 2, 1024, 128, dtype=torch.bfloat16)
     p = torch.zeros(1, 2, 1024, 1024, dtype=torch.bfloat16)
@@ -230,7 +233,6 @@ def test_a_p_whose_rows_tma_cannot_reach_is_one_clear_error():
     """The Gluon P and PV kernels store and read P by TMA where it lies: a caller's P with rows 2040 bytes apart
     (contiguous at N = 1020) is refused before anything compiles, naming the constraint; scores_buffer's P at the
     same N (rows of 1024 elements, 2048 bytes) passes the same check."""
-    from attnlab.triton import fused_gluon
 
     N = 1020
     q, k, v = _inputs(N)
@@ -245,16 +247,16 @@ def test_a_p_whose_rows_tma_cannot_reach_is_one_clear_error():
             call()
     padded = launch.scores_buffer(check(q, k, v))
     assert padded.stride(2) == 1024
-    fused_gluon.check_p_rows(padded)  # no error
+    common.check_p_rows(padded)  # no error
 
 
 @pytest.mark.parametrize("N,one_pass,width", [(2999, False, 3000), (3000, False, 3000), (1001, True, 1008),
                                                (1001, False, 1008), (1000, True, 1000)])
 def test_p_is_stored_through_its_rows_padding_where_the_pv_kernel_reads_it(monkeypatch, N, one_pass, width):
     """Where a row of P ends inside a 16-byte vector (launch.rows_pad), both Gluon P kernels store P through a
-    descriptor over launch.padded_view, so that the vector's columns past N get the kernel's 0 (its keys there are
+    descriptor over layout.padded_view, so that the vector's columns past N get the kernel's 0 (its keys there are
     masked): the Triton PV kernel reads them as they lie (v56). Elsewhere the descriptor is exactly N wide."""
-    from attnlab.triton import qk_softmax_row
+    from attnlab.triton.hopper import qk_softmax_row
 
     widths = []
 
@@ -337,7 +339,7 @@ def test_the_one_pass_entries_compile_for_sm90_within_limits_and_smem_bytes_agre
     """The one-pass entries (v40) at the N they serve, and their no_softmax ablation, D = 64 (non-causal) and 128
     (both): fit, no spills, matmuls asynchronous; qk_softmax_row.smem_bytes (which `fits` and `row_buffers` use: two
     row buffers at N = 512, one at 1024) at or above what the compiler allocates, by at most 6 KiB."""
-    from attnlab.triton import qk_softmax_row
+    from attnlab.triton.hopper import qk_softmax_row
 
     rows = []
     for tiles, D, causal in ((ONE_PASS_64, "64", "0"), (ONE_PASS_128, "128", "0,1")):

@@ -22,7 +22,6 @@ class Tiles:
     BLOCK_N: int
     num_warps: int = 4
     num_stages: int = 2
-    tma: bool = False  # fused kernel only: K and V through Hopper's tensor-memory accelerator (sm90+, GPU only)
     # fused and the Gluon qk_softmax kernel: launch the query blocks last-first. Under a causal mask the last block
     # does the most work; started last (the default order), it runs alone at the end of the grid (PERFORMANCE.md v6:
     # up to 8 % at N = 16384).
@@ -30,7 +29,7 @@ class Tiles:
     # fused kernel only: each program owns two blocks of BLOCK_M rows that share every K/V tile, so one block's
     # softmax overlaps the other's PV matmul (PERFORMANCE.md v8). The grid then has cdiv(N, 2·BLOCK_M) programs.
     paired: bool = False
-    # fused and qk_softmax: the warp-specialised Gluon kernel (attnlab.triton.fused_gluon, .qk_softmax_gluon; sm90,
+    # fused and qk_softmax: the warp-specialised Gluon kernel (attnlab.triton.hopper.fused, .qk_softmax_gluon; sm90,
     # 16-bit; they compile for D = 64 or 128 exactly; the table uses fused's at 128, qk_softmax's at both). BLOCK_M is
     # then the rows of each of its two consumer warpgroups, a program covers 2·BLOCK_M, and
     # num_warps is 4 (one warpgroup a partition). PERFORMANCE.md v10.
@@ -60,7 +59,7 @@ class Tiles:
     # tile the mask hides, the rest too small to register, or a row hidden entirely) or NaN is flagged, and the
     # Triton kernel re-writes the flagged rows' blocks after it (PERFORMANCE.md v31; label suffix `f`).
     fixed_reference: bool = False
-    # Gluon qk_softmax kernel only: one pass, the row on chip. At N ≤ 1024 (attnlab.triton.qk_softmax_row.fits) a
+    # Gluon qk_softmax kernel only: one pass, the row on chip. At N ≤ 1024 (attnlab.triton.hopper.qk_softmax_row.fits) a
     # program keeps its BLOCK_M rows' exponentials for all N keys in shared memory, so each score is computed once; the
     # two consumers split the key tiles and swap their rows' (max, sum) before P is written. Persistent by
     # construction, two consumers; masked calls and rows that do not fit run the two-pass kernel, persistent, with

@@ -25,17 +25,14 @@ from attnlab.triton.tiles import (dot, load_rows, masked_to_zero, no_pv_output, 
 
 
 @triton.jit
-def _load_kv(base, desc, kv_head, start_n, offs_n, offs_d, N, D, stride, BLOCK_N: tl.constexpr,
-             BLOCK_D: tl.constexpr, MASKED: tl.constexpr, TMA: tl.constexpr, STEP: tl.constexpr):
+def _load_kv(base, start_n, offs_n, offs_d, N, D, stride, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr,
+             MASKED: tl.constexpr, STEP: tl.constexpr):
     """One (BLOCK_N, BLOCK_D) tile of K or V; rows past N read as zeros.
 
     STEP: `base` points at the head's first tile and moves by a scalar offset (fewer live registers: the paired
     loop, which runs at the register limit, spills less); else `base` is the head's row 0 and each element's row
     is added (the single-block loop measured 1–6 % faster this way on the H200: PERFORMANCE.md v8)."""
-    if TMA:
-        # Hopper's bulk tensor copy: one descriptor per (B·Hkv, N, D) tensor; rows past N come back as zeros.
-        return desc.load([kv_head, start_n, 0]).reshape(BLOCK_N, BLOCK_D)
-    elif STEP:
+    if STEP:
         return load_rows(base + start_n * stride, offs_n, offs_d, N, D, MASKED, BLOCK_D != D)
     else:
         return load_rows(base + offs_n[:, None] * stride, offs_n, offs_d, N, D, MASKED, BLOCK_D != D)
@@ -87,42 +84,39 @@ def _accumulate(acc, p, v, offs_n, inv_n, NO_PV: tl.constexpr, IEEE: tl.constexp
 
 
 @triton.jit
-def _stream_kv(acc, l_i, m_i, q, k_base, v_base, m_base, DK, DV, kv_head, offs_m, lo, hi, N, skn, svn, smn,
+def _stream_kv(acc, l_i, m_i, q, k_base, v_base, m_base, offs_m, lo, hi, N, skn, svn, smn,
                qk_scale, mask_scale, inv_n,
                D: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
                MASKED: tl.constexpr, CAUSAL: tl.constexpr, MASK_KIND: tl.constexpr,
-               NO_SOFTMAX: tl.constexpr, NO_PV: tl.constexpr, IEEE: tl.constexpr, UPCAST: tl.constexpr,
-               TMA: tl.constexpr):
+               NO_SOFTMAX: tl.constexpr, NO_PV: tl.constexpr, IEEE: tl.constexpr, UPCAST: tl.constexpr):
     """One block of query rows over key tiles [lo, hi)."""
     offs_d = tl.arange(0, BLOCK_D)
     for start_n in range(lo, hi, BLOCK_N):
         offs_n = start_n + tl.arange(0, BLOCK_N)
-        k = _load_kv(k_base, DK, kv_head, start_n, offs_n, offs_d, N, D, skn, BLOCK_N, BLOCK_D, MASKED, TMA, False)
+        k = _load_kv(k_base, start_n, offs_n, offs_d, N, D, skn, BLOCK_N, BLOCK_D, MASKED, False)
         s = _scores(q, k, m_base, offs_m, offs_n, N, smn, qk_scale, mask_scale, BLOCK_M, BLOCK_N, MASKED, CAUSAL,
                     MASK_KIND, NO_SOFTMAX, IEEE, UPCAST)
         p, acc, l_i, m_i = _online_softmax(s, acc, l_i, m_i, qk_scale, MASKED, MASK_KIND, NO_SOFTMAX)
         if NO_PV:
             v = k  # never read
         else:
-            v = _load_kv(v_base, DV, kv_head, start_n, offs_n, offs_d, N, D, svn, BLOCK_N, BLOCK_D, MASKED, TMA,
-                         False)
+            v = _load_kv(v_base, start_n, offs_n, offs_d, N, D, svn, BLOCK_N, BLOCK_D, MASKED, False)
         acc = _accumulate(acc, p, v, offs_n, inv_n, NO_PV, IEEE, UPCAST)
     return acc, l_i, m_i
 
 
 @triton.jit
 def _stream_kv_paired(acc_a, l_a, m_a, q_a, offs_a, mb_a, acc_b, l_b, m_b, q_b, offs_b, mb_b,
-                      k_base, v_base, DK, DV, kv_head, lo, hi, N, skn, svn, smn, qk_scale, mask_scale, inv_n,
+                      k_base, v_base, lo, hi, N, skn, svn, smn, qk_scale, mask_scale, inv_n,
                       D: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
                       MASKED: tl.constexpr, CAUSAL: tl.constexpr, MASK_KIND: tl.constexpr,
-                      NO_SOFTMAX: tl.constexpr, NO_PV: tl.constexpr, IEEE: tl.constexpr, UPCAST: tl.constexpr,
-                      TMA: tl.constexpr):
+                      NO_SOFTMAX: tl.constexpr, NO_PV: tl.constexpr, IEEE: tl.constexpr, UPCAST: tl.constexpr):
     """Two blocks of query rows over key tiles [lo, hi), each K/V tile loaded once for both. The statement order is
     the point (module docstring): both score matmuls, then softmax and PV of A, then of B."""
     offs_d = tl.arange(0, BLOCK_D)
     for start_n in range(lo, hi, BLOCK_N):
         offs_n = start_n + tl.arange(0, BLOCK_N)
-        k = _load_kv(k_base, DK, kv_head, start_n, offs_n, offs_d, N, D, skn, BLOCK_N, BLOCK_D, MASKED, TMA, True)
+        k = _load_kv(k_base, start_n, offs_n, offs_d, N, D, skn, BLOCK_N, BLOCK_D, MASKED, True)
         s_a = _scores(q_a, k, mb_a, offs_a, offs_n, N, smn, qk_scale, mask_scale, BLOCK_M, BLOCK_N, MASKED, CAUSAL,
                       MASK_KIND, NO_SOFTMAX, IEEE, UPCAST)
         s_b = _scores(q_b, k, mb_b, offs_b, offs_n, N, smn, qk_scale, mask_scale, BLOCK_M, BLOCK_N, MASKED, CAUSAL,
@@ -130,8 +124,7 @@ def _stream_kv_paired(acc_a, l_a, m_a, q_a, offs_a, mb_a, acc_b, l_b, m_b, q_b, 
         if NO_PV:
             v = k  # never read
         else:
-            v = _load_kv(v_base, DV, kv_head, start_n, offs_n, offs_d, N, D, svn, BLOCK_N, BLOCK_D, MASKED, TMA,
-                         True)
+            v = _load_kv(v_base, start_n, offs_n, offs_d, N, D, svn, BLOCK_N, BLOCK_D, MASKED, True)
         p_a, acc_a, l_a, m_a = _online_softmax(s_a, acc_a, l_a, m_a, qk_scale, MASKED, MASK_KIND, NO_SOFTMAX)
         acc_a = _accumulate(acc_a, p_a, v, offs_n, inv_n, NO_PV, IEEE, UPCAST)
         p_b, acc_b, l_b, m_b = _online_softmax(s_b, acc_b, l_b, m_b, qk_scale, MASKED, MASK_KIND, NO_SOFTMAX)
@@ -140,11 +133,11 @@ def _stream_kv_paired(acc_a, l_a, m_a, q_a, offs_a, mb_a, acc_b, l_b, m_b, q_b, 
 
 
 @triton.jit
-def _attend_rows(acc, l_i, m_i, q, k_base, v_base, m_base, DK, DV, kv_head, offs_m, row0, N, skn, svn, smn,
+def _attend_rows(acc, l_i, m_i, q, k_base, v_base, m_base, offs_m, row0, N, skn, svn, smn,
                  qk_scale, mask_scale, inv_n,
                  D: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
                  CAUSAL: tl.constexpr, MASK_KIND: tl.constexpr, NO_SOFTMAX: tl.constexpr, NO_PV: tl.constexpr,
-                 IEEE: tl.constexpr, UPCAST: tl.constexpr, TMA: tl.constexpr):
+                 IEEE: tl.constexpr, UPCAST: tl.constexpr):
     """One block of rows [row0, row0 + BLOCK_M) over its unmasked key tiles (phase 1), then its masked ones
     (phase 2)."""
     if CAUSAL:
@@ -153,12 +146,12 @@ def _attend_rows(acc, l_i, m_i, q, k_base, v_base, m_base, DK, DV, kv_head, offs
     else:
         free_hi = (N // BLOCK_N) * BLOCK_N
         masked_hi = N
-    acc, l_i, m_i = _stream_kv(acc, l_i, m_i, q, k_base, v_base, m_base, DK, DV, kv_head, offs_m, 0, free_hi, N,
+    acc, l_i, m_i = _stream_kv(acc, l_i, m_i, q, k_base, v_base, m_base, offs_m, 0, free_hi, N,
                                skn, svn, smn, qk_scale, mask_scale, inv_n, D, BLOCK_D, BLOCK_M, BLOCK_N,
-                               False, CAUSAL, MASK_KIND, NO_SOFTMAX, NO_PV, IEEE, UPCAST, TMA)
-    acc, l_i, m_i = _stream_kv(acc, l_i, m_i, q, k_base, v_base, m_base, DK, DV, kv_head, offs_m, free_hi,
+                               False, CAUSAL, MASK_KIND, NO_SOFTMAX, NO_PV, IEEE, UPCAST)
+    acc, l_i, m_i = _stream_kv(acc, l_i, m_i, q, k_base, v_base, m_base, offs_m, free_hi,
                                masked_hi, N, skn, svn, smn, qk_scale, mask_scale, inv_n, D, BLOCK_D, BLOCK_M,
-                               BLOCK_N, True, CAUSAL, MASK_KIND, NO_SOFTMAX, NO_PV, IEEE, UPCAST, TMA)
+                               BLOCK_N, True, CAUSAL, MASK_KIND, NO_SOFTMAX, NO_PV, IEEE, UPCAST)
     return acc, l_i
 
 
@@ -174,13 +167,12 @@ def _write_rows(O, acc, l_i, offs_m, offs_d, o_base, son, N, D, BLOCK_M: tl.cons
 
 
 @triton.jit
-def fused_kernel(Q, K, V, O, M, DK, DV,
+def fused_kernel(Q, K, V, O, M,
                  sqb, sqh, sqn, skb, skh, skn, svb, svh, svn, sob, soh, son, smb, smh, smm, smn,
                  N, H, GROUP, qk_scale, mask_scale, inv_n,
                  D: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
                  CAUSAL: tl.constexpr, MASK_KIND: tl.constexpr, NO_SOFTMAX: tl.constexpr, NO_PV: tl.constexpr,
-                 IEEE: tl.constexpr, UPCAST: tl.constexpr, TMA: tl.constexpr, HEAVY_FIRST: tl.constexpr,
-                 PAIRED: tl.constexpr):
+                 IEEE: tl.constexpr, UPCAST: tl.constexpr, HEAVY_FIRST: tl.constexpr, PAIRED: tl.constexpr):
     # grid: (cdiv(N, rows per program), B·H), rows per program = BLOCK_M, or 2·BLOCK_M when PAIRED. Requires
     # BLOCK_M % BLOCK_N == 0 (the causal split is in whole key tiles). qk_scale = scale · log2 e (natural scale
     # under NO_SOFTMAX, whose P is S itself).
@@ -193,7 +185,6 @@ def fused_kernel(Q, K, V, O, M, DK, DV,
     b = bh // H
     h = bh % H
     hk = h // GROUP  # grouped-query attention: GROUP query heads read one k/v head
-    kv_head = (b * (H // GROUP) + hk).to(tl.int32)  # row of the (B·Hkv, N, D) TMA descriptors
     offs_d = tl.arange(0, BLOCK_D)
     q_base = Q + b * sqb + h * sqh + offs_d[None, :]
     k_base = K + b * skb + hk * skh + offs_d[None, :]  # row 0 of this head's K, V
@@ -230,16 +221,16 @@ def fused_kernel(Q, K, V, O, M, DK, DV,
         # causal kernel (its C7515 advisory; attnlab.triton.resources reports it): that cost more than the few
         # all-masked tiles of A this order computes.
         acc_a, l_a, m_a, acc_b, l_b, m_b = _stream_kv_paired(
-            acc_a, l_a, m_a, q_a, offs_a, mb_a, acc_b, l_b, m_b, q_b, offs_b, mb_b, k_tile0, v_tile0, DK, DV, kv_head,
+            acc_a, l_a, m_a, q_a, offs_a, mb_a, acc_b, l_b, m_b, q_b, offs_b, mb_b, k_tile0, v_tile0,
             0, done, N, skn, svn, smn, qk_scale, mask_scale, inv_n, D, BLOCK_D, BLOCK_M, BLOCK_N, False, CAUSAL,
-            MASK_KIND, NO_SOFTMAX, NO_PV, IEEE, UPCAST, TMA)
+            MASK_KIND, NO_SOFTMAX, NO_PV, IEEE, UPCAST)
         acc_a, l_a, m_a, acc_b, l_b, m_b = _stream_kv_paired(
-            acc_a, l_a, m_a, q_a, offs_a, mb_a, acc_b, l_b, m_b, q_b, offs_b, mb_b, k_tile0, v_tile0, DK, DV, kv_head,
+            acc_a, l_a, m_a, q_a, offs_a, mb_a, acc_b, l_b, m_b, q_b, offs_b, mb_b, k_tile0, v_tile0,
             done, hi, N, skn, svn, smn, qk_scale, mask_scale, inv_n, D, BLOCK_D, BLOCK_M, BLOCK_N, True, CAUSAL,
-            MASK_KIND, NO_SOFTMAX, NO_PV, IEEE, UPCAST, TMA)
+            MASK_KIND, NO_SOFTMAX, NO_PV, IEEE, UPCAST)
         _write_rows(O, acc_b, l_b, offs_b, offs_d, o_base, son, N, D, BLOCK_M, BLOCK_D, NO_SOFTMAX, NO_PV)
     else:
-        acc_a, l_a = _attend_rows(acc_a, l_a, m_a, q_a, k_base, v_base, mb_a, DK, DV, kv_head, offs_a, row0, N, skn,
+        acc_a, l_a = _attend_rows(acc_a, l_a, m_a, q_a, k_base, v_base, mb_a, offs_a, row0, N, skn,
                                   svn, smn, qk_scale, mask_scale, inv_n, D, BLOCK_D, BLOCK_M, BLOCK_N, CAUSAL,
-                                  MASK_KIND, NO_SOFTMAX, NO_PV, IEEE, UPCAST, TMA)
+                                  MASK_KIND, NO_SOFTMAX, NO_PV, IEEE, UPCAST)
     _write_rows(O, acc_a, l_a, offs_a, offs_d, o_base, son, N, D, BLOCK_M, BLOCK_D, NO_SOFTMAX, NO_PV)

@@ -18,6 +18,7 @@ from attnlab.triton import qk_softmax as _qks
 from attnlab.triton.config import (GLUON_ONLY, LOG2E, Tiles, head_dim_bucket, interpreting, tiles,
                                    unsupported_reason)
 from attnlab.model import SOFTMAX_ROW_MAX
+from attnlab.triton.layout import row_stride, rows_16b, rows_pad, scores_buffer, vector_end
 from attnlab.validate import Spec, check, mask_4d
 
 KERNEL_ABLATIONS = (None, "no_softmax", "no_pv")
@@ -86,91 +87,9 @@ def _tiles(kernel: str, spec: Spec) -> dict:
 def _triton_args(t) -> dict:
     """Tiles as a Triton kernel's launch arguments, less the fields only the fused and Gluon kernels read."""
     t = t.as_dict()
-    for fused_only in ("tma", "heavy_first", "paired", *GLUON_ONLY):
+    for fused_only in ("heavy_first", "paired", *GLUON_ONLY):
         t.pop(fused_only)
     return t
-
-
-def rows_16b(N: int, dtype: torch.dtype) -> bool:
-    """Whether to tell the kernels that read or write S or P row by row (scores, softmax, PV) that N, where their
-    bounds masks cut each row, is a whole number of 16-byte vectors, which Triton cannot see when N % 16 ≠ 0
-    (attnlab.triton.tiles.row_length; the rows' own starts are on 128-byte lines, scores_buffer). Only then: at
-    N % 16 == 0 the compile stays the one Triton makes by itself."""
-    return N % 16 != 0 and not ragged_rows(N, dtype.itemsize)
-
-
-def ragged_rows(N: int, itemsize: int) -> bool:
-    """Whether rows of N elements end inside a 16-byte vector (N · itemsize not a multiple of 16: N = 2999 in 16 bits)."""
-    return (N * itemsize) % 16 != 0
-
-
-def vector_end(N: int, itemsize: int) -> int:
-    """N rounded up to whole 16-byte vectors of itemsize-byte elements: where a row of N elements ends under rows_pad
-    (the host's twin of attnlab.triton.tiles.padded_length)."""
-    vec = 16 // itemsize
-    return -(-N // vec) * vec
-
-
-def rows_pad(N: int, *rows: torch.Tensor) -> bool:
-    """Whether to let the kernels that read or write S or P row by row (scores, softmax, PV) run each row on to the
-    next 16-byte vector past N (attnlab.triton.tiles.padded_length), where N × element size is not a multiple of 16
-    bytes: only where every such row tensor's rows start 16 bytes apart with room for that vector before the next row
-    (scores_buffer's rows, whole 128-byte lines, always have it; a caller's contiguous P does not). Without it those
-    rows move 2 bytes at a time (v55: materialised at N = 2999 took 3.4× its time at N = 3000)."""
-    if not rows or not ragged_rows(N, rows[0].element_size()):
-        return False
-    vec = 16 // rows[0].element_size()
-    padded = vector_end(N, rows[0].element_size())
-
-    def room(x):  # the last row's padding lies inside x's storage too
-        return (x.storage_offset() + x.shape[0] * x.stride(0)) * x.element_size() <= x.untyped_storage().nbytes()
-
-    return all(x.data_ptr() % 16 == 0 and x.stride(2) >= padded and x.stride(2) % vec == 0 and room(x) for x in rows)
-
-
-def padded_view(x: torch.Tensor, N: int) -> torch.Tensor:
-    """x, a (B, H, N, N) S or P, widened to its rows' padded length where rows_pad holds (the columns from N to the
-    end of the 16-byte vector that holds each row's last element), else x itself. The Gluon P kernels store P through
-    a TMA descriptor over this view, so that they write the padding too, as 0 (their keys past N are masked), as the
-    Triton P kernels do: every writer of P leaves that padding 0, and the Triton PV kernel reads it as it lies instead
-    of masking it in registers (PERFORMANCE.md v56). `padded_view(x, N)[..., N:]` is the padding itself."""
-    if not rows_pad(N, x):
-        return x
-    return x.as_strided((*x.shape[:3], vector_end(N, x.element_size())), x.stride(), x.storage_offset())
-
-
-LINE_BYTES = 128  # an L2 line: where S's and P's rows start (scores_buffer)
-
-
-def scores_buffer(spec: Spec) -> torch.Tensor:
-    """A fresh (B, H, N, N) S or P in the input dtype whose rows start on 128-byte lines: a view of (B, H, N, row)
-    storage, row the least length ≥ N of whole lines (row = N wherever N · itemsize is a multiple of 128, every N of
-    the bench but 3000). At N = 3000 contiguous rows lie 6000 bytes apart, so each row of a TMA box straddles lines
-    that the neighbouring box writes too: P's boxes stored at 1.66 TB/s against 2.92 in rows of 3008, and the P kernel
-    ran 5–21 % slower (PERFORMANCE.md v50). The padding is never part of S or P: where N · itemsize is not a multiple of
-    16 bytes the kernels read and write its first 16-byte vector (rows_pad: v55, padded_view), every writer of P
-    leaves 0 there (S's writer -inf), and the PV kernel takes P's as it lies (v56); nothing touches the rest."""
-    s = spec
-    return torch.empty(s.B, s.H, s.N, line_row(s.N, s.dtype.itemsize), dtype=s.dtype, device=s.device)[..., :s.N]
-
-
-def line_row(N: int, itemsize: int) -> int:
-    """The row length, in elements, that scores_buffer gives rows of N elements: the least whole number of lines."""
-    per_line = LINE_BYTES // itemsize
-    return -(-N // per_line) * per_line
-
-
-def row_stride(x: torch.Tensor, spec: Spec, name: str) -> int:
-    """The distance in elements between rows of a (B, H, N, N) S or P a kernel reads or writes (scores_buffer's, or
-    any with unit last stride and its rows evenly spaced through B and H, which is what the kernels index)."""
-    B, H, N = spec.B, spec.H, spec.N
-    row = x.stride(2) if x.dim() == 4 else 0
-    if (tuple(x.shape) != (B, H, N, N) or x.dtype != spec.dtype or x.stride(3) != 1 or row < N
-            or x.stride(1) != N * row or x.stride(0) != H * N * row):
-        raise ValueError(f"{name} must be a {spec.dtype} (B, H, N, N) = {(B, H, N, N)} tensor with unit last "
-                         f"stride and rows evenly spaced (strides (H·N·r, N·r, r, 1), r ≥ N; scores_buffer makes "
-                         f"one), got {x.dtype} {tuple(x.shape)} with strides {x.stride()}")
-    return row
 
 
 def _out(spec: Spec, out) -> torch.Tensor:
@@ -192,7 +111,7 @@ def _pv(c: _Call, p: torch.Tensor, ablation, out) -> torch.Tensor:
     spn = row_stride(p, s, "P")
     chosen = _pv_tiles(s)
     if chosen.gluon:
-        from attnlab.triton import pv_gluon
+        from attnlab.triton.hopper import pv as pv_gluon
 
         pv_gluon.launch(p, c.v, o, N=s.N, H=s.H, group=s.group, inv_n=1.0 / s.N, causal=s.causal, tiles=chosen,
                         no_pv=ablation == "no_pv")
@@ -206,15 +125,15 @@ def _pv(c: _Call, p: torch.Tensor, ablation, out) -> torch.Tensor:
 
 
 def _pv_tiles(s: Spec) -> Tiles:
-    """The PV kernel's tiles for this case: the key's entry, a Gluon one (attnlab.triton.pv_gluon; the table has them
+    """The PV kernel's tiles for this case: the key's entry, a Gluon one (attnlab.triton.hopper.pv; the table has them
     for fp16/bf16 at D = 64 and 128 only, forced tiles that ask for another dtype or D are an error, as for fused) at
     any N, since scores_buffer starts P's rows on lines where TMA can read them (v54; before, N % 8 == 0 only). No
     ablation enters: the build and its no_pv ablation run the same kernel, and the row records it (tile_config)."""
     chosen = _lookup("pv", s)
     if chosen.gluon:
-        from attnlab.triton import fused_gluon
+        from attnlab.triton.hopper import common as hopper
 
-        fused_gluon.check_case(chosen, s.dtype, s.D, "PV")
+        hopper.check_case(chosen, s.dtype, s.D, "PV")
     return chosen
 
 
@@ -268,7 +187,7 @@ def write_p(c: _Call, P: torch.Tensor, chosen: Tiles, no_softmax: bool = False) 
     spn = row_stride(P, s, "P")
     log_scale = 1.0 if no_softmax else LOG2E  # softmax in exp2 units; the copy ablation writes S itself
     if chosen.gluon:  # the warp-specialised kernel (sm90, 16-bit), for the build and its ablations and masks alike
-        from attnlab.triton import qk_softmax_gluon
+        from attnlab.triton.hopper import qk_softmax as qk_softmax_gluon
 
         flags = None
         if chosen.fixed_reference and not no_softmax:
@@ -317,9 +236,10 @@ def _qk_softmax_tiles(s: Spec, ablation: str | None = None, mask: torch.Tensor |
     chosen = _lookup("qk_softmax", s)
     if not chosen.gluon:
         return chosen
-    from attnlab.triton import fused_gluon, qk_softmax_gluon
+    from attnlab.triton.hopper import common as hopper
+    from attnlab.triton.hopper import qk_softmax as qk_softmax_gluon
 
-    fused_gluon.check_case(chosen, s.dtype, s.D, "qk_softmax")
+    hopper.check_case(chosen, s.dtype, s.D, "qk_softmax")
     if not qk_softmax_gluon.takes(s.N):
         return _lookup("qk_softmax", s, gluon=False)
     # the row says which ran, and the ablation report notes a zero_mask that ran other tiles than its base
@@ -337,10 +257,10 @@ def fused(q, k, v, *, causal=False, attn_mask=None, scale=None, ablation=None, o
     log_scale = 1.0 if no_softmax else LOG2E
     chosen = _lookup("fused", s)
     if chosen.gluon:  # the warp-specialised kernel (sm90, 16-bit), for the build and all its ablations and masks
-        from attnlab.triton import fused_gluon
+        from attnlab.triton.hopper import common as hopper
+        from attnlab.triton.hopper import fused as fused_gluon
 
-        fused_gluon.check_case(chosen, s.dtype, s.D)
-
+        hopper.check_case(chosen, s.dtype, s.D)
         fused_gluon.launch(c.q, c.k, c.v, o, c.mask, c.mask_strides, c.mask_kind, N=s.N, H=s.H, group=s.group,
                            qk_scale=s.scale * log_scale, mask_scale=log_scale, inv_n=1.0 / s.N, causal=causal,
                            tiles=chosen, no_softmax=no_softmax, no_pv=ablation == "no_pv")
@@ -351,26 +271,12 @@ def fused(q, k, v, *, causal=False, attn_mask=None, scale=None, ablation=None, o
     heavy_first, paired = t.pop("heavy_first"), t.pop("paired")
     for gluon_only in GLUON_ONLY:
         t.pop(gluon_only)
-    dk, dv = _kv_descriptors(c, t) if t.pop("tma") else (c.k, c.v)
     _fused.fused_kernel[_grid_m(s, t["BLOCK_M"] * (2 if paired else 1))](
-        c.q, c.k, c.v, o, c.mask, dk, dv, *c.q.stride()[:3], *c.k.stride()[:3], *c.v.stride()[:3], *o.stride()[:3],
+        c.q, c.k, c.v, o, c.mask, *c.q.stride()[:3], *c.k.stride()[:3], *c.v.stride()[:3], *o.stride()[:3],
         *c.mask_strides, s.N, s.H, s.group, s.scale * log_scale, log_scale, 1.0 / s.N,
-        MASK_KIND=c.mask_kind, NO_SOFTMAX=no_softmax, NO_PV=ablation == "no_pv", TMA=dk is not c.k,
+        MASK_KIND=c.mask_kind, NO_SOFTMAX=no_softmax, NO_PV=ablation == "no_pv",
         HEAVY_FIRST=heavy_first, PAIRED=paired, **c.flags, **t)
     return o
-
-
-def _kv_descriptors(c: _Call, t: dict):
-    """TMA descriptors over K and V viewed as (B·Hkv, N, D): a box never crosses into the next head, and rows past
-    N read as zeros. Only on sm90+ and never under the interpreter (config.tiles() does not offer it there)."""
-    from triton.tools.tensor_descriptor import TensorDescriptor
-
-    s = c.spec
-    descs = []
-    for x in (c.k, c.v):
-        x3 = x.contiguous().view(s.B * s.Hkv, s.N, s.D)
-        descs.append(TensorDescriptor(x3, list(x3.shape), list(x3.stride()), [1, t["BLOCK_N"], c.flags["BLOCK_D"]]))
-    return descs
 
 
 def tile_config(build: str, spec: Spec, ablation: str | None = None) -> dict:
@@ -383,12 +289,12 @@ def tile_config(build: str, spec: Spec, ablation: str | None = None) -> dict:
 
 def _fused_tiles_run(s: Spec, ablation: str | None) -> Tiles:
     """fused's tiles as its launch runs them: Tiles.o_tma only where the Gluon kernel has room for O's own tiles
-    (attnlab.triton.fused_gluon.o_by_tma), which the zero_mask ablation's 2-byte (N, N) mask by TMA takes away at
+    (attnlab.triton.hopper.fused.o_by_tma), which the zero_mask ablation's 2-byte (N, N) mask by TMA takes away at
     D = 128; the row then says so, and the ablation report notes that it ran other tiles than fused."""
     t = _lookup("fused", s)
     if not t.o_tma:
         return t
-    from attnlab.triton import fused_gluon
+    from attnlab.triton.hopper import fused as fused_gluon
 
     mask, kind = None, 0
     if ablation == "zero_mask":  # the additive mask it brings: builds._zero_mask's, broadcast over B and H

@@ -14,7 +14,7 @@ def pv_kernel(P, V, O,
               STAGES: tl.constexpr, ROWS_16B: tl.constexpr = False, ROWS_PAD: tl.constexpr = False):
     # grid: (cdiv(N, BLOCK_M), B·H). P is (B, H, N, N), rows spn apart (launch.scores_buffer); V is (B, Hkv, N, D)
     # with unit last stride. Under ROWS_PAD P's rows are read to the next 16-byte vector past N (padded_length), and
-    # what lies there is taken as it lies: every writer of P leaves 0 there (launch.padded_view). Masking it here
+    # what lies there is taken as it lies: every writer of P leaves 0 there (layout.padded_view). Masking it here
     # instead took P's tiles into registers: 145 a thread against 97 at 8 warps (PERFORMANCE.md v55, v56).
     N = row_length(N, P.dtype.element_ty.primitive_bitwidth, ROWS_16B)
     NC = padded_length(N, P.dtype.element_ty.primitive_bitwidth, ROWS_PAD)

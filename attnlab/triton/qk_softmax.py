@@ -25,7 +25,7 @@ def qk_softmax_kernel(Q, K, P, M,
     # ONE_TILE: N ≤ BLOCK_N (the launcher's promise), so pass 1 is skipped and pass 2's one tile takes its
     # statistics from itself.
     # ROWS_PAD (launch.rows_pad): P's rows are written on to the next 16-byte vector past N, 0 there (its keys are
-    # masked), which the PV kernel reads as it lies (launch.padded_view).
+    # masked), which the PV kernel reads as it lies (layout.padded_view).
     # REPAIR: after the Gluon kernel's pass 1 against a fixed reference (Tiles.fixed_reference), only the blocks with
     # a row flagged in FLAGS (B·H·N int8, 1 = its P is wrong) are written, every row of them. Then the grid is
     # (cdiv(N, REPAIR_SPAN), B·H): a program reads the flags of REPAIR_SPAN rows (a multiple of BLOCK_M) in one load

@@ -25,7 +25,7 @@ import triton
 from triton.backends.compiler import GPUTarget
 
 from attnlab.triton import config
-from attnlab.triton.fused_gluon import smem_limit
+from attnlab.triton.hopper.common import smem_limit
 
 FLOATS = ("qk_scale", "mask_scale", "inv_n")
 POINTERS = re.compile(r"^(Q|K|V|O|M|P|S|DK|DV)$")
@@ -46,7 +46,8 @@ def compile_info(kernel: str, D: int, causal: bool, tiles: config.Tiles, mask_ki
     if kernel in ("fused", "qk_softmax", "pv") and tiles.gluon:
         return _gluon_info(kernel, D, causal, tiles, mask_kind, dtype, n, **flags)
     # the launcher's rules: the compile is the one a call makes (on scores_buffer's rows, which have room to pad)
-    from attnlab.triton.launch import REPAIR_SPAN, line_row, ragged_rows, rows_16b
+    from attnlab.triton.launch import REPAIR_SPAN
+    from attnlab.triton.layout import line_row, ragged_rows, rows_16b
 
     fn = _kernel(kernel)
     if not isinstance(fn, triton.runtime.jit.JITFunction):
@@ -55,7 +56,7 @@ def compile_info(kernel: str, D: int, causal: bool, tiles: config.Tiles, mask_ki
     constexpr_names = [fn.arg_names[i] for i in fn.constexprs]
     values = dict(D=D, BLOCK_D=config.head_dim_bucket(D), BLOCK_M=tiles.BLOCK_M, BLOCK_N=tiles.BLOCK_N,
                   CAUSAL=causal, MASK_KIND=mask_kind, NO_SOFTMAX=False, NO_PV=False, IEEE=dtype == "fp32",
-                  UPCAST=False, TMA=tiles.tma, HEAVY_FIRST=tiles.heavy_first, PAIRED=tiles.paired,
+                  UPCAST=False, HEAVY_FIRST=tiles.heavy_first, PAIRED=tiles.paired,
                   STAGES=tiles.num_stages, ONE_TILE=n <= tiles.BLOCK_N, REPAIR=False, REPAIR_SPAN=REPAIR_SPAN,
                   ROWS_16B=rows_16b(n, DTYPES[dtype]), ROWS_PAD=ragged_rows(n, DTYPES[dtype].itemsize))
     values.update(flags)
@@ -143,7 +144,10 @@ def _gluon_info(kernel: str, D: int, causal: bool, tiles: config.Tiles, mask_kin
     from triton.experimental.gluon._runtime import GluonASTSource
     from triton.runtime.jit import mangle_type
 
-    from attnlab.triton import fused_gluon, pv_gluon, qk_softmax_gluon, qk_softmax_row
+    from attnlab.triton.hopper import common, qk_softmax_row
+    from attnlab.triton.hopper import fused as fused_gluon
+    from attnlab.triton.hopper import pv as pv_gluon
+    from attnlab.triton.hopper import qk_softmax as qk_softmax_gluon
 
     tdtype = DTYPES[dtype]
     ints = _int_args(D, mask_kind, N=n)
@@ -161,28 +165,28 @@ def _gluon_info(kernel: str, D: int, causal: bool, tiles: config.Tiles, mask_kin
     if kernel == "pv":
         fn = pv_gluon.pv_gluon_kernel
         p = torch.empty(1, ints["H"], ints["N"], ints["N"], dtype=tdtype)
-        sig["p_desc"] = mangle_type(fused_gluon.descriptor(p, tiles.BLOCK_M, tiles.BLOCK_N))
-        sig["v_desc"] = mangle_type(fused_gluon.descriptor(x, tiles.BLOCK_N))
+        sig["p_desc"] = mangle_type(common.descriptor(p, tiles.BLOCK_M, tiles.BLOCK_N))
+        sig["v_desc"] = mangle_type(common.descriptor(x, tiles.BLOCK_N))
         sig["o_ptr"] = f"*{dtype}"
         values = pv_gluon.constexprs(tiles, D=D, causal=causal, no_pv=no_pv)
         floats = ("inv_n",)
     elif kernel == "qk_softmax" and tiles.one_pass:  # one pass, the row on chip: compiled for rows of min(n, ROW_MAX)
         fn = qk_softmax_row.qk_softmax_row_kernel
-        sig["q_desc"] = mangle_type(fused_gluon.descriptor(x, tiles.BLOCK_M))
-        sig["k_desc"] = mangle_type(fused_gluon.descriptor(x, tiles.BLOCK_N))
+        sig["q_desc"] = mangle_type(common.descriptor(x, tiles.BLOCK_M))
+        sig["k_desc"] = mangle_type(common.descriptor(x, tiles.BLOCK_N))
         p = torch.empty(1, ints["H"], ints["N"], ints["N"], dtype=tdtype)
-        sig["p_desc"] = mangle_type(fused_gluon.descriptor(p, tiles.BLOCK_M, tiles.BLOCK_N))
+        sig["p_desc"] = mangle_type(common.descriptor(p, tiles.BLOCK_M, tiles.BLOCK_N))
         sig["M"] = f"*{dtype}"  # the launcher passes P: items carry a mask pointer the kernel never reads
         values = qk_softmax_row.constexprs(tiles, D=D, N=min(n, qk_softmax_row.ROW_MAX), itemsize=tdtype.itemsize,
                                            causal=causal, no_softmax=no_softmax)
         floats = ("qk_scale",)
     elif kernel == "qk_softmax":
         fn = qk_softmax_gluon.qk_softmax_gluon_kernel
-        sig["q_desc"] = mangle_type(fused_gluon.descriptor(x, tiles.BLOCK_M))
-        sig["k_desc"] = mangle_type(fused_gluon.descriptor(x, tiles.BLOCK_N))
+        sig["q_desc"] = mangle_type(common.descriptor(x, tiles.BLOCK_M))
+        sig["k_desc"] = mangle_type(common.descriptor(x, tiles.BLOCK_N))
         p = torch.empty(1, ints["H"], ints["N"], ints["N"], dtype=tdtype)
-        sig["p_desc"] = mangle_type(fused_gluon.descriptor(p, tiles.BLOCK_M, tiles.BLOCK_N))
-        md = fused_gluon.mask_path(tiles, m, mask_kind)  # with Tiles.mask_tma the mask comes by TMA (v30)
+        sig["p_desc"] = mangle_type(common.descriptor(p, tiles.BLOCK_M, tiles.BLOCK_N))
+        md = common.mask_path(tiles, m, mask_kind)  # with Tiles.mask_tma the mask comes by TMA (v30)
         sig["mask_desc"] = mangle_type(md[0]) if md else sig["q_desc"]
         values = qk_softmax_gluon.constexprs(tiles, D=D, causal=causal, mask_kind=mask_kind, md=md,
                                              no_softmax=no_softmax)
@@ -192,7 +196,7 @@ def _gluon_info(kernel: str, D: int, causal: bool, tiles: config.Tiles, mask_kin
         fn = fused_gluon.fused_gluon_kernel
         for a, rows in (("q_desc", tiles.BLOCK_M), ("k_desc", tiles.BLOCK_N), ("v_desc", tiles.BLOCK_N),
                         ("o_desc", tiles.BLOCK_M)):
-            sig[a] = mangle_type(fused_gluon.descriptor(x, rows))
+            sig[a] = mangle_type(common.descriptor(x, rows))
         sig["o_ptr"] = f"*{dtype}"
         run_as = replace(tiles, mask_tma=bool(flags.pop("MASK_TMA", tiles.mask_tma)))
         md, o_tma = fused_gluon.paths(run_as, m, mask_kind, D, tdtype.itemsize)
@@ -216,7 +220,7 @@ def _gluon_info(kernel: str, D: int, causal: bool, tiles: config.Tiles, mask_kin
         sig[a], constexprs[a] = "constexpr", val
     src = GluonASTSource(fn=fn, signature=sig, constexprs=constexprs, attrs={})
     k = triton.compile(src, target=GPUTarget("cuda", 90, 32),
-                       options={"num_warps": 4, "maxnreg": fused_gluon.partitions(tiles)[1]})
+                       options={"num_warps": 4, "maxnreg": common.partitions(tiles)[1]})
     return _report(k, kernel, D, causal, mask_kind, tiles)
 
 
@@ -247,7 +251,7 @@ def _int_args(D: int, mask_kind: int, N: int = 4096, width: int = 2048) -> dict:
 
 
 # A tile label's suffix letters, in the order they are written: "128x64w8s3hp" is heavy-first and paired.
-LABEL_FLAGS = (("h", "heavy_first", "heavy-first"), ("p", "paired", "paired rows"), ("t", "tma", "TMA"),
+LABEL_FLAGS = (("h", "heavy_first", "heavy-first"), ("p", "paired", "paired rows"),
                ("g", "gluon", "the Gluon kernel"), ("m", "mask_tma", "its mask by TMA"),
                ("r", "q_registers", "Q in registers"), ("c", "persistent", "one program an SM"),
                ("o", "o_tma", "O by TMA from its own tiles"),

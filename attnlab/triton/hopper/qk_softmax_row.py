@@ -2,7 +2,7 @@
 PERFORMANCE.md v40). Hopper, Gluon; D = 64 or 128, fp16 or bf16, any N up to ROW_MAX (P's rows on
 128-byte lines, launch.scores_buffer, since v54).
 
-Why: the two-pass kernel (attnlab.triton.qk_softmax_gluon) computes every score twice, once for the row's max and
+Why: the two-pass kernel (attnlab.triton.hopper.qk_softmax) computes every score twice, once for the row's max and
 sum and once to write P, because a row of N keys does not fit on chip. At N ≤ 1024 the N keys of BLOCK_M = 64 rows
 do: 64 × 1024 16-bit values are 128 KiB of shared memory. Here each score is computed once (v37: at N ≤ 1024 the
 softmax's second QKᵀ and exponentials are 0.37–0.45 of the build's floor):
@@ -17,7 +17,7 @@ softmax's second QKᵀ and exponentials are 0.37–0.45 of the build's floor):
     them by TMA, which drains while the next item is computed.
 Persistent (one program an SM: the row buffer takes most of its shared memory); under a causal mask the tiles past
 the item's diagonal are stored as zeros by the consumer that owns them, and HEAVY_FIRST takes items in heavy/light
-pairs (fused_gluon._items). The no_softmax ablation writes S itself from the same loop, with no swap and no rescale.
+pairs (common.items). The no_softmax ablation writes S itself from the same loop, with no swap and no rescale.
 Masks are not taken here: qk_softmax_gluon.as_run sends a masked call to the two-pass kernel, and the row says so.
 
 P is rounded twice (2^(s − m_j) to fp16, then P to the dtype): at most one unit in the last place of fp16 more than
@@ -31,9 +31,8 @@ from triton.experimental.gluon import language as gl
 from triton.experimental.gluon.language.nvidia.hopper import (fence_async_shared, mbarrier, tma, warpgroup_mma,
                                                               warpgroup_mma_wait)
 
-from attnlab.triton.fused_gluon import (SMEM_SPARE, _items, _needs_masks, _scores, _step_item, descriptor,
-                                        sm_count, smem_limit, tma_ready)
-from attnlab.triton.qk_softmax_gluon import CONSUMER_REGS, _bias, _load_k
+from attnlab.triton.hopper.common import (P_CONSUMER_REGS, SMEM_SPARE, descriptor, items, load_k_tile, needs_masks,
+                                          p_bias, scores, sm_count, smem_limit, step_item, tma_ready)
 
 ROW_MAX = 1024  # the longest row a program keeps on chip (with 64 rows: 128 KiB of shared memory)
 STATS = gl.constexpr(8)  # the swap's shared floats per row: 2 items in flight (parity) × 2 consumers × (max, sum)
@@ -48,17 +47,17 @@ def _loader(q_desc, k_desc, q_smem, k_smem, bars, work, M, N, H, GROUP, BLOCK_M:
     pid, nprog, total = work
     t0 = 0
     it = 0
-    start, end, step = _items(pid, nprog, total, CAUSAL and HEAVY_FIRST)
+    start, end, step = items(pid, nprog, total, CAUSAL and HEAVY_FIRST)
     for x in range(start, end, step):
-        b, h, hk, start_m, n_tiles, m_head = _step_item(x, work, M, 0, 0, N, H, GROUP, BLOCK_M, BLOCK_N, CAUSAL,
+        b, h, hk, start_m, n_tiles, m_head = step_item(x, work, M, 0, 0, N, H, GROUP, BLOCK_M, BLOCK_N, CAUSAL,
                                                         HEAVY_FIRST, 1)
-        no_mask = (k_desc, k_smem, 0, 0, 0)  # _load_k's mask box, unused without MASK_TMA
-        _load_k(t0, 0, k_desc, k_smem, k_full, k_empty, b, hk, no_mask, BLOCK_N, STAGES, False)
+        no_mask = (k_desc, k_smem, 0, 0, 0)  # load_k_tile's mask box, unused without MASK_TMA
+        load_k_tile(t0, 0, k_desc, k_smem, k_full, k_empty, b, hk, no_mask, BLOCK_N, STAGES, False)
         mbarrier.wait(q_empty, (it & 1) ^ 1)
         mbarrier.expect(q_full, q_desc.block_type.nbytes)
         tma.async_copy_global_to_shared(q_desc, [b, h, start_m, 0], q_full, q_smem)
         for t in range(1, n_tiles):
-            _load_k(t0 + t, t, k_desc, k_smem, k_full, k_empty, b, hk, no_mask, BLOCK_N, STAGES, False)
+            load_k_tile(t0 + t, t, k_desc, k_smem, k_full, k_empty, b, hk, no_mask, BLOCK_N, STAGES, False)
         t0 += n_tiles
         it += 1
 
@@ -89,14 +88,14 @@ def _tile_exp(s, j, start_m, hi, offs_m, cols, N, qk_scale, BLOCK_N: gl.constexp
               NO_SOFTMAX: gl.constexpr):
     """Key tile j's raw q·kᵀ → (its row max m_j in exp2 units, 2^(s − m_j), its row sum); under no_softmax the second
     is S with masked entries 0 (the others unused). Element masks only where the tile crosses the diagonal or N
-    (fused_gluon._needs_masks)."""
+    (common.needs_masks)."""
     offs_n = j * BLOCK_N + cols
-    if _needs_masks(j, start_m, hi, BLOCK_N, CAUSAL):
-        s = _scores(s, offs_m, offs_m, offs_m, offs_n, N, 0, qk_scale, 1.0, True, CAUSAL, 0, NO_SOFTMAX, False)
+    if needs_masks(j, start_m, hi, BLOCK_N, CAUSAL):
+        s = scores(s, offs_m, offs_m, offs_m, offs_n, N, 0, qk_scale, 1.0, True, CAUSAL, 0, NO_SOFTMAX, False)
         m_j, p = _exponentials(s, NO_SOFTMAX)
     else:
-        s = _scores(s, offs_m, offs_m, offs_m, offs_n, N, 0, qk_scale, 1.0, False, CAUSAL, 0, NO_SOFTMAX, False)
-        if NO_SOFTMAX:  # _scores scaled it
+        s = scores(s, offs_m, offs_m, offs_m, offs_n, N, 0, qk_scale, 1.0, False, CAUSAL, 0, NO_SOFTMAX, False)
+        if NO_SOFTMAX:  # scores scaled it
             m_j, p = _exponentials(s, True)
         else:  # the steady state: raw scores, the scale riding in exp2's FMA
             m_j = gl.max(s, axis=1) * qk_scale
@@ -160,9 +159,9 @@ def _consumer(q_smem, k_smem, row_smem, tmax_smem, stats_smem, p_desc, bars, wor
     pid, nprog, total = work
     t0 = 0
     it = 0
-    start, end, step = _items(pid, nprog, total, CAUSAL and HEAVY_FIRST)
+    start, end, step = items(pid, nprog, total, CAUSAL and HEAVY_FIRST)
     for x in range(start, end, step):
-        b, h, hk, start_m, n_tiles, m_head = _step_item(x, work, M, 0, 0, N, H, GROUP, BLOCK_M, BLOCK_N, CAUSAL,
+        b, h, hk, start_m, n_tiles, m_head = step_item(x, work, M, 0, 0, N, H, GROUP, BLOCK_M, BLOCK_N, CAUSAL,
                                                         HEAVY_FIRST, 1)
         offs_m = start_m + gl.arange(0, BLOCK_M, row_s)
         slot0 = (it % ROW_BUFS) * ROW_TILES  # this item's row buffer: its stores drain under the next item's work
@@ -203,7 +202,7 @@ def _consumer(q_smem, k_smem, row_smem, tmax_smem, stats_smem, p_desc, bars, wor
             mbarrier.wait(x_bars.index(it % 2), (it // 2) & 1)
             m_i, l_i = _merge(m_i, l_i, stats_smem.index(par + 2 - 2 * WG).load(row_s),
                               stats_smem.index(par + 3 - 2 * WG).load(row_s))
-            bias = _bias(m_i, l_i)  # max + log2(sum): P = 2^(s − m_j) · 2^(m_j − bias)
+            bias = p_bias(m_i, l_i)  # max + log2(sum): P = 2^(s − m_j) · 2^(m_j − bias)
             for j in range(WG, n_tiles, 2):
                 scale = gl.exp2(tmax_smem.index(j).load(row_s) - bias)  # 0 where the tile hid the row (m_j −inf)
                 e = exps.index(slot0 + j).reshape([BLOCK_M, BLOCK_N]).load(s_layout)
@@ -215,7 +214,7 @@ def _consumer(q_smem, k_smem, row_smem, tmax_smem, stats_smem, p_desc, bars, wor
     tma.store_wait(pendings=0)
 
 
-# N is never made a constant (attnlab.triton.fused_gluon: N = 1 with a mask fails to compile in Triton 3.6 if it is).
+# N is never made a constant (attnlab.triton.hopper.fused: N = 1 with a mask fails to compile in Triton 3.6 if it is).
 @gluon.jit(do_not_specialize=["N"])
 def qk_softmax_row_kernel(q_desc, k_desc, p_desc, M, N, H, GROUP, total, qk_scale, D: gl.constexpr,
                           BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, STAGES: gl.constexpr,
@@ -287,7 +286,7 @@ def row_buffers(tiles, N: int, D: int, itemsize: int) -> int:
 
 
 def launch(q, k, p, *, N, H, group, qk_scale, causal, tiles, no_softmax=False) -> None:
-    """Write P for checked (B, H, N, D) q and k into the (B, H, N, N) p, or its launch.padded_view (whose padding
+    """Write P for checked (B, H, N, D) q and k into the (B, H, N, N) p, or its layout.padded_view (whose padding
     gets 0), one pass (qk_softmax_gluon.launch sends Tiles.one_pass here; ValueError where it does not `fit`,
     naming the limit)."""
     D, itemsize = q.shape[-1], q.element_size()
@@ -308,4 +307,4 @@ def constexprs(tiles, *, D: int, N: int, itemsize: int, causal: bool, no_softmax
     """The kernel's constexpr arguments: what `launch` passes and what attnlab.triton.resources compiles offline."""
     return dict(D=D, BLOCK_M=tiles.BLOCK_M, BLOCK_N=tiles.BLOCK_N, STAGES=tiles.num_stages,
                 ROW_TILES=triton.cdiv(N, tiles.BLOCK_N), ROW_BUFS=row_buffers(tiles, N, D, itemsize), CAUSAL=causal,
-                NO_SOFTMAX=no_softmax, HEAVY_FIRST=tiles.heavy_first, CONSUMER_REGS=CONSUMER_REGS)
+                NO_SOFTMAX=no_softmax, HEAVY_FIRST=tiles.heavy_first, CONSUMER_REGS=P_CONSUMER_REGS)

@@ -24,107 +24,16 @@ the gate (`attnlab check`) and `scripts/experiments/gluon_fa3.py`.
 """
 from __future__ import annotations
 
-import functools
 
-import torch
 import triton
 from triton.experimental import gluon
 from triton.experimental.gluon import language as gl
 from triton.experimental.gluon.language.nvidia.hopper import (fence_async_shared, mbarrier, tma, warpgroup_mma,
                                                               warpgroup_mma_wait)
 
-ROWS_PER_PROGRAM = gl.constexpr(2)  # consumer warpgroups, each BLOCK_M rows
-HEAD_DIMS = (64, 128)  # D it compiles for: wgmma tiles and TMA boxes exactly D wide, no padding
-
-
-def compiles_for(dtype: torch.dtype, D: int) -> bool:
-    """Whether the Gluon kernels (this one and attnlab.triton.qk_softmax_gluon) compile for this dtype and head dim:
-    16-bit inputs, D in HEAD_DIMS."""
-    return dtype in (torch.float16, torch.bfloat16) and D in HEAD_DIMS
-
-
-def check_case(tiles, dtype: torch.dtype, D: int, kernel: str = "") -> None:
-    """ValueError unless the Gluon kernels compile for this dtype and head dim (compiles_for): a table entry for one
-    is keyed "=64" or "=128", forced tiles can ask for anything. `kernel` names it in the message (fused's says
-    none)."""
-    if not compiles_for(dtype, D):
-        raise ValueError(f"tiles {tiles}: the Gluon {kernel + ' ' if kernel else ''}kernel needs fp16 or bf16 and "
-                         f"D = {' or '.join(map(str, HEAD_DIMS))} (its TMA boxes are exactly D wide), got {dtype} and "
-                         f"D = {D}")
-
-
-@gluon.jit
-def _scores(s, mask_rows, mask_tile, offs_m, offs_n, N, smn, qk_scale, mask_scale, MASKED: gl.constexpr,
-            CAUSAL: gl.constexpr, MASK_KIND: gl.constexpr, NO_SOFTMAX: gl.constexpr, MASK_TMA: gl.constexpr):
-    """attnlab.triton.tiles.score_tile on a matmul result: raw q·kᵀ in the steady state (the scale goes into exp2's
-    FMA), else scaled with the mask added and masked entries -inf. The mask tile comes from global memory, or under
-    MASK_TMA from the shared-memory tile the loader brought (zeros past N, as the masked load's `other`)."""
-    if MASKED or MASK_KIND != 0 or NO_SOFTMAX:
-        s = s * qk_scale
-        if MASK_KIND != 0:
-            if MASK_TMA:
-                m = mask_tile.load(s.type.layout)
-            else:
-                inside = (offs_m[:, None] < N) & (offs_n[None, :] < N)
-                m = gl.load(mask_rows[:, None] + offs_n[None, :] * smn, mask=inside, other=0)
-            if MASK_KIND == 1:
-                s = gl.where(m != 0, s, float("-inf"))
-            else:
-                s = s + m.to(gl.float32) * mask_scale
-        if MASKED:
-            keep = offs_n[None, :] < N
-            if CAUSAL:
-                keep = keep & (offs_m[:, None] >= offs_n[None, :])
-            s = gl.where(keep, s, float("-inf"))
-    return s
-
-
-@gluon.jit
-def _softmax(s, m_i, l_i, qk_scale, MASKED: gl.constexpr, MASK_KIND: gl.constexpr, NO_SOFTMAX: gl.constexpr):
-    """P of this tile, the running max and sum, and α = 2^(m_old − m_new) to rescale O (attnlab.triton.fused's
-    _online_softmax)."""
-    if NO_SOFTMAX:  # ablation: P = S, masked entries 0; no max, no exp, no rescale
-        p = gl.where(s == float("-inf"), 0.0, s)
-        m_new = m_i
-        alpha = m_i  # unused: there is no rescale
-    elif (not MASKED) and (MASK_KIND == 0):
-        m_new = gl.maximum(m_i, gl.max(s, axis=1) * qk_scale)
-        m_use = m_new
-        p = gl.exp2(s * qk_scale - m_use[:, None])
-    else:
-        m_new = gl.maximum(m_i, gl.max(s, axis=1))
-        m_use = m_new
-        if MASK_KIND != 0:  # a row the mask hides so far: subtract 0, so exp2 gives 0, not NaN
-            m_use = gl.where(m_new == float("-inf"), 0.0, m_new)
-        p = gl.exp2(s - m_use[:, None])
-    if not NO_SOFTMAX:
-        alpha = gl.exp2(m_i - m_use)
-        l_i = l_i * alpha + gl.sum(p, axis=1)
-    return p, m_new, l_i, alpha
-
-
-@gluon.jit
-def _needs_masks(j, rows, hi, BLOCK_N: gl.constexpr, CAUSAL: gl.constexpr):
-    """Whether key tile j needs element masks for the rows from `rows` on: it reaches past `hi` (N, or under a
-    causal mask the rows' last key) or, causal, past the rows' first diagonal element (both Gluon kernels)."""
-    return ((j + 1) * BLOCK_N > hi) or (CAUSAL and (j + 1) * BLOCK_N > rows)
-
-
-@gluon.jit
-def _tile(s, m_i, l_i, j, rows, hi, mask_rows, mask_tile, offs_m, cols, N, smn, qk_scale, mask_scale,
-          BLOCK_N: gl.constexpr, CAUSAL: gl.constexpr, MASK_KIND: gl.constexpr, NO_SOFTMAX: gl.constexpr,
-          MASK_TMA: gl.constexpr):
-    """Scores and softmax of key tile j, element-masked only where the tile crosses the diagonal or N."""
-    offs_n = j * BLOCK_N + cols
-    if _needs_masks(j, rows, hi, BLOCK_N, CAUSAL):
-        s = _scores(s, mask_rows, mask_tile, offs_m, offs_n, N, smn, qk_scale, mask_scale, True, CAUSAL, MASK_KIND,
-                    NO_SOFTMAX, MASK_TMA)
-        p, m_i, l_i, alpha = _softmax(s, m_i, l_i, qk_scale, True, MASK_KIND, NO_SOFTMAX)
-    else:
-        s = _scores(s, mask_rows, mask_tile, offs_m, offs_n, N, smn, qk_scale, mask_scale, False, CAUSAL, MASK_KIND,
-                    NO_SOFTMAX, MASK_TMA)
-        p, m_i, l_i, alpha = _softmax(s, m_i, l_i, qk_scale, False, MASK_KIND, NO_SOFTMAX)
-    return p, m_i, l_i, alpha, offs_n
+from attnlab.triton.hopper.common import (CONSUMER_REGS, ROWS_PER_PROGRAM, SMEM_SPARE, descriptor, items, mask_path,
+                                          partitions, program, programs_per_sm, sm_count, smem_limit, softmax_tile,
+                                          step_item, tma_ready, warpgroup_mask)
 
 
 @gluon.jit
@@ -133,18 +42,6 @@ def _no_pv_step(acc, p, offs_n, inv_n, alpha, NO_SOFTMAX: gl.constexpr):
     if not NO_SOFTMAX:
         acc = acc * alpha[:, None]
     return acc + p * (offs_n.to(gl.float32) * inv_n)[None, :]
-
-
-@gluon.jit
-def _mask_tile(mask_smem, stage, WG: gl.constexpr, MASK_TMA: gl.constexpr, ROWS: gl.constexpr):
-    """This warpgroup's rows of the mask tile in ring slot `stage` (the loader brings all ROWS warpgroups' rows in one
-    box); the unused placeholder without MASK_TMA."""
-    if MASK_TMA:
-        box = mask_smem.index(stage)
-        rows: gl.constexpr = box.type.shape[2] // ROWS
-        return box.reshape([box.type.shape[2], box.type.shape[3]]).slice(WG * rows, rows, dim=0)
-    else:
-        return mask_smem
 
 
 @gluon.jit
@@ -184,7 +81,7 @@ def _load_v(j, r, v_desc, v_smem, bars, b, hk, BLOCK_N: gl.constexpr, STAGES: gl
 def _load_item(where, t0, it, q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, bars, mask, BLOCK_M: gl.constexpr,
                BLOCK_N: gl.constexpr, STAGES: gl.constexpr, NO_PV: gl.constexpr, MASK_TMA: gl.constexpr,
                MASK_B: gl.constexpr, MASK_H: gl.constexpr, PERSISTENT: gl.constexpr, ROWS: gl.constexpr):
-    """The loader's share of a work item (`where`: _program's answer; this program's it-th item), whose key tiles
+    """The loader's share of a work item (`where`: program's answer; this program's it-th item), whose key tiles
     take ring positions t0 on: K of tile 0, both consumers' Q (persistent: once each consumer has released its Q
     buffer, after its last QKᵀ of the previous item), then V of tile 0 and K and V tile by tile. Returns the next
     item's first ring position."""
@@ -219,9 +116,9 @@ def _loader(q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, bars, mask, work, wh
     if PERSISTENT:
         t0 = 0
         it = 0
-        start, end, step = _items(pid, nprog, total, CAUSAL and HEAVY_FIRST)
+        start, end, step = items(pid, nprog, total, CAUSAL and HEAVY_FIRST)
         for x in range(start, end, step):
-            where = _step_item(x, work, M, smb, smh, N, H, GROUP, BLOCK_M, BLOCK_N, CAUSAL, HEAVY_FIRST, ROWS)
+            where = step_item(x, work, M, smb, smh, N, H, GROUP, BLOCK_M, BLOCK_N, CAUSAL, HEAVY_FIRST, ROWS)
             t0 = _load_item(where, t0, it, q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, bars, mask, BLOCK_M,
                             BLOCK_N, STAGES, NO_PV, MASK_TMA, MASK_B, MASK_H, True, ROWS)
             it += 1
@@ -234,7 +131,7 @@ def _loader(q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, bars, mask, work, wh
 def _pv_issue(p, acc, v_smem, v_full, stage, j, offs_n, inv_n, dtype: gl.constexpr, p_layout: gl.constexpr,
               BLOCK_N: gl.constexpr, D: gl.constexpr, STAGES: gl.constexpr, NO_PV: gl.constexpr):
     """Start O += P·V(tile j) on the tensor cores (P as the register operand); nothing under no_pv, whose
-    O += P·n/N is done as soon as P exists (_tile), so P is not carried into the next iteration."""
+    O += P·n/N is done as soon as P exists (softmax_tile), so P is not carried into the next iteration."""
     if NO_PV:
         p_op = p
     else:
@@ -250,7 +147,7 @@ def _attend_item(where, t0, it, q_desc, o_desc, o_ptr, o_strides, q_smem, k_smem
                  BLOCK_N: gl.constexpr, STAGES: gl.constexpr, CAUSAL: gl.constexpr, MASK_KIND: gl.constexpr,
                  NO_SOFTMAX: gl.constexpr, NO_PV: gl.constexpr, MASK_TMA: gl.constexpr, PERSISTENT: gl.constexpr,
                  O_TMA: gl.constexpr, ROWS: gl.constexpr):
-    """One warpgroup's rows of a work item (`where`: _program's answer; this program's it-th item; its key tiles at
+    """One warpgroup's rows of a work item (`where`: program's answer; this program's it-th item; its key tiles at
     ring positions t0 on): FA3's loop over the loader's ring, then O out. Under MASK_TMA a K slot is released only
     once this warpgroup has also read its rows of the slot's mask tile. Persistent: the Q buffer is released after
     the last QKᵀ, so the next item's Q loads under this one's last softmax, PV and store, and O goes out from
@@ -292,8 +189,8 @@ def _attend_item(where, t0, it, q_desc, o_desc, o_ptr, o_strides, q_smem, k_smem
     s = warpgroup_mma_wait(num_outstanding=0, deps=[s])
     if not MASK_TMA:
         mbarrier.arrive(k_empty.index(stage), count=1)
-    p, m_i, l_i, alpha, offs_n = _tile(s, m_i, l_i, 0, rows, hi, mask_rows,
-                                       _mask_tile(mask_smem, stage, WG, MASK_TMA, ROWS), offs_m, cols, N, smn, qk_scale,
+    p, m_i, l_i, alpha, offs_n = softmax_tile(s, m_i, l_i, 0, rows, hi, mask_rows,
+                                       warpgroup_mask(mask_smem, stage, WG, MASK_TMA, ROWS), offs_m, cols, N, smn, qk_scale,
                                        mask_scale, BLOCK_N, CAUSAL, MASK_KIND, NO_SOFTMAX, MASK_TMA)
     if MASK_TMA:
         mbarrier.arrive(k_empty.index(stage), count=1)
@@ -312,8 +209,8 @@ def _attend_item(where, t0, it, q_desc, o_desc, o_ptr, o_strides, q_smem, k_smem
         s = warpgroup_mma_wait(num_outstanding=0 if NO_PV else 1, deps=[s])
         if not MASK_TMA:
             mbarrier.arrive(k_empty.index(stage), count=1)
-        p, m_i, l_i, alpha, offs_n = _tile(s, m_i, l_i, j, rows, hi, mask_rows,
-                                           _mask_tile(mask_smem, stage, WG, MASK_TMA, ROWS), offs_m, cols, N, smn,
+        p, m_i, l_i, alpha, offs_n = softmax_tile(s, m_i, l_i, j, rows, hi, mask_rows,
+                                           warpgroup_mask(mask_smem, stage, WG, MASK_TMA, ROWS), offs_m, cols, N, smn,
                                            qk_scale, mask_scale, BLOCK_N, CAUSAL, MASK_KIND, NO_SOFTMAX, MASK_TMA)
         if MASK_TMA:
             mbarrier.arrive(k_empty.index(stage), count=1)
@@ -371,9 +268,9 @@ def _consumer(q_desc, o_desc, o_ptr, o_strides, q_smem, k_smem, v_smem, o_smem, 
     if PERSISTENT:
         t0 = 0
         it = 0
-        start, end, step = _items(pid, nprog, total, CAUSAL and HEAVY_FIRST)
+        start, end, step = items(pid, nprog, total, CAUSAL and HEAVY_FIRST)
         for x in range(start, end, step):
-            where = _step_item(x, work, M, smb, smh, N, H, GROUP, BLOCK_M, BLOCK_N, CAUSAL, HEAVY_FIRST, ROWS)
+            where = step_item(x, work, M, smb, smh, N, H, GROUP, BLOCK_M, BLOCK_N, CAUSAL, HEAVY_FIRST, ROWS)
             t0 = _attend_item(where, t0, it, q_desc, o_desc, o_ptr, o_strides, q_smem, k_smem, v_smem, o_smem, bars,
                               mask, N, qk_scale, mask_scale, inv_n, WG, D, BLOCK_M, BLOCK_N, STAGES, CAUSAL,
                               MASK_KIND, NO_SOFTMAX, NO_PV, MASK_TMA, True, O_TMA, ROWS)
@@ -384,80 +281,6 @@ def _consumer(q_desc, o_desc, o_ptr, o_strides, q_smem, k_smem, v_smem, o_smem, 
         _attend_item(where, 0, 0, q_desc, o_desc, o_ptr, o_strides, q_smem, k_smem, v_smem, o_smem, bars, mask, N,
                      qk_scale, mask_scale, inv_n, WG, D, BLOCK_M, BLOCK_N, STAGES, CAUSAL, MASK_KIND, NO_SOFTMAX,
                      NO_PV, MASK_TMA, False, False, ROWS)
-
-
-@gluon.jit
-def _items(pid, nprog, total, PAIRS: gl.constexpr):
-    """The range (start, end, step) a persistent program `pid` of `nprog` loops over, _item_at giving each step's
-    work item: pid, pid + nprog, … below total (the items themselves), or under PAIRS 0, 1, … up to its count of
-    items in pairs of consecutive items, pairs pid, pid + nprog, … (the last pair of an odd total is one item)."""
-    if PAIRS:  # first items of pairs u < cdiv(total, 2), second items of u < total // 2: u = pid, pid + nprog, …
-        # (numerators ≥ 0, as pid < nprog: C's and Python's integer division agree)
-        firsts = ((total + 1) // 2 - pid + nprog - 1) // nprog
-        seconds = (total // 2 - pid + nprog - 1) // nprog
-        return 0, firsts + seconds, 1
-    else:
-        return pid, total, nprog
-
-
-@gluon.jit
-def _item_at(x, pid, nprog, PAIRS: gl.constexpr):
-    """The work item of step x of _items' range: x itself, or under PAIRS the x-th of program pid's pairs' items
-    (PERFORMANCE.md v24)."""
-    if PAIRS:
-        return 2 * (pid + (x // 2) * nprog) + x % 2
-    else:
-        return x
-
-
-@gluon.jit
-def _step_item(x, work, M, smb, smh, N, H, GROUP, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, CAUSAL: gl.constexpr,
-               HEAVY_FIRST: gl.constexpr, ROWS: gl.constexpr, PERSISTENT: gl.constexpr = True):
-    """Where step x of a program's loop over _items' range lies: _program of its work item, taken in pairs under a
-    causal mask with HEAVY_FIRST when PERSISTENT (the loader and every consumer walk the same items). Not PERSISTENT
-    (the PV kernel's one item a program): x is the program's item itself."""
-    pid, nprog, total = work
-    return _program(_item_at(x, pid, nprog, CAUSAL and HEAVY_FIRST and PERSISTENT), M, smb, smh, N, H, GROUP, BLOCK_M,
-                    BLOCK_N, CAUSAL, HEAVY_FIRST, ROWS, PERSISTENT)
-
-
-@gluon.jit
-def _pair_order(pos, n_blocks):
-    """The row block at position `pos` of a head's items in pair order: n_blocks − 1, 0, n_blocks − 2, 1, …"""
-    if pos % 2 == 0:
-        return n_blocks - 1 - pos // 2
-    else:
-        return pos // 2
-
-
-@gluon.jit
-def _program(item, M, smb, smh, N, H, GROUP, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, CAUSAL: gl.constexpr,
-             HEAVY_FIRST: gl.constexpr, ROWS: gl.constexpr = ROWS_PER_PROGRAM, PERSISTENT: gl.constexpr = False):
-    """Where work item `item` lies (both Gluon kernels): batch b, query head h, its k/v head hk, first row start_m
-    of its ROWS·BLOCK_M rows (ROWS consumer warpgroups), the key tiles it visits, and its (batch, head) of the mask
-    M. Items run through a head's row blocks before the next head (the order a (row block, batch·head) grid launches
-    in), so the programs at work at once share a few heads' K and V in L2. Causal with HEAVY_FIRST: a grid of one
-    item a program starts the longest rows first; a persistent one takes items in pairs (_item_at), so a head's
-    blocks go heaviest, lightest, second heaviest, second lightest, …: the two items of a pair (n_blocks + 1 key tiles
-    in all, for an even n_blocks) weigh alike, so every program carries about the same load, and at any moment the
-    programs run items of different lengths."""
-    n_blocks = gl.cdiv(N, ROWS * BLOCK_M)
-    bh = item // n_blocks
-    blk = item % n_blocks
-    if CAUSAL and HEAVY_FIRST and PERSISTENT:
-        blk = _pair_order(blk, n_blocks)
-    elif HEAVY_FIRST:  # causal: the longest rows first, so the grid does not end on one long program
-        blk = n_blocks - 1 - blk
-    b = bh // H
-    h = bh % H
-    hk = h // GROUP  # grouped-query attention: GROUP query heads read one k/v head
-    start_m = blk * ROWS * BLOCK_M
-    hi = N
-    if CAUSAL:
-        hi = gl.minimum(N, start_m + ROWS * BLOCK_M)
-    n_tiles = gl.cdiv(hi, BLOCK_N)
-    m_head = M + b.to(gl.int64) * smb + h.to(gl.int64) * smh
-    return b, h, hk, start_m, n_tiles, m_head
 
 
 # N is never made a constant: Triton specialises an int argument equal to 1, and at N = 1 with a mask that compile
@@ -510,7 +333,7 @@ def fused_gluon_kernel(q_desc, k_desc, v_desc, o_desc, o_ptr, sob, soh, son, M, 
     fence_async_shared()
     pid = gl.program_id(0)
     nprog = gl.num_programs(0)
-    b, h, hk, start_m, n_tiles, m_head = _program(pid, M, smb, smh, N, H, GROUP, BLOCK_M, BLOCK_N, CAUSAL,
+    b, h, hk, start_m, n_tiles, m_head = program(pid, M, smb, smh, N, H, GROUP, BLOCK_M, BLOCK_N, CAUSAL,
                                                   HEAVY_FIRST, ROWS)  # one item a program; persistent: its own
     # Each partition's arguments are written out where it is named: a tuple assigned to a name turns its constexprs
     # into tensors.
@@ -550,11 +373,6 @@ def fused_gluon_kernel(q_desc, k_desc, v_desc, o_desc, o_ptr, sob, soh, son, M, 
         ], [4, 1], [CONSUMER_REGS, 24])
 
 
-SMEM_SM = 228 * 1024  # bytes of shared memory an SM has on sm_90 (H100/H200)
-SMEM_RESERVED = 1024  # of them reserved for each block the SM runs
-SMEM_SPARE = 1024  # the barriers and alignment, beside the tiles o_by_tma counts
-
-
 def o_by_tma(tiles, D: int, itemsize: int, mask_itemsize: int) -> bool:
     """Whether the persistent kernel stores O by TMA from O tiles of its own (the kernel's O_TMA): Tiles.persistent
     and Tiles.o_tma, and room for them beside Q, the K/V ring and, where the mask comes by TMA, the mask ring
@@ -569,29 +387,6 @@ def o_by_tma(tiles, D: int, itemsize: int, mask_itemsize: int) -> bool:
     return tiles_bytes + mask_bytes + SMEM_SPARE <= smem_limit(tiles)
 
 
-CONSUMER_REGS = 240  # registers per thread of the consumer warpgroups (setmaxnreg); the loader gets 24
-MAXNREG = 168  # the launch's per-thread limit: 3 warpgroups × 128 threads × 168 ≤ 64 Ki registers per SM
-# Tiles.one_consumer: 5 warps launch as 8, two programs an SM, so 128 registers a thread at launch (2 · 256 · 128 =
-# 64 Ki); the loader's setmaxnreg 24 leaves the consumer 232.
-MAXNREG_ONE = 128
-
-
-def partitions(tiles) -> tuple[int, int]:
-    """(consumer warpgroups a program, the launch's maxnreg) for these tiles: what `launch` passes and what
-    attnlab.triton.resources compiles offline."""
-    return (1, MAXNREG_ONE) if tiles.one_consumer else (ROWS_PER_PROGRAM.value, MAXNREG)
-
-
-def programs_per_sm(tiles) -> int:
-    """Programs that share an SM (its registers, its shared memory): two with one consumer, else one."""
-    return 2 if tiles.one_consumer else 1
-
-
-def smem_limit(tiles) -> int:
-    """The shared memory one program of these tiles may use: its share of the SM, less what the SM keeps a block."""
-    return SMEM_SM // programs_per_sm(tiles) - SMEM_RESERVED
-
-
 def paths(tiles, mask, mask_kind: int, D: int, itemsize: int):
     """How a launch with these tiles brings the mask and stores O: mask_descriptor's answer for the mask (None where
     the consumers load it: no mask, no Tiles.mask_tma, or one TMA cannot read) and the kernel's O_TMA (o_by_tma, which
@@ -599,14 +394,6 @@ def paths(tiles, mask, mask_kind: int, D: int, itemsize: int):
     record (attnlab.triton.launch.tile_config) all take it from here."""
     md = mask_path(tiles, mask, mask_kind)
     return md, o_by_tma(tiles, D, itemsize, mask.element_size() if md else 0)
-
-
-def mask_path(tiles, mask, mask_kind: int):
-    """mask_descriptor's answer for the mask a launch with these tiles brings by TMA (a box of the program's rows by
-    BLOCK_N), None where the consumers load it (no mask, no Tiles.mask_tma, or one TMA cannot read): the rule of the
-    fused and qk_softmax Gluon kernels' launches and of their offline compile."""
-    return mask_descriptor(mask, partitions(tiles)[0] * tiles.BLOCK_M, tiles.BLOCK_N) if (
-        mask_kind and tiles.mask_tma) else None
 
 
 def constexprs(tiles, *, D: int, causal: bool, mask_kind: int, md, o_tma: bool, no_softmax: bool = False,
@@ -618,70 +405,6 @@ def constexprs(tiles, *, D: int, causal: bool, mask_kind: int, md, o_tma: bool, 
                 MASK_KIND=mask_kind, NO_SOFTMAX=no_softmax, NO_PV=no_pv, HEAVY_FIRST=tiles.heavy_first,
                 MASK_TMA=md is not None, MASK_B=vary_b, MASK_H=vary_h, CONSUMER_REGS=CONSUMER_REGS,
                 PERSISTENT=tiles.persistent, O_TMA=o_tma, ROWS=partitions(tiles)[0])
-
-
-def descriptor(x: torch.Tensor, block_rows: int, block_cols: int | None = None):
-    """A TMA descriptor over a (B, H, rows, cols) tensor — q, k, v, o as (B, H, N, D), or qk_softmax's P as
-    (B, H, N, N) — with a (1, 1, block_rows, block_cols) box (block_cols: the whole last dim by default): a box never
-    crosses into the next head, elements past the edges read as zeros and are dropped on store."""
-    from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
-
-    block = [1, 1, block_rows, x.shape[-1] if block_cols is None else block_cols]
-    return TensorDescriptor(x, list(x.shape), list(x.stride()), block, _smem_layout(tuple(block), x.dtype))
-
-
-@functools.lru_cache(maxsize=None)
-def _smem_layout(block: tuple, dtype: torch.dtype):
-    """The swizzled shared-memory layout of a TMA box (cached: computing it was most of the launch's host time, which
-    at N = 512 exceeds the kernel's)."""
-    return gl.NVMMASharedLayout.get_default_for(list(block), getattr(gl, str(dtype).split(".")[-1]))
-
-
-def tma_readable(x: torch.Tensor) -> bool:
-    """Whether TMA can read or write x as it lies: unit last stride, 16-byte aligned base and other strides."""
-    return x.stride(-1) == 1 and x.data_ptr() % 16 == 0 and all((s * x.element_size()) % 16 == 0
-                                                                for s in x.stride()[:-1])
-
-
-def tma_ready(x: torch.Tensor) -> torch.Tensor:
-    """x itself when TMA can read it (tma_readable), else a fresh contiguous copy (the caching allocator aligns it;
-    .contiguous() would hand back a misaligned but contiguous x unchanged)."""
-    return x if tma_readable(x) else torch.empty(x.shape, dtype=x.dtype, device=x.device).copy_(x)
-
-
-def check_p_rows(p: torch.Tensor) -> None:
-    """The P kernels' TMA boxes store and read P where it lies, so its rows must start 16 bytes apart: one ValueError
-    naming the constraint otherwise (attnlab.triton.launch.scores_buffer's rows start on 128-byte lines at any N)."""
-    if not tma_readable(p):
-        raise ValueError(f"P must have unit last stride and a 16-byte aligned base and row stride for the Gluon "
-                         f"kernels' TMA (attnlab.triton.launch.scores_buffer makes one at any N), got strides "
-                         f"{tuple(p.stride())} of {p.element_size()}-byte elements at address {p.data_ptr():#x}")
-
-
-def tma_can_read(mask: torch.Tensor) -> bool:
-    """Whether TMA can read a (B, H, N, N)-strided mask view: 1- or 2-byte elements, unit column stride, 16-byte-aligned
-    base and row stride, and batch and head strides that are 0 (broadcast) or 16-byte multiples: tma_readable's rule
-    (a stride of 0 is a multiple of 16 bytes), for small elements and rows that are not broadcast."""
-    return mask.element_size() <= 2 and mask.stride(2) != 0 and tma_readable(mask)
-
-
-def mask_descriptor(mask: torch.Tensor, rows: int, cols: int):
-    """(descriptor, varies over batch, varies over heads) for a (B, H, N, N)-strided mask view that TMA can read
-    (tma_can_read), else None. Broadcast batch or head dims (stride 0) become dims of size 1, whose coordinate the
-    kernel pins to 0."""
-    from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
-
-    if not tma_can_read(mask):
-        return None
-    sb, sh, sm, _ = mask.stride()
-    B, H, N, _ = mask.shape
-    vary_b, vary_h = int(sb != 0), int(sh != 0)
-    sh_, shape_h = (sh, H) if vary_h else (N * sm, 1)
-    sb_, shape_b = (sb, B) if vary_b else (shape_h * sh_, 1)
-    block = [1, 1, rows, cols]
-    desc = TensorDescriptor(mask, [shape_b, shape_h, N, N], [sb_, sh_, sm, 1], block, _smem_layout(tuple(block),
-                                                                                                   mask.dtype))
-    return desc, vary_b, vary_h
 
 
 def launch(q, k, v, o, mask, mask_strides, mask_kind, *, N, H, group, qk_scale, mask_scale, inv_n, causal, tiles,
@@ -708,7 +431,3 @@ def launch(q, k, v, o, mask, mask_strides, mask_kind, *, N, H, group, qk_scale, 
         o.copy_(o_t)
 
 
-@functools.lru_cache(maxsize=None)
-def sm_count(device: torch.device) -> int:
-    """Streaming multiprocessors of a GPU: a persistent kernel's grid."""
-    return torch.cuda.get_device_properties(device).multi_processor_count

@@ -16,11 +16,11 @@ import torch
 
 # the kernels (as Triton names them) of each stage, per build; the order is the order of launch. qk_softmax's P
 # stage is a Gluon kernel where one runs (sm90, D = 64 or 128, 16-bit): the two-pass one, or the one-pass one
-# (attnlab.triton.qk_softmax_row, Tiles.one_pass) where a row of N ≤ ROW_MAX keys fits on chip; the Triton kernel
+# (attnlab.triton.hopper.qk_softmax_row, Tiles.one_pass) where a row of N ≤ ROW_MAX keys fits on chip; the Triton kernel
 # elsewhere; or the two-pass Gluon kernel and the Triton one: under Tiles.fixed_reference the Triton kernel then
 # re-writes the blocks of the rows the Gluon kernel flagged. The PV stage is one PV kernel or the other
-# (attnlab.triton.pv_gluon where a Gluon entry takes the case, attnlab.triton.pv else). Every kernel attnlab.triton
-# defines is either in this table or in UNSTAGED (tests/test_kernels.py holds that).
+# (attnlab.triton.hopper.pv where a Gluon entry takes the case, attnlab.triton.pv else). Every kernel attnlab.triton
+# defines is either in this table or in UNSTAGED (tests/test_profiler.py holds that).
 STAGES = {
     "materialised": [(("scores_kernel",), "S = scale·QKᵀ (+mask), written to memory"),
                      (("softmax_kernel",), "P = softmax(S), S read and P written"),

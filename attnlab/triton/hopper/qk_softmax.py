@@ -8,7 +8,7 @@ aligned, and launch.scores_buffer starts them on 128-byte lines at any N: v54); 
 Why: P is the build's traffic (N² elements written here, read by the PV kernel), and the Triton kernel's loop does
 matmul, exponentials and stores one after the other in every warp. Here
   * a loader warp streams the K tiles by TMA into a ring of STAGES slots, once for each pass (full/empty mbarriers,
-    as in attnlab.triton.fused_gluon);
+    as in attnlab.triton.hopper.fused);
   * two consumer warpgroups of BLOCK_M rows each issue the next tile's QKᵀ before working on this one's scores
     (so the matmul can run on the tensor cores while the exponentials run), and
   * write each P tile by TMA from a pair of shared-memory buffers: the store drains while the next tiles are
@@ -18,7 +18,7 @@ Tiles.one_consumer puts one consumer in a program and two programs on an SM (v27
 an SM (two with one consumer), each taking work items in turn as the persistent fused kernel does, the K ring and the
 P buffers running on from item to item (v28). A mask comes through the loader by TMA with each K tile where it can
 (v30, as the fused kernel's does since v11), in a ring beside K's; as_run says with which tiles a masked call runs.
-Scores, masks and the online max/sum are attnlab.triton.fused_gluon's functions: the same arithmetic as the fused
+Scores, masks and the online max/sum are attnlab.triton.hopper.fused's functions: the same arithmetic as the fused
 kernel's, flag for flag (masks, causal, ragged N, GQA, the no_softmax ablation writing P = S).
 """
 from __future__ import annotations
@@ -32,41 +32,20 @@ from triton.experimental.gluon import language as gl
 from triton.experimental.gluon.language.nvidia.hopper import (fence_async_shared, mbarrier, tma, warpgroup_mma,
                                                               warpgroup_mma_wait)
 
-from attnlab.triton.fused_gluon import (ROWS_PER_PROGRAM, SMEM_SPARE, _items, _mask_tile, _needs_masks, _program,
-                                        _scores, _step_item, _tile, check_p_rows, descriptor, mask_path, partitions,
-                                        programs_per_sm, sm_count, smem_limit, tma_can_read, tma_ready)
-from attnlab.triton.launch import padded_view
+from attnlab.triton.hopper.common import (P_CONSUMER_REGS, ROWS_PER_PROGRAM, SMEM_SPARE, check_p_rows, descriptor,
+                                          items, load_k_tile, mask_path, needs_masks, p_bias, partitions, program,
+                                          programs_per_sm, scores, sm_count, smem_limit, softmax_tile, step_item,
+                                          tma_can_read, tma_ready, warpgroup_mask)
+from attnlab.triton.layout import padded_view
 
 PBUF = gl.constexpr(2)  # P buffers per consumer: one being filled while the other's store drains
-CONSUMER_REGS = 232  # setmaxnreg of the consumer warpgroups (a multiple of 8; the loader gets 24)
-
-
-@gluon.jit
-def _load_k(r, t, k_desc, k_smem, k_full, k_empty, b, hk, tma_mask, BLOCK_N: gl.constexpr, STAGES: gl.constexpr,
-            MASK_TMA: gl.constexpr):
-    """K tile t into ring position r, once every consumer has released the slot (its `empty` barrier, count ROWS);
-    under MASK_TMA the mask tile of the item's rows and these keys arrives with it, on K's barrier (tma_mask: the
-    mask's descriptor, its ring, and the box's batch, head and first row)."""
-    mask_desc, mask_smem, mb, mh, start_m = tma_mask
-    st = r % STAGES
-    mbarrier.wait(k_empty.index(st), ((r // STAGES) & 1) ^ 1)  # a fresh barrier passes the phase before 0
-    if MASK_TMA:
-        # the consumers read the slot's last mask tile with ordinary shared loads (the generic proxy): order those
-        # reads before this TMA write (the async proxy) into the same slot
-        fence_async_shared()
-        mbarrier.expect(k_full.index(st), k_desc.block_type.nbytes + mask_desc.block_type.nbytes)
-        tma.async_copy_global_to_shared(mask_desc, [mb, mh, start_m, t * BLOCK_N], k_full.index(st),
-                                        mask_smem.index(st))
-    else:
-        mbarrier.expect(k_full.index(st), k_desc.block_type.nbytes)
-    tma.async_copy_global_to_shared(k_desc, [b, hk, t * BLOCK_N, 0], k_full.index(st), k_smem.index(st))
 
 
 @gluon.jit
 def _load_item(where, t0, it, q_desc, k_desc, q_smem, k_smem, bars, tma_mask, BLOCK_M: gl.constexpr,
                BLOCK_N: gl.constexpr, STAGES: gl.constexpr, NO_SOFTMAX: gl.constexpr, PERSISTENT: gl.constexpr,
                ROWS: gl.constexpr, MASK_TMA: gl.constexpr, MASK_B: gl.constexpr, MASK_H: gl.constexpr):
-    """The loader's share of a work item (`where`: _program's answer; this program's it-th item): each consumer's Q
+    """The loader's share of a work item (`where`: program's answer; this program's it-th item): each consumer's Q
     (persistent: once that consumer has released its Q buffer, after its last QKᵀ of the previous item, and after
     the item's first K tile, which can load before that), then the K tiles once per pass at ring positions t0 on.
     Returns the next item's first ring position."""
@@ -77,7 +56,7 @@ def _load_item(where, t0, it, q_desc, k_desc, q_smem, k_smem, bars, tma_mask, BL
     passes = 1 if NO_SOFTMAX else 2
     first = 0
     if PERSISTENT:
-        _load_k(t0, 0, k_desc, k_smem, k_full, k_empty, b, hk, item_mask, BLOCK_N, STAGES, MASK_TMA)
+        load_k_tile(t0, 0, k_desc, k_smem, k_full, k_empty, b, hk, item_mask, BLOCK_N, STAGES, MASK_TMA)
         first = 1
     for w in gl.static_range(ROWS):
         if PERSISTENT:
@@ -85,7 +64,7 @@ def _load_item(where, t0, it, q_desc, k_desc, q_smem, k_smem, bars, tma_mask, BL
         mbarrier.expect(q_bars.index(w), q_desc.block_type.nbytes)
         tma.async_copy_global_to_shared(q_desc, [b, h, start_m + w * BLOCK_M, 0], q_bars.index(w), q_smem.index(w))
     for t in range(first, passes * n_tiles):
-        _load_k(t0 + t, t % n_tiles, k_desc, k_smem, k_full, k_empty, b, hk, item_mask, BLOCK_N, STAGES, MASK_TMA)
+        load_k_tile(t0 + t, t % n_tiles, k_desc, k_smem, k_full, k_empty, b, hk, item_mask, BLOCK_N, STAGES, MASK_TMA)
     return t0 + passes * n_tiles
 
 
@@ -100,9 +79,9 @@ def _loader(q_desc, k_desc, q_smem, k_smem, bars, tma_mask, work, where, M, smb,
     if PERSISTENT:
         t0 = 0
         it = 0
-        start, end, step = _items(pid, nprog, total, CAUSAL and HEAVY_FIRST)
+        start, end, step = items(pid, nprog, total, CAUSAL and HEAVY_FIRST)
         for x in range(start, end, step):
-            where = _step_item(x, work, M, smb, smh, N, H, GROUP, BLOCK_M, BLOCK_N, CAUSAL, HEAVY_FIRST, ROWS)
+            where = step_item(x, work, M, smb, smh, N, H, GROUP, BLOCK_M, BLOCK_N, CAUSAL, HEAVY_FIRST, ROWS)
             t0 = _load_item(where, t0, it, q_desc, k_desc, q_smem, k_smem, bars, tma_mask, BLOCK_M, BLOCK_N, STAGES,
                             NO_SOFTMAX, True, ROWS, MASK_TMA, MASK_B, MASK_H)
             it += 1
@@ -141,7 +120,7 @@ def _release(k_empty, t, STAGES: gl.constexpr, MASK_TMA: gl.constexpr):
 def _probabilities(s, bias, qk_scale, SCALED: gl.constexpr, NO_SOFTMAX: gl.constexpr):
     """P from a score tile and the row's bias = max + log2(sum): 2^(s − max) / sum as one exp2 whose argument
     carries the division (one FFMA and one MUFU an element, no multiply by 1/sum: PERFORMANCE.md v14). s is raw q·kᵀ
-    unless _scores SCALED it (its masked form); under no_softmax, P is S itself with masked entries 0."""
+    unless scores SCALED it (its masked form); under no_softmax, P is S itself with masked entries 0."""
     if NO_SOFTMAX:
         p = gl.where(s == float("-inf"), 0.0, s)
     elif SCALED:
@@ -152,25 +131,17 @@ def _probabilities(s, bias, qk_scale, SCALED: gl.constexpr, NO_SOFTMAX: gl.const
 
 
 @gluon.jit
-def _bias(m_i, l_i):
-    """max + log2(sum) of each row after pass 1; a row the mask hides entirely (max −inf, sum 0) gets 0, so its P is
-    2^−inf = 0."""
-    m_safe = gl.where(m_i == -float("inf"), 0.0, m_i)
-    return m_safe + gl.log2(gl.where(l_i == 0.0, 1.0, l_i))
-
-
-@gluon.jit
 def _p_tile(s, j, bias, rows, hi, mask_rows, mask_tile, offs_m, cols, N, smn, qk_scale, mask_scale,
             BLOCK_N: gl.constexpr, CAUSAL: gl.constexpr, MASK_KIND: gl.constexpr, NO_SOFTMAX: gl.constexpr,
             MASK_TMA: gl.constexpr):
     """P of key tile j: normalised with the row's bias, or S itself under no_softmax."""
     offs_n = j * BLOCK_N + cols
-    if _needs_masks(j, rows, hi, BLOCK_N, CAUSAL):
-        s = _scores(s, mask_rows, mask_tile, offs_m, offs_n, N, smn, qk_scale, mask_scale, True, CAUSAL, MASK_KIND,
+    if needs_masks(j, rows, hi, BLOCK_N, CAUSAL):
+        s = scores(s, mask_rows, mask_tile, offs_m, offs_n, N, smn, qk_scale, mask_scale, True, CAUSAL, MASK_KIND,
                     NO_SOFTMAX, MASK_TMA)
         p = _probabilities(s, bias, qk_scale, True, NO_SOFTMAX)
     else:
-        s = _scores(s, mask_rows, mask_tile, offs_m, offs_n, N, smn, qk_scale, mask_scale, False, CAUSAL,
+        s = scores(s, mask_rows, mask_tile, offs_m, offs_n, N, smn, qk_scale, mask_scale, False, CAUSAL,
                     MASK_KIND, NO_SOFTMAX, MASK_TMA)
         p = _probabilities(s, bias, qk_scale, MASK_KIND != 0 or NO_SOFTMAX, NO_SOFTMAX)
     return p
@@ -184,16 +155,16 @@ def _ref_tile(s, j, m_i, l_i, rows, hi, mask_rows, mask_tile, offs_m, cols, N, s
     2^(s − m_i). No max and no rescale in the loop, so a tile's exponentials do not wait for its max; _flag_rows
     says which rows that leaves wrong."""
     offs_n = j * BLOCK_N + cols
-    masked = _needs_masks(j, rows, hi, BLOCK_N, CAUSAL)
-    if masked or MASK_KIND != 0:  # _scores scales a masked tile itself
-        s = _scores(s, mask_rows, mask_tile, offs_m, offs_n, N, smn, qk_scale, mask_scale, masked, CAUSAL, MASK_KIND,
+    masked = needs_masks(j, rows, hi, BLOCK_N, CAUSAL)
+    if masked or MASK_KIND != 0:  # scores scales a masked tile itself
+        s = scores(s, mask_rows, mask_tile, offs_m, offs_n, N, smn, qk_scale, mask_scale, masked, CAUSAL, MASK_KIND,
                     False, MASK_TMA)
         if j == 0:
             m_first = gl.max(s, axis=1)
             m_i = gl.where(m_first == float("-inf"), 0.0, m_first)
         p = gl.exp2(s - m_i[:, None])
     else:
-        s = _scores(s, mask_rows, mask_tile, offs_m, offs_n, N, smn, qk_scale, mask_scale, False, CAUSAL, MASK_KIND,
+        s = scores(s, mask_rows, mask_tile, offs_m, offs_n, N, smn, qk_scale, mask_scale, False, CAUSAL, MASK_KIND,
                     False, MASK_TMA)
         if j == 0:
             m_i = gl.max(s, axis=1) * qk_scale
@@ -233,7 +204,7 @@ def _step(s, j, t, m_i, l_i, bias, p_desc, p_smem, slot0, pbase, b, h, rows, hi,
     ring (MASK_TMA) and the K ring's `empty` barriers, on which the slot goes back once its mask tile has been
     read."""
     mask_rows, mask_smem, k_empty = masks
-    mask_tile = _mask_tile(mask_smem, t % STAGES, WG, MASK_TMA, ROWS)
+    mask_tile = warpgroup_mask(mask_smem, t % STAGES, WG, MASK_TMA, ROWS)
     if WRITE:
         p = _p_tile(s, j, bias, rows, hi, mask_rows, mask_tile, offs_m, cols, N, smn, qk_scale, mask_scale, BLOCK_N,
                     CAUSAL, MASK_KIND, NO_SOFTMAX, MASK_TMA)
@@ -246,7 +217,7 @@ def _step(s, j, t, m_i, l_i, bias, p_desc, p_smem, slot0, pbase, b, h, rows, hi,
                              mask_scale, BLOCK_N, CAUSAL, MASK_KIND, MASK_TMA)
         _release(k_empty, t, STAGES, MASK_TMA)
     else:
-        p, m_i, l_i, alpha, offs_n = _tile(s, m_i, l_i, j, rows, hi, mask_rows, mask_tile, offs_m, cols, N, smn,
+        p, m_i, l_i, alpha, offs_n = softmax_tile(s, m_i, l_i, j, rows, hi, mask_rows, mask_tile, offs_m, cols, N, smn,
                                            qk_scale, mask_scale, BLOCK_N, CAUSAL, MASK_KIND, False, MASK_TMA)
         _release(k_empty, t, STAGES, MASK_TMA)
     return m_i, l_i
@@ -306,7 +277,7 @@ def _item(where, t0, pbase, it, q_smem, k_smem, p_smem, p_desc, bars, smm, smn, 
           STAGES: gl.constexpr, CAUSAL: gl.constexpr, MASK_KIND: gl.constexpr, NO_SOFTMAX: gl.constexpr,
           Q_REGISTERS: gl.constexpr, PERSISTENT: gl.constexpr, MASK_TMA: gl.constexpr, ROWS: gl.constexpr,
           REF1: gl.constexpr):
-    """One warpgroup's rows of a work item (`where`: _program's answer; this program's it-th item, its key tiles at
+    """One warpgroup's rows of a work item (`where`: program's answer; this program's it-th item, its key tiles at
     ring positions t0 on, pbase P tiles written before it): zero tiles (causal), pass 1 (max and sum; REF1: the
     sum against a fixed reference, then the rows it leaves wrong flagged in `flagging`'s flags, B·H·N bytes, whose
     H it carries), pass 2 (P). Persistent: Q's buffer is released after the item's last QKᵀ. Returns the next item's
@@ -357,7 +328,7 @@ def _item(where, t0, pbase, it, q_smem, k_smem, p_smem, p_desc, bars, smm, smn, 
         if REF1:
             flags, H = flagging
             _flag_rows(l_i, offs_m, flags, (b * H + h).to(gl.int64), N)
-    bias = _bias(m_i, l_i)
+    bias = p_bias(m_i, l_i)
     if CAUSAL:
         tma.store_wait(pendings=0)  # the zero buffer is P buffer 0, written again below
     _pass(q, k_smem, k_full, k_empty, q_empty.index(WG), base, n_tiles, zero_s, m_i, l_i, bias, p_desc, p_smem,
@@ -381,9 +352,9 @@ def _consumer(q_smem, k_smem, p_smem, p_desc, bars, mask, work, where, flags, N,
         t0 = 0
         pbase = 0
         it = 0
-        start, end, step = _items(pid, nprog, total, CAUSAL and HEAVY_FIRST)
+        start, end, step = items(pid, nprog, total, CAUSAL and HEAVY_FIRST)
         for x in range(start, end, step):
-            where = _step_item(x, work, M, smb, smh, N, H, GROUP, BLOCK_M, BLOCK_N, CAUSAL, HEAVY_FIRST, ROWS)
+            where = step_item(x, work, M, smb, smh, N, H, GROUP, BLOCK_M, BLOCK_N, CAUSAL, HEAVY_FIRST, ROWS)
             t0, pbase = _item(where, t0, pbase, it, q_smem, k_smem, p_smem, p_desc, bars, smm, smn, mask_smem,
                               (flags, H), N, qk_scale, mask_scale, WG, D, BLOCK_M, BLOCK_N, STAGES, CAUSAL,
                               MASK_KIND, NO_SOFTMAX, Q_REGISTERS, True, MASK_TMA, ROWS, REF1)
@@ -395,7 +366,7 @@ def _consumer(q_smem, k_smem, p_smem, p_desc, bars, mask, work, where, flags, N,
     tma.store_wait(pendings=0)
 
 
-# N is never made a constant (attnlab.triton.fused_gluon: N = 1 with a mask fails to compile in Triton 3.6 if it is).
+# N is never made a constant (attnlab.triton.hopper.fused: N = 1 with a mask fails to compile in Triton 3.6 if it is).
 @gluon.jit(do_not_specialize=["N"])
 def qk_softmax_gluon_kernel(q_desc, k_desc, p_desc, M, smb, smh, smm, smn, mask_desc, flags, N, H, GROUP, total,
                             qk_scale, mask_scale, D: gl.constexpr, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr,
@@ -405,9 +376,9 @@ def qk_softmax_gluon_kernel(q_desc, k_desc, p_desc, M, smb, smh, smm, smn, mask_
                             ROWS: gl.constexpr = ROWS_PER_PROGRAM, PERSISTENT: gl.constexpr = False,
                             MASK_TMA: gl.constexpr = False, MASK_B: gl.constexpr = 0, MASK_H: gl.constexpr = 0,
                             REF1: gl.constexpr = False):
-    """grid (total,) with total = cdiv(N, ROWS·BLOCK_M)·B·H work items, one a program (attnlab.triton.fused_gluon.
-    _program); PERSISTENT: any smaller grid, each program taking items pid, pid + grid, … (causal with HEAVY_FIRST:
-    in heavy/light pairs, fused_gluon._items). num_warps = 4; ROWS consumer warpgroups a program, 2, or 1
+    """grid (total,) with total = cdiv(N, ROWS·BLOCK_M)·B·H work items, one a program (attnlab.triton.hopper.fused.
+    program); PERSISTENT: any smaller grid, each program taking items pid, pid + grid, … (causal with HEAVY_FIRST:
+    in heavy/light pairs, common.items). num_warps = 4; ROWS consumer warpgroups a program, 2, or 1
     (Tiles.one_consumer: two programs share an SM). q/k descriptors over (B, H or Hkv, N, D) with (1, 1, BLOCK_M or
     BLOCK_N, D) boxes; p_desc over the (B, H, N, N) P (rows on 128-byte lines: launch.scores_buffer) with a
     (1, 1, BLOCK_M, BLOCK_N) box; M the (B, H, N, N)-strided mask or any pointer when MASK_KIND = 0;
@@ -420,7 +391,7 @@ def qk_softmax_gluon_kernel(q_desc, k_desc, p_desc, M, smb, smh, smm, smn, mask_
     dtype: gl.constexpr = q_desc.dtype
     pid = gl.program_id(0)
     nprog = gl.num_programs(0)
-    b, h, hk, start_m, n_tiles, m_head = _program(pid, M, smb, smh, N, H, GROUP, BLOCK_M, BLOCK_N, CAUSAL,
+    b, h, hk, start_m, n_tiles, m_head = program(pid, M, smb, smh, N, H, GROUP, BLOCK_M, BLOCK_N, CAUSAL,
                                                   HEAVY_FIRST, ROWS)  # one item a program; persistent: its own
 
     q_smem = gl.allocate_shared_memory(dtype, [ROWS, 1, 1, BLOCK_M, D], q_desc.layout)
@@ -492,20 +463,20 @@ def mask_fits(tiles, stages: int, D: int, itemsize: int, mask_itemsize: int) -> 
 def as_run(tiles, mask, D: int, itemsize: int, N: int | None = None):
     """The tiles a call at sequence length N runs with, given its (B, H, N, N) mask view (None: no mask; a meta tensor
     will do):
-      * Tiles.one_pass without a mask where the row fits on chip (attnlab.triton.qk_softmax_row.fits; N = None: the
+      * Tiles.one_pass without a mask where the row fits on chip (attnlab.triton.hopper.qk_softmax_row.fits; N = None: the
         entry as it stands): as they are; else the two-pass kernel, persistent, as below;
       * no mask: `tiles` as they are;
       * any mask: without Tiles.fixed_reference and Tiles.q_registers (v42's options, for unmasked calls; beside a
         mask's tiles they spill, offline for sm_90a 40–424 bytes a thread where the same kernels without them
         spill 0–56: PERFORMANCE.md v42), and then:
-      * a mask the loader can bring by TMA (fused_gluon.tma_can_read: 1- or 2-byte elements, 16-byte-aligned rows):
+      * a mask the loader can bring by TMA (common.tma_can_read: 1- or 2-byte elements, 16-byte-aligned rows):
         mask_tma, its tiles arriving with K's in as many stages as fit (mask_fits; at most the entry's, at least 2):
         with two consumers, D = 128 and a 2-byte mask, 2 of the entry's 3 (v30);
       * any other mask, or no room even for 2 stages (one consumer at D = 128): the consumers load it, one item a
         program (Tiles.persistent then spills 0.5–1.8 KB a thread without a causal mask: the mask's pointer tile
         stays live across the item loop, v28)."""
     if tiles.one_pass:
-        from attnlab.triton import qk_softmax_row
+        from attnlab.triton.hopper import qk_softmax_row
 
         if mask is None and (N is None or qk_softmax_row.fits(tiles, N, D, itemsize)):
             return tiles
@@ -534,13 +505,13 @@ def launch(q, k, p, mask, mask_strides, mask_kind, *, N, H, group, qk_scale, mas
     through the loader warp with K (v30), else by the consumers' loads. Tiles.fixed_reference (not under
     no_softmax, which has no pass 1): pass 1 against a fixed reference, each row's verdict into `flags` (B·H·N int8,
     the caller's: 1 where the row's P is wrong and must be re-written, attnlab.triton.launch.write_p). P's rows must
-    start 16 bytes apart (fused_gluon.check_p_rows), as launch.scores_buffer's do at any N. Where their padding
-    reaches the next 16-byte vector past N (launch.rows_pad), P's descriptor spans it (launch.padded_view), so that
+    start 16 bytes apart (common.check_p_rows), as launch.scores_buffer's do at any N. Where their padding
+    reaches the next 16-byte vector past N (launch.rows_pad), P's descriptor spans it (layout.padded_view), so that
     the kernels store 0 there (keys past N are masked) for the PV kernel to read as it lies (v56)."""
     check_p_rows(p)
     p = padded_view(p, N)
     if tiles.one_pass:  # one pass, the row on chip (as_run sends masked calls and longer rows to the two passes)
-        from attnlab.triton import qk_softmax_row
+        from attnlab.triton.hopper import qk_softmax_row
 
         if mask_kind:
             raise ValueError(f"tiles {tiles}: the one-pass P kernel takes no mask (qk_softmax_gluon.as_run gives the "
@@ -575,6 +546,6 @@ def constexprs(tiles, *, D: int, causal: bool, mask_kind: int, md, no_softmax: b
     vary_b, vary_h = md[1:] if md else (0, 0)
     return dict(D=D, BLOCK_M=tiles.BLOCK_M, BLOCK_N=tiles.BLOCK_N, STAGES=tiles.num_stages, CAUSAL=causal,
                 MASK_KIND=mask_kind, NO_SOFTMAX=no_softmax, HEAVY_FIRST=tiles.heavy_first,
-                CONSUMER_REGS=CONSUMER_REGS, Q_REGISTERS=tiles.q_registers, ROWS=partitions(tiles)[0],
+                CONSUMER_REGS=P_CONSUMER_REGS, Q_REGISTERS=tiles.q_registers, ROWS=partitions(tiles)[0],
                 PERSISTENT=tiles.persistent, MASK_TMA=md is not None, MASK_B=vary_b, MASK_H=vary_h,
                 REF1=tiles.fixed_reference and not no_softmax)

@@ -5,7 +5,7 @@ import pkgutil
 import pytest
 import torch
 
-from attnlab import kernels
+from attnlab import profiler as kernels
 
 
 def test_materialised_and_qk_softmax_stages_come_from_their_kernels():
@@ -37,14 +37,13 @@ def test_missing_kernels_and_library_builds_are_clear_errors():
 
 
 def _defined_kernels() -> set[str]:
-    """Every kernel attnlab.triton's modules define (a Triton or Gluon JIT function named *_kernel), found by walking
-    the package, so that a kernel added later cannot be missed the way a hand-kept list missed one (session 32:
-    qk_softmax_row_kernel, the one-pass P kernel at N ≤ 1024 since v40, was in no stage)."""
+    """Every kernel attnlab.triton's modules and subpackages define (a Triton or Gluon JIT function named *_kernel),
+    found by walking the package, so that a kernel added later cannot be missed as a hand-kept list would miss it."""
     import attnlab.triton as package
 
     found = set()
-    for info in pkgutil.iter_modules(package.__path__):
-        module = importlib.import_module(f"{package.__name__}.{info.name}")
+    for info in pkgutil.walk_packages(package.__path__, f"{package.__name__}."):
+        module = importlib.import_module(info.name)
         found |= {name for name, obj in vars(module).items()
                   if name.endswith("_kernel") and callable(getattr(obj, "fn", None))
                   and obj.fn.__module__ == module.__name__}

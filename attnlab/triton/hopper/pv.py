@@ -5,7 +5,7 @@ elsewhere attnlab.triton.pv runs). PERFORMANCE.md v32; any N since v54.
 Why a second PV kernel: at D = 128 the PV stage reads P (2.15 GB at N = 4096 in FlashAttention's shapes, 0.51 ms at
 the copy rate) while it does as many FLOPs as one QKᵀ (0.40 ms at the matmul rate), so it must overlap the two to
 get near the read. The Triton kernel (every warp loads, then multiplies) took 0.584 ms there (session 15, call 7).
-Here, as in attnlab.triton.fused_gluon:
+Here, as in attnlab.triton.hopper.fused:
   * a loader warp brings each key tile's P rows (one box a consumer) and V rows by TMA into a ring of STAGES slots,
     with a `full` and an `empty` mbarrier a slot;
   * two consumer warpgroups of BLOCK_M rows each (a program covers 2·BLOCK_M rows; one under Tiles.one_consumer, two
@@ -25,8 +25,8 @@ from triton.experimental.gluon import language as gl
 from triton.experimental.gluon.language.nvidia.hopper import (fence_async_shared, mbarrier, tma, warpgroup_mma,
                                                              warpgroup_mma_wait)
 
-from attnlab.triton.fused_gluon import (CONSUMER_REGS, _items, _step_item, check_p_rows, descriptor, partitions,
-                                        programs_per_sm, sm_count, tma_ready)
+from attnlab.triton.hopper.common import (CONSUMER_REGS, check_p_rows, descriptor, items, partitions, programs_per_sm,
+                                          sm_count, step_item, tma_ready)
 
 
 @gluon.jit
@@ -37,11 +37,11 @@ def _loader(p_desc, v_desc, p_smem, v_smem, full, empty, work, o_ptr, N, H, GROU
     under no_pv) into the ring, position r running on from item to item, once every consumer has released the slot
     (its `empty` barrier, count ROWS)."""
     pid, nprog, total = work
-    start, end, step = _items(pid, nprog, total, CAUSAL and HEAVY_FIRST and PERSISTENT)
+    start, end, step = items(pid, nprog, total, CAUSAL and HEAVY_FIRST and PERSISTENT)
     r = 0
     for x in range(start, end, step):
-        # no mask: O's pointer stands in for _program's M, and the mask head it returns is unused
-        b, h, hk, start_m, n_tiles, unused = _step_item(x, work, o_ptr, 0, 0, N, H, GROUP, BLOCK_M, BLOCK_N, CAUSAL,
+        # no mask: O's pointer stands in for program's M, and the mask head it returns is unused
+        b, h, hk, start_m, n_tiles, unused = step_item(x, work, o_ptr, 0, 0, N, H, GROUP, BLOCK_M, BLOCK_N, CAUSAL,
                                                         HEAVY_FIRST, ROWS, PERSISTENT)
         for j in range(n_tiles):
             st = r % STAGES
@@ -69,11 +69,11 @@ def _consumer(p_smem, v_smem, full, empty, work, o_ptr, sob, soh, son, N, H, GRO
     s_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1],
                                                        instr_shape=[16, BLOCK_N, 16])
     pid, nprog, total = work
-    start, end, step = _items(pid, nprog, total, CAUSAL and HEAVY_FIRST and PERSISTENT)
+    start, end, step = items(pid, nprog, total, CAUSAL and HEAVY_FIRST and PERSISTENT)
     r = 0
     for x in range(start, end, step):
-        # no mask: O's pointer stands in for _program's M, and the mask head it returns is unused
-        b, h, hk, start_m, n_tiles, unused = _step_item(x, work, o_ptr, 0, 0, N, H, GROUP, BLOCK_M, BLOCK_N, CAUSAL,
+        # no mask: O's pointer stands in for program's M, and the mask head it returns is unused
+        b, h, hk, start_m, n_tiles, unused = step_item(x, work, o_ptr, 0, 0, N, H, GROUP, BLOCK_M, BLOCK_N, CAUSAL,
                                                         HEAVY_FIRST, ROWS, PERSISTENT)
         if NO_PV:  # ablation: O = Σ_n P[:, n]·n/N (attnlab.triton.tiles.no_pv_step), P tiles read from shared memory
             part = gl.zeros([BLOCK_M, BLOCK_N], gl.float32, s_layout)
@@ -196,7 +196,7 @@ def pv_gluon_kernel(p_desc, v_desc, o_ptr, sob, soh, son, N, H, GROUP, total, in
 
 
 def launch(p, v, o, *, N, H, group, inv_n, causal, tiles, no_pv=False) -> None:
-    """Run the kernel on a (B, H, N, N) P (rows 16-byte aligned, fused_gluon.check_p_rows: launch.scores_buffer's)
+    """Run the kernel on a (B, H, N, N) P (rows 16-byte aligned, common.check_p_rows: launch.scores_buffer's)
     and a checked (B, Hkv, N, D) V into O (B, H, N, D), with Tiles' BLOCK_M (rows a consumer), BLOCK_N, num_stages,
     one_consumer, persistent and heavy_first (causal: the longest rows first)."""
     check_p_rows(p)

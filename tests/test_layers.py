@@ -1,0 +1,130 @@
+"""The package's layers point one way, and no two modules import each other, directly or round a loop.
+
+Every import is read from the source (also those inside functions, which run later but bind the modules as tightly),
+so a module added without a place in LAYERS fails here until it is given one.
+"""
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent / "attnlab"
+
+# Bottom to top: a module imports from its own layer and those below, never from one above.
+LAYERS = [
+    ("validate, schema, provenance", ["attnlab.validate", "attnlab.schema", "attnlab.provenance"]),
+    ("reference and model", ["attnlab.reference", "attnlab.accuracy", "attnlab.model", "attnlab.load",
+                             "attnlab.ceilings"]),
+    ("kernel support", ["attnlab.triton", "attnlab.triton.config", "attnlab.triton.layout"]),
+    ("teaching kernels", ["attnlab.triton.tiles", "attnlab.triton.materialised", "attnlab.triton.qk_softmax",
+                          "attnlab.triton.pv", "attnlab.triton.fused"]),
+    ("Hopper kernels", ["attnlab.triton.hopper", "attnlab.triton.hopper.*"]),
+    ("launchers", ["attnlab.triton.launch", "attnlab.triton.resources"]),
+    ("builds", ["attnlab.builds", "attnlab.builds.*"]),
+    ("measure", ["attnlab.measure", "attnlab.profiler"]),
+    ("sweep and commands over cases", ["attnlab.sweep", "attnlab.gate", "attnlab.warm", "attnlab.autotune",
+                                       "attnlab.selfcheck"]),
+    ("report", ["attnlab.report", "attnlab.report.*"]),
+    ("CLI and notebooks", ["attnlab", "attnlab.bench", "attnlab.cli", "attnlab.lab", "attnlab.render",
+                           "attnlab.explore", "attnlab.compare"]),
+]
+
+
+def module_name(path: Path) -> str:
+    parts = path.relative_to(ROOT.parent).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def layer_of(module: str) -> int:
+    for i, (_, patterns) in enumerate(LAYERS):
+        for p in patterns:
+            if module == p or (p.endswith(".*") and module.startswith(p[:-1])):
+                return i
+    raise LookupError(module)
+
+
+def imports(path: Path) -> set[str]:
+    """The attnlab modules a file imports, anywhere in it; `from attnlab.x import y` counts y when y is a module."""
+    found = set()
+    package = module_name(path) if path.name == "__init__.py" else module_name(path).rpartition(".")[0]
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            found |= {a.name for a in node.names if a.name.startswith("attnlab")}
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                base = ".".join(package.split(".")[: len(package.split(".")) - node.level + 1] + ([base] if base else []))
+            if not base.startswith("attnlab"):
+                continue
+            for a in node.names:
+                sub = f"{base}.{a.name}"
+                found.add(sub if (ROOT.parent / sub.replace(".", "/")).with_suffix(".py").exists()
+                          or (ROOT.parent / sub.replace(".", "/") / "__init__.py").exists() else base)
+    return found
+
+
+GRAPH = {module_name(p): imports(p) - {module_name(p)} for p in sorted(ROOT.rglob("*.py"))}
+
+
+def test_every_module_has_a_layer():
+    unplaced = [m for m in GRAPH if not any(m == p or (p.endswith(".*") and m.startswith(p[:-1]))
+                                             for _, ps in LAYERS for p in ps)]
+    assert unplaced == [], f"give these modules a place in LAYERS: {unplaced}"
+
+
+@pytest.mark.parametrize("module", sorted(GRAPH))
+def test_no_module_imports_a_layer_above_its_own(module):
+    mine = layer_of(module)
+    above = sorted(f"{m} ({LAYERS[layer_of(m)][0]})" for m in GRAPH[module]
+                   if m in GRAPH and layer_of(m) > mine and not module.startswith(m + "."))
+    assert above == [], f"{module} ({LAYERS[mine][0]}) imports from above: {above}"
+
+
+def test_no_import_circles():
+    """Tarjan's strongly connected components over the import graph: any component of two or more is a circle."""
+    index, low, stack, on, circles = {}, {}, [], set(), []
+
+    def visit(v):
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        on.add(v)
+        for w in GRAPH.get(v, ()):
+            if w not in GRAPH or v.startswith(w + "."):  # a package's own __init__ runs first anyway
+                continue
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in on:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            comp = []
+            while True:
+                w = stack.pop()
+                on.discard(w)
+                comp.append(w)
+                if w == v:
+                    break
+            if len(comp) > 1:
+                circles.append(sorted(comp))
+
+    for v in GRAPH:
+        if v not in index:
+            visit(v)
+    assert circles == []
+
+
+def test_the_checker_sees_an_upward_import_and_a_circle(tmp_path):
+    """The rules above would pass an empty graph: show they catch what they are for, on a graph made to break them."""
+    global GRAPH
+    saved = GRAPH
+    try:
+        GRAPH = {"attnlab.model": {"attnlab.measure"}, "attnlab.measure": {"attnlab.model"}}
+        with pytest.raises(AssertionError, match="imports from above"):
+            test_no_module_imports_a_layer_above_its_own("attnlab.model")
+        with pytest.raises(AssertionError):
+            test_no_import_circles()
+    finally:
+        GRAPH = saved
+    assert "attnlab.triton.hopper.common" in GRAPH["attnlab.triton.hopper.fused"]  # the parser follows real imports
