@@ -25,7 +25,7 @@ import torch
 from attnlab.triton.config import Tiles
 from attnlab.triton.resources import label
 
-TUNE_NS = "512,2048,8192"  # the benchmark's range, evenly on a log scale
+TUNE_NS = [512, 2048, 8192]  # the benchmark's range, evenly on a log scale
 
 
 def candidates(kernel: str) -> list[Tiles]:

@@ -71,7 +71,12 @@ def recorded_label(tiles_json, kernel: str) -> str:
     from attnlab.triton.resources import label
 
     try:
-        return label(Tiles(**recorded_tiles(tiles_json)[kernel]))
+        recorded = recorded_tiles(tiles_json)[kernel]
+        # a row of older code may record a flag Tiles no longer has: off, it changes nothing; on, the label is unknown
+        gone = {k: v for k, v in recorded.items() if k not in Tiles.__dataclass_fields__}
+        if any(gone.values()):
+            return ""
+        return label(Tiles(**{k: v for k, v in recorded.items() if k not in gone}))
     except (TypeError, ValueError, KeyError):
         return ""
 
@@ -79,9 +84,8 @@ def recorded_label(tiles_json, kernel: str) -> str:
 def run(args) -> "pandas.DataFrame":  # noqa: F821
     import pandas as pd
 
-    dtypes = [getattr(torch, d) for d in args.dtypes.split(",")]
-    ns = [int(n) for n in args.ns.split(",")]
-    names = args.builds.split(",")
+    dtypes = [getattr(torch, d) for d in args.dtypes]
+    ns, names = args.ns, args.builds
     ceilings = {}
     if "qk_softmax" in names:  # its floor is stated against this run's measured ceilings
         ceilings = {dt: measure_ceilings(torch.device("cuda"), dt) for dt in dtypes}
@@ -270,61 +274,74 @@ def report(df) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="attnlab bench", description=__doc__,
-                                 formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--dtypes", default="bfloat16,float16")
-    ap.add_argument("--ns", default="512,1024,2048,4096,8192,16384")
-    ap.add_argument("--builds", default=",".join(BUILDS))
+    from attnlab import args as cli
+    from attnlab import builds
+    from attnlab.triton.resources import parse_tiles
+
+    def tile_labels(text):
+        try:
+            return [parse_tiles(x) for x in text.split(",")]
+        except ValueError as e:
+            raise argparse.ArgumentTypeError(str(e)) from None
+
+    def bench_dir(text):
+        path = os.path.join(text, "bench.csv") if os.path.isdir(text) else text
+        if not os.path.isfile(path):
+            raise argparse.ArgumentTypeError(f"must name a bench.csv or a directory holding one, got {text!r}")
+        return path
+
+    ap = cli.Parser(prog="attnlab bench", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--dtypes", default="bfloat16,float16", type=cli.choices(("bfloat16", "float16", "float32"),
+                                                                              "dtypes"))
+    ap.add_argument("--ns", default="512,1024,2048,4096,8192,16384", type=cli.ints(1))
+    ap.add_argument("--builds", default=",".join(BUILDS), type=cli.choices(builds.names(), "builds"))
     ap.add_argument("--quick", action="store_true", help="skip the untuned extra shapes")
-    ap.add_argument("--repeats", type=int, default=1, help="time each case in this many CUDA graphs, each captured "
-                                                           "afresh; ms is their median, ms_min/ms_max their range")
+    ap.add_argument("--repeats", type=cli.positive_int, default=1,
+                    help="time each case in this many CUDA graphs, each captured afresh; ms is their median, "
+                         "ms_min/ms_max their range")
     ap.add_argument("--autotune", action="store_true", help="time tile candidates instead of benchmarking "
                                                             "(attnlab.autotune)")
-    ap.add_argument("--kernels", default="fused,qk_softmax,pv", help="with --autotune: which kernels to tune")
-    ap.add_argument("--tune-ns", default=None, help="with --autotune: the N each candidate is timed at (default "
-                                                     "512,2048,8192)")
-    ap.add_argument("--candidates", default=None, help="with --autotune: only these tile labels (e.g. "
-                                                        "64x128w4s2hgmc,128x64w8s3), instead of each kernel's list")
-    ap.add_argument("--tiles", default=None, help="tile overrides: a tiles.json written by --autotune --out")
-    ap.add_argument("--out", default=None, help="directory for bench.csv and ratios.csv (tiles.json with --autotune)")
-    ap.add_argument("--read", default=None, metavar="BENCH", help="print what a finished bench printed, from its "
-                                                                  "bench.csv (the file or its directory); no GPU")
-    args = ap.parse_args(argv)
-    if args.repeats < 1:
-        print(f"attnlab bench: error: --repeats must be at least 1, got {args.repeats}", file=sys.stderr)
-        return 2
+    ap.add_argument("--kernels", default="fused,qk_softmax,pv", type=cli.choices(("fused", "qk_softmax", "pv"),
+                                                                                  "kernels"),
+                    help="with --autotune: which kernels to tune")
+    ap.add_argument("--tune-ns", default=None, type=cli.ints(1),
+                    help="with --autotune: the N each candidate is timed at (default 512,2048,8192)")
+    ap.add_argument("--candidates", default=None, type=tile_labels,
+                    help="with --autotune: only these tile labels (e.g. 64x128w4s2hgmc,128x64w8s3), instead of each "
+                         "kernel's list")
+    ap.add_argument("--tiles", default=None, type=cli.existing_file,
+                    help="tile overrides: a tiles.json written by --autotune --out")
+    ap.add_argument("--out", default=None, type=cli.out_dir,
+                    help="directory for bench.csv and ratios.csv (tiles.json with --autotune)")
+    ap.add_argument("--read", default=None, metavar="BENCH", type=bench_dir,
+                    help="print what a finished bench printed, from its bench.csv (the file or its directory); no GPU")
+    try:
+        args = ap.parse_args(argv)
+    except SystemExit as e:  # --help (0) and usage errors (2), as a return code
+        return int(e.code or 0)
     if args.read:
         import pandas as pd
 
-        path = os.path.join(args.read, "bench.csv") if os.path.isdir(args.read) else args.read
-        if not os.path.isfile(path):
-            print(f"attnlab bench: error: --read must name a bench.csv or a directory holding one, got {args.read!r}",
-                  file=sys.stderr)
-            return 2
-        print(report(pd.read_csv(path)))
+        print(report(pd.read_csv(args.read)))
         return 0
+    if args.tiles:
+        from attnlab.triton import config
+
+        try:
+            config.load_overrides(args.tiles)
+        except ValueError as e:
+            print(f"attnlab bench: error: argument --tiles: {e}", file=sys.stderr)
+            return 2
     if not torch.cuda.is_available():
         print("attnlab bench: error: needs a CUDA GPU (timing the interpreter measures Python)", file=sys.stderr)
         return 2
     if args.out:
         os.makedirs(args.out, exist_ok=True)
-    if args.tiles:
-        from attnlab.triton import config
-
-        config.load_overrides(args.tiles)
     if args.autotune:
         from attnlab import autotune
-        from attnlab.triton.resources import parse_tiles
 
-        try:
-            only = [parse_tiles(x) for x in args.candidates.split(",")] if args.candidates else None
-            ns = [int(n) for n in (args.tune_ns or autotune.TUNE_NS).split(",")]
-            for kernel in args.kernels.split(","):
-                autotune.candidates(kernel)
-        except ValueError as e:
-            print(f"attnlab bench: error: --kernels/--candidates/--tune-ns: {e}", file=sys.stderr)
-            return 2
-        autotune.run(args.kernels.split(","), getattr(torch, args.dtypes.split(",")[0]), ns, args.out, only)
+        autotune.run(args.kernels, getattr(torch, args.dtypes[0]), args.tune_ns or autotune.TUNE_NS, args.out,
+                     args.candidates)
         return 0
     df = run(args)
     r = ratios(df)

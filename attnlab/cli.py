@@ -31,13 +31,17 @@ DELEGATED = {"check": ("attnlab.gate", "the correctness gate alone: every build 
 
 
 def parser() -> argparse.ArgumentParser:
-    top = argparse.ArgumentParser(prog="attnlab", description="Measure what fusion buys in attention.")
+    from attnlab import args as cli
+    from attnlab.builds import names
+
+    top = cli.Parser(prog="attnlab", description="Measure what fusion buys in attention.")
     sub = top.add_subparsers(dest="command", metavar="{sweep,check,bench,run,report}", required=True)
     sweep = sub.add_parser("sweep", help="measure a params grid into a results directory",
                            description="Measure every case of a params file; append rows to DIR/results.csv as "
                                        "they finish; re-running with the same --out resumes.")
-    sweep.add_argument("--params", required=True, metavar="FILE", help="params YAML (e.g. params/cpu.yaml)")
-    sweep.add_argument("--out", metavar="DIR", help="output directory (default: params out_dir, else "
+    sweep.add_argument("--params", required=True, metavar="FILE", type=cli.existing_file,
+                       help="params YAML (e.g. params/cpu.yaml)")
+    sweep.add_argument("--out", metavar="DIR", type=cli.out_dir, help="output directory (default: params out_dir, else "
                                                     "outputs/<device>/<timestamp>)")
     sweep.add_argument("--quiet", action="store_true", help="no progress bar")
     for name, (module, about) in DELEGATED.items():
@@ -50,13 +54,14 @@ def parser() -> argparse.ArgumentParser:
                                      "for the GPU (h200.yaml on an NVIDIA H200), else params/gpu.yaml; "
                                      "params/cpu.yaml without a GPU. Then write its report there (tables.txt, "
                                      "figures.html), as `attnlab report` does.")
-    run.add_argument("--out", metavar="DIR", help="output directory instead of outputs/<gpu-or-cpu>/<timestamp>")
+    run.add_argument("--out", metavar="DIR", type=cli.out_dir, help="output directory instead of outputs/<gpu-or-cpu>/<timestamp>")
     report = sub.add_parser("report", help="every table (speedup, attribution, memory, ablations) of a results dir",
                             description="Read DIR/results.csv; print the tables of attnlab.report per (dtype, "
                                         "causal) group, write them to DIR/tables.txt and the figures to "
                                         "DIR/figures.html (self-contained: draws offline).")
-    report.add_argument("dir", metavar="DIR", help="a sweep's output directory")
-    report.add_argument("--baseline", default="materialised", help="the build every speedup is relative to")
+    report.add_argument("dir", metavar="DIR", type=cli.existing_dir, help="a sweep's output directory")
+    report.add_argument("--baseline", default="materialised", choices=names(), metavar="BUILD",
+                        help="the build every speedup is relative to (a build name; default materialised)")
     return top
 
 

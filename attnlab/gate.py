@@ -167,23 +167,29 @@ def summarise(rows: list[dict]) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="attnlab check", description=__doc__,
-                                 formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--device", default="auto", help="auto (GPU if present), cuda or cpu")
+    from attnlab import args as cli
+
+    ap = cli.Parser(prog="attnlab check", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--device", default="auto", type=cli.device, help="auto (GPU if present), cuda or cpu")
     ap.add_argument("--quick", action="store_true", help="fewer shapes")
     ap.add_argument("--builds", default=None, help="comma-separated build names (default: all that suit the device)")
-    ap.add_argument("--tiles", default=None, help="tile overrides: a tiles.json written by attnlab bench --autotune")
-    ap.add_argument("--ns", default=None, help="comma-separated sequence lengths (default: the grid's)")
-    ap.add_argument("--dtypes", default=None, help="comma-separated dtypes to keep (e.g. float32; default: all)")
-    ap.add_argument("--out", default=None, help="write one CSV row per (build, case) here")
-    ap.add_argument("--jobs", type=int, default=1, help="processes sharing the shapes (default 1)")
+    ap.add_argument("--tiles", default=None, type=cli.existing_file,
+                    help="tile overrides: a tiles.json written by attnlab bench --autotune")
+    ap.add_argument("--ns", default=None, type=cli.ints(1), help="comma-separated sequence lengths (default: the grid's)")
+    ap.add_argument("--dtypes", default=None, type=cli.choices(("bfloat16", "float16", "float32"), "dtypes"),
+                    help="comma-separated dtypes to keep (e.g. float32; default: all)")
+    ap.add_argument("--out", default=None, type=cli.out_file, help="write one CSV row per (build, case) here")
+    ap.add_argument("--jobs", type=cli.positive_int, default=1, help="processes sharing the shapes (default 1)")
     ap.add_argument("--part", default=None, help="K/J: only the shapes deal() gives part K of J (what each of --jobs "
                     "J runs)")
-    args = ap.parse_args(argv)
+    try:
+        args = ap.parse_args(argv)
+    except SystemExit as e:  # --help (0) and usage errors (2), as a return code
+        return int(e.code or 0)
     try:
         part = _part(args.part) if args.part else (0, 1)
-        if args.jobs < 1 or (args.jobs > 1 and args.part):
-            raise ValueError(f"--jobs: expected a whole number >= 1 and no --part with it, got {args.jobs}")
+        if args.jobs > 1 and args.part:
+            raise ValueError(f"--jobs: no --part with it (each of the {args.jobs} processes gets its own part)")
     except ValueError as e:
         print(f"attnlab check: error: {e}", file=sys.stderr)
         return 2
@@ -196,22 +202,21 @@ def main(argv: list[str] | None = None) -> int:
     from attnlab import builds
     from attnlab.triton import config
 
-    if args.tiles:
-        config.load_overrides(args.tiles)
     try:
         names = [builds.get(n).name for n in args.builds.split(",")] if args.builds else default_builds(device)
+        if args.tiles:
+            config.load_overrides(args.tiles)
     except ValueError as e:
-        print(f"attnlab check: error: --builds: {e}", file=sys.stderr)
+        print(f"attnlab check: error: --builds/--tiles: {e}", file=sys.stderr)
         return 2
-    cases = grid(device, args.quick, [int(n) for n in args.ns.split(",")] if args.ns else None)
+    cases = grid(device, args.quick, args.ns)
     if args.dtypes:
-        keep = [d.strip() for d in args.dtypes.split(",")]
         known = sorted({c.dtype for c in cases})
-        if not set(keep) <= set(known):
-            print(f"attnlab check: error: --dtypes: {args.dtypes!r} is not in this grid's dtypes {known}",
+        if not set(args.dtypes) <= set(known):
+            print(f"attnlab check: error: --dtypes: {','.join(args.dtypes)!r} is not in this grid's dtypes {known}",
                   file=sys.stderr)
             return 2
-        cases = [c for c in cases if c.dtype in keep]
+        cases = [c for c in cases if c.dtype in args.dtypes]
     print(f"correctness gate on {device} ({torch.cuda.get_device_name(device) if device.type == 'cuda' else 'CPU'}):"
           f" {len(cases)} shapes x {len(names)} builds" + (f", {args.jobs} processes" if args.jobs > 1 else "") +
           (f", part {part[0]}/{part[1]}" if args.part else ""), flush=True)

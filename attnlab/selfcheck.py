@@ -134,9 +134,11 @@ def _event_median_ms(step, lead: int, reps: int = 50, cuda=torch.cuda) -> tuple[
 
 
 def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m attnlab.selfcheck", description=__doc__,
+    from attnlab import args as cli
+
+    ap = cli.Parser(prog="python -m attnlab.selfcheck", description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--out", default=None, help="write the rows as CSV here")
+    ap.add_argument("--out", default=None, type=cli.out_file, help="write the rows as CSV here")
     args = ap.parse_args(argv)
     if not torch.cuda.is_available():
         print("attnlab selfcheck: error: needs a CUDA GPU", file=sys.stderr)

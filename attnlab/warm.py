@@ -84,10 +84,12 @@ def warm(params_path: str, jobs: int) -> list[str]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m attnlab.warm", description=__doc__,
+    from attnlab import args as cli
+
+    ap = cli.Parser(prog="python -m attnlab.warm", description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--params", required=True, help="the params YAML the sweep will run")
-    ap.add_argument("--jobs", type=int, default=4, help="processes compiling at once (default 4)")
+    ap.add_argument("--params", required=True, type=cli.existing_file, help="the params YAML the sweep will run")
+    ap.add_argument("--jobs", type=cli.positive_int, default=4, help="processes compiling at once (default 4)")
     ap.add_argument("--part", default=None, help="K/J: run child K of J (what --jobs starts)")
     args = ap.parse_args(argv)
     if args.jobs < 1:

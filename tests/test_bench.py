@@ -115,7 +115,7 @@ def test_run_writes_one_checked_row_per_build_and_shape(monkeypatch, tmp_path):
                     timer="do_bench+graph", peak_bytes=1234.0)
 
     monkeypatch.setattr(bench, "time_case", fake_time)
-    args = argparse.Namespace(dtypes="float32", ns="40", builds="fused,qk_softmax,sdpa_math", quick=True,
+    args = argparse.Namespace(dtypes=["float32"], ns=[40], builds=["fused", "qk_softmax", "sdpa_math"], quick=True,
                               out=str(tmp_path), repeats=1)
     df = bench.run(args)
     assert df.build.tolist() == ["fused", "qk_softmax", "sdpa_math"] and (df.status == "ok").all()

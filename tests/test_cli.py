@@ -49,9 +49,9 @@ def bad_cases(tmp_path):
         (params_file(tmp_path, builds=["fused", "nope"]), None, "params key 'builds': value 'nope' is not a build"),
         (params_file(tmp_path, seq_lens=[-1]), None, "params key 'seq_lens': value -1 must be > 0"),
         (params_file(tmp_path, dtype="float64"), None, "params key 'dtype': value 'float64' must be one of"),
-        (tmp_path / "missing.yaml", None, "params file '"),
+        (tmp_path / "missing.yaml", None, "argument --params: no such file: '"),  # refused by the parser
         (malformed, None, "params file '"),
-        (params_file(tmp_path), a_file, f"params key 'out_dir': value '{a_file}' is a file, not a directory"),
+        (params_file(tmp_path), a_file, f"argument --out: '{a_file}' is a file, not a directory"),
     ]
 
 
@@ -61,7 +61,8 @@ def test_bad_params_give_one_line_exit_2_and_write_nothing(tmp_path, capsys):
         code = cli.main(["sweep", "--params", str(params), "--out", str(target)])
         err = capsys.readouterr().err
         assert code == 2, message
-        assert err.startswith(f"attnlab: error: {message}"), err
+        prefix = "attnlab sweep: error: " if message.startswith("argument") else "attnlab: error: "
+        assert err.startswith(prefix + message), err
         assert err.count("\n") == 1 and "Traceback" not in err
         assert not (tmp_path / "never").exists()
         assert not out or out.read_text() == ""
@@ -82,6 +83,39 @@ def test_the_console_entry_prints_no_traceback(tmp_path):
     assert r.returncode == 2 and r.stdout == ""
     assert r.stderr == "attnlab: error: params key 'seq_lens': value 0 must be > 0\n"
     assert not (tmp_path / "n").exists()
+
+
+@pytest.mark.parametrize("argv, says", [
+    (["run", "--out", "{file}"], "attnlab run: error: argument --out: '{file}' is a file, not a directory"),
+    (["sweep", "--params", "{tmp}/nope.yaml"], "attnlab sweep: error: argument --params: no such file"),
+    (["sweep", "--params", "{params}", "--out", "{file}"], "attnlab sweep: error: argument --out: '{file}' is a file"),
+    (["report", "{tmp}/nope"], "attnlab report: error: argument DIR: no such directory"),
+    (["report", "{tmp}", "--baseline", "fastest"], "attnlab report: error: argument --baseline: invalid choice"),
+    (["check", "--device", "tpu"], "attnlab check: error: argument --device: must be one of auto, cpu, cuda"),
+    (["check", "--ns", "abc"], "attnlab check: error: argument --ns: expected whole numbers >= 1"),
+    (["check", "--tiles", "{tmp}/missing.json"], "attnlab check: error: argument --tiles: no such file"),
+    (["bench", "--ns", "0"], "attnlab bench: error: argument --ns: expected whole numbers >= 1"),
+    (["bench", "--dtypes", "float8"], "attnlab bench: error: argument --dtypes: expected dtypes from"),
+    (["bench", "--builds", "fused,fastest"], "attnlab bench: error: argument --builds: expected builds from"),
+    (["bench", "--out", "{file}"], "attnlab bench: error: argument --out: '{file}' is a file"),
+    (["bench", "--tiles", "{tmp}/missing.json"], "attnlab bench: error: argument --tiles: no such file"),
+])
+def test_every_command_refuses_a_bad_argument_in_one_line_before_any_work(tmp_path, monkeypatch, capsys, argv, says):
+    """The gate, a sweep or a bench never starts on a bad argument: one line naming it, exit 2, nothing written."""
+    import importlib
+
+    afile = tmp_path / "a-file"
+    afile.write_text("")
+    fill = dict(file=str(afile), tmp=str(tmp_path), params=str(params_file(tmp_path)))
+    started = []
+    gate = importlib.import_module("attnlab.gate")
+    monkeypatch.setattr(gate, "check_case", lambda *a, **k: started.append("gate") or [])
+    monkeypatch.setattr(sweep, "run", lambda *a, **k: started.append("sweep"))
+    code = cli.main([a.format(**fill) for a in argv])
+    err = capsys.readouterr().err
+    assert code == 2 and started == []
+    assert err.startswith(says.format(**fill)) and err.count("\n") == 1, err
+    assert {p.name for p in tmp_path.iterdir()} == {"a-file", "params0.yaml"}  # no results, no report
 
 
 def test_usage_errors_exit_2(capsys):

@@ -55,16 +55,42 @@ def test_a_process_that_dies_fails_the_shapes_it_had_left():
     assert [r["status"].split()[2] for r in rows] == ["0/2", "1/2", "0/2"]
 
 
-@pytest.mark.parametrize("argv, says", [(["--builds", "nope"], "--builds"),
-                                        (["--dtypes", "float64"], "--dtypes: 'float64' is not in"),
-                                        (["--part", "2/2"], "--part: expected 0 <= K < J"),
-                                        (["--part", "half"], "--part: expected K/J"),
-                                        (["--jobs", "0"], "--jobs: expected a whole number >= 1"),
-                                        (["--jobs", "2", "--part", "0/2"], "no --part with it")])
+@pytest.mark.parametrize("argv, says", [
+    (["--builds", "nope"], "--builds"),
+    (["--dtypes", "float64"], "argument --dtypes: expected dtypes from bfloat16, float16, float32"),
+    (["--part", "2/2"], "--part: expected 0 <= K < J"),
+    (["--part", "half"], "--part: expected K/J"),
+    (["--jobs", "0"], "argument --jobs: expected a whole number >= 1, got '0'"),
+    (["--jobs", "2", "--part", "0/2"], "no --part with it"),
+    (["--ns", "0"], "argument --ns: expected whole numbers >= 1, comma-separated, got '0'"),
+    (["--ns", "-5"], "argument --ns: expected whole numbers >= 1"),
+    (["--ns", "abc"], "argument --ns: expected whole numbers >= 1"),
+    (["--ns", ""], "argument --ns: expected whole numbers >= 1"),
+    (["--device", "tpu"], "argument --device: must be one of auto, cpu, cuda, got 'tpu'"),
+    (["--tiles", "/missing.json"], "argument --tiles: no such file: '/missing.json'"),
+    (["--out", "/no/such/folder/gate.csv"], "argument --out: the folder '/no/such/folder' of"),
+    (["--bogus"], "unrecognized arguments: --bogus"),
+])
 def test_bad_arguments_are_one_line_and_exit_2(argv, says, capsys):
     assert gate.main(["--device", "cpu", "--quick", *argv]) == 2
     err = capsys.readouterr().err.strip()
-    assert says in err and len(err.splitlines()) == 1
+    assert says in err and len(err.splitlines()) == 1 and err.startswith("attnlab check: error: ")
+
+
+def test_a_tiles_file_that_is_not_an_autotune_result_is_refused_before_any_case(tmp_path, capsys):
+    bad = tmp_path / "tiles.json"
+    bad.write_text('{"not": "a list of entries"}')
+    assert gate.main(["--device", "cpu", "--quick", "--tiles", str(bad)]) == 2
+    err = capsys.readouterr()
+    assert f"{bad} is not a tiles.json written by attnlab bench --autotune" in err.err
+    assert "correctness gate on" not in err.out  # refused before the gate started
+
+
+@pytest.mark.skipif(__import__("torch").cuda.is_available(), reason="the machine has a GPU")
+def test_asking_for_a_gpu_on_a_machine_without_one_is_one_line(capsys):
+    assert gate.main(["--device", "cuda"]) == 2
+    assert capsys.readouterr().err.strip() == ("attnlab check: error: argument --device: cuda was asked for, but "
+                                               "torch sees no CUDA GPU on this machine")
 
 
 def test_the_gpu_grid_is_dealt_by_family():

@@ -14,7 +14,7 @@ ROOT = Path(__file__).resolve().parent.parent / "attnlab"
 
 # Bottom to top: a module imports from its own layer and those below, never from one above.
 LAYERS = [
-    ("validate, schema, provenance", ["attnlab.validate", "attnlab.schema", "attnlab.provenance"]),
+    ("validate, schema, provenance", ["attnlab.validate", "attnlab.schema", "attnlab.provenance", "attnlab.args"]),
     ("reference and model", ["attnlab.reference", "attnlab.accuracy", "attnlab.model", "attnlab.load",
                              "attnlab.ceilings"]),
     ("kernel support", ["attnlab.triton", "attnlab.triton.config", "attnlab.triton.layout"]),

@@ -77,5 +77,5 @@ def test_read_prints_a_finished_bench_again_without_a_gpu(tmp_path, capsys):
     assert "qk_softmax ≤ 1.25× its floor: 0 of 3" in out and "| bfloat16 | 128 | no | 1.280 | 0.0800 |" in out
     assert bench.main(["--read", str(tmp_path / "bench.csv")]) == 0
     assert bench.main(["--read", str(tmp_path / "nothing")]) == 2
-    assert "--read must name a bench.csv or a directory holding one, got" in capsys.readouterr().err
+    assert "argument --read: must name a bench.csv or a directory holding one, got" in capsys.readouterr().err
 

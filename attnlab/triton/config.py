@@ -320,14 +320,18 @@ def load_overrides(path: str) -> None:
     import json
 
     global TABLE, SHORT
-    with open(path) as f:
-        entries = json.load(f)
 
     def key(e):
         return e["kernel"], e["family"], e["D"], e["causal"], e["itemsize"]
 
-    front = {key(e): Tiles(**e["tiles"]) for e in entries if not e.get("short")}
-    short = {key(e): (Tiles(**e["tiles"]), e.get("below", SHORT_N)) for e in entries if e.get("short")}
-    tuned = {(e["kernel"], e["family"], e["itemsize"]) for e in entries}
+    try:
+        with open(path) as f:
+            entries = json.load(f)
+        front = {key(e): Tiles(**e["tiles"]) for e in entries if not e.get("short")}
+        short = {key(e): (Tiles(**e["tiles"]), e.get("below", SHORT_N)) for e in entries if e.get("short")}
+        tuned = {(e["kernel"], e["family"], e["itemsize"]) for e in entries}
+    except (OSError, ValueError, KeyError, TypeError, AttributeError) as e:
+        raise ValueError(f"{path} is not a tiles.json written by attnlab bench --autotune "
+                         f"({type(e).__name__}: {e})") from None
     TABLE = {**front, **{k: v for k, v in TABLE.items() if k not in front}}
     SHORT = {**short, **{k: v for k, v in SHORT.items() if (k[0], k[1], k[4]) not in tuned}}

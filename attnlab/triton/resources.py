@@ -279,7 +279,9 @@ def parse_tiles(text: str) -> config.Tiles:
 
 
 def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m attnlab.triton.resources", description=__doc__,
+    from attnlab import args as cli
+
+    ap = cli.Parser(prog="python -m attnlab.triton.resources", description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--kernels", default="fused,qk_softmax,pv")
     ap.add_argument("--head-dims", default="64,128")
@@ -288,7 +290,7 @@ def main(argv=None) -> int:
     ap.add_argument("--causal", default="0,1", help="0, 1 or 0,1")
     ap.add_argument("--masks", default="0,2", help="mask kinds: 0 none, 1 boolean, 2 additive (pv has none)")
     ap.add_argument("--flags", default=None, help="other constexprs, e.g. NO_PV=1 (the ablation)")
-    ap.add_argument("--n", type=int, default=4096, help="sequence length the compile is specialised for (and, without "
+    ap.add_argument("--n", type=cli.positive_int, default=4096, help="sequence length the compile is specialised for (and, without "
                     "--tiles, the table entry for it: config.SHORT's below its bound)")
     ap.add_argument("--json", action="store_true", help="print the rows as JSON")
     argv = sys.argv[1:] if argv is None else list(argv)

@@ -1,0 +1,104 @@
+"""Command-line arguments checked before any work: one line naming the argument and the constraint, exit status 2.
+
+Every command (`attnlab check | bench | sweep | run | report`, `python -m attnlab.selfcheck | warm | triton.resources`)
+builds its parser from `Parser` and its typed arguments from the converters here, so a bad value is refused the same
+way everywhere, before a kernel compiles or a folder is written:
+
+    attnlab check: error: argument --ns: expected whole numbers >= 1, comma-separated, got '-5'
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+
+DEVICES = ("auto", "cpu", "cuda")
+
+
+class Parser(argparse.ArgumentParser):
+    """An ArgumentParser whose usage errors are one line on stderr (`prog: error: message`) and exit status 2."""
+
+    def error(self, message):  # noqa: D401 - argparse's hook
+        print(f"{self.prog}: error: {message}", file=sys.stderr)
+        raise SystemExit(2)
+
+
+def ints(lo: int = 1):
+    """A converter for a comma-separated list of whole numbers >= lo ('512,1024')."""
+
+    def convert(text: str) -> list[int]:
+        try:
+            values = [int(x) for x in text.split(",")]
+        except ValueError:
+            values = None
+        if not values or any(v < lo for v in values):
+            raise argparse.ArgumentTypeError(f"expected whole numbers >= {lo}, comma-separated, got {text!r}")
+        return values
+
+    return convert
+
+
+def positive_int(text: str) -> int:
+    """A converter for one whole number >= 1."""
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"expected a whole number >= 1, got {text!r}")
+    return value
+
+
+def choices(allowed, what: str = "names"):
+    """A converter for a comma-separated subset of `allowed` (kept in the order given)."""
+
+    def convert(text: str) -> list[str]:
+        picked = [x.strip() for x in text.split(",") if x.strip()]
+        bad = [x for x in picked if x not in allowed]
+        if not picked or bad:
+            raise argparse.ArgumentTypeError(f"expected {what} from {', '.join(allowed)}, comma-separated; "
+                                             f"got {text!r}")
+        return picked
+
+    return convert
+
+
+def device(text: str) -> str:
+    """'auto', 'cpu' or 'cuda'; 'cuda' only where torch sees a CUDA GPU."""
+    if text not in DEVICES:
+        raise argparse.ArgumentTypeError(f"must be one of {', '.join(DEVICES)}, got {text!r}")
+    if text == "cuda":
+        import torch
+
+        if not torch.cuda.is_available():
+            raise argparse.ArgumentTypeError("cuda was asked for, but torch sees no CUDA GPU on this machine")
+    return text
+
+
+def existing_file(text: str) -> str:
+    if not os.path.isfile(text):
+        raise argparse.ArgumentTypeError(f"no such file: {text!r}")
+    return text
+
+
+def existing_dir(text: str) -> str:
+    if not os.path.isdir(text):
+        raise argparse.ArgumentTypeError(f"no such directory: {text!r}")
+    return text
+
+
+def out_dir(text: str) -> str:
+    """A directory to write into: absent (it is made) or a directory, never an existing file."""
+    if os.path.exists(text) and not os.path.isdir(text):
+        raise argparse.ArgumentTypeError(f"{text!r} is a file, not a directory to write into")
+    return text
+
+
+def out_file(text: str) -> str:
+    """A file to write: not a directory, in a directory that exists."""
+    if os.path.isdir(text):
+        raise argparse.ArgumentTypeError(f"{text!r} is a directory, not a file to write")
+    parent = os.path.dirname(text) or "."
+    if not os.path.isdir(parent):
+        raise argparse.ArgumentTypeError(f"the folder {parent!r} of {text!r} does not exist")
+    return text
