@@ -6,10 +6,10 @@ is timed at several N in FlashAttention's convention (B·N = 16384, H·D = 2048)
 of its time over the best candidate's time at that N (1.0: best everywhere); the lowest score over the N at or above
 config.SHORT_N wins, so one configuration serves them all (TABLE is keyed by D, causal and dtype); the table's entry
 stays unless a candidate beats its score by more than TIE (noise) and is no slower than it, beyond TIE, at the
-sweep's longest N. At the sweep's smallest N a different configuration
-gets a short-N entry (config.SHORT) only where it beats that winner by more than SHORT_GAIN at each of them, up to a
-bound of its own (PERFORMANCE.md v24 and session 11: the persistent kernel's small-N causal case). A candidate that
-fails at any N (out of shared memory, a compile error, a wrong answer) is out. When the winner is a Gluon
+sweep's longest N. At the sweep's smallest N a different configuration gets a short-N entry (config.SHORT) only
+where it beats that winner by more than SHORT_GAIN at each of them, up to a bound of its own (the case that needs
+one: the persistent fused kernel under a causal mask at small N, where one consumer a program wins). A candidate
+that fails at any N (out of shared memory, a compile error, a wrong answer) is out. When the winner is a Gluon
 configuration, which compiles for D = 64 and 128 exactly, the best Triton one also gets an entry for the rest of D's
 bucket (e.g. D = 65…127), as the table has. Results: printed, and with --out written as autotune.csv (every candidate
 at every N) and tiles.json (the winners, loadable with `--tiles` by bench and gate).
@@ -29,25 +29,26 @@ TUNE_NS = [512, 2048, 8192]  # the benchmark's range, evenly on a log scale
 
 
 def candidates(kernel: str) -> list[Tiles]:
-    """The explicit candidate lists (PERFORMANCE.md says what each family of candidates was added for)."""
+    """The explicit candidate lists, one family of candidates for each option of the kernels (docs/hopper.md says
+    what each option does, docs/performance.md what each measured)."""
     base = [(128, 64, 8, 3), (128, 128, 8, 3), (128, 64, 4, 3), (64, 64, 4, 3), (128, 128, 8, 2), (128, 64, 8, 2)]
     narrow = [Tiles(128, 64, 4, 3), Tiles(128, 64, 8, 3), Tiles(64, 64, 4, 3), Tiles(128, 128, 8, 3),
               Tiles(64, 32, 4, 2), Tiles(128, 32, 4, 3)]
-    if kernel == "pv":  # and its Gluon kernel (v32, v32b): one item a program or persistent, 64- or 128-row
+    if kernel == "pv":  # and its Gluon kernel: one item a program or persistent, 64- or 128-row
         # consumers, two consumers a program or one (two programs an SM), as many stages as fit at D = 128
         gluon = [(64, 128, 3, False), (64, 64, 6, False), (128, 64, 4, False), (64, 128, 2, True)]
-        # and Oᵀ = Vᵀ Pᵀ, persistent (v47, v48: the table's entry at D = 64 non-causal; v52: at D = 128 and, heavy
-        # rows first, under a causal mask)
+        # and Oᵀ = Vᵀ Pᵀ, persistent (the table's entries at D = 64 non-causal, and at D = 128 and, heavy rows
+        # first, under a causal mask)
         return narrow + [Tiles(m, n, 4, s, heavy_first=h, gluon=True, persistent=c, one_consumer=u)
                          for m, n, s, u in gluon for h in (False, True) for c in (False, True)] + [
             Tiles(128, 64, 4, 4, heavy_first=h, gluon=True, persistent=True, o_transposed=True) for h in (False, True)]
-    if kernel == "qk_softmax":  # its Gluon kernel (v12), 2 or 3 stages of the K ring, two consumers a program or one
-        # (v27: two programs an SM; at D = 128 only 2 stages leave room for the second), one item a program or
-        # persistent (v28); and one pass with the row on chip (v40: short N only, see pick; 4 stages of 64×128 fit a
+    if kernel == "qk_softmax":  # its Gluon kernel, 2 or 3 stages of the K ring, two consumers a program or one
+        # (two programs an SM; at D = 128 only 2 stages leave room for the second), one item a program or
+        # persistent; and one pass with the row on chip (short N only, see pick; 4 stages of 64×128 fit a
         # 1024-key row at D = 64 only, 4 of 64×64 at D = 128 too)
         two_pass = [Tiles(64, 128, 4, s, heavy_first=h, gluon=True, persistent=c, one_consumer=u)
                     for s in (2, 3) for h in (False, True) for c in (False, True) for u in (False, True)]
-        # pass 1 against a fixed reference with Q in registers (v42: the table's entries at D = 64 non-causal and
+        # pass 1 against a fixed reference with Q in registers (the table's entries at D = 64 non-causal and
         # D = 128 causal), two consumers, 3 stages
         two_pass += [Tiles(64, 128, 4, 3, heavy_first=h, gluon=True, q_registers=True, persistent=c,
                            fixed_reference=True) for h in (False, True) for c in (False, True)]
@@ -57,23 +58,23 @@ def candidates(kernel: str) -> list[Tiles]:
         raise ValueError(f"autotune: kernel must be one of fused, qk_softmax, pv; got {kernel!r}")
     wide = [Tiles(*b) for b in base]
     wide += [Tiles(128, 32, 4, 3), Tiles(64, 32, 4, 2), Tiles(128, 128, 4, 3)]
-    wide += [Tiles(*b, heavy_first=True) for b in base[:4]]  # launch order: v6
-    # paired rows (v8): two row blocks per program sharing K/V, one's softmax overlapping the other's PV
+    wide += [Tiles(*b, heavy_first=True) for b in base[:4]]  # launch order: heaviest blocks first
+    # paired rows: two row blocks per program sharing K/V, one's softmax overlapping the other's PV
     wide += [Tiles(128, 64, 8, 3, paired=True),
              Tiles(64, 64, 4, 3, paired=True), Tiles(128, 64, 8, 3, heavy_first=True, paired=True)]
-    # the warp-specialised Gluon kernel (v10), its mask by TMA (v11: it changes nothing without a mask, and the
-    # zero_mask ablation should run the kernel the build does), persistent (v18), persistent with O by TMA (v22).
+    # the warp-specialised Gluon kernel, its mask by TMA (it changes nothing without a mask, and the zero_mask
+    # ablation should run the kernel the build does), one item a program, persistent, persistent with O by TMA.
     # 16-bit only: launch.fused refuses it for fp32 with one error, recorded as a failed candidate.
     gluon = [dict(BLOCK_M=64, BLOCK_N=128, num_stages=s) for s in (2, 3)] + [dict(BLOCK_M=64, BLOCK_N=64,
                                                                                   num_stages=3)]
     wide += [Tiles(**g, heavy_first=h, gluon=True, mask_tma=True, persistent=c, o_tma=o)
              for g in gluon for h in (False, True) for c, o in ((False, False), (True, False), (True, True))]
-    # one consumer a program, two programs an SM (v23): 64×64 tiles, 2 stages, the size at which two fit with a mask;
-    # one program an item, or persistent with O by TMA (v24: under a causal mask with heavy_first, in pair order)
+    # one consumer a program, two programs an SM: 64×64 tiles, 2 stages, the size at which two fit with a mask;
+    # one program an item, or persistent with O by TMA (under a causal mask with heavy_first, in pair order)
     wide += [Tiles(64, 64, 4, 2, heavy_first=h, gluon=True, mask_tma=True, persistent=c, o_tma=c, one_consumer=True)
              for h in (False, True) for c in (False, True)]
-    # causal, one consumer, persistent in pair order, wider or deeper at D = 64 (no spills, 64–112 KiB: two an SM
-    # with any mask; offline, session 10; not yet timed). At D = 128 they need more than half an SM.
+    # causal, one consumer, persistent in pair order, wider or deeper at D = 64 (compiled offline: no spills,
+    # 64–112 KiB, so two fit an SM with any mask). At D = 128 they need more than half an SM.
     wide += [Tiles(64, n, 4, s, heavy_first=True, gluon=True, mask_tma=True, persistent=True, o_tma=True,
                    one_consumer=True) for n, s in ((128, 2), (64, 3))]
     return wide
@@ -138,8 +139,9 @@ def pick(results, family: str, itemsize: int, incumbent=None) -> list[dict]:
 def _best(score, keep, longest=None):
     """The best-scored candidate, or `keep` (the incumbent) when it scores within TIE of it, or when the best is
     slower than it by more than TIE at the sweep's longest N (`longest`: each candidate's ms there). The table's entry
-    is what long sequences run: a candidate that wins the score at short N only belongs in SHORT (session 12: one
-    consumer a program, 9 % faster at D = 128 causal N = 1024 and 4 % slower at 8192, would have won the score)."""
+    is what long sequences run: a candidate that wins the score at short N only belongs in SHORT (the qk_softmax
+    kernel with one consumer a program, 9 % faster at D = 128 causal N = 1024 and 4 % slower at 8192, wins the
+    score)."""
     top = score.index[0]
     if keep not in score.index:
         return top
@@ -180,8 +182,8 @@ def rotated(cands: list, case: int) -> list:
     """The candidates in the order case number `case` times them: the list turned by one place a case, so that no
     candidate is always timed first or last. The card's clock drifts under its power cap while a case's candidates
     run back to back; in a fixed order the last ones (the Gluon candidates, listed after the Triton ones) always ran
-    at the end of that drift (session 18: the same Gluon PV kernel 1–3 % ahead of the Triton one at D = 128 causal,
-    N ≥ 8192, in one call and 4–5 % behind it, timed last, in the next)."""
+    at the end of that drift (the same Gluon PV kernel came out 1–3 % ahead of the Triton one at D = 128 causal,
+    N ≥ 8192, in one sweep and 4–5 % behind it, timed last, in the next)."""
     k = case % len(cands) if cands else 0
     return cands[k:] + cands[:k]
 
@@ -197,9 +199,9 @@ def run(kernels: list[str], dtype: torch.dtype, ns: list[int], out: str | None =
     from attnlab.measure import TOKENS, WIDTH, bench_case, make_inputs, oracle_check, spin_up, time_case
     from attnlab.triton import config
 
-    # the build each kernel is timed in: pv in the qk_softmax build it serves (session 18; session 16 timed it under
-    # qk_softmax-no_softmax, whose P kernel is cheaper, and the build-level A/B of session 18's call 3 disagreed with
-    # that sweep at D = 64 and under a causal mask: PERFORMANCE.md, session 18)
+    # the build each kernel is timed in: pv in the qk_softmax build it serves, not under qk_softmax-no_softmax, whose
+    # P kernel is cheaper (a sweep timed that way disagreed with a build-level comparison at D = 64 and under a
+    # causal mask)
     plan = {"fused": "fused", "qk_softmax": "qk_softmax", "pv": "qk_softmax"}
     rows = []
     dev = torch.device("cuda")

@@ -49,7 +49,7 @@ What each fusion step removes, predicted from our kernels' data flow (attnlab/tr
                       the diagonal; ½ is the model, the diagonal tiles add N·BLOCK_M/2 elements per head)
       and             the step also *removes* that second QKᵀ pass
 
-    one QKᵀ pass      2·B·H·N²·D FLOPs, halved when causal (the GUIDE's 4·B·H·N²·D forward is QKᵀ + PV)
+    one QKᵀ pass      2·B·H·N²·D FLOPs, halved when causal (the usual 4·B·H·N²·D forward count is QKᵀ + PV)
 
     time at a ceiling ms = bytes / (TB/s · 1e9);  ms = FLOPs / (TFLOP/s · 1e9)
 

@@ -11,9 +11,9 @@ torch.compile would move it). This runs each of our builds and their ablations o
 (the sweep's own inputs: attnlab.measure.make_inputs), the cases dealt among `jobs` child processes; nothing is timed
 and nothing is written but Triton's cache. Library builds are left out: their kernels ship compiled, and
 FlexAttention compiles inside the process that times it. A case that fails here (out of memory with several
-processes on one GPU, say) is reported and skipped: the sweep compiles it. Session 17, fresh H200, params/h200.yaml:
-66–88 s here, after which the sweep's first calls took 30 s in all (FlexAttention's compiles). Session 32, after the
-gate, with more kernel variants: 101 s dealt by shape, 72 s dealt by family (`mine`).
+processes on one GPU, say) is reported and skipped: the sweep compiles it. On a fresh H200 after the gate, with
+params/h200.yaml, this takes 72 s with the cases dealt by family (`mine`; 101 s dealt by shape), and the sweep's
+first calls then take about 30 s in all (FlexAttention's compiles).
 """
 from __future__ import annotations
 
@@ -36,9 +36,9 @@ def mine(all_cases: list[measure.Case], part: int, jobs: int) -> list[measure.Ca
     """Child `part`'s cases: each build's cases of one family (its shapes but for N and B: the kernel variants they
     compile differ by N at most) go to one child, so no two children compile the same variant at once; dealt round
     robin over the builds, shifted by the family's index, so that a child gets every build in some family where
-    there are as many families as children (a build's compiles are not all in one process). Before session 32 the
-    shift was the shape's index, which sent one build's six N of a family to four children: the same Gluon variants
-    compiled in up to four processes at once."""
+    there are as many families as children (a build's compiles are not all in one process). The shift is the family's
+    index, not the shape's: shifted by the shape, one build's six N of a family went to four children, and the same
+    Gluon variants compiled in up to four processes at once."""
     families: dict = {}
     names: dict = {}
     for c in all_cases:

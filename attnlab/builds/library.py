@@ -133,7 +133,7 @@ def flex(q, k, v, *, causal=False, attn_mask=None, scale=None):
     spec = check(q, k, v, causal=causal, attn_mask=attn_mask, scale=scale)
     score_mod = None if attn_mask is None else _score_mod(attn_mask, spec)
     block_mask = _block_mask(spec) if causal else None
-    # The recompile-limit trap (GUIDE.md): past torch._dynamo's limit, a compiled function silently runs eager.
+    # The recompile-limit trap: past torch._dynamo's limit, a compiled function silently runs eager.
     # Failing loudly there turns the silent fallback into an error row instead of a wrong number.
     with torch._dynamo.config.patch(fail_on_recompile_limit_hit=True, recompile_limit=64,
                                     accumulated_recompile_limit=4096):

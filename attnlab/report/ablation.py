@@ -7,8 +7,8 @@ Each ablation (attnlab.builds.ABLATIONS) is the same kernel with one stage chang
     no_pv       PV contraction dropped, V never read: saves the matmul and the V reads; P is still read
     zero_mask   an all-zero additive (N, N) mask loaded and applied: *adds* the mask stage, so its difference from the
                 unmasked base is what applying a mask costs — loading the mask tile and adding it to every live score
-                (qk_softmax loads it in each of its two passes, while P's writes stream through L2: PERFORMANCE.md
-                v30). In a causal group both rows are causal, so it is the mask cost on the tiles a causal build visits.
+                (qk_softmax loads it in each of its two passes, while P's writes stream through L2). In a causal
+                group both rows are causal, so it is the mask cost on the tiles a causal build visits.
 
 The dominant stage of a shape is the one whose removal saves the most time; the mask is not a candidate (it is not a
 stage of the base program). What stays when both are removed (QKᵀ, the memory round trips) is not ablated here: see
@@ -26,7 +26,7 @@ from attnlab.report import groups
 OURS = ("materialised", "qk_softmax", "fused")
 STAGES = {"softmax": "no_softmax", "pv": "no_pv"}  # stage → the ablation that removes it
 VARIANTS = ("no_softmax", "no_pv", "zero_mask")  # every ablation of a base (attnlab.builds.ABLATIONS)
-# No single stage is this much of any build (on the H200 the largest saving was 35 %, run 11): an ablation faster
+# No single stage is this much of any build (on the H200 the largest saving is 35 %): an ablation faster
 # than this share of its base has lost more than its stage, e.g. an output nobody consumed.
 DROPPED_SHARE = 0.25
 

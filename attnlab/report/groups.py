@@ -164,7 +164,7 @@ def same_implementation(found: dict, builds, shape: tuple) -> str:
     Triton on the other): their difference is then the boundary plus a different implementation, not the boundary
     alone (on Hopper, qk_softmax and fused take warp-specialised Gluon kernels at some D while materialised does not).
     A kernel every compared row runs with the same tiles (materialised's and qk_softmax's shared PV kernel, Gluon at
-    some shapes since session 16) is left out: it is in both sides of the difference, so it says nothing about it."""
+    some shapes) is left out: it is in both sides of the difference, so it says nothing about it."""
     recorded = {b: schema.recorded_tiles(found[(b, shape)].get("tiles")) for b in builds if (b, shape) in found}
     recorded = {b: r for b, r in recorded.items() if r}
     shared = {k for k, t in next(iter(recorded.values()), {}).items()
@@ -182,7 +182,7 @@ def notes(*parts: str) -> str:
     return "; ".join(dict.fromkeys(p for p in parts if p))
 
 
-# The same case timed twice in one run may differ by this share (issue 3's bound, met by the H200 selfcheck, run 8):
+# The same case timed twice in one run may differ by this share (the bound the H200 self-check meets):
 # a difference below it is not evidence of anything.
 REPEAT_SHARE = 0.02
 

@@ -8,7 +8,8 @@ a least-squares line ms = fixed + slope·x over a build's rows splits its time i
 unit of x), and `fixed`, what does not grow with N (launches, each program's prologue and epilogue, the last wave's
 tail, and Q/K/V/O traffic that nothing overlaps). With x = N / 1000 the slope is ms per 1000 keys
 (scripts/fixed_cost.py); with x = floor_ms (qk_softmax's rows) it is the build over its floor in the limit of long
-rows, the number issue 5's 1.25 bounds, and fixed says by how much the short rows stand above it.
+rows, the number qk_softmax's target (at most 1.25× its floor) bounds, and fixed says by how much the short rows
+stand above it.
 """
 from __future__ import annotations
 

@@ -22,6 +22,6 @@ if not torch.cuda.is_available():
 # FlexAttention runs through) sets TRITON_CACHE_DIR process-wide to a directory of its own the first time it compiles,
 # when the variable is unset; every kernel of ours compiled after that in the same process then misses what Triton's
 # own cache holds (what `python -m attnlab.warm` or an earlier run compiled) and compiles again: 2-9 s a kernel in a
-# GPU sweep after the warm step (session 17, call 3). Naming Triton's own default directory first keeps both in it.
+# GPU sweep after the warm step. Naming Triton's own default directory first keeps both in it.
 os.environ.setdefault("TRITON_CACHE_DIR", os.path.join(os.environ.get("TRITON_HOME") or os.path.expanduser("~/"),
                                                        ".triton", "cache"))

@@ -10,7 +10,7 @@ The key range is split in two so the steady-state loop carries no per-element ma
 Causal tiles past the diagonal are never visited (in paired mode, A computes the two all-masked tiles of B's
 diagonal with p = 0: see below).
 
-Paired rows (Tiles.paired, PERFORMANCE.md v8): a program owns two sub-blocks of BLOCK_M rows, A and B, and phase 1
+Paired rows (Tiles.paired): a program owns two sub-blocks of BLOCK_M rows, A and B, and phase 1
 streams each K/V tile once for both, in the order QKᵀ(A), QKᵀ(B), softmax(A), PV(A), softmax(B), PV(B). Triton
 waits for a score matmul at once but leaves PV(A) running on the tensor cores (its result is next needed one
 iteration later), so softmax(B) overlaps it: Hopper's matmul units and its exp/FMA units work at the same time, which
@@ -31,7 +31,7 @@ def _load_kv(base, start_n, offs_n, offs_d, N, D, stride, BLOCK_N: tl.constexpr,
 
     STEP: `base` points at the head's first tile and moves by a scalar offset (fewer live registers: the paired
     loop, which runs at the register limit, spills less); else `base` is the head's row 0 and each element's row
-    is added (the single-block loop measured 1–6 % faster this way on the H200: PERFORMANCE.md v8)."""
+    is added (the single-block loop measured 1–6 % faster this way on the H200)."""
     if STEP:
         return load_rows(base + start_n * stride, offs_n, offs_d, N, D, MASKED, BLOCK_D != D)
     else:

@@ -127,8 +127,8 @@ def _pv(c: _Call, p: torch.Tensor, ablation, out) -> torch.Tensor:
 def _pv_tiles(s: Spec) -> Tiles:
     """The PV kernel's tiles for this case: the key's entry, a Gluon one (attnlab.triton.hopper.pv; the table has them
     for fp16/bf16 at D = 64 and 128 only, forced tiles that ask for another dtype or D are an error, as for fused) at
-    any N, since scores_buffer starts P's rows on lines where TMA can read them (v54; before, N % 8 == 0 only). No
-    ablation enters: the build and its no_pv ablation run the same kernel, and the row records it (tile_config)."""
+    any N, since scores_buffer starts P's rows on lines where TMA can read them. No ablation enters: the build and
+    its no_pv ablation run the same kernel, and the row records it (tile_config)."""
     chosen = _lookup("pv", s)
     if chosen.gluon:
         from attnlab.triton.hopper import common as hopper
@@ -149,7 +149,7 @@ def materialised(q, k, v, *, causal=False, attn_mask=None, scale=None, ablation=
                              ROWS_16B=rows_16b(s.N, s.dtype), ROWS_PAD=rows_pad(s.N, S), **c.flags, **t)
     P = scores_buffer(s)
     # to the end of the row's last 16-byte vector: under ROWS_PAD a short row's block must reach its padding's end to
-    # write P's 0s there (N = 1 in fp16: a block of 1 left columns 1–7 unwritten, and the PV kernel reads them: v56)
+    # write P's 0s there (N = 1 in fp16: a block of 1 leaves columns 1–7 unwritten, and the PV kernel reads them)
     block = triton.next_power_of_2(min(vector_end(s.N, s.dtype.itemsize), SOFTMAX_ROW_MAX))
     rows = max(1, 4096 // block) if not interpreting() else max(1, 16384 // block)
     n_rows = s.B * s.H * s.N
@@ -169,7 +169,7 @@ def qk_softmax(q, k, v, *, causal=False, attn_mask=None, scale=None, ablation=No
 
 def qk_softmax_with(c: _Call, chosen: Tiles, ablation: str | None = None, out=None) -> torch.Tensor:
     """The qk_softmax build on a prepared call with `chosen` tiles for its P kernel (write_p), then the PV kernel.
-    The build passes _qk_softmax_tiles' choice; scripts/experiments/qk_gluon.py passes a candidate at any N."""
+    The build passes _qk_softmax_tiles' choice; a caller may pass a candidate at any N."""
     s = c.spec
     P = scores_buffer(s)
     write_p(c, P, chosen, no_softmax=ablation == "no_softmax")
@@ -180,7 +180,7 @@ def write_p(c: _Call, P: torch.Tensor, chosen: Tiles, no_softmax: bool = False) 
     """The qk_softmax build's first kernel with `chosen` tiles: P = softmax(scale·QKᵀ + mask) into the (B, H, N, N)
     P (S itself under the no_softmax ablation). The Gluon kernel for a Gluon entry, at any N (the build sends only
     the N it takes, _qk_softmax_tiles; its own check sends others), else the Triton kernel. P: the build's
-    scores_buffer, or any layout row_stride takes (scripts/experiments/p_pad.py passes padded ones). Under
+    scores_buffer, or any layout row_stride takes. Under
     Tiles.fixed_reference the Gluon kernel flags the rows its pass 1 leaves wrong, and the Triton kernel then
     re-writes their blocks with REPAIR_TILES (a second launch, which returns at once where nothing is flagged)."""
     s = c.spec
@@ -204,7 +204,7 @@ def write_p(c: _Call, P: torch.Tensor, chosen: Tiles, no_softmax: bool = False) 
 # The re-write after a pass 1 against a fixed reference (Tiles.fixed_reference): all but the flagged blocks return at
 # once, so what counts is how many programs an SM holds at a time; one stage keeps its shared memory small.
 REPAIR_TILES = Tiles(64, 64, 4, 1)
-REPAIR_SPAN = 4096  # the rows whose flags one program of the re-write reads at once (session 34)
+REPAIR_SPAN = 4096  # the rows whose flags one program of the re-write reads at once (qk_softmax_kernel's REPAIR)
 
 
 def _triton_p(c: _Call, P: torch.Tensor, spn: int, chosen: Tiles, log_scale: float, no_softmax: bool,
@@ -228,7 +228,7 @@ def _triton_p(c: _Call, P: torch.Tensor, spn: int, chosen: Tiles, log_scale: flo
 def _qk_softmax_tiles(s: Spec, ablation: str | None = None, mask: torch.Tensor | None = None):
     """The qk_softmax kernel's tiles for this case. A Gluon entry takes fp16/bf16 at D = 64 or 128 (forced tiles
     that ask for anything else are an error, as for fused); below qk_softmax_gluon.MIN_N, where the Triton kernel
-    is faster (qk_softmax_gluon.takes: any N above it since v54), the key's Triton entry runs instead, for the build
+    is faster (qk_softmax_gluon.takes: any N above it), the key's Triton entry runs instead, for the build
     and its ablations alike, and the row records it. Under a mask (the call's own `mask` view, or for the row's
     record the one its spec or the zero_mask ablation implies: additive in q's dtype, or boolean, broadcast over B
     and H) qk_softmax_gluon.as_run says how it comes in: by TMA with fewer stages where the entry's do not leave

@@ -34,7 +34,7 @@ def rows_pad(N: int, *rows: torch.Tensor) -> bool:
     next 16-byte vector past N (attnlab.triton.tiles.padded_length), where N × element size is not a multiple of 16
     bytes: only where every such row tensor's rows start 16 bytes apart with room for that vector before the next row
     (scores_buffer's rows, whole 128-byte lines, always have it; a caller's contiguous P does not). Without it those
-    rows move 2 bytes at a time (v55: materialised at N = 2999 took 3.4× its time at N = 3000)."""
+    rows move 2 bytes at a time (materialised at N = 2999 took 3.4× its time at N = 3000)."""
     if not rows or not ragged_rows(N, rows[0].element_size()):
         return False
     vec = 16 // rows[0].element_size()
@@ -51,7 +51,7 @@ def padded_view(x: torch.Tensor, N: int) -> torch.Tensor:
     end of the 16-byte vector that holds each row's last element), else x itself. The Gluon P kernels store P through
     a TMA descriptor over this view, so that they write the padding too, as 0 (their keys past N are masked), as the
     Triton P kernels do: every writer of P leaves that padding 0, and the Triton PV kernel reads it as it lies instead
-    of masking it in registers (PERFORMANCE.md v56). `padded_view(x, N)[..., N:]` is the padding itself."""
+    of masking it in registers. `padded_view(x, N)[..., N:]` is the padding itself."""
     if not rows_pad(N, x):
         return x
     return x.as_strided((*x.shape[:3], vector_end(N, x.element_size())), x.stride(), x.storage_offset())
@@ -65,9 +65,9 @@ def scores_buffer(spec: Spec) -> torch.Tensor:
     storage, row the least length ≥ N of whole lines (row = N wherever N · itemsize is a multiple of 128, every N of
     the bench but 3000). At N = 3000 contiguous rows lie 6000 bytes apart, so each row of a TMA box straddles lines
     that the neighbouring box writes too: P's boxes stored at 1.66 TB/s against 2.92 in rows of 3008, and the P kernel
-    ran 5–21 % slower (PERFORMANCE.md v50). The padding is never part of S or P: where N · itemsize is not a multiple of
-    16 bytes the kernels read and write its first 16-byte vector (rows_pad: v55, padded_view), every writer of P
-    leaves 0 there (S's writer -inf), and the PV kernel takes P's as it lies (v56); nothing touches the rest."""
+    ran 5–21 % slower. The padding is never part of S or P: where N · itemsize is not a multiple of 16 bytes the
+    kernels read and write its first 16-byte vector (rows_pad, padded_view), every writer of P leaves 0 there (S's
+    writer -inf), and the PV kernel takes P's as it lies; nothing touches the rest."""
     s = spec
     return torch.empty(s.B, s.H, s.N, line_row(s.N, s.dtype.itemsize), dtype=s.dtype, device=s.device)[..., :s.N]
 

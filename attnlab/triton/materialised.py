@@ -4,7 +4,7 @@
     softmax_kernel  P = softmax(S) row by row       reads S           writes P (B, H, N, N)
     pv.pv_kernel    O = P V                         reads P, V        writes O
 
-S and P are (B, H, N, N) views whose rows lie `ssn` and `spn` elements apart (attnlab.triton.launch.scores_buffer:
+S and P are (B, H, N, N) views whose rows lie `ssn` and `spn` elements apart (attnlab.triton.layout.scores_buffer:
 N, or more where N rows would not start on 128-byte lines).
 """
 import triton

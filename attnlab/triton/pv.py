@@ -12,10 +12,10 @@ def pv_kernel(P, V, O,
               D: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
               CAUSAL: tl.constexpr, NO_PV: tl.constexpr, IEEE: tl.constexpr, UPCAST: tl.constexpr,
               STAGES: tl.constexpr, ROWS_16B: tl.constexpr = False, ROWS_PAD: tl.constexpr = False):
-    # grid: (cdiv(N, BLOCK_M), B·H). P is (B, H, N, N), rows spn apart (launch.scores_buffer); V is (B, Hkv, N, D)
+    # grid: (cdiv(N, BLOCK_M), B·H). P is (B, H, N, N), rows spn apart (layout.scores_buffer); V is (B, Hkv, N, D)
     # with unit last stride. Under ROWS_PAD P's rows are read to the next 16-byte vector past N (padded_length), and
     # what lies there is taken as it lies: every writer of P leaves 0 there (layout.padded_view). Masking it here
-    # instead took P's tiles into registers: 145 a thread against 97 at 8 warps (PERFORMANCE.md v55, v56).
+    # instead took P's tiles into registers: 145 a thread against 97 at 8 warps.
     N = row_length(N, P.dtype.element_ty.primitive_bitwidth, ROWS_16B)
     NC = padded_length(N, P.dtype.element_ty.primitive_bitwidth, ROWS_PAD)
     start_m = tl.program_id(0)
@@ -34,7 +34,7 @@ def pv_kernel(P, V, O,
         # Ablation (attnlab.triton.tiles: no_pv_step). Triton pipelines loads through shared memory only for loops
         # it is told to, or that feed a tl.dot: without num_stages this loop read P straight into registers (0 bytes
         # of shared memory, attnlab.triton.resources) while the base pipelines it, and under a causal mask the
-        # stand-in ran slower than the PV it replaces (run 11).
+        # stand-in ran slower than the PV it replaces.
         for start_n in tl.range(0, hi, BLOCK_N, num_stages=STAGES):  # STAGES: the launch's num_stages
             offs_n = start_n + tl.arange(0, BLOCK_N)
             p = tl.load(p_base + offs_n[None, :], mask=(offs_m[:, None] < N) & (offs_n[None, :] < NC), other=0.0)

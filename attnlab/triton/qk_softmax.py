@@ -21,17 +21,17 @@ def qk_softmax_kernel(Q, K, P, M,
                       FLAGS=None, REPAIR: tl.constexpr = False, REPAIR_SPAN: tl.constexpr = 4096,
                       ROWS_PAD: tl.constexpr = False):
     # grid: (cdiv(N, BLOCK_M), B·H), one block of BLOCK_M rows a program. P is (B, H, N, N) in the input dtype, rows
-    # spn apart (launch.scores_buffer).
+    # spn apart (layout.scores_buffer).
     # ONE_TILE: N ≤ BLOCK_N (the launcher's promise), so pass 1 is skipped and pass 2's one tile takes its
     # statistics from itself.
-    # ROWS_PAD (launch.rows_pad): P's rows are written on to the next 16-byte vector past N, 0 there (its keys are
+    # ROWS_PAD (layout.rows_pad): P's rows are written on to the next 16-byte vector past N, 0 there (its keys are
     # masked), which the PV kernel reads as it lies (layout.padded_view).
     # REPAIR: after the Gluon kernel's pass 1 against a fixed reference (Tiles.fixed_reference), only the blocks with
     # a row flagged in FLAGS (B·H·N int8, 1 = its P is wrong) are written, every row of them. Then the grid is
     # (cdiv(N, REPAIR_SPAN), B·H): a program reads the flags of REPAIR_SPAN rows (a multiple of BLOCK_M) in one load
-    # and returns where none is set, as every program does on inputs the fixed reference serves (PERFORMANCE.md
-    # session 34: a program a block of 64 rows took 0.010 ms a call to find nothing at N = 4096 D = 64, 8192
-    # programs); else it writes its flagged blocks one after another.
+    # and returns where none is set, as every program does on inputs the fixed reference serves (a program a block
+    # of 64 rows took 0.010 ms a call to find nothing at N = 4096 D = 64, 8192 programs); else it writes its flagged
+    # blocks one after another.
     # Scores are in log2 units (qk_scale = scale · log2 e) so the softmax uses exp2; NO_SOFTMAX passes the natural
     # scale and writes P = S (masked entries 0): no statistics pass, no exp, no normalisation.
     bh = tl.program_id(1).to(tl.int64)

@@ -62,7 +62,7 @@ def compile_info(kernel: str, D: int, causal: bool, tiles: config.Tiles, mask_ki
     values.update(flags)
     constexprs = {n: values[n] for n in constexpr_names}
     ints = _int_args(D, mask_kind, N=n)
-    ints["spn"] = ints["ssn"] = line_row(n, DTYPES[dtype].itemsize)  # S's and P's rows (launch.scores_buffer)
+    ints["spn"] = ints["ssn"] = line_row(n, DTYPES[dtype].itemsize)  # S's and P's rows (layout.scores_buffer)
     sig, div16 = {}, []
     for a in fn.arg_names:
         if a in constexprs:
@@ -122,8 +122,8 @@ def unfenced_releases(ptx: str) -> int:
     """How many mbarrier arrivals (the producer's expect_tx ones aside) follow generic-proxy reads of shared memory
     (ldmatrix, vector ld.shared) with no fence.proxy.async between, in the PTX's order: a consumer releasing a slot
     that the loader's next TMA write (the async proxy) may overwrite before those reads are ordered with it. Without
-    the fence the Gluon PV kernel's no_pv form came out wrong in 7-14 of 30-40 runs on the H200 (PERFORMANCE.md
-    v47). Reads of memory no TMA writes count too, so a non-zero count is a place to look, not a proof of a race."""
+    the fence the Gluon PV kernel's no_pv form came out wrong in 7-14 of 30-40 runs on the H200. Reads of memory no
+    TMA writes count too, so a non-zero count is a place to look, not a proof of a race."""
     count, pending = 0, False
     for line in ptx.splitlines():
         t = line.strip()
@@ -186,7 +186,7 @@ def _gluon_info(kernel: str, D: int, causal: bool, tiles: config.Tiles, mask_kin
         sig["k_desc"] = mangle_type(common.descriptor(x, tiles.BLOCK_N))
         p = torch.empty(1, ints["H"], ints["N"], ints["N"], dtype=tdtype)
         sig["p_desc"] = mangle_type(common.descriptor(p, tiles.BLOCK_M, tiles.BLOCK_N))
-        md = common.mask_path(tiles, m, mask_kind)  # with Tiles.mask_tma the mask comes by TMA (v30)
+        md = common.mask_path(tiles, m, mask_kind)  # with Tiles.mask_tma the mask comes by TMA
         sig["mask_desc"] = mangle_type(md[0]) if md else sig["q_desc"]
         values = qk_softmax_gluon.constexprs(tiles, D=D, causal=causal, mask_kind=mask_kind, md=md,
                                              no_softmax=no_softmax)
@@ -227,8 +227,8 @@ def _gluon_info(kernel: str, D: int, causal: bool, tiles: config.Tiles, mask_kin
 def read_ptxas(report: str) -> dict:
     """Registers, stack and spills from `ptxas -v`, and whether ptxas serialised the wgmma instructions (its C7515
     or C7514 advisory: every matmul then waits for itself before anything else runs. C7515 cost the causal paired
-    kernel 7–14 % on the H200, PERFORMANCE.md v8; C7514 — a register of an in-flight matmul read, e.g. copied on a
-    loop's back edge — held the first qk_softmax Gluon kernel to the Triton kernel's speed, v12)."""
+    kernel 7–14 % on the H200; C7514 — a register of an in-flight matmul read, e.g. copied on a loop's back edge —
+    held the first qk_softmax Gluon kernel to the Triton kernel's speed)."""
     def grab(pattern):
         m = re.search(pattern, report)
         return int(m.group(1)) if m else 0

@@ -13,7 +13,7 @@ def dot(a, b, acc, IEEE: tl.constexpr, UPCAST: tl.constexpr):
 
     IEEE: float32 inputs multiply in true fp32 (Triton's default for fp32 is tf32, ~3e-4 relative error, which would
     fail the FlashAttention accuracy rule against torch's fp32). UPCAST: Triton's interpreter returns garbage for
-    bf16 dots (GUIDE.md, traps), so there the tiles go through fp32; the real bf16 path is proven on the GPU.
+    bf16 dots, so there the tiles go through fp32; the real bf16 path is proven on the GPU.
     """
     if UPCAST:
         a = a.to(tl.float32)
@@ -73,12 +73,12 @@ def score_tile(q, k, mask_ptrs, offs_m, offs_n, N, qk_scale, mask_scale,
 @triton.jit
 def row_length(N, ELEM_BITS: tl.constexpr, ROWS_16B: tl.constexpr):
     """N, the length of a row of an (…, N, N) S or P, as the bounds masks compare with it (the rows themselves lie
-    a separate stride apart, a multiple of 128 bytes: attnlab.triton.launch.scores_buffer). Under ROWS_16B (the
-    launcher's promise that N × element size is a multiple of 16 bytes, see attnlab.triton.launch.rows_16b) it is
+    a separate stride apart, a multiple of 128 bytes: attnlab.triton.layout.scores_buffer). Under ROWS_16B (the
+    launcher's promise that N × element size is a multiple of 16 bytes, see attnlab.triton.layout.rows_16b) it is
     written (N // v) · v, v the elements in 16 bytes: the same value, in a form the compiler can see is a multiple of
     v, so that no 16-byte vector straddles the mask's edge. Triton's own
     specialisation only notices N % 16 == 0, so at N = 3000 it read and wrote these rows two bytes at a time: the PV
-    kernel's P loads were `ld.global.b16` instead of pipelined 16-byte copies (PERFORMANCE.md v13)."""
+    kernel's P loads were `ld.global.b16` instead of pipelined 16-byte copies."""
     if ROWS_16B:
         VEC: tl.constexpr = 128 // ELEM_BITS
         N = (N // VEC) * VEC
@@ -88,13 +88,13 @@ def row_length(N, ELEM_BITS: tl.constexpr, ROWS_16B: tl.constexpr):
 @triton.jit
 def padded_length(N, ELEM_BITS: tl.constexpr, ROWS_PAD: tl.constexpr):
     """The bound for the column masks of loads and stores of S's and P's rows: N, or under ROWS_PAD (the launcher's
-    promise, attnlab.triton.launch.rows_pad, that each row's padding reaches the next 16-byte vector past N and may
+    promise, attnlab.triton.layout.rows_pad, that each row's padding reaches the next 16-byte vector past N and may
     be read and written) N rounded up to whole 16-byte vectors, in a form the compiler sees is a multiple of one, so
     that rows whose N × element size is not a multiple of 16 bytes (N = 2999) still move 16 bytes at a time
-    (attnlab.triton.launch.vector_end is its host twin). Writers under ROWS_PAD fill the padding with their masked
+    (attnlab.triton.layout.vector_end is its host twin). Writers under ROWS_PAD fill the padding with their masked
     value (S −inf, P 0); the softmax kernel still masks what it reads from S's there (`past_n`), the PV kernel takes
-    P's as it lies (v56: the mask cost it registers). PERFORMANCE.md v55: at N = 2999 the materialised build ran 3.4×
-    its time at N = 3000 with 2-byte accesses."""
+    P's as it lies (masking it there cost the PV kernel registers). With 2-byte accesses the materialised build at
+    N = 2999 ran 3.4× its time at N = 3000."""
     if ROWS_PAD:
         VEC: tl.constexpr = 128 // ELEM_BITS
         N = ((N + VEC - 1) // VEC) * VEC

@@ -138,8 +138,7 @@ def items(pid, nprog, total, PAIRS: gl.constexpr):
 
 @gluon.jit
 def item_at(x, pid, nprog, PAIRS: gl.constexpr):
-    """The work item of step x of items' range: x itself, or under PAIRS the x-th of program pid's pairs' items
-    (PERFORMANCE.md v24)."""
+    """The work item of step x of items' range: x itself, or under PAIRS the x-th of program pid's pairs' items."""
     if PAIRS:
         return 2 * (pid + (x // 2) * nprog) + x % 2
     else:
@@ -271,7 +270,7 @@ def tma_ready(x: torch.Tensor) -> torch.Tensor:
 
 def check_p_rows(p: torch.Tensor) -> None:
     """The P kernels' TMA boxes store and read P where it lies, so its rows must start 16 bytes apart: one ValueError
-    naming the constraint otherwise (attnlab.triton.launch.scores_buffer's rows start on 128-byte lines at any N)."""
+    naming the constraint otherwise (attnlab.triton.layout.scores_buffer's rows start on 128-byte lines at any N)."""
     if not tma_readable(p):
         raise ValueError(f"P must have unit last stride and a 16-byte aligned base and row stride for the Gluon "
                          f"kernels' TMA (attnlab.triton.launch.scores_buffer makes one at any N), got strides "

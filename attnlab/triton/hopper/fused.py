@@ -1,12 +1,12 @@
 """The fused build's Hopper kernel, written in Gluon (Triton's lower-level dialect): warp specialised, one loader warp
-and two consumer warpgroups (PERFORMANCE.md v9–v10). It compiles for D = 64 and 128 exactly; the tile table uses it
-at both, persistent with O stored by TMA from tiles of its own (v18, v22), causal items taken in heavy/light pairs
-(v24), and for short causal sequences (config.SHORT, below N = 724 at D = 128 and 1448 at D = 64) with one consumer a
-program, two programs an SM (v23, v24).
+and two consumer warpgroups. It compiles for D = 64 and 128 exactly; the tile table uses it at both, persistent with O
+stored by TMA from tiles of its own, causal items taken in heavy/light pairs, and for short causal sequences
+(config.SHORT, below N = 724 at D = 128 and 1448 at D = 64) with one consumer a program, two programs an SM.
 
 Why a second kernel: stock Triton 3.6 compiles our fused loop (attnlab.triton.fused) so that it waits for every QKᵀ
 matmul at once and all eight warps move in step (CTA-wide barriers around every load); its own warp-specialisation
-switch does not work on Hopper (PERFORMANCE.md, v8 notes). Gluon says both things explicitly:
+switch does not work on Hopper (its Hopper pass aborts with 4 warps and ignores the switch with 8). Gluon says both
+things explicitly:
   * a loader warp streams K and V by TMA into a ring of STAGES slots; an mbarrier per slot says "full" (bytes
     arrived) and another "empty" (both consumers' matmuls that read it are done), so no warp waits for another
     except through the data it needs;
@@ -20,7 +20,7 @@ Same arithmetic as the Triton kernel, flag for flag, so that a fused row and its
 exp2 units (scale·log2 e folded in), explicit masks (boolean or additive), causal, ragged N, GQA, the no_softmax
 (P = S) and no_pv (O = Σ_n P·n/N, V never read) ablations, O = 0 for a fully masked row. Gluon has no CPU
 interpreter: CI compiles this kernel for sm_90a (tests/test_fused_gluon.py); its accuracy is checked on the GPU by
-the gate (`attnlab check`) and `scripts/experiments/gluon_fa3.py`.
+the gate (`attnlab check`).
 """
 from __future__ import annotations
 
@@ -301,7 +301,7 @@ def fused_gluon_kernel(q_desc, k_desc, v_desc, o_desc, o_ptr, sob, soh, son, M, 
     come through `mask_desc`, a descriptor over the mask's (B or 1, H or 1, N, N) with a (1, 1, 2·BLOCK_M, BLOCK_N)
     box (MASK_B, MASK_H: 1 where the mask varies over batch, heads); else `mask_desc` is an unused placeholder.
     O_TMA (persistent only): O by TMA from (BLOCK_M, D) tiles of shared memory of its own (o_by_tma). ROWS: consumer
-    warpgroups a program, 2, or 1 (Tiles.one_consumer: two programs share an SM, PERFORMANCE.md v23); total and the
+    warpgroups a program, 2, or 1 (Tiles.one_consumer: two programs share an SM); total and the
     mask box count ROWS·BLOCK_M rows an item."""
     dtype: gl.constexpr = q_desc.dtype
     q_smem = gl.allocate_shared_memory(dtype, [ROWS, 1, 1, BLOCK_M, D], q_desc.layout)
@@ -410,9 +410,9 @@ def constexprs(tiles, *, D: int, causal: bool, mask_kind: int, md, o_tma: bool, 
 def launch(q, k, v, o, mask, mask_strides, mask_kind, *, N, H, group, qk_scale, mask_scale, inv_n, causal, tiles,
            no_softmax=False, no_pv=False) -> None:
     """Run the kernel on checked (B, H, N, D) tensors (attnlab.triton.launch.fused calls it for Tiles.gluon). With
-    Tiles.mask_tma a mask TMA can read comes through the loader warp (PERFORMANCE.md v11), else by the consumers'
-    loads. Tiles.persistent: one program an SM, each taking work items in turn (PERFORMANCE.md v18), with O by TMA
-    under Tiles.o_tma where o_by_tma says it fits (v22)."""
+    Tiles.mask_tma a mask TMA can read comes through the loader warp, else by the consumers' loads.
+    Tiles.persistent: one program an SM, each taking work items in turn, with O by TMA under Tiles.o_tma where
+    o_by_tma says it fits."""
     BM, BN = tiles.BLOCK_M, tiles.BLOCK_N
     q, k, v = (tma_ready(x) for x in (q, k, v))
     o_t = tma_ready(o)

@@ -1,10 +1,10 @@
 """O = P V from a P in device memory, on Hopper, in Gluon: the PV kernel of `qk_softmax` and `materialised` alike
-where it compiles (16-bit, D = 64 or 128, at any N: P's rows start on 128-byte lines, launch.scores_buffer;
-elsewhere attnlab.triton.pv runs). PERFORMANCE.md v32; any N since v54.
+where it compiles (16-bit, D = 64 or 128, at any N: P's rows start on 128-byte lines, layout.scores_buffer;
+elsewhere attnlab.triton.pv runs).
 
 Why a second PV kernel: at D = 128 the PV stage reads P (2.15 GB at N = 4096 in FlashAttention's shapes, 0.51 ms at
 the copy rate) while it does as many FLOPs as one QKᵀ (0.40 ms at the matmul rate), so it must overlap the two to
-get near the read. The Triton kernel (every warp loads, then multiplies) took 0.584 ms there (session 15, call 7).
+get near the read. The Triton kernel (every warp loads, then multiplies) takes 0.584 ms there on the H200.
 Here, as in attnlab.triton.hopper.fused:
   * a loader warp brings each key tile's P rows (one box a consumer) and V rows by TMA into a ring of STAGES slots,
     with a `full` and an `empty` mbarrier a slot;
@@ -15,7 +15,7 @@ Rows and keys past N read as zeros (TMA), so a ragged N needs no element masks; 
 at its last row's key tile, as the Triton kernel does (P is 0 past the diagonal, written so by every P kernel). The
 no_pv ablation runs this kernel too (O = Σ_n P[:, n]·n/N broadcast over D, V never loaded), so its saving is a
 difference against the same program. Gluon has no CPU interpreter: CI compiles this kernel for sm_90a
-(tests/test_pv_gluon.py); its arithmetic is checked on the GPU (scripts/experiments/pv_gluon.py, `attnlab check`).
+(tests/test_pv_gluon.py); its arithmetic is checked on the GPU (`attnlab check`).
 """
 from __future__ import annotations
 
@@ -85,7 +85,7 @@ def _consumer(p_smem, v_smem, full, empty, work, o_ptr, sob, soh, son, N, H, GRO
                 part = part + p.to(gl.float32) * ((j * BLOCK_N + cols).to(gl.float32) * inv_n)[None, :]
                 # these generic-proxy reads ordered before the loader's next TMA write into the slot: without the
                 # proxy fence the one-consumer form (128x64w4s3gcu) came out wrong in 7-14 of 30-40 runs at N = 3000,
-                # D = 128, causal, fp16, and in 0 of 40 with it (scripts/experiments/pv_repeat.py, PERFORMANCE.md v47)
+                # D = 128, causal, fp16, and in 0 of 40 with it
                 fence_async_shared()
                 mbarrier.arrive(empty.index(st), count=1)
                 r += 1
@@ -133,7 +133,7 @@ def _accumulate(o, p_smem, v_smem, full, empty, r, n_tiles, WG: gl.constexpr, D:
 def _transposed_item(p_smem, v_smem, full, empty, r, n_tiles, o_ptr, b, h, sob, soh, son, rows, N, WG: gl.constexpr,
                      D: gl.constexpr, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, STAGES: gl.constexpr,
                      ROWS: gl.constexpr):
-    """Tiles.o_transposed (PERFORMANCE.md v47): one item's Oᵀ = Vᵀ Pᵀ, D × BLOCK_M, so that each wgmma is
+    """Tiles.o_transposed: one item's Oᵀ = Vᵀ Pᵀ, D × BLOCK_M, so that each wgmma is
     m64 n(BLOCK_M) k16 with Vᵀ as A and Pᵀ as B, both straight from the ring (transposed views), where O = P V at
     D = 64 is m64 n64 k16 twice for 128 rows; then Oᵀ turned back through shared memory (convert_layout) into 16-byte
     stores along D. Returns the ring position after the item."""
@@ -196,7 +196,7 @@ def pv_gluon_kernel(p_desc, v_desc, o_ptr, sob, soh, son, N, H, GROUP, total, in
 
 
 def launch(p, v, o, *, N, H, group, inv_n, causal, tiles, no_pv=False) -> None:
-    """Run the kernel on a (B, H, N, N) P (rows 16-byte aligned, common.check_p_rows: launch.scores_buffer's)
+    """Run the kernel on a (B, H, N, N) P (rows 16-byte aligned, common.check_p_rows: layout.scores_buffer's)
     and a checked (B, Hkv, N, D) V into O (B, H, N, D), with Tiles' BLOCK_M (rows a consumer), BLOCK_N, num_stages,
     one_consumer, persistent and heavy_first (causal: the longest rows first)."""
     check_p_rows(p)

@@ -1,9 +1,9 @@
 """The qk_softmax build's Hopper kernel, written in Gluon: the same two passes as attnlab.triton.qk_softmax (row max
 and sum, then P written once), warp specialised so that the P writes, the matmuls and the exponentials can overlap
-(PERFORMANCE.md v12: 1.05–1.45× the Triton kernel's build from N = 1024; v16: with its exponentials replaced by FMAs
-it is within 5 % of itself, so they are hidden, and its time is the two passes' matmuls and pass 2's stores). It
-compiles for D = 64 and 128 exactly, fp16 and bf16, and takes any N from N = MIN_N on (TMA needs P's rows 16-byte
-aligned, and launch.scores_buffer starts them on 128-byte lines at any N: v54); below it the Triton kernel runs.
+(1.05–1.45× the Triton kernel's build from N = 1024; with its exponentials replaced by FMAs it runs within 5 % of
+itself, so they are hidden, and its time is the two passes' matmuls and pass 2's stores). It compiles for D = 64 and
+128 exactly, fp16 and bf16, and takes any N from N = MIN_N on (TMA needs P's rows 16-byte aligned, and
+layout.scores_buffer starts them on 128-byte lines at any N); below it the Triton kernel runs.
 
 Why: P is the build's traffic (N² elements written here, read by the PV kernel), and the Triton kernel's loop does
 matmul, exponentials and stores one after the other in every warp. Here
@@ -14,12 +14,12 @@ matmul, exponentials and stores one after the other in every warp. Here
   * write each P tile by TMA from a pair of shared-memory buffers: the store drains while the next tiles are
     computed. Under a causal mask the zero tiles past the diagonal are stored first, from a zeroed buffer, while
     pass 1 computes.
-Tiles.one_consumer puts one consumer in a program and two programs on an SM (v27); Tiles.persistent starts one program
-an SM (two with one consumer), each taking work items in turn as the persistent fused kernel does, the K ring and the
-P buffers running on from item to item (v28). A mask comes through the loader by TMA with each K tile where it can
-(v30, as the fused kernel's does since v11), in a ring beside K's; as_run says with which tiles a masked call runs.
-Scores, masks and the online max/sum are attnlab.triton.hopper.fused's functions: the same arithmetic as the fused
-kernel's, flag for flag (masks, causal, ragged N, GQA, the no_softmax ablation writing P = S).
+Tiles.one_consumer puts one consumer in a program and two programs on an SM; Tiles.persistent starts one program an
+SM (two with one consumer), each taking work items in turn as the persistent fused kernel does, the K ring and the P
+buffers running on from item to item. A mask comes through the loader by TMA with each K tile where it can (as the
+fused kernel's does), in a ring beside K's; as_run says with which tiles a masked call runs. Scores, masks and the
+online max/sum are attnlab.triton.hopper.common's functions, which the fused kernel uses too: the same arithmetic as
+the fused kernel's, flag for flag (masks, causal, ragged N, GQA, the no_softmax ablation writing P = S).
 """
 from __future__ import annotations
 
@@ -119,7 +119,7 @@ def _release(k_empty, t, STAGES: gl.constexpr, MASK_TMA: gl.constexpr):
 @gluon.jit
 def _probabilities(s, bias, qk_scale, SCALED: gl.constexpr, NO_SOFTMAX: gl.constexpr):
     """P from a score tile and the row's bias = max + log2(sum): 2^(s − max) / sum as one exp2 whose argument
-    carries the division (one FFMA and one MUFU an element, no multiply by 1/sum: PERFORMANCE.md v14). s is raw q·kᵀ
+    carries the division (one FFMA and one MUFU an element, no multiply by 1/sum). s is raw q·kᵀ
     unless scores SCALED it (its masked form); under no_softmax, P is S itself with masked entries 0."""
     if NO_SOFTMAX:
         p = gl.where(s == float("-inf"), 0.0, s)
@@ -150,7 +150,7 @@ def _p_tile(s, j, bias, rows, hi, mask_rows, mask_tile, offs_m, cols, N, smn, qk
 @gluon.jit
 def _ref_tile(s, j, m_i, l_i, rows, hi, mask_rows, mask_tile, offs_m, cols, N, smn, qk_scale, mask_scale,
               BLOCK_N: gl.constexpr, CAUSAL: gl.constexpr, MASK_KIND: gl.constexpr, MASK_TMA: gl.constexpr):
-    """Pass 1's key tile j against a fixed reference (Tiles.fixed_reference, v31): m_i is the max of the row's first
+    """Pass 1's key tile j against a fixed reference (Tiles.fixed_reference): m_i is the max of the row's first
     key tile (0 where the mask hides that tile entirely), taken at j = 0 and then left as it is; l_i sums
     2^(s − m_i). No max and no rescale in the loop, so a tile's exponentials do not wait for its max; _flag_rows
     says which rows that leaves wrong."""
@@ -209,7 +209,7 @@ def _step(s, j, t, m_i, l_i, bias, p_desc, p_smem, slot0, pbase, b, h, rows, hi,
         p = _p_tile(s, j, bias, rows, hi, mask_rows, mask_tile, offs_m, cols, N, smn, qk_scale, mask_scale, BLOCK_N,
                     CAUSAL, MASK_KIND, NO_SOFTMAX, MASK_TMA)
         # the slot goes back before the wait for a free P buffer: with 2 stages, holding it through that wait kept
-        # the loader from bringing tile t + 2 (v30)
+        # the loader from bringing tile t + 2
         _release(k_empty, t, STAGES, MASK_TMA)
         _store_p(p, j, p_desc, p_smem, slot0, pbase, b, h, rows, BLOCK_N)
     elif REF1:
@@ -232,7 +232,7 @@ def _pass(q, k_smem, k_full, k_empty, q_free, base, n_tiles, zero_s, m_i, l_i, b
     """One pass over the key tiles (ring tiles base … base + n_tiles − 1), two at a time: the next tile's QKᵀ is on
     the tensor cores while this one's scores are worked on. Two at a time because the in-flight result must not be
     the value the loop carries while the previous one is still read: a one-tile loop makes the compiler copy an
-    in-flight accumulator on the back edge, and ptxas then serialises every matmul (C7514; PERFORMANCE.md v12).
+    in-flight accumulator on the back edge, and ptxas then serialises every matmul (C7514).
     Every matmul a pass starts, it waits for. RELEASE_Q: arrive on q_free once the pass's last QKᵀ has read Q (the
     persistent kernel's loader then brings the next item's Q under this pass's last tiles)."""
     masks = (mask_rows, mask_smem, k_empty)
@@ -313,7 +313,7 @@ def _item(where, t0, pbase, it, q_smem, k_smem, p_smem, p_desc, bars, smm, smn, 
         if PERSISTENT:
             # these generic-proxy reads ordered before the loader's TMA write of the next item's Q into the buffer:
             # without the proxy fence such a release let the next TMA overwrite a slot still being read (the Gluon
-            # PV kernel's no_pv loads, 7-14 of 30-40 runs wrong; PERFORMANCE.md v47)
+            # PV kernel's no_pv loads, 7-14 of 30-40 runs wrong)
             fence_async_shared()
             mbarrier.arrive(q_empty.index(WG), count=1)
     m_i = gl.full([BLOCK_M], -float("inf"), gl.float32, row_s)
@@ -380,7 +380,7 @@ def qk_softmax_gluon_kernel(q_desc, k_desc, p_desc, M, smb, smh, smm, smn, mask_
     program); PERSISTENT: any smaller grid, each program taking items pid, pid + grid, … (causal with HEAVY_FIRST:
     in heavy/light pairs, common.items). num_warps = 4; ROWS consumer warpgroups a program, 2, or 1
     (Tiles.one_consumer: two programs share an SM). q/k descriptors over (B, H or Hkv, N, D) with (1, 1, BLOCK_M or
-    BLOCK_N, D) boxes; p_desc over the (B, H, N, N) P (rows on 128-byte lines: launch.scores_buffer) with a
+    BLOCK_N, D) boxes; p_desc over the (B, H, N, N) P (rows on 128-byte lines: layout.scores_buffer) with a
     (1, 1, BLOCK_M, BLOCK_N) box; M the (B, H, N, N)-strided mask or any pointer when MASK_KIND = 0;
     qk_scale = scale·log2 e (natural scale under NO_SOFTMAX); Q_REGISTERS: Tiles.q_registers. MASK_TMA: the mask
     tiles come through `mask_desc`, a descriptor
@@ -446,9 +446,9 @@ def qk_softmax_gluon_kernel(q_desc, k_desc, p_desc, M, smb, smh, smm, smn, mask_
         ], [4, 1], [CONSUMER_REGS, 24])
 
 
-MIN_N = 512  # below it the Triton kernel runs. Session 5 had it at 1024 (the two-consumer kernel's build ran 0.80–1.06×
-# as fast as the Triton kernel's at N = 512); with one consumer a program and persistent (v27, v28) the best Gluon
-# candidate takes 3–17 % less time there in every key (session 13, calls 1 and 2). Below 512 nothing was measured.
+MIN_N = 512  # below it the Triton kernel runs. At N = 512 the two-consumer kernel's build runs 0.80–1.06× as fast as
+# the Triton kernel's, but with the one-consumer and persistent options the best Gluon candidate takes 3–17 % less
+# time there in every key. Below 512 nothing has been measured.
 
 
 def mask_fits(tiles, stages: int, D: int, itemsize: int, mask_itemsize: int) -> bool:
@@ -466,15 +466,15 @@ def as_run(tiles, mask, D: int, itemsize: int, N: int | None = None):
       * Tiles.one_pass without a mask where the row fits on chip (attnlab.triton.hopper.qk_softmax_row.fits; N = None: the
         entry as it stands): as they are; else the two-pass kernel, persistent, as below;
       * no mask: `tiles` as they are;
-      * any mask: without Tiles.fixed_reference and Tiles.q_registers (v42's options, for unmasked calls; beside a
-        mask's tiles they spill, offline for sm_90a 40–424 bytes a thread where the same kernels without them
-        spill 0–56: PERFORMANCE.md v42), and then:
+      * any mask: without Tiles.fixed_reference and Tiles.q_registers (options for unmasked calls; beside a mask's
+        tiles they spill, offline for sm_90a 40–424 bytes a thread where the same kernels without them spill 0–56),
+        and then:
       * a mask the loader can bring by TMA (common.tma_can_read: 1- or 2-byte elements, 16-byte-aligned rows):
         mask_tma, its tiles arriving with K's in as many stages as fit (mask_fits; at most the entry's, at least 2):
-        with two consumers, D = 128 and a 2-byte mask, 2 of the entry's 3 (v30);
+        with two consumers, D = 128 and a 2-byte mask, 2 of the entry's 3;
       * any other mask, or no room even for 2 stages (one consumer at D = 128): the consumers load it, one item a
         program (Tiles.persistent then spills 0.5–1.8 KB a thread without a causal mask: the mask's pointer tile
-        stays live across the item loop, v28)."""
+        stays live across the item loop)."""
     if tiles.one_pass:
         from attnlab.triton.hopper import qk_softmax_row
 
@@ -493,8 +493,8 @@ def as_run(tiles, mask, D: int, itemsize: int, N: int | None = None):
 
 def takes(N: int) -> bool:
     """Whether the build runs this kernel at sequence length N: from MIN_N on, where it is faster than the Triton
-    kernel. Any N: P's rows start on 128-byte lines (launch.scores_buffer), so TMA stores them (before v54, when P's
-    rows lay N elements apart, only N % 8 == 0)."""
+    kernel. Any N: P's rows start on 128-byte lines (layout.scores_buffer), so TMA stores them (rows N elements
+    apart would allow only N % 8 == 0)."""
     return N >= MIN_N
 
 
@@ -502,12 +502,12 @@ def launch(q, k, p, mask, mask_strides, mask_kind, *, N, H, group, qk_scale, mas
            no_softmax=False, flags=None) -> None:
     """Write P for checked (B, H, N, D) q and k into the (B, H, N, N) p (attnlab.triton.launch.qk_softmax
     calls it for Tiles.gluon when `takes(N)`, with as_run's tiles). Tiles.mask_tma: a mask TMA can read comes
-    through the loader warp with K (v30), else by the consumers' loads. Tiles.fixed_reference (not under
+    through the loader warp with K, else by the consumers' loads. Tiles.fixed_reference (not under
     no_softmax, which has no pass 1): pass 1 against a fixed reference, each row's verdict into `flags` (B·H·N int8,
     the caller's: 1 where the row's P is wrong and must be re-written, attnlab.triton.launch.write_p). P's rows must
-    start 16 bytes apart (common.check_p_rows), as launch.scores_buffer's do at any N. Where their padding
-    reaches the next 16-byte vector past N (launch.rows_pad), P's descriptor spans it (layout.padded_view), so that
-    the kernels store 0 there (keys past N are masked) for the PV kernel to read as it lies (v56)."""
+    start 16 bytes apart (common.check_p_rows), as layout.scores_buffer's do at any N. Where their padding
+    reaches the next 16-byte vector past N (layout.rows_pad), P's descriptor spans it (layout.padded_view), so that
+    the kernels store 0 there (keys past N are masked) for the PV kernel to read as it lies."""
     check_p_rows(p)
     p = padded_view(p, N)
     if tiles.one_pass:  # one pass, the row on chip (as_run sends masked calls and longer rows to the two passes)

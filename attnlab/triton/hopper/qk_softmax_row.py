@@ -1,10 +1,9 @@
-"""The qk_softmax build's P kernel in one pass, for rows short enough to stay on chip (Tiles.one_pass, label `a`;
-PERFORMANCE.md v40). Hopper, Gluon; D = 64 or 128, fp16 or bf16, any N up to ROW_MAX (P's rows on
-128-byte lines, launch.scores_buffer, since v54).
+"""The qk_softmax build's P kernel in one pass, for rows short enough to stay on chip (Tiles.one_pass, label `a`).
+Hopper, Gluon; D = 64 or 128, fp16 or bf16, any N up to ROW_MAX (P's rows on 128-byte lines, layout.scores_buffer).
 
 Why: the two-pass kernel (attnlab.triton.hopper.qk_softmax) computes every score twice, once for the row's max and
 sum and once to write P, because a row of N keys does not fit on chip. At N ≤ 1024 the N keys of BLOCK_M = 64 rows
-do: 64 × 1024 16-bit values are 128 KiB of shared memory. Here each score is computed once (v37: at N ≤ 1024 the
+do: 64 × 1024 16-bit values are 128 KiB of shared memory. Here each score is computed once (at N ≤ 1024 the
 softmax's second QKᵀ and exponentials are 0.37–0.45 of the build's floor):
   * a work item is BLOCK_M rows of a head with all their keys; a loader warp brings its Q once and each K tile once
     (TMA, into a ring of STAGES slots);
@@ -18,7 +17,7 @@ softmax's second QKᵀ and exponentials are 0.37–0.45 of the build's floor):
 Persistent (one program an SM: the row buffer takes most of its shared memory); under a causal mask the tiles past
 the item's diagonal are stored as zeros by the consumer that owns them, and HEAVY_FIRST takes items in heavy/light
 pairs (common.items). The no_softmax ablation writes S itself from the same loop, with no swap and no rescale.
-Masks are not taken here: qk_softmax_gluon.as_run sends a masked call to the two-pass kernel, and the row says so.
+Masks are not taken here: hopper.qk_softmax.as_run sends a masked call to the two-pass kernel, and the row says so.
 
 P is rounded twice (2^(s − m_j) to fp16, then P to the dtype): at most one unit in the last place of fp16 more than
 the two-pass kernel's one rounding, inside the FlashAttention rule the gate applies.
@@ -224,7 +223,7 @@ def qk_softmax_row_kernel(q_desc, k_desc, p_desc, M, N, H, GROUP, total, qk_scal
     """Persistent grid (≤ one program an SM) over total = cdiv(N, BLOCK_M)·B·H items of BLOCK_M rows; num_warps = 4
     (a warpgroup a consumer, two consumers and a loader warp). q/k descriptors over (B, H or Hkv, N, D) with
     (1, 1, BLOCK_M or BLOCK_N, D) boxes; p_desc over the (B, H, N, N) P (rows on 128-byte lines:
-    launch.scores_buffer) with a (1, 1, BLOCK_M, BLOCK_N) box; ROW_TILES = cdiv(N, BLOCK_N), the row buffer's
+    layout.scores_buffer) with a (1, 1, BLOCK_M, BLOCK_N) box; ROW_TILES = cdiv(N, BLOCK_N), the row buffer's
     tiles; STAGES even (a ring slot then returns to the consumer that last read it, or to the other only across the
     swap of an item boundary); M any pointer (items carry a
     mask pointer this kernel never reads); qk_scale = scale·log2 e (the natural scale under NO_SOFTMAX)."""
