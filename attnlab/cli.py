@@ -122,11 +122,11 @@ def _sweep(params, out, quiet: bool) -> tuple[int, str | None]:
 
 
 # Processes at once on a GPU machine for `attnlab run`'s warm step, and the fewest for its gate (gate_jobs): most of
-# both is Triton compiling, one CPU core a process (h200.sh's gate at N = 512: 47 s in four against 135-179 s in one,
-# session 7). The warm step keeps 4: its cases reach N = 16384, where the materialised builds hold tens of GB each.
+# both is Triton compiling, one CPU core a process (the H200's gate at N = 512: 47 s in four against 135-179 s in
+# one). The warm step keeps 4: its cases reach N = 16384, where the materialised builds hold tens of GB each.
 GPU_JOBS = 4
 # the gate's shapes are small (N ≤ 4096, B·H ≤ 8), and its 14 families dealt to 8 parts leave 7 shapes at most in one
-# (session 32 on the 16-core H200 machine: 134 s in 8 processes against 233 s in 4)
+# (on the 16-core H200 machine: 134 s in 8 processes against 233 s in 4)
 GATE_JOBS_MAX = 8
 
 
@@ -143,8 +143,8 @@ def gate_jobs(cores: int | None = None) -> int:
 def _warm(params) -> None:
     """On a GPU, before `attnlab run`'s sweep: our kernels compiled for its grid in GPU_JOBS processes at once
     (attnlab.warm), so the sweep, one process, loads them from Triton's cache instead of compiling each in turn.
-    Session 17 on a fresh H200: the warm step 66-88 s; the sweep after it spent 30 s in first calls (FlexAttention's
-    own compiles) where one without it spent 137 s more compiling ours. A case that fails here is only reported: the
+    On a fresh H200 the warm step takes 66-88 s, and the sweep after it spends 30 s in first calls (FlexAttention's
+    own compiles) where one without it spends 137 s more compiling ours. A case that fails here is only reported: the
     sweep runs it and records what happens."""
     from attnlab import warm
 

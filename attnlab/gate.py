@@ -109,8 +109,8 @@ def family(case) -> tuple:
 
 def deal(cases: list, jobs: int) -> list[int]:
     """The part (0 … jobs − 1) that checks each shape: the families in the grid's order, dealt round robin, so that no
-    two processes compile the same variants at once. Dealing shape i to part i % jobs did that for 4 processes on the
-    GPU grid by luck of its order, and not for 8 (session 32: parts N = 512 and 2048 against 1024 and 4096)."""
+    two processes compile the same variants at once. Dealing shape i to part i % jobs does that for 4 processes on
+    the GPU grid by luck of its order, and not for 8 (parts at N = 512 and 2048 against 1024 and 4096)."""
     order: dict = {}
     return [order.setdefault(family(c), len(order)) % jobs for c in cases]
 

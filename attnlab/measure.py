@@ -175,7 +175,8 @@ def graphed(step, dev: torch.device, captured: list) -> tuple:
 
     Replaying a graph issues every launch of the call from one host call (~10 µs), so the events around it time the
     kernels and the gaps between them on the device, not Python's cost to launch them: at N = 512 issuing one of our
-    calls took 0.1-0.4 ms on the H200's host, as long as the kernels themselves (run 7: 70 of 456 rows host-bound).
+    calls takes 0.1-0.4 ms on the H200's host, as long as the kernels themselves (eager timing left 70 of the H200
+    grid's 456 rows host-bound).
     `captured` receives the graph (the caller frees it, and with it the graph's memory pool, after timing).
     CPU: no graphs, (step, '')."""
     if dev.type != "cuda":
@@ -302,7 +303,7 @@ def peak_pass(run, dev: torch.device) -> tuple[float, str, torch.Tensor]:
         return math.nan, "n/a: CPU has no allocator statistics", run()
     # No gc.collect() / empty_cache() here: the earlier calls' tensors are freed by reference counting, and
     # max_memory_allocated counts allocated bytes, not the allocator's reserve. gc.collect() costs ~0.2 s with
-    # torch.compile loaded; at three a case it was half the H200 sweep's 1.3 s per case (run 6).
+    # torch.compile loaded; at three a case it would be half the H200 sweep's 1.3 s per case.
     torch.cuda.synchronize(dev)
     torch.cuda.reset_peak_memory_stats(dev)
     before = torch.cuda.memory_allocated(dev)
@@ -485,7 +486,7 @@ def measure(case: Case, *, ceilings: dict, reps_ms: float = 100.0, warmup_ms: fl
 
         # The graph is freed inside _time_call, before any eager call below: while it lives, its pool holds the
         # call's intermediates (S and P) and the eager calls need their own (sdpa_math at N = 16384 ran out of the
-        # H200's memory that way in run 9).
+        # H200's memory that way).
         t0 = time.time()
         times, row["timer"], why = _time_call(step, acc, calls, dev, warmup_ms=warmup_ms, reps_ms=reps_ms,
                                               min_reps=min_reps)
@@ -568,11 +569,10 @@ def time_case(name, q, k, v, causal, repeats: int = 1, load=None, **timing) -> d
     torch.compile'd build compile_note, graph_ms (each graph's time, JSON), and with `load` (an open
     attnlab.load.LoadLog) the card's clock, power and clock-event reasons over the timed graphs, and each graph's
     own clock (graph_mhz, JSON). The warm time is the median over replays of a CUDA graph of the call (graphed, then
-    _time: the sweep's timer; `timing` as measure takes it, BENCH_TIMING by default): at N = 512 launching a call from Python can take
-    longer than its kernels (the Gluon kernel's host side did, 2026-11-29 run 14), and the library rows launch from
-    C++. With `repeats` > 1 the call is captured that many times, each graph in a memory pool of its own (so its
+    _time: the sweep's timer; `timing` as measure takes it, BENCH_TIMING by default): at N = 512 launching a call
+    from Python can take longer than its kernels, and the library rows launch from C++. With `repeats` > 1 the call is captured that many times, each graph in a memory pool of its own (so its
     buffers lie elsewhere) and timed alone: ms is the median of those medians, ms_min and ms_max their range
-    (PERFORMANCE.md, session 13: a single graph's time carries 2–7 %, partly where P lies). A call that cannot be
+    (a single graph's time carries 2–7 %, partly where P lies in memory). A call that cannot be
     captured is timed eagerly and says so in `timer`. As in the sweep, a compiled build (flex) starts each shape from
     a reset torch._dynamo (a bench of many shapes never reaches its recompile limit) and its row says so, and says if
     anything compiled while it was timed; peak_bytes comes from a pass of its own after the timing."""

@@ -1,4 +1,4 @@
-"""Does the harness measure what it says? The GPU checks issue 3 asks for, in one command.
+"""Does the harness measure what it says? Its GPU checks, in one command.
 
     python -m attnlab.selfcheck [--out FILE]
 
@@ -6,21 +6,20 @@ For a few cases of at least 1 ms on the GPU: measure() twice in one process (the
 each one's p80/p20), and two timings of the same call measure() times (attention plus the consumption step) by other
 means: torch.cuda.Event pairs around single *eager* calls, the L2 flushed by writing 512 MiB before each, the median
 of 50 (independent of do_bench and of the CUDA graph measure() replays); and triton.testing.do_bench on the eager
-call, as the issue names. Before each case the build is compiled and then run for SETTLE_S on its own (a card at its
-power cap settles to the clock this load gets: session 32's first measure of a case just compiled ran 11 % faster
-than its second), and nvidia-smi's clocks, power, temperature and clock-event reasons are read before and after it,
+call. Before each case the build is compiled and then run for SETTLE_S on its own (a card at its
+power cap settles to the clock this load gets: the first measure of a case just compiled can be 11 % faster than
+its second), and nvidia-smi's clocks, power, temperature and clock-event reasons are read before and after it,
 so a time that moved can be read against the card.
 
 The event pairs time the GPU only if the whole call is queued before the GPU reaches the first event, so each timed
 call follows a few untimed calls of its own (lead_calls: enough to cover several host issue times) that keep the GPU
-busy while Python issues it, then the flush. Without that (session 32, call 2) the pairs counted the 0.08–0.33 ms the
-host spends issuing a call: the harness read 4–17 % below them (and within 1.5 % of do_bench but in one case). With
-an idle sleep kernel holding the stream instead (call 3) the harness read 4–12 % *above* them for the kernels at the
-card's power cap (the clock recovers while the GPU idles), within 0.2 % for the two that were not. For the same
-reason nothing waits for the GPU between repetitions (call 4 synced each one, and the GPU's short idle while Python
-queued the next left the harness 5.6 % above the pairs in the power-capped causal case); the events are read once
-all have run (calls 5 and 6: within 2.7 % in every case). A repetition whose first event had already fired when
-the call was queued is left out and counted.
+busy while Python issues it, then the flush. Without that the pairs count the 0.08–0.33 ms the host spends issuing
+a call: the harness reads 4–17 % below them (and within 1.5 % of do_bench but in one case). With an idle sleep
+kernel holding the stream instead, the harness reads 4–12 % *above* them for the kernels at the card's power cap
+(the clock recovers while the GPU idles), within 0.2 % for those that are not. For the same reason nothing waits for
+the GPU between repetitions (syncing each one, the GPU's short idle while Python queues the next leaves the harness
+5.6 % above the pairs in the power-capped causal case); the events are read once all have run (then within 2.7 % in
+every case). A repetition whose first event had already fired when the call was queued is left out and counted.
 """
 from __future__ import annotations
 
@@ -41,14 +40,14 @@ CASES = [  # (build, B, H, N, D, causal): each takes ≥ 1 ms on an H200 (output
 SMALL = [  # (build, B, H, N, D, causal) where issuing a call from Python takes about as long as its kernels
     ("fused", 32, 16, 512, 128, False), ("materialised", 32, 32, 512, 64, False), ("sdpa_flash", 32, 32, 512, 64, False)]
 
-AGREE = 0.03  # |harness − other timer| / other timer, for cases of 1 ms or more (issue 3)
+AGREE = 0.03  # |harness − other timer| / other timer, for cases of 1 ms or more
 REPEAT = 0.02  # |second − first| / first, the same case measured twice in one run
 SETTLE_S = 1.0  # the case's own eager calls before it is measured, after its compile
 LEAD_ISSUES = 4  # the untimed calls before each event-timed one cover this many times the call's host issue time
 
 
 def verdict(harness_ms: float, again_ms: float, events_ms: float, do_bench_ms: float) -> dict:
-    """The relative differences issue 3 bounds, and whether all of them are within AGREE and REPEAT."""
+    """The relative differences the self-check bounds, and whether all of them are within AGREE and REPEAT."""
     out = dict(vs_events=harness_ms / events_ms - 1, vs_do_bench=harness_ms / do_bench_ms - 1,
                repeat=again_ms / harness_ms - 1)
     out["ok"] = abs(out["vs_events"]) <= AGREE and abs(out["vs_do_bench"]) <= AGREE and abs(out["repeat"]) <= REPEAT
@@ -61,8 +60,8 @@ CAPPED = "software power cap"  # attnlab.load.REASONS[0x4]: the card lowers its 
 
 def failure_note(row: dict) -> str:
     """Why a failed case failed, as far as the card says. A repeat outside REPEAT at the power cap: the card then
-    moves its clock to hold its power, and two measurements of the same call see different clocks (session 32,
-    calls 5 and 6: materialised, never at the cap, repeated within 0.04 %; the four cases at it within 0.4–2.9 %);
+    moves its clock to hold its power, and two measurements of the same call see different clocks (materialised,
+    never at the cap, repeats within 0.04 %; the four cases at it within 0.4–2.9 %);
     mhz_1 and mhz_2 are the measurements' medians of LoadLog's 50 ms clock samples, a coarse view of it."""
     if row["ok"]:
         return ""

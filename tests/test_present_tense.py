@@ -31,15 +31,6 @@ HISTORY = re.compile("|".join([
     r"\bNext [0-9]+\b",                            # a log's "Next 3" list
 ]))
 
-# Files still being cleaned by hand; each entry goes once its file passes (test_allowed_files_still_need_it says when).
-ALLOWED = {
-    "bench.py",      # issue 5's summary
-    "cli.py",        # sessions 7, 17 and 32 on the warm step's processes
-    "gate.py",       # session 32's split of the grid
-    "measure.py",    # runs 6, 7, 9, 14 and session 13
-    "selfcheck.py",  # issue 3 and session 32's calls
-}
-
 
 def prose(source: str):
     """(line, text) of every comment and docstring in a module's source: one per comment, one per docstring line."""
@@ -69,17 +60,9 @@ def rel(path: Path) -> str:
 
 
 def test_the_package_speaks_in_the_present_tense():
-    found = [f"attnlab/{rel(p)}:{line}: {hit!r}" for p in FILES if rel(p) not in ALLOWED
-             for line, hit in history(p.read_text())]
+    found = [f"attnlab/{rel(p)}:{line}: {hit!r}" for p in FILES for line, hit in history(p.read_text())]
     assert found == [], ("say what the code does and why, not which session, run or version found it (the figures "
                          "that chose a tile entry: docs/hopper.md):\n" + "\n".join(found))
-
-
-@pytest.mark.parametrize("name", sorted(ALLOWED))
-def test_allowed_files_still_need_it(name):
-    path = ROOT / name
-    assert path.exists(), f"{name} is gone: take it out of ALLOWED"
-    assert history(path.read_text()), f"{name} is clean now: take it out of ALLOWED"
 
 
 MADE_UP = '''"""A module. Session 12 chose this."""
