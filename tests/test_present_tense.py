@@ -14,7 +14,6 @@ import re
 import tokenize
 from pathlib import Path
 
-import pytest
 
 ROOT = Path(__file__).resolve().parent.parent / "attnlab"
 
