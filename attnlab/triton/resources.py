@@ -67,9 +67,6 @@ def compile_info(kernel: str, D: int, causal: bool, tiles: config.Tiles, mask_ki
     for a in fn.arg_names:
         if a in constexprs:
             sig[a] = "constexpr"
-        elif a in ("DK", "DV") and values["TMA"]:  # a (B·Hkv, N, D) descriptor with one tile's box
-            sig[a] = f"tensordesc<{dtype}[1,{tiles.BLOCK_N},{values['BLOCK_D']}]>"
-            continue
         elif a == "FLAGS":  # the repair's row flags (qk_softmax, REPAIR); a launch without passes nothing: None
             if values.get("REPAIR"):
                 sig[a] = "*i8"
