@@ -542,3 +542,36 @@ def rates(row: dict) -> dict:
         row["pct_flops"] = 100 * row["tflops"] / row["ceiling_tflops"]
         row["pct_bw"] = 100 * row["tbps"] / row["ceiling_tbps"]
     return row
+
+
+def eager_ms(call, dev: torch.device, *, reps_ms: float = 100.0, min_reps: int = 3, max_reps: int = 1000
+             ) -> tuple[float, int, str]:
+    """(ms per call, calls, timer) of `call` issued eagerly, back to back, as a user calls a build from Python.
+
+    Unlike `measure`'s graph replays this time includes Python's cost to launch each call and the allocator's work
+    between calls, with no cache flush: what a caller of the build pays, not the kernels' own time. One warm call
+    sizes the window (`reps_ms`, at least `min_reps` calls); CUDA events bracket the whole window, so nothing syncs
+    between calls. The caller makes the cold (first) call first. On a CPU the same with time.perf_counter (there,
+    with Triton's interpreter, the time measures Python: never present it as speed)."""
+    dev = torch.device(dev)
+    if dev.type == "cuda":
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+
+        def window(n: int) -> float:
+            start.record()
+            for _ in range(n):
+                call()
+            end.record()
+            end.synchronize()
+            return start.elapsed_time(end)
+        timer = "cuda events, eager back to back"
+    else:
+        def window(n: int) -> float:
+            t0 = time.perf_counter()
+            for _ in range(n):
+                call()
+            return (time.perf_counter() - t0) * 1e3
+        timer = "perf_counter, eager back to back"
+    one = window(1)
+    n = int(min(max_reps, max(min_reps, math.ceil(reps_ms / one) if one > 0 else max_reps)))
+    return window(n) / n, n, timer
