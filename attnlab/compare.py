@@ -8,7 +8,7 @@ across runs of one card. What notebooks/compare_gpus.ipynb calls.
     speedups(runs, baseline)   attnlab.report.speedup of every (dtype, causal) group of every run, stacked
     library_ratios(runs, ours) our build's time against each library row's, one (dtype, causal) group at a time
     memory(runs)               attnlab.report.memory_table of every group of every run, stacked
-    figures(runs, ...)         the side-by-side figures (attnlab.report.figures.*_by_run), one per (dtype, causal)
+    figures(runs, kinds)       the side-by-side figures (attnlab.report.figures.*_by_run), per (dtype, causal)
 
 A ratio never mixes dtypes or causal settings: every table is computed inside one group of attnlab.report.split,
 and `library_ratio` refuses a frame holding two. A run measured by older code than the newest run (its provenance's
@@ -108,7 +108,10 @@ def _label(folder: Path, root: Path | None) -> str:
                 return folder.resolve().relative_to(Path(base).resolve()).as_posix()
             except ValueError:
                 pass
-    return folder.name
+    parts = folder.resolve().parts
+    if "outputs" in parts:  # a copy of some repository's outputs/: <gpu>/<run> below it
+        return "/".join(parts[len(parts) - parts[::-1].index("outputs"):])
+    return "/".join(parts[-2:])  # <gpu>/<run>
 
 
 def read_run(folder, root=None) -> Run:
@@ -248,19 +251,29 @@ def memory(runs: list[Run]) -> pd.DataFrame:
     return pd.concat(parts, ignore_index=True) if parts else pd.DataFrame()
 
 
-def figures(runs: list[Run], baseline: str = "materialised", ours: str = "fused") -> list:
-    """For each (dtype, causal) group: speedup over `baseline`, peak allocation, and `ours` against each library
-    build, one panel per run, side by side (attnlab.report.figures.*_by_run)."""
+KINDS = ("speedup", "memory", "libraries")
+
+
+def figures(runs: list[Run], kinds=KINDS, baseline: str = "materialised", ours: str = "fused") -> list:
+    """For each (dtype, causal) group, the figures of `kinds`, one panel per run side by side
+    (attnlab.report.figures.*_by_run): 'speedup' over `baseline`, 'memory' (peak allocation), 'libraries' (each
+    library build's time over `ours`). A run without the rows a figure needs is left out of that figure."""
+    kinds = (kinds,) if isinstance(kinds, str) else tuple(kinds)
+    unknown = [k for k in kinds if k not in KINDS]
+    if unknown:
+        raise ValueError(f"kinds must be among {KINDS}, got {unknown}")
     out = []
     for (dtype, causal), per_run in _groups(runs).items():
-        with_base = {t: g for t, g in per_run.items() if baseline in set(g["build"])}
-        if with_base:
-            out.append(fg.speedup_by_run(with_base, baseline=baseline))
-        out.append(fg.memory_by_run(per_run))
-        ratios = {t: pd.concat([library_ratio(g, ours, lib) for lib in LIBRARY if lib in set(g["build"])],
-                               ignore_index=True)
-                  for t, g in per_run.items() if ours in set(g["build"]) and set(LIBRARY) & set(g["build"])}
-        if ratios:
-            out.append(fg.ratio_by_run(ratios))
+        if "speedup" in kinds:
+            with_base = {t: g for t, g in per_run.items() if baseline in set(g["build"])}
+            if with_base:
+                out.append(fg.speedup_by_run(with_base, baseline=baseline))
+        if "memory" in kinds:
+            out.append(fg.memory_by_run(per_run))
+        if "libraries" in kinds:
+            ratios = {t: pd.concat([library_ratio(g, ours, lib) for lib in LIBRARY if lib in set(g["build"])],
+                                   ignore_index=True)
+                      for t, g in per_run.items() if ours in set(g["build"]) and set(LIBRARY) & set(g["build"])}
+            if ratios:
+                out.append(fg.ratio_by_run(ratios))
     return out
-

@@ -378,7 +378,11 @@ class Explorer:
         if self.live:
             from attnlab.provenance import device_name
 
-            return (f"<b>Live on {html.escape(device_name(self.device))}</b>: each build is called eagerly, back "
+            try:
+                name = f"{device_name(self.device)} ({self.device})"
+            except (RuntimeError, AssertionError):  # a device torch cannot name (no driver): say which one was asked
+                name = self.device
+            return (f"<b>Live on {html.escape(name)}</b>: each build is called eagerly, back "
                     "to back, as you would call it from Python (CUDA events; the time per call includes Python's "
                     "cost to launch it). Peak allocation in a pass of its own; error against the fp64 oracle.")
         ref = (f"the committed run <code>{html.escape(self.reference.label)}</code> on "
