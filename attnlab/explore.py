@@ -29,7 +29,6 @@ import html
 import math
 from dataclasses import dataclass
 from functools import partial
-from pathlib import Path
 
 import ipywidgets as widgets
 import pandas as pd
@@ -490,7 +489,8 @@ class Explorer:
             case = shape.case(build, self.device)
             r = self.cache.get(self.case_of(shape, build), {})
             row = {"build": build, "GFLOP (model)": model.flops(case) / 1e9,
-                   "bytes moved (model)": size(model.bytes_moved(case)), "must hold (model)": size(model.hold_bytes(case)),
+                   "bytes moved (model)": size(model.bytes_moved(case)),
+                   "must hold (model)": size(model.hold_bytes(case)),
                    "FLOP per byte (model)": round(model.flops(case) / model.bytes_moved(case), 1)}
             if self.live:
                 ok = r.get("status") == "ok"

@@ -126,23 +126,30 @@ def test_every_comparison_figure_has_a_title_axis_units_and_one_panel_per_run(tw
         compare.figures(runs, kinds="roofline")
 
 
-def _run_notebook(out: Path, runs, tmp_path: Path, monkeypatch):
+def execute(notebook: Path, out: Path, parameters: dict, monkeypatch):
+    """The notebook run through papermill with `parameters`, as a user's render runs it, with this checkout's attnlab
+    first on the kernel's path; the executed notebook."""
     import papermill as pm
 
     monkeypatch.setenv("PYTHONPATH", os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")]))
-    pm.execute_notebook(str(NOTEBOOK), str(out), parameters={"runs": [str(r) for r in runs]},
-                        kernel_name="python3", cwd=str(tmp_path), progress_bar=False, execution_timeout=300)
+    pm.execute_notebook(str(notebook), str(out), parameters=parameters, kernel_name="python3", cwd=str(out.parent),
+                        progress_bar=False, execution_timeout=300)
     return nbformat.read(out, as_version=4)
+
+
+def outputs(nb, kind=None) -> list:
+    """Every output of the notebook's code cells (of one output_type when `kind` is given)."""
+    return [o for c in nb.cells if c.cell_type == "code" for o in c.get("outputs", [])
+            if kind is None or o.output_type == kind]
 
 
 def test_compare_gpus_renders_over_two_runs_passed_as_parameters(two_runs, tmp_path, monkeypatch):
     root, new, old = two_runs
-    nb = _run_notebook(tmp_path / "out.ipynb", [new, old], tmp_path, monkeypatch)
-    code = [c for c in nb.cells if c.cell_type == "code"]
-    assert not [o for c in code for o in c.get("outputs", []) if o.output_type == "error"]
-    injected = [c for c in code if "injected-parameters" in c.metadata.get("tags", [])]
+    nb = execute(NOTEBOOK, tmp_path / "out.ipynb", {"runs": [str(new), str(old)]}, monkeypatch)
+    assert not outputs(nb, "error")
+    injected = [c for c in nb.cells if "injected-parameters" in c.metadata.get("tags", [])]
     assert len(injected) == 1 and str(new) in injected[0].source
-    figures = [o["data"]["application/vnd.plotly.v1+json"] for c in code for o in c.get("outputs", [])
+    figures = [o["data"]["application/vnd.plotly.v1+json"] for o in outputs(nb)
                if "application/vnd.plotly.v1+json" in o.get("data", {})]
     assert len(figures) == 6
     for fig in figures:
@@ -152,8 +159,7 @@ def test_compare_gpus_renders_over_two_runs_passed_as_parameters(two_runs, tmp_p
         assert "(" in layout["yaxis"]["title"]["text"]
         assert [a["text"] for a in layout["annotations"]] == [
             "NVIDIA A100 · a100/2026-11-01-grid · OLDER CODE", "NVIDIA H200 · h200/2026-12-05-grid"]
-    tables = " ".join(o["data"].get("text/html", "") for c in code for o in c.get("outputs", [])
-                      if o.output_type == "execute_result")
+    tables = " ".join(o["data"].get("text/html", "") for o in outputs(nb, "execute_result"))
     assert "older code: measured at commit aaaaaaaa" in tables and "library_over_ours" in tables
 
 

@@ -1,10 +1,13 @@
 """The shape explorer (attnlab.explore) driven as a notebook user drives it, without a browser: setting a control's
 value fires its observers (ipywidgets, outside a kernel, gives each widget a dummy comm)."""
+import math
+
 import pytest
 
 from attnlab import explore
 from attnlab.builds import Unsupported
-from tests.test_compare import MS, write_run
+from attnlab.measure import Case
+from tests.test_compare import MS, REPO, execute, outputs, write_run
 
 OURS = ("materialised", "qk_softmax", "fused")
 
@@ -175,3 +178,24 @@ def test_without_a_committed_run_the_static_view_moves_over_the_model():
     first = [t for t, v in zip(fig.data, steps[0].args[0]["visible"]) if v][0]
     assert first.y[0] == 4 * 4 * 16 * 64 * 16 * 2  # fused at B=4 H=16 N=64 D=16 bf16: Q, K, V and O once
     assert "bytes" in fig.layout.yaxis.title.text and "bytes" in fig.layout.yaxis2.title.text
+
+
+def test_the_live_measurement_runs_each_step_and_checks_the_output():
+    # on a CPU only to prove the steps run together (its time is perf_counter's and never shown by the explorer)
+    r = explore.measure_live(Case("torch_eager", 1, 2, 2, 32, 16, "float32", True, "cpu"), reps_ms=1.0)
+    assert r["status"] == "ok" and r["reps"] >= 3 and r["timer"] == "perf_counter, eager back to back"
+    assert r["passed"] and r["err"] <= r["err_limit"]
+    assert math.isnan(r["peak_bytes"])  # a CPU has no allocator statistics
+    with pytest.raises(Unsupported):  # the explorer turns this into a line in the page
+        explore.measure_live(Case("sdpa_cudnn", 1, 2, 2, 32, 16, "float32", False, "cpu"), reps_ms=1.0)
+
+
+def test_explore_shapes_runs_top_to_bottom_and_keeps_a_moving_view_for_exports(reference, tmp_path, monkeypatch):
+    nb = execute(REPO / "notebooks" / "explore_shapes.ipynb", tmp_path / "out.ipynb", {"reference": str(reference)},
+                 monkeypatch)
+    assert not outputs(nb, "error")
+    assert [o for o in outputs(nb) if "application/vnd.jupyter.widget-view+json" in o.get("data", {})]
+    static = [o["data"]["application/vnd.plotly.v1+json"] for o in outputs(nb)
+              if "application/vnd.plotly.v1+json" in o.get("data", {})]
+    assert len(static) == 1 and len(static[0]["layout"]["sliders"][0]["steps"]) == 4
+    assert "grid on NVIDIA H200" in static[0]["layout"]["title"]["text"]

@@ -28,7 +28,8 @@ def _panels(dims, title: str, ns=()):
     fig = make_subplots(rows=1, cols=len(dims), subplot_titles=[f"D = {d}" for d in dims], shared_yaxes=True)
     fig.update_layout(title=title, template="plotly_white", legend_title_text="build")
     ticks = sorted({int(n) for n in ns})
-    fig.update_xaxes(type="log", title_text="sequence length N (tokens)", tickvals=ticks, ticktext=[str(n) for n in ticks])
+    fig.update_xaxes(type="log", title_text="sequence length N (tokens)", tickvals=ticks,
+                     ticktext=[str(n) for n in ticks])
     return fig
 
 
