@@ -185,14 +185,16 @@ def free_memory(device: str) -> int:
 
 # -- the committed run --------------------------------------------------------------------------------------------
 
+def _far(values: pd.Series, target: float) -> pd.Series:
+    """|log2(values / target)|: how many doublings each value is from the target."""
+    return (values.astype(float) / target).map(lambda x: abs(math.log2(x)))
+
+
 def _distance(rows: pd.DataFrame, shape: Shape) -> pd.DataFrame:
-    """The rows with their distance to `shape`: dtype, then head dim, then N, then B·H, then the group (log2)."""
-    def log2(col, target):
-        return (rows[col].astype(float) / target).map(lambda x: abs(math.log2(x)))
-    return rows.assign(_dtype=(rows["dtype"] != shape.dtype).astype(int), _D=log2("D", shape.D),
-                       _N=log2("N", shape.N), _BH=(rows["B"] * rows["H"] / (shape.B * shape.H)).map(
-                           lambda x: abs(math.log2(x))),
-                       _g=((rows["H"] // rows["Hkv"]) / (shape.H // shape.Hkv)).map(lambda x: abs(math.log2(x))))
+    """The rows with their distance to `shape`: dtype, then head dim, then N, then B·H, then the group."""
+    return rows.assign(_dtype=(rows["dtype"] != shape.dtype).astype(int), _D=_far(rows["D"], shape.D),
+                       _N=_far(rows["N"], shape.N), _BH=_far(rows["B"] * rows["H"], shape.B * shape.H),
+                       _g=_far(rows["H"] // rows["Hkv"], shape.H // shape.Hkv))
 
 
 def _differs(row, shape: Shape) -> str:
@@ -293,6 +295,11 @@ class Explorer:
         for i, (_, y_title) in enumerate(PANELS[self.mode], start=1):
             self.figure.update_xaxes(type="log", title_text=X_TITLE, row=1, col=i)
             self.figure.update_yaxes(type="log", title_text=y_title, row=1, col=i)
+        c = self.controls
+        knobs = widgets.HBox([widgets.VBox([c["N"], c["D"], c["dtype"], c["causal"]]),
+                              widgets.VBox([c["B"], c["H"], c["Hkv"]]), c["builds"]])
+        self.widget = widgets.VBox([self.banner, knobs, widgets.HBox([self.progress, self.status]), self.figure,
+                                    self.messages, self.table])  # what a notebook cell shows
         for w in self.controls.values():
             w.observe(self.update, names="value")
         self.update()
@@ -309,19 +316,6 @@ class Explorer:
     def case_of(self, shape: Shape, build: str) -> Case:
         """The case measured for `build` at `shape`: the shape itself live, its small version in the interpreter."""
         return shape.case(build, self.device) if self.live else small_case(shape, build)
-
-    @property
-    def widget(self) -> widgets.Widget:
-        c = self.controls
-        knobs = widgets.HBox([widgets.VBox([c["N"], c["D"], c["dtype"], c["causal"]]),
-                              widgets.VBox([c["B"], c["H"], c["Hkv"]]), c["builds"]])
-        return widgets.VBox([self.banner, knobs, widgets.HBox([self.progress, self.status]), self.figure,
-                             self.messages, self.table])
-
-    def _ipython_display_(self):
-        from IPython.display import display
-
-        display(self.widget)
 
     # one change
     def update(self, change=None) -> None:
