@@ -7,7 +7,9 @@
             measure the cache; inputs are not rotated); median, p20, p80 of all repetitions, nothing printed or
             synced inside. The call is captured once in a CUDA graph and the graph replayed (timer
             'do_bench+graph'), so the time is the kernels' and not Python's cost to launch them; `host_ms` keeps
-            that cost (what an eager caller pays). A build that cannot be captured is timed eagerly and says why.
+            that cost (what an eager caller pays), and `eager_ms` times the same call issued eagerly, back to back,
+            as a user's loop issues it (CUDA events around the window): where the two part, launch cost is what a
+            Python caller meets. A build that cannot be captured is timed eagerly and says why.
             CPU: time.perf_counter around each call, a 64 MiB buffer written between calls (the CPU's cache
             flush); at least `min_reps` calls, more while `reps_ms` of wall time lasts.
     peak    its own pass after timing: sync, reset peak stats, run, sync; peak minus what
@@ -498,6 +500,8 @@ def measure(case: Case, *, ceilings: dict, reps_ms: float = 100.0, warmup_ms: fl
         # what issuing one call eagerly costs (a user calling from Python pays it); a few calls suffice past 1 ms,
         # where the probe's sync would otherwise wait on 20 slow calls (40 s of the H200 sweep)
         row["host_ms"] = host_ms(step, dev, calls=20 if row["ms"] < 1 else 3)
+        if dev.type == "cuda":  # as a user calls it: back to back from Python, launch cost included
+            row["eager_ms"] = eager_ms(step, dev, reps_ms=reps_ms, min_reps=min_reps)[0]
         row["timing_note"] = "; ".join(
             x for x in (why, "" if graphed_ok else timing_note(row["ms"], row["host_ms"])) if x)
         row.update(watch.note())
@@ -617,3 +621,36 @@ def time_case(name, q, k, v, causal, repeats: int = 1, load=None, **timing) -> d
         return dict(cold_s=nan, ms=nan, status=one_line(f"error: {type(e).__name__}: {e}", 600), o=None, timer="")
     finally:
         graphs.clear()  # frees the graph and its memory pool
+
+
+def eager_ms(call, dev: torch.device, *, reps_ms: float = 100.0, min_reps: int = 3, max_reps: int = 1000
+             ) -> tuple[float, int, str]:
+    """(ms per call, calls, timer) of `call` issued eagerly, back to back, as a user calls a build from Python.
+
+    Unlike `measure`'s graph replays this time includes Python's cost to launch each call and the allocator's work
+    between calls, with no cache flush: what a caller of the build pays, not the kernels' own time. One warm call
+    sizes the window (`reps_ms`, at least `min_reps` calls); CUDA events bracket the whole window, so nothing syncs
+    between calls. The caller makes the cold (first) call first. On a CPU the same with time.perf_counter (there,
+    with Triton's interpreter, the time measures Python: never present it as speed)."""
+    dev = torch.device(dev)
+    if dev.type == "cuda":
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+
+        def window(n: int) -> float:
+            start.record()
+            for _ in range(n):
+                call()
+            end.record()
+            end.synchronize()
+            return start.elapsed_time(end)
+        timer = "cuda events, eager back to back"
+    else:
+        def window(n: int) -> float:
+            t0 = time.perf_counter()
+            for _ in range(n):
+                call()
+            return (time.perf_counter() - t0) * 1e3
+        timer = "perf_counter, eager back to back"
+    one = window(1)
+    n = int(min(max_reps, max(min_reps, math.ceil(reps_ms / one) if one > 0 else max_reps)))
+    return window(n) / n, n, timer

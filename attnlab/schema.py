@@ -32,6 +32,9 @@ COLUMNS = {
     "timer": "'do_bench+graph' (device events around CUDA-graph replays), 'do_bench' (eager: capture failed, "
              "timing_note says why) or 'perf_counter' (CPU)",
     "host_ms": "host wall time to issue one timed call without waiting (CUDA; NaN on CPU, where calls are synchronous)",
+    "eager_ms": "the timed call issued eagerly from Python, back to back with no sync between, CUDA events around the "
+                "window, per call: what a caller meets, launch cost included, beside `ms`'s graph replays, which "
+                "hide it (CUDA; NaN on CPU, where `ms` is eager already)",
     "timing_note": "'' or why `ms` may not be the kernels' time: 'graph capture failed ...' (timed eagerly), and "
                    "then 'host-bound: ...' when issuing a call takes half the measured time or more (the GPU may "
                    "wait on Python, so `ms` overstates the kernels)",
@@ -69,7 +72,7 @@ COLUMNS = {
 
 # Columns added after results files were first written: a file without them (and otherwise of this schema) is
 # still read, these columns then unknown; a sweep does not append to it (attnlab.sweep.read_results, run).
-LATER = ("sm_clock_mhz", "power_w", "clock_reasons")
+LATER = ("sm_clock_mhz", "power_w", "clock_reasons", "eager_ms")
 
 # The type of every column, for writing and reading results files (attnlab.sweep.read_results). "int" columns are
 # always known (reps is 0 when nothing was timed); unknown "float"s are NaN; unknown "str"s are ''.
@@ -78,7 +81,7 @@ TYPES = {
                           "device_name", "status", "timer", "peak_note", "alloc_flag", "err_note", "tiles",
                           "compile_note", "started", "code", "timing_note", "clock_reasons")},
     **{c: "int" for c in ("B", "H", "Hkv", "N", "D", "reps", "hold_bytes", "flops", "bytes_moved")},
-    **{c: "float" for c in ("host_ms", "cold_s", "ms", "ms_p20", "ms_p80", "consume_ms", "peak_bytes", "err", "err_limit",
+    **{c: "float" for c in ("host_ms", "eager_ms", "cold_s", "ms", "ms_p20", "ms_p80", "consume_ms", "peak_bytes", "err", "err_limit",
                             "checksum", "tflops", "tbps", "pct_flops", "pct_bw", "ceiling_tflops", "ceiling_tbps",
                             "sm_clock_mhz", "power_w")},
     "causal": "bool",

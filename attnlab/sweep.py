@@ -297,7 +297,7 @@ def _repair(path: Path) -> None:
 
 def read_results(path, *, appendable: bool = False) -> pd.DataFrame:
     """A results file as a typed table (attnlab.schema.TYPES): complete lines only, causal as bool. A file written
-    before schema.LATER's columns existed reads with them unknown, unless `appendable` (a sweep about to add rows of
+    before some of schema.LATER's columns existed reads with them unknown, unless `appendable` (a sweep about to add rows of
     the whole schema to it)."""
     path = Path(path)
     if path.is_dir():
@@ -306,8 +306,10 @@ def read_results(path, *, appendable: bool = False) -> pd.DataFrame:
     if not text:
         return pd.DataFrame({c: pd.Series(dtype=_PANDAS[TYPES[c]]) for c in COLUMNS})
     records = list(csv.reader(io.StringIO(text)))
-    older = [c for c in COLUMNS if c not in LATER]
-    if records[0] != list(COLUMNS) and (appendable or records[0] != older):
+    header = records[0]
+    # an older file lacks some of LATER's columns and has the rest in COLUMNS' order
+    older = header == [c for c in COLUMNS if c in header] and set(COLUMNS) - set(header) <= set(LATER)
+    if header != list(COLUMNS) and (appendable or not older):
         raise ValueError(f"{path} has columns of another schema ({sorted(set(records[0]) ^ set(COLUMNS))} differ): "
                          "measure into a fresh out_dir")
     short = [i + 1 for i, r in enumerate(records) if len(r) != len(records[0])]

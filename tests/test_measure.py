@@ -3,6 +3,7 @@ is the output's, the reference on a slice, and the guards (under-allocation, acc
 import gc
 import json
 import math
+import time
 
 import pytest
 import torch
@@ -322,3 +323,13 @@ def test_spin_up_runs_the_callers_work_between_syncs(monkeypatch):
     assert syncs and syncs == [4 * (i + 1) for i in range(len(syncs))]
     m.spin_up(torch.device("cpu"), 1.0, work=lambda: calls.append(1))
     assert len(calls) == syncs[-1]
+
+
+def test_eager_ms_times_back_to_back_calls_and_sizes_its_window_from_one():
+    calls = []
+    ms, n, timer = m.eager_ms(lambda: calls.append(1), torch.device("cpu"), reps_ms=1.0, min_reps=7,
+                                    max_reps=50)
+    assert 7 <= n <= 50 and len(calls) == 1 + n  # one call sizes the window, then n timed back to back
+    assert ms > 0 and timer == "perf_counter, eager back to back"
+    _, n, _ = m.eager_ms(lambda: time.sleep(0.002), torch.device("cpu"), reps_ms=1.0, min_reps=3)
+    assert n == 3  # a call longer than the window still gets min_reps

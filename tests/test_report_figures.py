@@ -1,6 +1,7 @@
 """Figures drawn from the tables: the same numbers, one group per figure, a page that draws offline."""
 import re
 
+import pandas as pd
 import pytest
 
 from attnlab.report import figures
@@ -47,3 +48,23 @@ def test_the_page_draws_offline():
     assert page.count("Plotly.newPlot") == 2
     assert not re.search(r"<script[^>]*\bsrc=", page)  # no script is fetched: plotly.js is inline, once
     assert len(page) > 1_000_000
+
+
+def test_runs_side_by_side_get_one_panel_each_and_the_speedup_table_s_values():
+    fig = figures.speedup_by_run({"run A": _group(), "run B": _group()})
+    assert [a.text for a in fig.layout.annotations] == ["run A", "run B"]
+    fused = [t for t in fig.data if t.name == "fused, D=64"]
+    assert [t.xaxis for t in fused] == ["x", "x2"] and [t.showlegend for t in fused] == [True, False]
+    assert all(list(t.y) == pytest.approx([4.0, 4.0]) for t in fused)
+    assert fig.layout.xaxis.title.text == "sequence length N (tokens)"
+    assert fig.layout.yaxis.title.text == "× faster than materialised (ratio of times)"
+
+
+def test_runs_side_by_side_must_share_one_dtype_and_causal_value():
+    with pytest.raises(ValueError, match="one dtype and one causal value, got run A: float16 non-causal, "
+                                         "run B: float16 causal"):
+        figures.speedup_by_run({"run A": _group(False), "run B": _group(True)})
+    with pytest.raises(ValueError, match="one dtype, one causal value and one of our builds"):
+        figures.ratio_by_run({"run A": pd.DataFrame(dict(dtype=["float16"] * 2, causal=[False, True], D=64, N=512,
+                                                          B=1, H=8, Hkv=8, ours="fused", library="sdpa_flash",
+                                                          library_over_ours=1.0))})

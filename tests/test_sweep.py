@@ -288,9 +288,25 @@ def test_results_written_before_the_clock_columns_read_but_are_not_appended_to(t
     back = sweep.read_results(out)
     assert list(back.columns) == list(COLUMNS) and back.sm_clock_mhz.isna().all() and len(back) == len(df)
     assert back.ms.tolist() == pytest.approx(df.ms.tolist())
-    lacking = r"columns of another schema \(\['clock_reasons', 'power_w', 'sm_clock_mhz'\] differ\)"
+    lacking = r"columns of another schema \(\['clock_reasons', 'eager_ms', 'power_w', 'sm_clock_mhz'\] differ\)"
     with pytest.raises(ParamsError, match="cannot be resumed: .* " + lacking):
         sweep.run({**TINY, "builds": ["fused"], "seq_lens": [32, 64]}, out)
+
+
+def test_results_with_the_clock_columns_but_not_the_eager_time_read_too(tmp_path):
+    """A run of record measured before eager_ms existed, with the clock columns, reads with eager_ms unknown; a file
+    missing a column that is not one of LATER's, or with the columns out of order, is refused."""
+    out = tmp_path / "run"
+    df = sweep.run({**TINY, "builds": ["fused"], "seq_lens": [32]}, out)
+    df.drop(columns=["eager_ms"]).to_csv(out / sweep.RESULTS, index=False)
+    back = sweep.read_results(out)
+    assert list(back.columns) == list(COLUMNS) and back.eager_ms.isna().all() and len(back) == len(df)
+    df.drop(columns=["eager_ms", "err"]).to_csv(out / sweep.RESULTS, index=False)
+    with pytest.raises(ValueError, match="columns of another schema"):
+        sweep.read_results(out)
+    df[list(reversed(df.columns))].to_csv(out / sweep.RESULTS, index=False)
+    with pytest.raises(ValueError, match="columns of another schema"):
+        sweep.read_results(out)
 
 
 def test_read_results_of_an_empty_run_is_typed(tmp_path):

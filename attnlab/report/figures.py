@@ -4,15 +4,23 @@
     memory_figure(group)              peak allocation against N, one line per build, predicted holds dashed
     ablation_figure(group, base)      what removing each stage saves, per N, one panel per head dim
 
+Side by side, one panel per run (cards, or runs of one card), each panel one run's rows of one (dtype, causal) group:
+
+    speedup_by_run(groups, baseline)  x_vs_<baseline> against N, one line per build and head dim
+    memory_by_run(groups)             peak allocation against N, one line per build and head dim
+    ratio_by_run(ratios)              a library build's time over ours (attnlab.compare.library_ratio) against N
+
 `to_html(figures)` writes them into one self-contained page: plotly.js inline, so it draws with no network.
 """
 from __future__ import annotations
+
+import math
 
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
 from attnlab.report.ablation import ablation_table
-from attnlab.report.groups import one_group
+from attnlab.report.groups import LEADING, one_group
 from attnlab.report.ratios import speedup
 
 
@@ -20,7 +28,8 @@ def _panels(dims, title: str, ns=()):
     fig = make_subplots(rows=1, cols=len(dims), subplot_titles=[f"D = {d}" for d in dims], shared_yaxes=True)
     fig.update_layout(title=title, template="plotly_white", legend_title_text="build")
     ticks = sorted({int(n) for n in ns})
-    fig.update_xaxes(type="log", title_text="sequence length N", tickvals=ticks, ticktext=[str(n) for n in ticks])
+    fig.update_xaxes(type="log", title_text="sequence length N (tokens)", tickvals=ticks,
+                     ticktext=[str(n) for n in ticks])
     return fig
 
 
@@ -80,6 +89,91 @@ def ablation_figure(group, base: str = "fused") -> go.Figure:
     fig.update_yaxes(title_text="ms", col=1)
     fig.update_layout(barmode="group")
     return fig
+
+
+def _one_group_of_all(groups: dict) -> tuple[str, bool]:
+    """The (dtype, causal) every run's frame holds; a ValueError when they differ (panels side by side compare runs,
+    never dtypes or causal settings)."""
+    if not groups:
+        raise ValueError("groups must hold at least one run's rows")
+    keys = {title: one_group(g) for title, g in groups.items()}
+    if len(set(keys.values())) > 1:
+        raise ValueError("panels side by side must show one dtype and one causal value, got "
+                         + ", ".join(f"{t}: {d} {'causal' if c else 'non-causal'}" for t, (d, c) in keys.items()))
+    return next(iter(keys.values()))
+
+
+_DASHES = ("solid", "dash", "dot", "dashdot")
+
+
+def _by_run(tables: dict, y: str, line: str, title: str, y_title: str, hover: str | None = None) -> go.Figure:
+    """One panel per run (at most three a row), `y` against N, one line per (`line`, D): colour per `line` value,
+    dash per head dim; the same value keeps its colour in every panel."""
+    titles = list(tables)
+    cols = min(3, len(titles))
+    rows = math.ceil(len(titles) / cols)
+    fig = make_subplots(rows=rows, cols=cols, subplot_titles=titles, shared_yaxes=True,
+                        vertical_spacing=0.25 / rows if rows > 1 else 0.2)
+    fig.update_layout(title=title, template="plotly_white", legend_title_text=f"{line}, head dim",
+                      height=380 * rows)
+    names = list(dict.fromkeys(v for t in tables.values() for v in t[line]))
+    dims = sorted({int(d) for t in tables.values() for d in t["D"]})
+    ns = sorted({int(n) for t in tables.values() for n in t["N"]})
+    shown = set()
+    for i, (title_i, t) in enumerate(tables.items()):
+        r, c = divmod(i, cols)
+        for (name, d), part in t.groupby([line, "D"], sort=False):
+            part = part.sort_values("N")
+            key = f"{name}, D={int(d)}"
+            fig.add_trace(go.Scatter(x=part["N"], y=part[y], mode="lines+markers", name=key, legendgroup=key,
+                                     showlegend=key not in shown,
+                                     hovertext=part[hover] if hover else None,
+                                     line=dict(color=_color(names.index(name)),
+                                               dash=_DASHES[dims.index(int(d)) % len(_DASHES)])),
+                          row=r + 1, col=c + 1)
+            shown.add(key)
+    fig.update_xaxes(type="log", title_text="sequence length N (tokens)", tickvals=ns, ticktext=[str(n) for n in ns])
+    fig.update_yaxes(type="log")
+    fig.update_yaxes(title_text=y_title, col=1)
+    return fig
+
+
+def speedup_by_run(groups: dict, baseline: str = "materialised", builds=None) -> go.Figure:
+    """`groups`: {run title: that run's rows of one (dtype, causal) group}. attnlab.report.speedup in each panel."""
+    dtype, causal = _one_group_of_all(groups)
+    tables = {t: speedup(g, baseline=baseline, builds=builds) for t, g in groups.items()}
+    return _by_run(tables, f"x_vs_{baseline}", "build",
+                   f"speedup over {baseline} per run ({dtype}, {'causal' if causal else 'non-causal'}; "
+                   "times net of the consumption step)", f"× faster than {baseline} (ratio of times)", hover="note")
+
+
+def memory_by_run(groups: dict, builds=None) -> go.Figure:
+    """`groups` as speedup_by_run's; the ok rows' peak allocation of every non-ablation build."""
+    dtype, causal = _one_group_of_all(groups)
+    tables = {}
+    for title, g in groups.items():
+        ok = g[(g["status"] == "ok") & (g["family"] != "ablation") & g["peak_bytes"].notna()]
+        tables[title] = ok if builds is None else ok[ok["build"].isin(builds)]
+    return _by_run(tables, "peak_bytes", "build",
+                   f"peak allocation per call, per run ({dtype}, {'causal' if causal else 'non-causal'})",
+                   "peak allocation (bytes)")
+
+
+def ratio_by_run(ratios: dict) -> go.Figure:
+    """`ratios`: {run title: attnlab.compare.library_ratio tables of one group}; library ms / ours ms against N."""
+    missing = [c for t in ratios.values() for c in (*LEADING, "ours", "library", "library_over_ours") if c not in t]
+    if missing:
+        raise ValueError(f"ratio tables lack column(s) {sorted(set(missing))}: pass attnlab.compare.library_ratio")
+    keys = {(str(d), bool(c)) for t in ratios.values() for d, c in zip(t["dtype"], t["causal"])}
+    ours = {o for t in ratios.values() for o in t["ours"]}
+    if len(keys) != 1 or len(ours) != 1:
+        raise ValueError(f"ratio tables must hold one dtype, one causal value and one of our builds, got "
+                         f"{sorted(keys)} and {sorted(ours)}")
+    (dtype, causal), = keys
+    return _by_run(ratios, "library_over_ours", "library",
+                   f"{ours.pop()} against each library build, per run ({dtype}, "
+                   f"{'causal' if causal else 'non-causal'}; above 1: ours is faster)",
+                   "library time / our time (ratio)", hover="note")
 
 
 def to_html(figures) -> str:
