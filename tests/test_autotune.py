@@ -490,33 +490,3 @@ def test_a_one_pass_candidate_competes_for_the_short_entry_alone_and_serves_only
     # a two-pass candidate with those times takes the table instead (fastest at every N: no short entry)
     times["64x128w4s4g"] = times.pop("64x128w4s4ga")
     assert chosen(times) == [("64x128w4s4g", None)]
-
-
-def test_the_pre_v42_override_file_is_what_session_23s_bench_ran_and_the_table_is_what_session_24s_ran(monkeypatch):
-    """scripts/experiments/qk_pre_v42.json (h200.sh's `qkab` step: the table's v42 entries against what they
-    replaced, in one process) must put back the qk_softmax tiles session 23's issue-5 bench ran at every N, short
-    entries included (an override file drops the short entries of a kernel it names unless it holds them), and the
-    table as it is must give the tiles session 24's bench ran."""
-    from pathlib import Path
-
-    root = Path(__file__).resolve().parent.parent / "outputs" / "h200"
-
-    def ran(run):
-        rows = pd.read_csv(root / run / "bench" / "bench.csv")
-        rows = rows[rows.build == "qk_softmax"]
-        return [(int(r.D), bool(r.causal), int(r.N), config.Tiles(**json.loads(r.tiles)["qk_softmax"]))
-                for r in rows.itertuples()]
-
-    def table_gives(D, causal, N):
-        return config.lookup("qk_softmax", "sm90", D, causal, 2, N=N)
-
-    now = ran("2026-12-02-s24-call3")
-    assert len(now) == 60 and all(table_gives(D, c, N) == t for D, c, N, t in now)
-    assert {label(t) for D, c, N, t in now if N > 1024 and (D, c) in ((64, False), (128, True))} == {
-        "64x128w4s3grcf", "64x128w4s3hgrf"}
-    monkeypatch.setattr(config, "TABLE", config.TABLE)
-    monkeypatch.setattr(config, "SHORT", config.SHORT)
-    config.load_overrides(str(root.parent.parent / "scripts" / "experiments" / "qk_pre_v42.json"))
-    before = ran("2026-12-01-s23-call4")
-    assert len(before) == 60 and all(table_gives(D, c, N) == t for D, c, N, t in before)
-    assert not any(t.fixed_reference or t.q_registers for *_, t in before)
