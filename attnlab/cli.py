@@ -117,7 +117,7 @@ def _sweep(params, out, quiet: bool) -> tuple[int, str | None]:
 
 
 # Processes at once on a GPU machine for `attnlab run`'s warm step, and the fewest for its gate (gate_jobs): most of
-# both is Triton compiling, one CPU core a process (h200.sh's gate at N = 512: 47 s in four against 135-179 s in one,
+# both is Triton compiling, one CPU core a process (the gate at N = 512: 47 s in four against 135-179 s in one,
 # session 7). The warm step keeps 4: its cases reach N = 16384, where the materialised builds hold tens of GB each.
 GPU_JOBS = 4
 # the gate's shapes are small (N ≤ 4096, B·H ≤ 8), and its 14 families dealt to 8 parts leave 7 shapes at most in one
