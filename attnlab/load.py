@@ -7,9 +7,9 @@
 Why: a card at its power limit lowers its clock, and builds differ in how much power they draw. On the H200 every
 build replayed back to back sits at the software power cap (≈ 690 W), and the qk_softmax build, whose P stores and
 matmuls draw the most, runs at a median 1485 MHz against fused's 1590 and cuDNN's 1620, of a 1980 MHz maximum
-(PERFORMANCE.md, session 15: scripts/experiments/power_probe.py). A ratio between two builds is then partly a ratio
-of clocks; the rows say so instead of leaving it to be guessed. Where NVML cannot be read (a CPU, no driver), the
-log is inert and the columns are NaN and ''.
+(PERFORMANCE.md, session 15: a0ec020:scripts/experiments/power_probe.py). A ratio between two builds is then partly
+a ratio of clocks; the rows say so instead of leaving it to be guessed. Where NVML cannot be read (a CPU, no driver),
+the log is inert and the columns are NaN and ''.
 """
 from __future__ import annotations
 

@@ -112,7 +112,8 @@ def family(device: torch.device) -> str:
 
 # (kernel, family, head-dim bucket, causal, dtype-size) -> Tiles. "any" matches every value of that key.
 # The interpreter runs one numpy op per block op, so big blocks and few programs are fastest there.
-# sm90 entries: chosen on an H200 by `attnlab bench --autotune` (PERFORMANCE.md has the runs).
+# sm90 entries: chosen on an H200 by `attnlab bench --autotune` (PERFORMANCE.md has the runs). The run folders this
+# module names (outputs/h200/<run>, -sNN-callN) are in git history: `git show a0ec020:outputs/h200/<run>/...`.
 TABLE: dict[tuple, Tiles] = {
     ("fused", "interpreter", "any", "any", "any"): Tiles(128, 128),
     ("qk_softmax", "interpreter", "any", "any", "any"): Tiles(128, 128),

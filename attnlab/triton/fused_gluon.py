@@ -20,7 +20,7 @@ Same arithmetic as the Triton kernel, flag for flag, so that a fused row and its
 exp2 units (scale·log2 e folded in), explicit masks (boolean or additive), causal, ragged N, GQA, the no_softmax
 (P = S) and no_pv (O = Σ_n P·n/N, V never read) ablations, O = 0 for a fully masked row. Gluon has no CPU
 interpreter: CI compiles this kernel for sm_90a (tests/test_fused_gluon.py); its accuracy is checked on the GPU by
-the gate (`attnlab check`) and `scripts/experiments/gluon_fa3.py`.
+the gate (`attnlab check`).
 """
 from __future__ import annotations
 

@@ -250,7 +250,7 @@ def qk_softmax(q, k, v, *, causal=False, attn_mask=None, scale=None, ablation=No
 
 def qk_softmax_with(c: _Call, chosen: Tiles, ablation: str | None = None, out=None) -> torch.Tensor:
     """The qk_softmax build on a prepared call with `chosen` tiles for its P kernel (write_p), then the PV kernel.
-    The build passes _qk_softmax_tiles' choice; scripts/experiments/qk_gluon.py passes a candidate at any N."""
+    The build passes _qk_softmax_tiles' choice; a caller may pass a candidate at any N."""
     s = c.spec
     P = scores_buffer(s)
     write_p(c, P, chosen, no_softmax=ablation == "no_softmax")
@@ -261,7 +261,7 @@ def write_p(c: _Call, P: torch.Tensor, chosen: Tiles, no_softmax: bool = False) 
     """The qk_softmax build's first kernel with `chosen` tiles: P = softmax(scale·QKᵀ + mask) into the (B, H, N, N)
     P (S itself under the no_softmax ablation). The Gluon kernel for a Gluon entry, at any N (the build sends only
     the N it takes, _qk_softmax_tiles; its own check sends others), else the Triton kernel. P: the build's
-    scores_buffer, or any layout row_stride takes (scripts/experiments/p_pad.py passes padded ones). Under
+    scores_buffer, or any layout row_stride takes. Under
     Tiles.fixed_reference the Gluon kernel flags the rows its pass 1 leaves wrong, and the Triton kernel then
     re-writes their blocks with REPAIR_TILES (a second launch, which returns at once where nothing is flagged)."""
     s = c.spec

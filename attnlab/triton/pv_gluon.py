@@ -15,7 +15,7 @@ Rows and keys past N read as zeros (TMA), so a ragged N needs no element masks; 
 at its last row's key tile, as the Triton kernel does (P is 0 past the diagonal, written so by every P kernel). The
 no_pv ablation runs this kernel too (O = Σ_n P[:, n]·n/N broadcast over D, V never loaded), so its saving is a
 difference against the same program. Gluon has no CPU interpreter: CI compiles this kernel for sm_90a
-(tests/test_pv_gluon.py); its arithmetic is checked on the GPU (scripts/experiments/pv_gluon.py, `attnlab check`).
+(tests/test_pv_gluon.py); its arithmetic is checked on the GPU (`attnlab check`).
 """
 from __future__ import annotations
 
@@ -85,7 +85,8 @@ def _consumer(p_smem, v_smem, full, empty, work, o_ptr, sob, soh, son, N, H, GRO
                 part = part + p.to(gl.float32) * ((j * BLOCK_N + cols).to(gl.float32) * inv_n)[None, :]
                 # these generic-proxy reads ordered before the loader's next TMA write into the slot: without the
                 # proxy fence the one-consumer form (128x64w4s3gcu) came out wrong in 7-14 of 30-40 runs at N = 3000,
-                # D = 128, causal, fp16, and in 0 of 40 with it (scripts/experiments/pv_repeat.py, PERFORMANCE.md v47)
+                # D = 128, causal, fp16, and in 0 of 40 with it (PERFORMANCE.md v47,
+                # a0ec020:scripts/experiments/pv_repeat.py)
                 fence_async_shared()
                 mbarrier.arrive(empty.index(st), count=1)
                 r += 1
