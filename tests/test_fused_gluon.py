@@ -1,9 +1,9 @@
 """The fused build's Gluon kernel (attnlab.triton.hopper.fused) without a GPU: which calls take it, that a build and its
 ablations take the same kernel, and that every variant compiles for sm_90a within the SM's limits.
 
-Gluon has no CPU interpreter, so its arithmetic is checked on the GPU (`attnlab check`, and
-scripts/experiments/gluon_fa3.py: ragged N, GQA, strided inputs, masks that hide rows, both ablations); here the
-compile runs offline in a child process, as `python -m attnlab.triton.resources` does.
+Gluon has no CPU interpreter, so its arithmetic is checked on the GPU (`attnlab check`: ragged N, GQA, both
+ablations, the output NaN-poisoned, against the fp64 oracle); here the compile runs offline in a child process, as
+`python -m attnlab.triton.resources` does.
 """
 from dataclasses import replace
 

@@ -1,8 +1,8 @@
 """The PV kernel in Gluon (attnlab.triton.hopper.pv) without a GPU: which calls take it, that a build and its no_pv
 ablation take the same PV kernel, what the rows record, and that it compiles for sm_90a within the SM's limits.
 
-Its arithmetic is checked on the GPU (scripts/experiments/pv_gluon.py: O from a NaN-poisoned buffer against P·V in
-fp64 from the same P, every case; `attnlab check`); here the compile runs offline in a child process.
+Its arithmetic is checked on the GPU (`attnlab check`: O against the fp64 oracle, the output NaN-poisoned); here the
+compile runs offline in a child process.
 """
 import contextlib
 
@@ -138,67 +138,14 @@ def test_a_launch_counts_every_item_and_a_persistent_one_has_one_program_an_sm(m
                    ((32,), 32, True, 2, False, 128, 4)]
 
 
-def test_the_interim_override_file_is_what_session_16s_calls_3_and_4_ran(monkeypatch):
-    """scripts/experiments/pv_s16_interim.json (h200.sh's `PVAB_RUNS=... interim`) must put the PV tiles that
-    session 16's interim table ran back in front of the table: the Gluon kernel at every (D, causal) key from
-    N = 5793, the Triton entries below. Checked against the tiles the issue-5 bench recorded in its rows."""
-    import json
-    from pathlib import Path
-
-    import pandas as pd
-
-    root = Path(__file__).resolve().parent.parent
-    rows = pd.read_csv(root / "outputs/h200/2026-12-01-s16-call3/bench/bench.csv")
-    rows = rows[rows.build == "qk_softmax"]
-    monkeypatch.setattr(config, "TABLE", config.TABLE)
-    monkeypatch.setattr(config, "SHORT", config.SHORT)
-    config.load_overrides(str(root / "scripts/experiments/pv_s16_interim.json"))
-    checked = 0
-    for _, row in rows.iterrows():
-        ran = config.Tiles(**json.loads(row.tiles)["pv"])
-        assert config.lookup("pv", "sm90", int(row.D), bool(row.causal), 2, N=int(row.N)) == ran, row.case_id
-        assert ran.gluon == (row.N >= 5793)
-        checked += 1
-    assert checked == len(rows) and {(d, c) for d, c in zip(rows.D, rows.causal)} == {(64, False), (64, True),
-                                                                                        (128, False), (128, True)}
-
-
-def test_the_pre_v52_override_file_is_what_the_bench_before_v52_ran(monkeypatch):
-    """scripts/experiments/pv_pre_v52.json (h200.sh's `PVAB_RUNS=... pre52`) must put back the PV tiles that the
-    bench of record before v52 (outputs/h200/2026-12-02-s27-call3) ran at every one of its qk_softmax rows, and the
-    table without it must differ from them exactly where v52 changed an entry. (The file carries the PV entries of
-    SHORT before v52 too: a tiles file's short entries replace all of SHORT's for its kernel, config.load_overrides.)"""
-    import json
-    from pathlib import Path
-
-    import pandas as pd
-
-    root = Path(__file__).resolve().parent.parent
-    rows = pd.read_csv(root / "outputs/h200/2026-12-02-s27-call3/bench/bench.csv")
-    rows = rows[rows.build == "qk_softmax"]
-    table = {(int(r.D), bool(r.causal), int(r.N)): config.lookup("pv", "sm90", int(r.D), bool(r.causal), 2,
-                                                                 N=int(r.N)) for _, r in rows.iterrows()}
-    monkeypatch.setattr(config, "TABLE", config.TABLE)
-    monkeypatch.setattr(config, "SHORT", config.SHORT)
-    config.load_overrides(str(root / "scripts/experiments/pv_pre_v52.json"))
-    changed = set()
-    for _, row in rows.iterrows():
-        ran = config.Tiles(**json.loads(row.tiles)["pv"])
-        key = (int(row.D), bool(row.causal), int(row.N))
-        assert config.lookup("pv", "sm90", *key[:2], 2, N=key[2]) == ran, (key, ran)
-        if table[key] != ran:
-            changed.add(key)
-    assert changed == {(128, False, n) for n in (1024, 2048, 3000, 4096, 8192, 16384)} | {
-        (128, True, n) for n in (4096, 8192, 16384)} | {(64, True, n) for n in (8192, 16384)}
-
-
 def test_releases_after_ordinary_shared_loads_are_fenced_from_the_loaders_next_tma():
     """Lab guard (PERFORMANCE.md v47): a consumer that reads a TMA-filled slot with ordinary shared loads (the generic
     proxy) and then hands the slot back must put a proxy fence between, or the loader's next TMA write (the async
     proxy) may land while the reads are unordered with it. Without it the one-consumer PV kernel's no_pv form came out
-    wrong in 7-14 of 30-40 runs on the H200 (scripts/experiments/pv_repeat.py), with it in 0 of 40. The compile's
-    report counts such releases (attnlab.triton.resources.unfenced_releases): the PV kernel's no_pv forms, and the
-    persistent qk_softmax entry that keeps Q in registers (its Q buffer refilled for the next item), have none."""
+    wrong in 7-14 of 30-40 runs on the H200 (a0ec020:scripts/experiments/pv_repeat.py), with it in 0 of 40. The
+    compile's report counts such releases (attnlab.triton.resources.unfenced_releases): the PV kernel's no_pv forms,
+    and the persistent qk_softmax entry that keeps Q in registers (its Q buffer refilled for the next item), have
+    none."""
     rows = offline_compile("--kernels", "pv", "--head-dims", "64,128", "--causal", "0,1", "--tiles",
                            "128x64w4s3gcu,128x64w4s4gc,64x128w4s2gcu", "--flags", "NO_PV=1")
     rows += offline_compile("--kernels", "qk_softmax", "--head-dims", "64", "--causal", "0", "--masks", "0",

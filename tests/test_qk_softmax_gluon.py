@@ -1,8 +1,8 @@
 """The qk_softmax build's Gluon kernel (attnlab.triton.hopper.qk_softmax) without a GPU: which calls take it, that the
 build and its ablations take the same kernel, what the rows record, and that every variant compiles for sm_90a.
 
-Its arithmetic is checked on the GPU (scripts/experiments/qk_gluon.py: P itself in a NaN-poisoned buffer against an
-fp32 softmax, O against the fp64 oracle; `attnlab check`); here the compile runs offline in a child process.
+Its arithmetic is checked on the GPU (`attnlab check`: O against the fp64 oracle, the output NaN-poisoned); here the
+compile runs offline in a child process.
 """
 from dataclasses import replace
 

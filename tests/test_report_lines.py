@@ -42,6 +42,26 @@ def test_n_is_fitted_in_thousands_and_min_n_leaves_the_short_rows_out():
     assert len(lines.fit(rows, ["qk_softmax"], "N", min_n=2048)) == 0  # two rows left: no line
 
 
+def _n_rows(build, fixed, slope, ns=(512, 1024, 2048, 4096), D=128, status="ok"):
+    """A build's rows at FlashAttention's shapes whose ms lie on fixed + slope × N / 1000."""
+    return [dict(build=build, B=16384 // n, H=2048 // D, N=n, D=D, dtype="bfloat16", causal=False, status=status,
+                 ms=fixed + slope * n / 1000) for n in ns]
+
+
+def test_each_build_gets_its_own_line_and_only_flashattention_shapes_and_ok_rows_count():
+    """Two builds fitted apart; an untuned shape (B = 1, H = 64, N = 8192) is off the line's grid, a failed row has
+    no time to fit, and a build with two shapes left gets no line."""
+    odd = dict(build="fused", B=1, H=64, N=8192, D=128, dtype="bfloat16", causal=False, status="ok", ms=99.0)
+    rows = pd.DataFrame(_n_rows("fused", 0.06, 0.21) + [odd] + _n_rows("fused", 0, 1, ns=(8192,), status="error: oom")
+                        + _n_rows("sdpa_cudnn", 0.03, 0.22) + _n_rows("sdpa_flash", 0.1, 0.4, ns=(512, 1024)))
+    t = lines.fit(rows, ["fused", "sdpa_cudnn", "sdpa_flash"], "N").set_index("build")
+    assert list(t.index) == ["fused", "sdpa_cudnn"] and (t.points == 4).all()
+    assert t.loc["fused", "fixed_ms"] == pytest.approx(0.06) and t.loc["fused", "slope"] == pytest.approx(0.21)
+    assert (t.loc["sdpa_cudnn", "fixed_ms"], t.loc["sdpa_cudnn", "slope"]) == pytest.approx((0.03, 0.22))
+    assert t.max_resid_pct.max() == pytest.approx(0, abs=1e-9)
+    assert list(lines.fit(rows, ["fused"], "N").build) == ["fused"]  # only the builds asked for
+
+
 def test_a_column_the_rows_lack_is_one_clear_error():
     with pytest.raises(ValueError, match="x must be a column of the bench rows, got 'floor'"):
         lines.fit(pd.DataFrame(_qk_rows(0.0, 1.0)), ["qk_softmax"], "floor")

@@ -1,5 +1,7 @@
 """attnlab.warm: our builds run once per shape of a params grid in child processes, so that Triton's cache is full
 before the sweep (its time on a GPU is not asserted; PERFORMANCE.md has what it measured there)."""
+from pathlib import Path
+
 import pytest
 
 from attnlab import builds, sweep, warm
@@ -42,7 +44,8 @@ def test_the_parts_cover_our_cases_once_and_spread_every_build(params):
 def test_a_builds_family_is_compiled_in_one_child():
     """One build's cases that differ only by N (and B) compile the same kernel variants: one child gets them all, so
     two children never compile one variant at once (session 32: the shape-shifted deal sent them to four)."""
-    p = dict(sweep.load_params("params/h200.yaml"), device="cpu")  # the H200 grid's cases, without a GPU
+    h200 = Path(__file__).resolve().parents[1] / "params" / "h200.yaml"
+    p = dict(sweep.load_params(h200), device="cpu")  # the H200 grid's cases, without a GPU
     ours = [c for c in sweep.grid(p, "cpu") if builds.get(c.build).family != "library"]
     assert len(ours) == 288
     owner = {}

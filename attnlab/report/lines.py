@@ -6,8 +6,8 @@ At FlashAttention's shapes (B·N = 16384 tokens, H·D = 2048) the work, the byte
 grow as N, while Q, K, V and O keep the same bytes at every N and our kernels' grids the same number of programs. So
 a least-squares line ms = fixed + slope·x over a build's rows splits its time in two: `slope`, the steady state (per
 unit of x), and `fixed`, what does not grow with N (launches, each program's prologue and epilogue, the last wave's
-tail, and Q/K/V/O traffic that nothing overlaps). With x = N / 1000 the slope is ms per 1000 keys
-(scripts/fixed_cost.py); with x = floor_ms (qk_softmax's rows) it is the build over its floor in the limit of long
+tail, and Q/K/V/O traffic that nothing overlaps). With x = N / 1000 the slope is ms per 1000 keys;
+with x = floor_ms (qk_softmax's rows) it is the build over its floor in the limit of long
 rows, the number qk_softmax's target (at most 1.25× its floor) bounds, and fixed says by how much the short rows
 stand above it.
 """
