@@ -84,7 +84,7 @@ class Run:
     """One run folder, read: its results, where they came from, and how it stands against the newest run."""
 
     path: Path
-    label: str  # the folder relative to the outputs root, e.g. 'h200/2026-12-03-grid'
+    label: str  # the folder relative to the outputs root, e.g. 'h200/2026-12-04-grid'
     card: str  # the device's name, e.g. 'NVIDIA H200'
     device: str  # e.g. 'cuda:0' or 'cpu'
     started: datetime
