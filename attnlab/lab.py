@@ -17,6 +17,7 @@ model, the method. ATTNLAB_OUTPUTS (an environment variable) points reference_ru
 """
 from __future__ import annotations
 
+import functools
 import html
 import json
 import math
@@ -51,12 +52,34 @@ THREE_X = 3.0  # the speedup check-yourself asks about
 
 # -- the notebook's setting up ------------------------------------------------------------------------------------
 
+RENDERER = "plotly_mimetype+notebook_offline"
+
+
+def offline_renderer():
+    """plotly's 'notebook' renderer (plotly.js inline, once per kernel) without the MathJax script it adds from a CDN
+    to every figure: the walkthrough's figures use no LaTeX, and an exported page must fetch nothing."""
+    import re
+
+    from plotly.io._base_renderers import NotebookRenderer
+
+    class OfflineNotebookRenderer(NotebookRenderer):
+        def to_mimebundle(self, fig_dict):
+            bundle = super().to_mimebundle(fig_dict)
+            bundle["text/html"] = re.sub(r'<script[^>]*\bsrc="https?://[^"]*mathjax[^"]*"[^>]*>\s*</script>', "",
+                                         bundle["text/html"])
+            return bundle
+
+    return OfflineNotebookRenderer()
+
+
 def setup() -> dict:
-    """Figures that survive an HTML export (plotly.js inline once, GUIDE.md), wide tables, and what runs this kernel:
-    its python, and where attnlab comes from (a user-level kernelspec can point at another environment)."""
+    """Figures that survive an HTML export (RENDERER: JupyterLab's own plotly view, and HTML with plotly.js inline
+    once, GUIDE.md), wide tables, and what runs this kernel: its python, and where attnlab comes from (a user-level
+    kernelspec can point at another environment)."""
     import plotly.io as pio
 
-    pio.renderers.default = "plotly_mimetype+notebook"
+    pio.renderers["notebook_offline"] = offline_renderer()
+    pio.renderers.default = RENDERER
     pd.set_option("display.width", 200)
     pd.set_option("display.max_columns", 30)
     pd.set_option("display.max_colwidth", 90)
@@ -171,12 +194,10 @@ def load(folder) -> Run:
 
 # -- sections 2 to 4: the device, the gate, the sweep -------------------------------------------------------------
 
-def summary(run: Run) -> pd.DataFrame:
-    """Section 2: the device, the software, the commit and the ceilings this run measured, one fact a line."""
-    prov, dev, sw = run.provenance, run.provenance.get("device", {}), run.provenance.get("software", {})
-    c = run.ceilings
-    git = prov.get("git", {})
-    facts = [
+def _facts(prov: dict, dtype: str, out) -> list[tuple[str, str]]:
+    dev, sw, git = prov.get("device", {}), prov.get("software", {}), prov.get("git", {})
+    c = prov.get("ceilings", {}).get(dtype, {})
+    return [
         ("device", f"{dev.get('name')} ({dev.get('device')})"),
         ("compute capability", dev.get("capability") or "none (CPU)"),
         ("memory", _bytes(dev["total_memory"]) if dev.get("total_memory") else "n/a"),
@@ -184,16 +205,24 @@ def summary(run: Run) -> pd.DataFrame:
         ("torch / triton / python", f"{sw.get('torch')} / {sw.get('triton')} / {sw.get('python')}"),
         ("Triton interpreter", "on: our kernels run as Python, so their timings measure Python"
          if sw.get("triton_interpret") == "1" else "off: our kernels are compiled for the device"),
-        ("commit", f"{git.get('commit') or 'unknown'}{' (with uncommitted changes)' if git.get('dirty') else ''}"),
-        ("code fingerprint", prov.get("code")),
+        ("commit", f"{git.get('commit') or 'not recorded'}{' (with uncommitted changes)' if git.get('dirty') else ''}"),
+        ("code fingerprint", str(prov.get("code"))),
+        ("dtype", dtype),
         ("copy bandwidth, measured", f"{c.get('tbps', math.nan):.4g} TB/s (read + written; {c.get('timer')})"),
-        ("matmul rate, measured", f"{c.get('tflops', math.nan):.4g} TFLOP/s ({c.get('dtype')}, "
-                                  f"{c.get('matmul_n')}³)"),
-        ("ridge point", f"{c.get('tflops', math.nan) / c.get('tbps', math.nan):.3g} FLOP/byte"
-         if c.get("tbps") else "n/a"),
-        ("output folder", str(run.out)),
+        ("matmul rate, measured", f"{c.get('tflops', math.nan):.4g} TFLOP/s ({c.get('matmul_n')}³)"),
+        ("ridge point", f"{c['tflops'] / c['tbps']:.3g} FLOP/byte" if c.get("tbps") else "n/a"),
+        ("folder", _relative(out)),
     ]
-    return pd.DataFrame(facts, columns=["what", "value"])
+
+
+def summary(run: Run, les: Lessons | None = None) -> pd.DataFrame:
+    """Section 2: the device, the software, the commit and the ceilings this run measured, one fact a line; beside
+    them the same facts of the run the speed lessons come from, when that is another run."""
+    t = pd.DataFrame(_facts(run.provenance, run.params["dtype"], run.out), columns=["what", "this run"])
+    if les is not None and not les.own:
+        dtype = les.dtypes[0]
+        t["speed and memory lessons from"] = [v for _, v in _facts(les.provenance, dtype, les.folder)]
+    return t
 
 
 def _shapes(run: Run) -> list[measure.Case]:
@@ -239,6 +268,11 @@ def gate(run: Run, progress: bool = True) -> pd.DataFrame:
                  for r in gate_mod.check_case(small, names, run.device, seed=gate_mod.SEED0 + i)]
         pd.DataFrame(rows).to_csv(path, index=False)  # rewritten per shape: a crash loses no finished shape
     run.gate = pd.DataFrame(rows)
+    verdicts = cr.correctness_table(run.gate)["verdict"].value_counts()
+    print(f"gate: {len(_shapes(run))} shapes x {len(names)} builds in {path}: "
+          + ", ".join(f"{verdicts.get(v, 0)} {v}" for v in cr.VERDICTS)
+          + (f" ({', '.join(GATE_SKIPS)} left to the sweep's own checks)" if set(GATE_SKIPS) & set(run.params['builds'])
+             else ""))
     return run.gate
 
 
@@ -268,13 +302,19 @@ def sweep_run(run: Run, progress: bool = True) -> pd.DataFrame:
     return run.results
 
 
-def correctness(run: Run) -> tuple[pd.DataFrame, pd.DataFrame]:
-    """Section 3's tables: per build (shapes, passed, failed, not run, worst err / limit), and per build and shape."""
+def correctness(run: Run) -> tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame]:
+    """Section 3's tables: per build (shapes, passed, failed, not run, worst err / limit); the grid of every shape
+    and build, each cell err / limit and a mark (✓ pass, ✗ FAIL, — not run); the rows that failed or did not run,
+    with why."""
     table = cr.correctness_table(run.gate)
-    if "run_B" in run.gate:
-        table.insert(7, "run_B", run.gate["run_B"].to_numpy())
-        table.insert(8, "run_H", run.gate["run_H"].to_numpy())
-    return cr.correctness_summary(table), table
+    marks = {"pass": "✓", "FAIL": "✗", "not run": "—"}
+    cell = [f"{x:.2f} {marks[v]}" if math.isfinite(x) else marks[v]
+            for x, v in zip(table["err_over_limit"], table["verdict"])]
+    grid = table.assign(cell=cell).pivot_table(index=["dtype", "causal", "D", "N"], columns="build", values="cell",
+                                               aggfunc="first")
+    grid = grid[[b for b in dict.fromkeys(table["build"])]]
+    grid.columns.name = "err / limit"
+    return cr.correctness_summary(table), grid, table[table["verdict"] != "pass"].reset_index(drop=True)
 
 
 # -- where the speed and memory lessons come from -----------------------------------------------------------------
@@ -373,6 +413,26 @@ def source_note(run: Run, les: Lessons | None):
                     "memory lessons are drawn from that run's rows.")
 
 
+def no_lessons():
+    from IPython.display import Markdown
+
+    return Markdown(f"*Nothing to show: no GPU rows (this run has none, and no committed GPU run was found under "
+                    f"`{_relative(outputs_root())}`).*")
+
+
+def needs_lessons(many: bool = False):
+    """A section function of the lesson rows that, given None (no GPU rows anywhere), says so instead of failing:
+    one note, or a list holding it where the function returns a list."""
+    def wrap(fn):
+        @functools.wraps(fn)
+        def inner(les, *args, **kw):
+            if les is None:
+                return [no_lessons()] if many else no_lessons()
+            return fn(les, *args, **kw)
+        return inner
+    return wrap
+
+
 # -- section 1 and 5: the hypothesis and the speedup curve --------------------------------------------------------
 
 def hypothesis(p: dict):
@@ -389,11 +449,13 @@ def hypothesis(p: dict):
         f"{p['dtype']}; causal {', '.join(map(str, p['causal']))}; batch policy `{p['batch_policy']}`.")
 
 
+@needs_lessons(many=True)
 def speedup_figures(les: Lessons) -> list:
     """Section 5: one figure per dtype (attnlab.report.curves.speedup_curves)."""
     return [curves.speedup_curves(les.results, dt) for dt in les.dtypes]
 
 
+@needs_lessons()
 def speedup_table(les: Lessons, build: str = "fused", baseline: str = "materialised") -> pd.DataFrame:
     """build's speedup over baseline per (dtype, causal, D) and N, wide: the numbers behind the curves."""
     parts = [report.speedup(g, baseline=baseline, builds=[build]) for g in report.split(les.results).values()
@@ -402,12 +464,14 @@ def speedup_table(les: Lessons, build: str = "fused", baseline: str = "materiali
     return t.pivot_table(index=["dtype", "causal", "D"], columns="N", values=f"x_vs_{baseline}").round(2)
 
 
+@needs_lessons()
 def trend(les: Lessons, build: str = "fused", baseline: str = "materialised") -> pd.DataFrame:
     """Per (dtype, causal, D): the speedup at the first and last N, its change over the first and the last doubling,
     and the shape that makes of the hypothesis."""
     return curves.speedup_trend(les.results, build=build, baseline=baseline)
 
 
+@needs_lessons()
 def batch_policy(les: Lessons) -> pd.DataFrame:
     """The (B, H) at each (D, N) of the lesson rows, with B·N and H·D: whether the grid holds tokens fixed (B·N one
     value: FlashAttention's shapes) or B and H fixed (the seeds' policy), read from the rows themselves."""
@@ -417,6 +481,7 @@ def batch_policy(les: Lessons) -> pd.DataFrame:
     return t.reset_index(drop=True)
 
 
+@needs_lessons()
 def batch_policy_note(les: Lessons):
     from IPython.display import Markdown
 
@@ -460,11 +525,23 @@ def _readable(t: pd.DataFrame) -> pd.DataFrame:
     return t
 
 
-def memory(les: Lessons, dtype: str | None = None, causal: bool = False) -> tuple[pd.DataFrame, pd.DataFrame]:
-    """Section 6: per build and N, the peak allocation beside the predicted S and P bytes (peak_table), and per
-    removed boundary the peak bytes it saves beside the S or P it stops holding (memory_table); bytes readable."""
+@needs_lessons(many=True)
+def memory(les: Lessons, dtype: str | None = None, causal: bool = False) -> list[pd.DataFrame]:
+    """Section 6: per shape, the predicted size of S (= P) beside every build's measured peak allocation, and the
+    builds whose peak is not what their name says they hold (peak_table); per removed boundary, the peak bytes it saved
+    beside the S or P it stops holding (memory_table). Bytes readable."""
     g = report.split(les.results)[(dtype or les.dtypes[0], causal)]
-    return _readable(peak_table(g)), _readable(memory_table(g))
+    peaks = peak_table(g)
+    wide = peaks.pivot_table(index=["D", "N", "B", "H"], columns="build", values="peak_bytes", aggfunc="first")
+    wide = wide[list(dict.fromkeys(peaks["build"]))]
+    wide.insert(0, "S or P (predicted)", peaks.groupby(["D", "N", "B", "H"])["s_bytes"].first())
+    wide = wide.map(_bytes)
+    wide.columns.name = "peak allocation"
+    odd = peaks[(peaks["peak_over_hold"] < 1) | (peaks["peak_over_hold"] > 1.5) | (peaks["note"] != "")]
+    odd = odd[["D", "N", "build", "holds", "peak_bytes", "hold_bytes", "peak_over_hold", "note"]]
+    saved = memory_table(g)[["D", "N", "boundary", "tensor", "saved_bytes", "predicted_bytes", "saved_over_predicted",
+                             "note"]]
+    return [wide, _readable(odd.reset_index(drop=True)), _readable(saved)]
 
 
 def byte_model(run: Run) -> pd.DataFrame:
@@ -487,6 +564,7 @@ def groups_of(les: Lessons) -> dict:
     return report.split(les.results)
 
 
+@needs_lessons()
 def attribution(les: Lessons, dtype: str | None = None, causal: bool = False) -> pd.DataFrame:
     g = groups_of(les)[(dtype or les.dtypes[0], causal)]
     cols = ["D", "N", "boundary", "delta_ms", "bytes", "predicted_ms", "measured_over_predicted", "qk_removed_ms",
@@ -494,22 +572,26 @@ def attribution(les: Lessons, dtype: str | None = None, causal: bool = False) ->
     return report.attribution(g)[cols]
 
 
+@needs_lessons()
 def attribution_figure(les: Lessons, dtype: str | None = None, causal: bool = False):
     return curves.attribution_figure(groups_of(les)[(dtype or les.dtypes[0], causal)])
 
 
+@needs_lessons()
 def ablations(les: Lessons, base: str = "fused", dtype: str | None = None, causal: bool = False) -> pd.DataFrame:
     g = groups_of(les)[(dtype or les.dtypes[0], causal)]
     cols = ["D", "N", "base_ms", "softmax_saving_ms", "pv_saving_ms", "mask_cost_ms", "noise_ms", "dominant", "note"]
     return ablation_table(g, base=base)[cols]
 
 
+@needs_lessons()
 def ablation_figure(les: Lessons, base: str = "fused", dtype: str | None = None, causal: bool = False):
     from attnlab.report.figures import ablation_figure as fig
 
     return fig(groups_of(les)[(dtype or les.dtypes[0], causal)], base=base)
 
 
+@needs_lessons()
 def dominant(les: Lessons) -> pd.DataFrame:
     """The dominant stage of each of our builds at every shape and causal value (ablation_table's `dominant`; '—'
     where no stage's saving clears the noise or another's)."""
@@ -554,18 +636,26 @@ def overlap_findings(les: Lessons, base: str = "fused") -> list[str]:
     return out
 
 
-def findings(lines: list[str], empty: str = "No ablation saved less than 5 % or made its build slower."):
+@needs_lessons()
+def overlap(les: Lessons, base: str = "fused"):
+    """overlap_findings as a list in the page, or the line that there are none."""
     from IPython.display import Markdown
 
-    return Markdown("\n".join(f"- {x}" for x in lines) if lines else empty)
+    lines = overlap_findings(les, base)
+    if not lines:
+        return Markdown(f"No ablation of {base} saved less than {SMALL_SHARE:.0%} of its time or made it slower.")
+    return Markdown(f"{len(lines)} ablation(s) of {base} saved less than {SMALL_SHARE:.0%} or made it slower "
+                    f"({les.label}):\n\n" + "\n".join(f"- {x}" for x in lines))
 
 
 # -- section 8: roofline ------------------------------------------------------------------------------------------
 
+@needs_lessons(many=True)
 def roofline_figures(les: Lessons) -> list:
     return [roofline.roofline_figure(les.results, dt) for dt in les.dtypes]
 
 
+@needs_lessons()
 def roofline_table(les: Lessons) -> pd.DataFrame:
     t = pd.concat([roofline.roofline_table(les.results, dt) for dt in les.dtypes], ignore_index=True)
     return t.groupby(["dtype", "causal", "build"])["share_of_roof"].median().unstack("build").round(2)
@@ -599,6 +689,8 @@ def profile(run: Run, builds_: tuple = ("materialised", "fused"), calls: int = 3
     from torch.profiler import ProfilerActivity
     from torch.profiler import profile as torch_profile
 
+    from attnlab import lies
+
     case = profile_shape(run)
     if not run.gpu:
         builds_ = ("torch_eager", "sdpa_default")
@@ -610,7 +702,7 @@ def profile(run: Run, builds_: tuple = ("materialised", "fused"), calls: int = 3
         attend = builds.get(name).attend
         attend(q, k, v, causal=case.causal)  # compiled and warm before the profiler starts
         measure._sync(torch.device(run.device))
-        with torch_profile(activities=activities) as prof:
+        with lies.quiet_stderr(), torch_profile(activities=activities) as prof:
             for _ in range(calls):
                 attend(q, k, v, causal=case.causal)
             measure._sync(torch.device(run.device))
@@ -638,6 +730,59 @@ def _op_table(prof, gpu: bool, calls: int) -> pd.DataFrame:
     t = t.sort_values("ms_per_call", ascending=False).reset_index(drop=True)
     t["share"] = t["ms_per_call"] / t["ms_per_call"].sum() if len(t) else []
     return t
+
+
+def profile_report(prof: dict) -> list:
+    """Section 9's outputs in order: what was profiled, each build's table (with the stage table of a staged build on
+    a GPU), the refusal of stage times for fused, and where the traces are."""
+    from IPython.display import Markdown
+
+    c = prof["case"]
+    shape = f"B = {c.B}, H = {c.H}, N = {c.N}, D = {c.D}, {c.dtype}, {'causal' if c.causal else 'non-causal'}"
+    traces = ", ".join(f"`{_relative(t)}`" for t in prof["traces"].values())
+    out = []
+    if prof["device"] == "cuda":
+        out.append(Markdown(f"torch.profiler over three calls of each build at {shape}: the device kernels each one "
+                            f"launches, ms per call. Traces (open in Perfetto or chrome://tracing): {traces}."))
+    else:
+        out.append(Markdown(
+            f"This machine has no GPU, and our Triton kernels run here in Triton's interpreter, whose profile would "
+            f"time Python. So the profiler is pointed at torch's own CPU operators at {shape}: torch_eager, the "
+            f"materialised form written in torch (matmul, softmax, matmul: three stages the profiler can time apart), "
+            f"beside sdpa_default, which runs attention as one fused operator (one entry, nothing inside it to time). "
+            f"These are a CPU's times, not a GPU's. Traces: {traces}."))
+    for name, table in prof["tables"].items():
+        out.append(Markdown(f"**{name}**: {len(table)} {'kernel' if prof['device'] == 'cuda' else 'operator'}(s)"))
+        out.append(table)
+        if name in prof["stages"]:
+            out.append(Markdown(f"{name}'s stages, from its kernels (attnlab's kernel table):"))
+            out.append(prof["stages"][name])
+    out.append(Markdown(f"Asked for fused's stage times, the kernel table refuses: *{fused_stages_refused()}*"))
+    return out
+
+
+LIES = ("dead_output", "compile_rewrite", "recompile_limit", "mixed_ratio", "launch_overhead")
+
+
+def lie(name: str, run: Run, les: Lessons | None) -> list:
+    """Section 10: one demonstration of attnlab.lies, as its prose and its evidence table."""
+    from attnlab import lies
+
+    if name not in LIES:
+        raise ValueError(f"name must be one of {', '.join(LIES)}, got {name!r}")
+    if name == "dead_output":
+        demo = lies.dead_output(run.device)
+    elif name == "compile_rewrite":
+        demo = lies.compile_rewrite(run.device)
+    elif name == "recompile_limit":
+        demo = lies.recompile_limit()
+    elif les is None:
+        return [no_lessons()]
+    elif name == "mixed_ratio":
+        demo = lies.mixed_ratio(les.results, les.label)
+    else:
+        demo = lies.launch_overhead(run.device, les.results, les.label)
+    return [lies.as_markdown(demo), demo.evidence]
 
 
 def fused_stages_refused() -> str:
