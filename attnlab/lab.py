@@ -23,8 +23,8 @@ import json
 import math
 import os
 import sys
+import time
 from dataclasses import dataclass, field
-from datetime import datetime
 from pathlib import Path
 
 import pandas as pd
@@ -35,7 +35,7 @@ from attnlab import builds, measure, model, provenance, report, sweep
 from attnlab.report import boundaries as bd
 from attnlab.report import correctness as cr
 from attnlab.report import curves, roofline
-from attnlab.report.ablation import ablation_table, causal_saving
+from attnlab.report.ablation import ablation_table
 from attnlab.report.memory import memory_table, peak_table
 
 OURS = ("materialised", "qk_softmax", "fused")
@@ -46,7 +46,10 @@ PARAMS = "params.yaml"
 # Builds the gate leaves to the sweep: compiled FlexAttention compiles once per shape (seconds each, minutes on a
 # CPU); the sweep checks every row it measures against the same oracle and rule (its err and err_limit columns).
 GATE_SKIPS = {"flex": "compiled once per shape; checked against the oracle on every sweep row instead"}
-WARM_JOBS = 4  # processes compiling our kernels at once before the gate on a GPU (attnlab.warm; attnlab.cli's figure)
+# Processes compiling our kernels at once before the gate on a GPU (attnlab.warm): most of a fresh GPU machine's first
+# minutes are Triton compiling, one CPU core a process; four, because the warm cases reach the grid's largest N, where
+# the materialised builds hold tens of GB each. The gate and the sweep then load the kernels from Triton's cache.
+WARM_JOBS = 4
 THREE_X = 3.0  # the speedup check-yourself asks about
 
 
@@ -256,8 +259,11 @@ def gate(run: Run, progress: bool = True) -> pd.DataFrame:
     if todo and run.gpu:
         from attnlab import warm
 
-        for line in warm.warm(str(run.out / PARAMS), WARM_JOBS):
-            if "0 failed" not in line:
+        t0 = time.perf_counter()
+        lines = warm.warm(str(run.out / PARAMS), WARM_JOBS)
+        print(f"our kernels compiled for the grid in {time.perf_counter() - t0:.0f} s ({WARM_JOBS} processes)")
+        for line in lines:
+            if " 0 failed" not in line:  # only news is said: a case that failed here is compiled by the gate
                 print(f"warm: {line.strip()}")
     budget = int(run.params["ref_budget_gib"] * model.GiB)
     for i, case in tqdm(todo, desc="gate", unit="shape", disable=not progress):
@@ -910,7 +916,7 @@ def questions(run: Run, les: Lessons | None) -> list[Question]:
     if c.get("tbps") and c.get("tflops"):
         s_bytes = bd.boundary_bytes("S round trip", big.B, big.H, big.N, big.dtype, big.causal)
         qs.append(Question(
-            f"At the copy bandwidth this run measured, how long would the S round trip take at its largest shape, "
+            "At the copy bandwidth this run measured, how long would the S round trip take at its largest shape, "
             "and what is the ridge point of this device?",
             f"{_bytes(s_bytes)} at {c['tbps']:.3g} TB/s: {bd.ms_at(s_bytes, c['tbps']):.3g} ms. The ridge point is "
             f"{c['tflops'] / c['tbps']:.3g} FLOP/byte ({c['tflops']:.3g} TFLOP/s over {c['tbps']:.3g} TB/s): a "
