@@ -523,11 +523,11 @@ def _bytes(x) -> str:
     return f"{int(x)} B"
 
 
-def _readable(t: pd.DataFrame) -> pd.DataFrame:
+def _readable(t: pd.DataFrame, columns=None) -> pd.DataFrame:
+    """Byte counts as KiB / MiB / GiB: `columns`, or those whose name ends in 'bytes'."""
     t = t.copy()
-    for c in t.columns:
-        if c.endswith("bytes"):
-            t[c] = t[c].map(_bytes)
+    for c in columns if columns is not None else [c for c in t.columns if c.endswith("bytes")]:
+        t[c] = t[c].map(_bytes)
     return t
 
 
@@ -561,7 +561,8 @@ def byte_model(run: Run) -> pd.DataFrame:
                      **{f"{b} holds": model.hold_bytes(case[b]) for b in OURS},
                      **{f"{b} moves": model.bytes_moved(case[b]) for b in OURS},
                      **{f"{k} moves": bd.boundary_bytes(k, c.B, c.H, c.N, c.dtype, c.causal) for k in bd.BOUNDARIES}})
-    return _readable(pd.DataFrame(rows))
+    t = pd.DataFrame(rows)
+    return _readable(t, [c for c in t.columns if c not in ("causal", "D", "N", "B", "H")])
 
 
 # -- section 7: attribution by ablation ---------------------------------------------------------------------------
