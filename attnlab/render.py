@@ -70,9 +70,20 @@ def export_html(notebook: Path, html_path: Path | None = None) -> Path:
 
 
 def _cell_name(nb, index: int) -> str:
+    """A cell as a reader finds it in the executed notebook: its In [n], the section heading above it, its first
+    line."""
     cell = nb.cells[index]
     first = next((line for line in cell.source.splitlines() if line.strip()), "")
-    return f"cell {index} ({first.strip()[:80]!r})"
+    heading = next((line.lstrip("# ").strip() for c in reversed(nb.cells[:index]) if c.cell_type == "markdown"
+                    for line in c.source.splitlines() if line.startswith("#")), "")
+    where = f"In [{cell.execution_count}]" if cell.get("execution_count") else f"cell {index}"
+    return where + (f" of section {heading!r}" if heading else "") + f": {first.strip()[:80]!r}"
+
+
+def _failed_cell(nb) -> int:
+    """The first cell holding an error output (papermill's own banner cell holds none)."""
+    return next((i for i, c in enumerate(nb.cells) if any(o.get("output_type") == "error"
+                                                          for o in c.get("outputs", []))), 0)
 
 
 def _timed_out_cell(nb) -> int:
@@ -120,7 +131,7 @@ def render(params_path, out=None, *, notebook: Path = WALKTHROUGH, timeout: floa
     except papermill.PapermillExecutionError as e:
         code = FAILED
         nb = nbformat.read(str(nb_out), as_version=4)
-        message = f"{_cell_name(nb, e.cell_index)} failed: {e.ename}: {str(e.evalue).splitlines()[0][:300]}"
+        message = f"{_cell_name(nb, _failed_cell(nb))} failed: {e.ename}: {str(e.evalue).splitlines()[0][:300]}"
     except (CellTimeoutError, TimeoutError, DeadKernelError) as e:
         code = TIMED_OUT if not isinstance(e, DeadKernelError) else FAILED
         if nb_out.exists():
