@@ -688,11 +688,12 @@ def profile_shape(run: Run) -> measure.Case:
 
 
 def profile(run: Run, builds_: tuple = ("materialised", "fused"), calls: int = 3) -> dict:
-    """Section 9: torch.profiler over `calls` calls of each build at profile_shape, a trace saved per build in the
-    run's folder (open it in chrome://tracing or Perfetto), and the table of what the profiler saw: device kernels on a
-    GPU, torch's CPU operators on a CPU. On a CPU our Triton kernels run in the interpreter, whose trace is Python:
-    the CPU view profiles torch's own materialised form (torch_eager: matmul, softmax, matmul) beside SDPA's one
-    fused operator instead, and says so."""
+    """Section 9: each build at profile_shape under torch.profiler, a trace saved per build in the run's folder (open
+    it in Perfetto or chrome://tracing), and the table of what the profiler saw. On a GPU: the device kernels each
+    build launches, ms per call (attnlab's kernel table, kernel_times), and the stage table of a build whose stages
+    are separate kernels. On a CPU our Triton kernels run in the interpreter, whose trace is Python: the CPU view
+    profiles torch's own materialised form (torch_eager: matmul, softmax, matmul) beside SDPA's one fused operator
+    instead, and says so."""
     from torch.profiler import ProfilerActivity
     from torch.profiler import profile as torch_profile
 
@@ -704,39 +705,41 @@ def profile(run: Run, builds_: tuple = ("materialised", "fused"), calls: int = 3
     activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if run.gpu else [])
     q, k, v = measure.make_inputs(measure.Case(builds_[0], case.B, case.H, case.Hkv, case.N, case.D, case.dtype,
                                                case.causal, run.device))
+    dev = torch.device(run.device)
     out = {"case": case, "tables": {}, "traces": {}, "stages": {}, "device": "cuda" if run.gpu else "cpu"}
     for name in builds_:
         attend = builds.get(name).attend
         attend(q, k, v, causal=case.causal)  # compiled and warm before the profiler starts
-        measure._sync(torch.device(run.device))
+        measure._sync(dev)
         with lies.quiet_stderr(), torch_profile(activities=activities) as prof:
             for _ in range(calls):
                 attend(q, k, v, causal=case.causal)
-            measure._sync(torch.device(run.device))
+            measure._sync(dev)
         trace = run.out / f"trace_{name}.json"
         prof.export_chrome_trace(str(trace))
         out["traces"][name] = trace
-        out["tables"][name] = _op_table(prof, gpu=run.gpu, calls=calls)
-        if run.gpu and name in ("materialised", "qk_softmax"):
-            kernel_ms = dict(zip(out["tables"][name]["name"], out["tables"][name]["ms_per_call"]))
-            out["stages"][name] = _kernels().stage_table(kernel_ms, name)
+        if run.gpu:
+            kernel_ms = _kernels().kernel_times(name, q, k, v, causal=case.causal, calls=calls)
+            out["tables"][name] = _shares(pd.DataFrame({"name": list(kernel_ms), "ms_per_call": list(
+                kernel_ms.values())}))
+            if name in _kernels().STAGES:
+                out["stages"][name] = _kernels().stage_table(kernel_ms, name)
+        else:
+            out["tables"][name] = _cpu_ops(prof, calls)
     return out
 
 
-def _op_table(prof, gpu: bool, calls: int) -> pd.DataFrame:
-    """What the profiler saw per call: device kernels on a GPU, top-level-free CPU operators on a CPU."""
-    rows = []
-    for e in prof.key_averages():
-        ms = (e.device_time_total if gpu else e.self_cpu_time_total) / 1e3 / calls
-        if gpu and e.device_time_total <= 0:
-            continue
-        if not gpu and (e.self_cpu_time_total <= 0 or not e.key.startswith("aten::")):
-            continue
-        rows.append({"name": e.key, "calls_per_call": e.count / calls, "ms_per_call": ms})
-    t = pd.DataFrame(rows, columns=["name", "calls_per_call", "ms_per_call"])
+def _shares(t: pd.DataFrame) -> pd.DataFrame:
     t = t.sort_values("ms_per_call", ascending=False).reset_index(drop=True)
     t["share"] = t["ms_per_call"] / t["ms_per_call"].sum() if len(t) else []
     return t
+
+
+def _cpu_ops(prof, calls: int) -> pd.DataFrame:
+    """torch's CPU operators the profiler saw, each with its own (self) time per call."""
+    rows = [{"name": e.key, "calls_per_call": e.count / calls, "ms_per_call": e.self_cpu_time_total / 1e3 / calls}
+            for e in prof.key_averages() if e.key.startswith("aten::") and e.self_cpu_time_total > 0]
+    return _shares(pd.DataFrame(rows, columns=["name", "calls_per_call", "ms_per_call"]))
 
 
 def profile_report(prof: dict) -> list:
