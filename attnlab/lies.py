@@ -23,15 +23,13 @@ import contextlib
 import logging
 import math
 import os
-import statistics
 import sys
-import time
 from dataclasses import dataclass
 
 import pandas as pd
 import torch
 
-from attnlab import measure, report
+from attnlab import measure, model, report
 from attnlab.builds import library
 from attnlab.report.ablation import DROPPED_SHARE, ablation_table
 
@@ -59,13 +57,7 @@ def time_ms(fn, device: str, reps: int = 20) -> float:
         import triton.testing
 
         return float(triton.testing.do_bench(fn, warmup=10, rep=50, return_mode="median"))
-    fn()
-    times = []
-    for _ in range(reps):
-        t0 = time.perf_counter()
-        fn()
-        times.append((time.perf_counter() - t0) * 1e3)
-    return statistics.median(times)
+    return model._cpu_median_ms(fn, reps)  # the CPU timer the run's ceilings use
 
 
 def _where(device: str) -> str:

@@ -6,7 +6,6 @@ import sys
 import types
 from pathlib import Path
 
-import pandas as pd
 import pytest
 import torch
 import yaml
