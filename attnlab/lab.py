@@ -723,7 +723,10 @@ def profile(run: Run, builds_: tuple = ("materialised", "fused"), calls: int = 3
             out["tables"][name] = _shares(pd.DataFrame({"name": list(kernel_ms), "ms_per_call": list(
                 kernel_ms.values())}))
             if name in _kernels().STAGES:
-                out["stages"][name] = _kernels().stage_table(kernel_ms, name)
+                try:
+                    out["stages"][name] = _kernels().stage_table(kernel_ms, name)
+                except ValueError as e:  # kernels the stage table does not name: say so, keep the kernel table
+                    out["stages"][name] = f"no stage table: {e}"
         else:
             out["tables"][name] = _cpu_ops(prof, calls)
     return out
@@ -765,8 +768,11 @@ def profile_report(prof: dict) -> list:
         out.append(Markdown(f"**{name}**: {len(table)} {'kernel' if prof['device'] == 'cuda' else 'operator'}(s)"))
         out.append(table)
         if name in prof["stages"]:
-            out.append(Markdown(f"{name}'s stages, from its kernels (attnlab's kernel table):"))
-            out.append(prof["stages"][name])
+            stages = prof["stages"][name]
+            out.append(Markdown(f"{name}'s stages, from its kernels (attnlab's kernel table)"
+                                + (":" if isinstance(stages, pd.DataFrame) else f": {stages}")))
+            if isinstance(stages, pd.DataFrame):
+                out.append(stages)
     out.append(Markdown(f"Asked for fused's stage times, the kernel table refuses: *{fused_stages_refused()}*"))
     return out
 
