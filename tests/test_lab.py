@@ -230,3 +230,13 @@ def test_trend_and_batch_policy_read_the_rows(gpu_lessons):
     assert "fixed tokens** (B·N = 16384" in lab.batch_policy_note(gpu_lessons).data
     assert math.isclose(lab.speedup_table(gpu_lessons).loc[("bfloat16", False, 64), 1024], 3.2)
     assert isinstance(lab.batch_policy(gpu_lessons), pd.DataFrame)
+
+
+def test_every_params_file_validates_and_the_older_card_has_no_bf16():
+    root = Path(__file__).resolve().parent.parent / "params"
+    files = {f.stem: sweep.load_params(f) for f in sorted(root.glob("*.yaml"))}
+    assert {"cpu", "gpu", "h200", "h100", "a100", "t4", "h200-fixed-bh"} <= set(files)
+    assert files["t4"]["dtype"] == "float16" and "sdpa_flash" in files["t4"]["builds"]  # its rows say why not
+    assert files["h100"]["seq_lens"] == files["h200"]["seq_lens"]  # the two cards compare shape for shape
+    assert files["h200-fixed-bh"]["batch_policy"] == "fixed" and files["h200"]["batch_policy"] == "fixed_tokens"
+    assert all(p["name"] == stem for stem, p in files.items())
