@@ -487,29 +487,82 @@ def batch_policy(les: Lessons) -> pd.DataFrame:
     return t.reset_index(drop=True)
 
 
+def policy_of(results: pd.DataFrame) -> str:
+    """'fixed_tokens' when B·N is one value at every N of each (dtype, D), 'fixed' when B and H are, else 'mixed'."""
+    t = results[["dtype", "D", "N", "B", "H"]].drop_duplicates()
+    if t.empty or t["N"].nunique() < 2:
+        return "mixed"
+    by = t.assign(tokens=t["B"] * t["N"]).groupby(["dtype", "D"])
+    if (by["tokens"].nunique() == 1).all():
+        return "fixed_tokens"
+    if (by["B"].nunique() == 1).all() and (by["H"].nunique() == 1).all():
+        return "fixed"
+    return "mixed"
+
+
+def policy_runs(les: Lessons, root=None) -> dict:
+    """The lesson rows and, for each other batch policy, the newest GPU run of the same card and dtype holding our
+    three builds: label → results."""
+    dtype = les.dtypes[0]
+    mine = policy_of(les.results[les.results["dtype"].astype(str) == dtype])
+    runs = {f"{mine} ({_relative(les.folder)})": les.results}
+    root = Path(root) if root is not None else outputs_root()
+    found = []
+    for prov_path in root.rglob(sweep.PROVENANCE) if root.is_dir() else ():
+        try:
+            prov = json.loads(prov_path.read_text())
+        except (OSError, ValueError):
+            continue
+        if prov.get("device", {}).get("name") == les.device_name and prov_path.parent != les.folder:
+            found.append((_started(prov), prov_path.parent))
+    seen = {mine}
+    for _, folder in sorted(found, reverse=True):
+        try:
+            rows = sweep.read_results(folder)
+        except (OSError, ValueError):
+            continue
+        rows = rows[rows["dtype"].astype(str) == dtype]
+        policy = policy_of(rows)
+        if policy not in seen and policy != "mixed" and has_ours(rows):
+            seen.add(policy)
+            runs[f"{policy} ({_relative(folder)})"] = rows
+    return runs
+
+
 @needs_lessons()
 def batch_policy_note(les: Lessons):
     from IPython.display import Markdown
 
     t = batch_policy(les)
-    fixed_tokens = t.groupby(["dtype", "D"])["tokens"].nunique().max() == 1
-    fixed_bh = t.groupby(["dtype", "D"])[["B", "H"]].nunique().max().max() == 1
-    both = fixed_tokens and fixed_bh
-    if fixed_tokens and not both:
-        policy = (f"**fixed tokens** (B·N = {int(t['tokens'].iloc[0])} at every N, H·D = {int(t['width'].iloc[0])}): "
-                  "every shape does the same work per token and fills the GPU at every N, so both builds' work grows "
-                  "in step and the non-causal speedup flattens early. The seeds hold B and H fixed instead (B = 1, "
-                  "H = 32): there the small-N shapes leave most of the GPU idle, and the speedup keeps rising with N "
-                  "for longer. This data has only the fixed-token policy: run a params file with "
-                  "`batch_policy: fixed` to see the other curve.")
-    elif fixed_bh and not both:
-        policy = (f"**fixed B and H** (B = {int(t['B'].iloc[0])}, H = {int(t['H'].iloc[0])} at every N, the seeds' "
-                  "policy): the work per call grows as N², so small N underfills the GPU and the speedup rises with N "
-                  "as the GPU fills. FlashAttention's benchmarks hold B·N fixed instead (`batch_policy: "
-                  "fixed_tokens`), where every N fills the GPU and the curve flattens sooner.")
+    policy = policy_of(les.results)
+    if policy == "fixed_tokens":
+        text = (f"**fixed tokens** (B·N = {int(t['tokens'].iloc[0])} at every N, H·D = {int(t['width'].iloc[0])}): "
+                "every shape does the same work per token and fills the GPU at every N, so both builds' work grows "
+                "in step and the non-causal speedup flattens early. The seeds hold B and H fixed instead (B = 1, "
+                "H = 32): there the small-N shapes leave most of the GPU idle, and the speedup keeps rising with N "
+                "for longer.")
+    elif policy == "fixed":
+        text = (f"**fixed B and H** (B = {int(t['B'].iloc[0])}, H = {int(t['H'].iloc[0])} at every N, the seeds' "
+                "policy): the work per call grows as N², so small N underfills the GPU and the speedup rises with N "
+                "as the GPU fills. FlashAttention's benchmarks hold B·N fixed instead (`batch_policy: "
+                "fixed_tokens`), where every N fills the GPU and the curve flattens sooner.")
     else:
-        policy = "**mixed**: B and H change between N in no single pattern; read each curve with its row's B and H."
-    return Markdown(f"Batch policy of these rows: {policy}")
+        text = "**mixed**: B and H change between N in no single pattern; read each curve with its row's B and H."
+    runs = policy_runs(les)
+    if len(runs) > 1:
+        text += " A run of the other policy on the same card is committed: the figure below sets the two side by side."
+    else:
+        text += (" No run of the other policy on this card is committed, so this data cannot show the difference; "
+                 "on the GPU, `attnlab run --params params/h200-fixed-bh.yaml` (the seeds' policy) renders one.")
+    return Markdown(f"Batch policy of these rows: {text}")
+
+
+@needs_lessons(many=True)
+def batch_policy_figures(les: Lessons) -> list:
+    """The speedup of fused over materialised for each batch policy a run of this card holds (policy_runs); nothing
+    when only one policy was measured."""
+    runs = policy_runs(les)
+    return [curves.policy_figure(runs, les.dtypes[0])] if len(runs) > 1 else []
 
 
 # -- section 6: memory --------------------------------------------------------------------------------------------

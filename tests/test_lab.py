@@ -240,3 +240,25 @@ def test_every_params_file_validates_and_the_older_card_has_no_bf16():
     assert files["h100"]["seq_lens"] == files["h200"]["seq_lens"]  # the two cards compare shape for shape
     assert files["h200-fixed-bh"]["batch_policy"] == "fixed" and files["h200"]["batch_policy"] == "fixed_tokens"
     assert all(p["name"] == stem for stem, p in files.items())
+
+
+def test_a_run_of_the_other_batch_policy_is_set_beside_the_lessons(outputs):
+    tokens = gpu_run.write_gpu_run(outputs / "gpu" / "tokens", started="2026-02-01T00:00:00+00:00")
+    fixed = outputs / "gpu" / "fixed"
+    gpu_run.write_gpu_run(fixed, started="2026-01-01T00:00:00+00:00")
+    rows = sweep.read_results(fixed)
+    rows["B"] = 2  # the same B and H at every N: the seeds' policy
+    rows.to_csv(fixed / sweep.RESULTS, index=False)
+    ref = lab.load(tokens)
+    les = lab.Lessons(ref.results, tokens, ref.device_name, False, ref.provenance)
+    assert lab.policy_of(les.results) == "fixed_tokens" and lab.policy_of(rows) == "fixed"
+    runs = lab.policy_runs(les)
+    assert [k.split(" ")[0] for k in runs] == ["fixed_tokens", "fixed"]
+    assert "the figure below sets the two side by side" in lab.batch_policy_note(les).data
+    fig = lab.batch_policy_figures(les)[0]
+    assert "batch policy" in fig.layout.title.text and fig.layout.xaxis.title.text == "sequence length N (tokens)"
+    assert {t.name.split(" ")[0] for t in fig.data} == {"fixed_tokens", "fixed"} and len(fig.data) == 2 * 2 * 2
+    alone = gpu_run.write_gpu_run(outputs / "other" / "alone")
+    (alone / sweep.PROVENANCE).write_text((alone / sweep.PROVENANCE).read_text().replace(gpu_run.DEVICE_NAME, "B"))
+    one = lab.load(alone)
+    assert lab.batch_policy_figures(lab.Lessons(one.results, alone, "B", False, one.provenance)) == []

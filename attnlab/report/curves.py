@@ -5,6 +5,7 @@
                                               one colour per build, one dash per head dim
     speedup_trend(results, build, baseline)   the curve's shape per (dtype, causal, D): rises then flattens, still
                                               rising, flat or falls (what the walkthrough's hypothesis is judged by)
+    policy_figure(runs, dtype)                one build's speedup against N for several runs (one per batch policy)
     attribution_figure(group)                 per removed boundary and head dim: the time the step saved, measured,
                                               beside its bytes at the measured bandwidth (and with the QKᵀ pass the
                                               step adds or removes)
@@ -143,3 +144,34 @@ def speedup_trend(results, build: str = "fused", baseline: str = "materialised")
                          "shape": _shape(x[0], x[-1], steps[-1], len(x))})
     return pd.DataFrame(rows, columns=["dtype", "causal", "D", "first_N", "first", "last_N", "last", "first_step",
                                        "last_step", "shape"])
+
+
+def policy_figure(runs: dict, dtype: str, build: str = "fused", baseline: str = "materialised") -> go.Figure:
+    """`build`'s speedup over `baseline` against N for several runs of one dtype (`runs`: label → results, e.g. one
+    run per batch policy): one colour per run, one dash per head dim, a panel per causal value."""
+    causals = sorted({bool(c) for r in runs.values() for c in r[r["dtype"].astype(str) == dtype]["causal"]})
+    if not causals:
+        raise ValueError(f"no run holds rows of dtype {dtype!r}")
+    fig = make_subplots(rows=1, cols=len(causals), shared_yaxes=True,
+                        subplot_titles=[f"{_causal_word(c)}: {build} over {baseline}" for c in causals])
+    ratio = f"x_vs_{baseline}"
+    dims = sorted({int(d) for r in runs.values() for d in r["D"]})
+    for i, (label, results) in enumerate(runs.items()):
+        for col, causal in enumerate(causals, start=1):
+            g = split(results[results["dtype"].astype(str) == dtype]).get((dtype, causal))
+            if g is None:
+                continue
+            t = speedup(g, baseline=baseline, builds=[build])
+            for d, line in t.groupby("D"):
+                line = line.sort_values("N")
+                key = f"{label}, D={int(d)}"
+                fig.add_trace(go.Scatter(x=line["N"], y=line[ratio], mode="lines+markers", name=key, legendgroup=key,
+                                         showlegend=col == 1, hovertext=line["B"].map(lambda b: f"B = {b}"),
+                                         line=dict(color=PALETTE[i % len(PALETTE)],
+                                                   dash=DASHES[dims.index(int(d)) % len(DASHES)])),
+                              row=1, col=col)
+    fig.update_xaxes(type="log", title_text="sequence length N (tokens)")
+    fig.update_yaxes(title_text=f"× faster than {baseline}", col=1)
+    fig.update_layout(title=f"How the batch policy shapes the curve: {build} over {baseline} ({dtype})",
+                      template="plotly_white", legend_title_text="run, head dim")
+    return fig
