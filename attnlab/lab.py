@@ -88,7 +88,7 @@ def setup() -> dict:
     pio.renderers.default = RENDERER
     pd.set_option("display.width", 200)
     pd.set_option("display.max_columns", 30)
-    pd.set_option("display.max_colwidth", 90)
+    pd.set_option("display.max_colwidth", 250)  # notes say why a number is what it is: keep them whole
     missing = [m for m in ("papermill", "ipywidgets", "plotly") if _absent(m)]
     info = {"python": sys.executable, "prefix": sys.prefix, "attnlab": str(Path(__file__).resolve().parent),
             "torch": torch.__version__, "cuda": torch.cuda.is_available()}
@@ -689,7 +689,7 @@ def overlap_findings(les: Lessons, base: str = "fused") -> list[str]:
                     continue
                 where = f"{dtype}, {'causal' if causal else 'non-causal'}, D = {r.D}, N = {r.N}"
                 if saved < 0:
-                    out.append(f"{where}: removing {stage} made {base} **slower** by {-saved:.3g} ms of {total:.3g}: "
+                    out.append(f"{where}: removing {stage} made {base} slower by {-saved:.3g} ms of {total:.3g}: "
                                f"the stand-in that still consumes its input costs more than the {stage} it replaces, "
                                f"and the {stage} itself ran under other work (overlap), so it was not on the critical "
                                "path.")
@@ -925,7 +925,8 @@ def questions(run: Run, les: Lessons | None) -> list[Question]:
         f"overlapped across warps, and the profiler sees only its total. Asked for stage times, the kernel table "
         f"refuses: \"{fused_stages_refused()}\". The honest route is ablation: "
         + (f"across {les.label}, the stage whose removal saved the most in fused was "
-           + ", ".join(f"{s} at {n} shape(s)" for s, n in dom_fused.items()) + "." if dom_fused else
+           + ", ".join(f"{'no single stage (within the noise)' if s == '—' else s} at {n} shape(s)"
+                       for s, n in dom_fused.items()) + "." if dom_fused else
            "the ablation table names the stage whose removal saves the most."),
         les.label if les is not None else here))
     ab = cr.correctness_table(run.gate) if not run.gate.empty else pd.DataFrame()
@@ -1042,7 +1043,7 @@ def experiment_record(run: Run, les: Lessons | None) -> pd.DataFrame:
                               "replay, median) and consumption step for every build"),
         ("observed effect", f"{effect} ({les.label})"),
         ("verdict", f"supported in {supported} of {len(tr)} (causal, D) curves; "
-                    + ", ".join(f"{n}: {k}" for k, n in verdicts.items())),
+                    + ", ".join(f"{k}: {n}" for k, n in verdicts.items())),
         ("tradeoff", f"at N = {n_max} fused must hold {_bytes(hold.get('fused'))} against materialised's "
                      f"{_bytes(hold.get('materialised'))}, but keeps no P to inspect or reuse and no stage a "
                      f"profiler can time; qk_softmax pays for dropping S with a second QKᵀ pass (up to "
@@ -1050,3 +1051,12 @@ def experiment_record(run: Run, les: Lessons | None) -> pd.DataFrame:
                      + ", ".join(f"{b} {err.get(b, math.nan):.3g}" for b in OURS)),
     ]
     return pd.DataFrame(record, columns=["entry", "record"])
+
+
+def record(run: Run, les: Lessons | None):
+    """Section 12: the experiment record as a table in the page, each entry whole."""
+    from IPython.display import Markdown
+
+    t = experiment_record(run, les)
+    return Markdown("| entry | record |\n|---|---|\n" + "\n".join(
+        f"| **{e}** | {str(r).replace('|', '/')} |" for e, r in zip(t["entry"], t["record"])))

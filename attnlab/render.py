@@ -148,12 +148,7 @@ def render(params_path, out=None, *, notebook: Path = WALKTHROUGH, timeout: floa
     results = out / sweep.RESULTS
     rows = len(sweep.read_results(results)) if results.exists() else 0
     if rows:
-        from attnlab.report.text import render as tables
-
-        try:
-            (out / "tables.txt").write_text(tables(sweep.read_results(results)))
-        except ValueError as e:  # a partial run may lack a table's builds; the notebook is the record
-            (out / "tables.txt").write_text(f"no tables: {e}\n")
+        _tables(out)
     where = _short(out)
     if code:
         message = (f"{Path(notebook).name} stopped: {message}. Kept in {where}: the partial notebook"
@@ -163,6 +158,24 @@ def render(params_path, out=None, *, notebook: Path = WALKTHROUGH, timeout: floa
                    f"{nb_out.name}, {html.name if html else 'no HTML'}, {sweep.RESULTS} ({rows} rows), "
                    f"{sweep.PROVENANCE}")
     return Rendered(code, out, nb_out, html, message)
+
+
+INTERPRETED = ("# These rows were measured on a CPU, our Triton kernels in Triton's interpreter: every time below "
+               "measures Python, not kernels,\n# and no ratio of them is a speedup. The correctness (err) and the "
+               "byte model (hold_bytes, bytes_moved) are real.\n\n")
+
+
+def _tables(out: Path) -> None:
+    """tables.txt beside the results (attnlab.report.text), headed by a warning where the rows are a CPU's."""
+    from attnlab.report.text import render as tables
+
+    results = sweep.read_results(out / sweep.RESULTS)
+    head = INTERPRETED if results["device"].astype(str).str.startswith("cpu").any() else ""
+    try:
+        text = tables(results)
+    except ValueError as e:  # a partial run may lack a table's builds; the notebook is the record
+        text = f"no tables: {e}\n"
+    (out / "tables.txt").write_text(head + text)
 
 
 def _short(path: Path) -> str:

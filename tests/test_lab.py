@@ -146,11 +146,13 @@ def test_experiment_record_is_filled_from_the_data(tmp_path, gpu_lessons):
     assert "non-causal D = 64: 2.50× → 3.30×" in rec["observed effect"]
     hold = model.hold_bytes(Case("fused", 8, 32, 32, 2048, 64, "bfloat16"))
     assert f"fused must hold {lab._bytes(hold)}" in rec["tradeoff"]
+    page = lab.record(run, gpu_lessons).data
+    assert page.count("\n| **") == 5 and rec["tradeoff"] in page
 
 
 def test_overlap_findings_call_a_negative_saving_a_finding(gpu_lessons):
     found = lab.overlap_findings(gpu_lessons)
-    assert len(found) == 12 and all("made fused **slower**" in f and "overlap" in f for f in found)
+    assert len(found) == 12 and all("made fused slower" in f and "overlap" in f for f in found)
     assert "12 ablation(s) of fused" in lab.overlap(gpu_lessons).data
 
 

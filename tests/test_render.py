@@ -99,6 +99,7 @@ def test_the_cpu_render_runs_every_section_from_data(rendered):
     assert (results["status"] == "ok").all() and set(results["N"]) == set(cpu["seq_lens"])
     assert {"gate.csv", "provenance.json", "params.yaml", "attention_lab.html", "tables.txt"} <= {
         p.name for p in out.iterdir()}
+    assert (out / "tables.txt").read_text().startswith("# These rows were measured on a CPU")
     # check yourself: every answer computed and folded away
     html = "\n".join(_outputs(nb, "text/html"))
     assert html.count("<details>") >= 9
