@@ -1,5 +1,8 @@
-# Two commands do all set-up on a fresh machine:
-#   make run    the main job on the best device present (GPU if any, else the CPU path with params/cpu.yaml)
+# Three commands do all set-up on a fresh machine:
+#   make run    the walkthrough (notebooks/attention_lab.ipynb) rendered by papermill with the params for the device
+#               present (params/<gpu>.yaml, params/gpu.yaml, or params/cpu.yaml without a GPU) into a new
+#               outputs/<gpu-or-cpu>/<time>/: the executed notebook, its HTML (draws offline), results, provenance
+#   make lab    JupyterLab on notebooks/, with this environment's kernel
 #   make test   the test suite (CPU; Triton kernels in Triton's interpreter)
 PYTHON ?= python3
 VENV   ?= .venv
@@ -10,7 +13,7 @@ STAMP  := $(VENV)/.installed
 HAS_GPU := $(shell command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi -L >/dev/null 2>&1 && echo 1)
 TORCH_PINS := torch==2.13.0 $(if $(HAS_GPU),,triton==3.6.0)
 
-.PHONY: install run test clean
+.PHONY: install run lab test clean
 
 install: $(STAMP)
 
@@ -18,11 +21,15 @@ $(STAMP): pyproject.toml Makefile
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install -q --upgrade pip
 	$(BIN)/python -m pip install -q $(TORCH_PINS)
-	$(BIN)/python -m pip install -q -e '.[test]'
+	$(BIN)/python -m pip install -q -e '.[lab,test]'
 	touch $(STAMP)
 
 run: $(STAMP)
 	$(BIN)/attnlab run
+
+# JUPYTER_PREFER_ENV_PATH: this environment's python3 kernel before any user-level kernelspec of that name
+lab: $(STAMP)
+	JUPYTER_PREFER_ENV_PATH=1 $(BIN)/jupyter lab notebooks/
 
 test: $(STAMP)
 	TRITON_INTERPRET=1 $(BIN)/python -m pytest -q -p no:cacheprovider tests

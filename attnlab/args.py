@@ -49,6 +49,17 @@ def positive_int(text: str) -> int:
     return value
 
 
+def positive_float(text: str) -> float:
+    """A converter for one number > 0."""
+    try:
+        value = float(text)
+    except ValueError:
+        value = 0.0
+    if not value > 0:
+        raise argparse.ArgumentTypeError(f"expected a number > 0, got {text!r}")
+    return value
+
+
 def choices(allowed, what: str = "names"):
     """A converter for a comma-separated subset of `allowed` (kept in the order given)."""
 

@@ -11,7 +11,7 @@ from attnlab.load import LoadLog
 GiB = 1 << 30
 
 
-def _cpu_median_ms(fn, reps: int = 5) -> float:
+def cpu_median_ms(fn, reps: int = 5) -> float:
     fn()  # warm-up: first-touch page faults and thread-pool start are not the rate
     times = []
     for _ in range(reps):
@@ -47,7 +47,7 @@ def measure_ceilings(device, dtype) -> dict:
     dst = torch.empty_like(src)
     a = torch.randn(n, n, device=device, dtype=dt)
     b = torch.randn(n, n, device=device, dtype=dt)
-    timer = _cuda_median_ms if cuda else _cpu_median_ms
+    timer = _cuda_median_ms if cuda else cpu_median_ms
     with LoadLog(device) as log:  # the clock each was measured at: a build drawing more power runs at a lower one
         t0 = time.time()
         copy_ms = timer(lambda: dst.copy_(src))

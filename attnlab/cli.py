@@ -3,8 +3,10 @@
     attnlab sweep --params params/cpu.yaml [--out DIR]   measure a grid into DIR (resumes when DIR has results)
     attnlab check [...]                                  the correctness gate alone (attnlab.gate)
     attnlab bench [...]                                  kernel benchmark and autotune (attnlab.bench)
-    attnlab run [--out DIR]                              the main job: the gate, the sweep for this device, and
-                                                         its report (DIR/tables.txt, DIR/figures.html)
+    attnlab run [--params FILE] [--out DIR]              the main job: the walkthrough (notebooks/attention_lab.ipynb)
+                                                         rendered by papermill with the params for this device: the
+                                                         gate, the sweep, every section, as a notebook and its HTML
+    attnlab run --params FILE --gpus 0,1,...             one render per GPU at once, then notebooks/compare_gpus.ipynb
     attnlab report DIR                                   every table of DIR/results.csv (DIR/tables.txt) and its
                                                          figures (DIR/figures.html, draws offline)
 
@@ -17,7 +19,6 @@ import argparse
 import os
 import re
 import sys
-import time
 from pathlib import Path
 
 import torch
@@ -47,14 +48,23 @@ def parser() -> argparse.ArgumentParser:
     for name, (module, about) in DELEGATED.items():
         sub.add_parser(name, help=about, add_help=False,
                        description=f"{about}. Arguments go to {module}.main; `attnlab {name} --help` lists them.")
-    run = sub.add_parser("run", help="the main job: correctness gate, the sweep for the best device present, and "
-                                     "its report",
-                         description="Run the correctness gate; if it passes, sweep the params for this machine into "
-                                     "outputs/<gpu-or-cpu>/<timestamp>/: params/<gpu>.yaml when a file is named "
-                                     "for the GPU (h200.yaml on an NVIDIA H200), else params/gpu.yaml; "
-                                     "params/cpu.yaml without a GPU. Then write its report there (tables.txt, "
-                                     "figures.html), as `attnlab report` does.")
-    run.add_argument("--out", metavar="DIR", type=cli.out_dir, help="output directory instead of outputs/<gpu-or-cpu>/<timestamp>")
+    run = sub.add_parser("run", help="the main job: the walkthrough notebook rendered for this device (the gate, the "
+                                     "sweep, every section), as a notebook and its HTML",
+                         description="Render notebooks/attention_lab.ipynb with papermill into a new "
+                                     "outputs/<gpu-or-cpu>/<time>/: the executed notebook, its HTML (draws with no "
+                                     "network), and what its cells write (results.csv, provenance.json, gate.csv). "
+                                     "The notebook runs the correctness gate first and the sweep only if it passes. "
+                                     "Params: --params FILE, else params/<gpu>.yaml when a file is named for the GPU "
+                                     "(h200.yaml on an NVIDIA H200), else params/gpu.yaml; params/cpu.yaml without a "
+                                     "GPU. A failing or timed-out cell exits non-zero and keeps the partial notebook "
+                                     "and every row measured.")
+    run.add_argument("--params", metavar="FILE", type=cli.existing_file, help="params YAML (default: the one for this device, above)")
+    run.add_argument("--out", metavar="DIR", type=cli.out_dir, help="output directory instead of outputs/<gpu-or-cpu>/<time> (a folder "
+                                                  "holding a run's rows resumes it)")
+    run.add_argument("--gpus", metavar="I,J,...", type=cli.ints(0), help="render once per GPU, all at once, each pinned to its GPU by "
+                                                       "CUDA_VISIBLE_DEVICES and written to its own folder; then "
+                                                       "notebooks/compare_gpus.ipynb over them")
+    run.add_argument("--timeout", type=cli.positive_float, metavar="S", help="seconds any one cell may run (default: no limit)")
     report = sub.add_parser("report", help="every table (speedup, attribution, memory, ablations) of a results dir",
                             description="Read DIR/results.csv; print the tables of attnlab.report per (dtype, "
                                         "causal) group, write them to DIR/tables.txt and the figures to "
@@ -121,42 +131,6 @@ def _sweep(params, out, quiet: bool) -> tuple[int, str | None]:
     return 0, df.attrs["out_dir"]
 
 
-# Processes at once on a GPU machine for `attnlab run`'s warm step, and the fewest for its gate (gate_jobs): most of
-# both is Triton compiling, one CPU core a process (the H200's gate at N = 512: 47 s in four against 135-179 s in
-# one). The warm step keeps 4: its cases reach N = 16384, where the materialised builds hold tens of GB each.
-GPU_JOBS = 4
-# the gate's shapes are small (N ≤ 4096, B·H ≤ 8), and its 14 families dealt to 8 parts leave 7 shapes at most in one
-# (on the 16-core H200 machine: 134 s in 8 processes against 233 s in 4)
-GATE_JOBS_MAX = 8
-
-
-def gate_jobs(cores: int | None = None) -> int:
-    """Processes for `attnlab run`'s gate on a GPU: one a pair of cores (a compile's own threads, and the driver's),
-    GPU_JOBS at least, GATE_JOBS_MAX at most."""
-    import os
-
-    if cores is None:
-        cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
-    return max(GPU_JOBS, min(GATE_JOBS_MAX, cores // 2))
-
-
-def _warm(params) -> None:
-    """On a GPU, before `attnlab run`'s sweep: our kernels compiled for its grid in GPU_JOBS processes at once
-    (attnlab.warm), so the sweep, one process, loads them from Triton's cache instead of compiling each in turn.
-    On a fresh H200 the warm step takes 66-88 s, and the sweep after it spends 30 s in first calls (FlexAttention's
-    own compiles) where one without it spends 137 s more compiling ours. A case that fails here is only reported: the
-    sweep runs it and records what happens."""
-    from attnlab import warm
-
-    t0 = time.perf_counter()
-    lines = warm.warm(str(params), GPU_JOBS)
-    print(f"attnlab: our kernels compiled for the sweep in {time.perf_counter() - t0:.0f} s "
-          f"({GPU_JOBS} processes: python -m attnlab.warm)", flush=True)
-    for line in lines:
-        if not re.fullmatch(r"warm part \d+/\d+: \d+ cases run, 0 failed", line.strip()):  # only news is said
-            print(f"attnlab: warm: {line.strip()}", flush=True)
-
-
 def main(argv=None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     if argv and argv[0] in DELEGATED:
@@ -169,22 +143,31 @@ def main(argv=None) -> int:
         return _sweep(args.params, args.out, args.quiet)[0]
     if args.command == "report":
         return _report(args.dir, args.baseline)
-    # run: the gate first; timings of a build that fails it would describe a wrong program
-    import importlib
+    return _run(args)
+
+
+def _run(args) -> int:
+    """`attnlab run`: the walkthrough rendered (attnlab.render) once, or once per GPU of --gpus."""
+    from attnlab import render, sweep
 
     gpu = torch.cuda.get_device_name() if torch.cuda.is_available() else None
-    gate_args = ["--jobs", str(gate_jobs())] if gpu else []  # on a GPU the gate's time is compiling: share it out
-    code = int(importlib.import_module("attnlab.gate").main(gate_args) or 0)  # as _delegate loads it (tests replace it)
-    if code:
-        print("attnlab: the correctness gate failed; not sweeping (attnlab sweep runs the sweep anyway)",
-              file=sys.stderr)
-        return code
-    params, why = params_for(gpu)
-    print(f"attnlab: {why}", flush=True)
-    if gpu:
-        _warm(params)
-    code, where = _sweep(params, args.out, False)
-    return code or _report(where, "materialised", echo=False)  # what the run measured, as tables and figures
+    params, why = (Path(args.params), f"params {args.params}") if args.params else params_for(gpu)
+    try:
+        if args.gpus is not None:
+            if args.out:
+                return _error("run: --out names one folder; with --gpus each GPU writes its own")
+            gpus = args.gpus
+            print(f"attnlab: {why}; one render per GPU: {', '.join(map(str, gpus))}", flush=True)
+            code, _, lines = render.render_gpus(params, gpus, timeout=args.timeout)
+            for line in lines:
+                print(f"attnlab: {line}", flush=True)
+            return code
+        print(f"attnlab: {why}", flush=True)
+        result = render.render(params, args.out, timeout=args.timeout)
+    except sweep.ParamsError as e:
+        return _error(str(e))
+    print(f"attnlab: {result.message}", file=sys.stderr if result.code else sys.stdout)
+    return result.code
 
 
 def params_for(device_name: str | None, folder: Path | None = None) -> tuple[Path, str]:

@@ -1,8 +1,7 @@
 """Runs side by side: every outputs/<gpu>/<run>/ (a results file and its provenance.json), compared across cards and
 across runs of one card. What notebooks/compare_gpus.ipynb calls.
 
-    find_runs(root)            every run folder under root (default: the repository's outputs/), oldest first
-    reference_run(root)        the newest run measured on a CUDA device whose results hold our three builds
+    find_runs(root), reference_run(root)   where the runs are (attnlab.runs)
     load(folders)              the runs, each with its results, card, commit, code fingerprint and an 'older' note
     overview(runs)             one line per run: card, when, commit, code, rows, and the older-code note
     speedups(runs, baseline)   attnlab.report.speedup of every (dtype, causal) group of every run, stacked
@@ -19,65 +18,15 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass, field
-from datetime import datetime, timezone
+from datetime import datetime
 from pathlib import Path
 
 import pandas as pd
 
-from attnlab import builds, provenance, report
+from attnlab import builds, report
+from attnlab.runs import find_runs, outputs_root, results_path, started
 from attnlab.report import figures as fg
 from attnlab.sweep import PROVENANCE, RESULTS, read_results
-
-OUTPUTS = provenance.REPO / "outputs"
-_NEVER = datetime.min.replace(tzinfo=timezone.utc)
-
-
-def _when(prov: dict) -> datetime:
-    """When a run started (its provenance's 'started'; 'ended' where that is missing), comparable across zones."""
-    for key in ("started", "ended"):
-        try:
-            t = datetime.fromisoformat(str(prov.get(key)))
-        except ValueError:
-            continue
-        return t if t.tzinfo else t.replace(tzinfo=timezone.utc)
-    return _NEVER
-
-
-def _results_path(folder: Path, prov: dict) -> Path:
-    return folder / (prov.get("results") or RESULTS)
-
-
-def find_runs(root=None) -> list[Path]:
-    """Every folder under `root` (default: the repository's outputs/) holding a provenance.json and the results file
-    it names, oldest first. A run folder may sit one level deeper than outputs/<gpu>/<run>/ (a run inside a call's
-    folder): it is found all the same."""
-    root = Path(root) if root is not None else OUTPUTS
-    found = []
-    for prov_path in root.rglob(PROVENANCE):
-        try:
-            prov = json.loads(prov_path.read_text())
-        except (OSError, ValueError):
-            continue
-        if _results_path(prov_path.parent, prov).is_file():
-            found.append((_when(prov), prov_path.parent))
-    return [folder for _, folder in sorted(found, key=lambda x: (x[0], str(x[1])))]
-
-
-def reference_run(root=None, need=builds.OURS) -> Path | None:
-    """The newest run (by its provenance's start time) measured on a CUDA device whose results hold every build in
-    `need` (default: our three); None when there is none. Located afresh each call: runs are renamed and added."""
-    for folder in reversed(find_runs(root)):
-        prov = json.loads((folder / PROVENANCE).read_text())
-        if not str((prov.get("device") or {}).get("device", "")).startswith("cuda"):
-            continue
-        try:
-            held = set(pd.read_csv(_results_path(folder, prov), usecols=["build"])["build"])
-        except (ValueError, OSError):
-            continue
-        if set(need) <= held:
-            return folder
-    return None
-
 
 @dataclass
 class Run:
@@ -102,7 +51,7 @@ class Run:
 
 
 def _label(folder: Path, root: Path | None) -> str:
-    for base in (root, OUTPUTS):
+    for base in (root, outputs_root()):
         if base is not None:
             try:
                 return folder.resolve().relative_to(Path(base).resolve()).as_posix()
@@ -121,16 +70,16 @@ def read_run(folder, root=None) -> Run:
     if not prov_path.is_file():
         raise ValueError(f"run folder {str(folder)!r} has no {PROVENANCE}: pass folders that attnlab.sweep wrote")
     prov = json.loads(prov_path.read_text())
-    results_path = _results_path(folder, prov)
-    if not results_path.is_file():
-        raise ValueError(f"run folder {str(folder)!r} has no results file {results_path.name!r}")
+    path = results_path(folder, prov)
+    if not path.is_file():
+        raise ValueError(f"run folder {str(folder)!r} has no results file {path.name!r}")
     device = prov.get("device") or {}
     git = prov.get("git") or {}
     label = _label(folder, root)
-    results = read_results(results_path)
+    results = read_results(path)
     results.insert(0, "run", label)
     return Run(path=folder, label=label, card=str(device.get("name") or "unknown device"),
-               device=str(device.get("device") or ""), started=_when(prov), commit=str(git.get("commit") or ""),
+               device=str(device.get("device") or ""), started=started(prov), commit=str(git.get("commit") or ""),
                dirty=git.get("dirty"), code=str(prov.get("code") or ""),
                total_memory=device.get("total_memory"), results=results)
 
@@ -165,7 +114,7 @@ def load(folders=None, root=None) -> list[Run]:
         folders = [folders]
     runs = sorted((read_run(f, root) for f in folders), key=lambda r: (r.started, r.label))
     if not runs:
-        raise ValueError(f"no runs found under {str(root or OUTPUTS)!r} (a run folder holds {PROVENANCE} and "
+        raise ValueError(f"no runs found under {str(root or outputs_root())!r} (a run folder holds {PROVENANCE} and "
                          f"{RESULTS})")
     labels = [r.label for r in runs]
     twice = sorted({x for x in labels if labels.count(x) > 1})

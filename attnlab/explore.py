@@ -8,7 +8,7 @@ On a GPU (live)    each build is called as a user calls it: eagerly, back to bac
                    (attnlab.model.hold_bytes) exceed the device's free memory is not called: the page says so.
 Without a GPU      nothing is timed: Triton's interpreter measures Python, not kernels. The page shows, each labelled:
 (teach)            the model's FLOPs, bytes moved and bytes held, for the chosen shape and every N (attnlab.model);
-                   the committed GPU run's measurements nearest to the shape (attnlab.compare.reference_run: the
+                   the committed GPU run's measurements nearest to the shape (attnlab.runs.reference_run: the
                    newest run on a CUDA device whose results hold our three builds); and a correctness check of each
                    build at a small version of the shape (B = 1, N at most 64, at most four query heads) in Triton's
                    interpreter against the fp64 oracle, attnlab.reference.
@@ -36,7 +36,7 @@ import plotly.graph_objects as go
 import torch
 from plotly.subplots import make_subplots
 
-from attnlab import builds, compare, model, validate
+from attnlab import builds, compare, model, runs, validate
 from attnlab.accuracy import judge
 from attnlab.builds import Unsupported
 from attnlab.measure import (CompileWatch, Case, cold_call, eager_ms, judge_slice, make_inputs, peak_pass,
@@ -266,7 +266,7 @@ class Explorer:
     device       'cuda…' measures live; anything else teaches (the default: cuda when present).
     measure      case -> result dict (status, message, numbers); default measure_live on a GPU, check_small without.
     free_bytes   () -> bytes free on the device (live only; default: the driver's count).
-    reference    a committed run folder for the teach view, None for none, 'auto' for compare.reference_run().
+    reference    a committed run folder for the teach view, None for none, 'auto' for runs.reference_run().
     check        teach mode: run the interpreter's correctness check (False leaves the model and the committed run).
     **values     the controls' starting values (DEFAULT)."""
 
@@ -278,7 +278,7 @@ class Explorer:
         self._measure = measure or (partial(measure_live, reps_ms=reps_ms) if self.live else check_small)
         self._free = free_bytes or (partial(free_memory, self.device) if self.live else None)
         self.check = check
-        folder = compare.reference_run() if reference == "auto" else reference
+        folder = runs.reference_run() if reference == "auto" else reference
         self.reference = compare.read_run(folder) if folder is not None else None
         self.cache: dict[Case, dict] = {}
         self.measured: list[Case] = []  # every case measured, in order (nothing twice)
@@ -531,10 +531,10 @@ def _color(i: int) -> str:
 def static_view(reference="auto", names=None) -> go.Figure:
     """A plain plotly figure that still moves in an exported page: a slider over (dtype, D, causal).
 
-    With a committed run (default: compare.reference_run()): its time per call (left) and peak allocation beside
+    With a committed run (default: runs.reference_run()): its time per call (left) and peak allocation beside
     what each build must hold (right, model dotted) against N, per build in `names` (default: ours and the SDPA
     default). Without one: the model's bytes moved and held for the explorer's default B and H."""
-    folder = compare.reference_run() if reference == "auto" else reference
+    folder = runs.reference_run() if reference == "auto" else reference
     run = compare.read_run(folder) if folder is not None else None
     names = list(names or (*builds.OURS, "sdpa_default"))
     if run is not None:

@@ -5,7 +5,7 @@
 #
 # Steps:
 #   run        attnlab run: the gate, the warm step, the sweep of the params named for this GPU, its report (run/)
-#   gate       attnlab check on its whole grid (bf16 and fp16, GQA, D = 80 and 256, fp32) in cli.gate_jobs()
+#   gate       attnlab check on its whole grid (bf16 and fp16, GQA, D = 80 and 256, fp32) in gate.default_jobs()
 #              processes (gate.csv), then at N = 1001 and 2999 for the builds that write or read P (gate_ragged.csv)
 #   bench      attnlab bench --dtypes bfloat16,float16 (bench/bench.csv, bench/ratios.csv; BENCH_ARGS: more arguments)
 #   selfcheck  python -m attnlab.selfcheck: the harness against an independent timer (selfcheck.csv)
@@ -55,7 +55,7 @@ run() {
 }
 gate() {
   local jobs
-  jobs=$(python3 -c 'from attnlab.cli import gate_jobs; print(gate_jobs())') || return
+  jobs=$(python3 -c 'from attnlab.gate import default_jobs; print(default_jobs())') || return
   step gate "${GATE_TIMEOUT:-300}" python3 -m attnlab.cli check --jobs "$jobs" --out "$out/gate.csv" || return
   step gate_ragged "${GATE_TIMEOUT:-300}" python3 -m attnlab.cli check --ns 1001,2999 --dtypes bfloat16,float16 \
     --builds "$P_BUILDS" --jobs "$jobs" --out "$out/gate_ragged.csv"

@@ -6,7 +6,6 @@ import sys
 import types
 from pathlib import Path
 
-import pandas as pd
 import pytest
 import torch
 import yaml
@@ -159,69 +158,67 @@ def test_a_missing_delegate_is_one_line(monkeypatch, capsys):
                                        "cannot run\n")
 
 
-def test_run_gates_then_sweeps_the_params_for_this_device(monkeypatch, capsys):
-    gate = fake_module(monkeypatch, "attnlab.gate")
-    swept = []
+def fake_render(monkeypatch, code=0, message="rendered"):
+    from attnlab import render
 
-    def fake_run(params, out_dir=None, progress=True):
-        swept.append((Path(params), out_dir))
-        df = pd.DataFrame({"status": ["ok"]})
-        df.attrs["out_dir"] = "outputs/cpu/x"
-        return df
+    calls = []
 
-    reported = []
-    monkeypatch.setattr(sweep, "run", fake_run)
-    monkeypatch.setattr(cli, "_report", lambda where, baseline, echo=True: reported.append((where, echo)) or 0)
+    def render_(params, out=None, *, timeout=None, **kw):
+        calls.append((Path(params), out, timeout))
+        return render.Rendered(code, Path(out or "outputs/cpu/x"), Path("nb.ipynb"), None, message)
+
+    monkeypatch.setattr(render, "render", render_)
+    return calls
+
+
+def test_run_renders_the_walkthrough_with_the_params_for_this_device(monkeypatch, capsys):
+    calls = fake_render(monkeypatch, message="attention_lab.ipynb rendered into outputs/cpu/x")
     assert cli.main(["run"]) == 0
-    assert gate == [[]]
     expected, why = cli.params_for(torch.cuda.get_device_name() if torch.cuda.is_available() else None)
-    assert swept == [(expected, None)]  # None: sweep's default out_dir, below
-    assert swept[0][0].exists()
-    assert f"attnlab: {why}" in capsys.readouterr().out
-    assert reported == [("outputs/cpu/x", False)]  # then the run's report, into its own directory
-
-
-def test_run_on_a_gpu_compiles_our_kernels_in_parallel_before_the_sweep(monkeypatch, capsys):
-    """On a GPU the run's gate shares its shapes among gate_jobs() processes, and the run warms Triton's cache
-    (attnlab.warm) with the params it sweeps, after the gate and before the sweep; a case that failed to warm is
-    said, and the sweep still runs. Without a GPU the gate runs in one process and nothing is warmed."""
-    from attnlab import warm
-
-    gate = fake_module(monkeypatch, "attnlab.gate")
-    order = []
-
-    def fake_run(params, out_dir=None, progress=True):
-        order.append(("sweep", Path(params).name))
-        df = pd.DataFrame({"status": ["ok"]})
-        df.attrs["out_dir"] = "outputs/h200/x"
-        return df
-
-    monkeypatch.setattr(sweep, "run", fake_run)
-    monkeypatch.setattr(cli, "_report", lambda where, baseline, echo=True: 0)
-    monkeypatch.setattr(warm, "warm", lambda params, jobs: order.append(("warm", Path(params).name, jobs))
-                        or ["warm part 0/4: 3 cases run, 0 failed", "warm part 1/4: 2 cases run, 1 failed",
-                            "  failed case-x: OutOfMemoryError: CUDA out of memory",
-                            "warm part 2/4: 0 cases run, 10 failed"])
-    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
-    monkeypatch.setattr(torch.cuda, "get_device_name", lambda *a: "NVIDIA H200")
-    assert cli.main(["run"]) == 0
-    assert gate == [["--jobs", str(cli.gate_jobs())]]  # the gate's compiles shared among processes too
-    assert order == [("warm", "h200.yaml", cli.GPU_JOBS), ("sweep", "h200.yaml")]
+    assert calls == [(expected, None, None)] and expected.exists()  # None: a new outputs/<device>/<time>/
     out = capsys.readouterr().out
-    assert "our kernels compiled for the sweep in" in out
-    assert "attnlab: warm: warm part 1/4: 2 cases run, 1 failed" in out and "failed case-x: OutOfMemoryError" in out
-    assert "attnlab: warm: warm part 2/4: 0 cases run, 10 failed" in out
-    assert "part 0/4" not in out  # a part that warmed everything is not repeated
+    assert f"attnlab: {why}" in out and "attnlab: attention_lab.ipynb rendered into outputs/cpu/x" in out
 
-    order.clear()
-    gate.clear()
-    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
-    assert cli.main(["run"]) == 0
-    assert order == [("sweep", "cpu.yaml")] and gate == [[]]
+
+def test_run_takes_a_params_file_an_out_folder_and_a_cell_timeout(monkeypatch, tmp_path):
+    calls = fake_render(monkeypatch)
+    p = params_file(tmp_path)
+    assert cli.main(["run", "--params", str(p), "--out", str(tmp_path / "o"), "--timeout", "30"]) == 0
+    assert calls == [(p, str(tmp_path / "o"), 30.0)]
+
+
+def test_a_failed_render_exits_with_its_code_and_says_which_cell(monkeypatch, capsys):
+    fake_render(monkeypatch, code=124, message="cell 14 ('results = lab.sweep_run(run)') timed out")
+    assert cli.main(["run"]) == 124
+    assert "timed out" in capsys.readouterr().err
+
+
+def test_run_with_bad_params_is_one_line(tmp_path, capsys):
+    assert cli.main(["run", "--params", str(params_file(tmp_path, seq_lens=[0])), "--out", str(tmp_path / "n")]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("attnlab: error: params key 'seq_lens': value 0 must be > 0") and err.count("\n") == 1
+    assert not (tmp_path / "n").exists()
+
+
+def test_run_gpus_renders_once_per_gpu(monkeypatch, tmp_path, capsys):
+    from attnlab import render
+
+    got = []
+    monkeypatch.setattr(render, "render_gpus", lambda params, gpus, timeout=None: got.append((Path(params), gpus))
+                        or (0, [], ["GPU 0: rendered into a", "GPU 1: rendered into b"]))
+    p = params_file(tmp_path)
+    assert cli.main(["run", "--params", str(p), "--gpus", "0,1"]) == 0
+    assert got == [(p, [0, 1])]
+    assert "attnlab: GPU 1: rendered into b" in capsys.readouterr().out
+    assert cli.main(["run", "--params", str(p), "--gpus", "0,x"]) == 2
+    assert "argument --gpus: expected whole numbers >= 0, comma-separated" in capsys.readouterr().err
+    assert cli.main(["run", "--params", str(p), "--gpus", "0", "--out", "d"]) == 2
+    assert got == [(p, [0, 1])]
 
 
 @pytest.mark.parametrize("name, file", [(None, "cpu.yaml"), ("NVIDIA H200", "h200.yaml"),
-                                        ("NVIDIA H200 NVL", "h200.yaml"), ("NVIDIA A100-SXM4-80GB", "gpu.yaml"),
+                                        ("NVIDIA H200 NVL", "h200.yaml"), ("NVIDIA A100-SXM4-80GB", "a100.yaml"),
+                                        ("NVIDIA H100 80GB HBM3", "h100.yaml"), ("Tesla T4", "t4.yaml"),
                                         ("NVIDIA GeForce RTX 4090", "gpu.yaml")])
 def test_run_picks_the_params_named_for_the_gpu(name, file):
     path, why = cli.params_for(name)
@@ -234,13 +231,6 @@ def test_a_new_params_file_is_found_by_the_gpu_name(tmp_path):
         (tmp_path / f).write_text("")
     assert cli.params_for("NVIDIA A100-SXM4-80GB", tmp_path)[0] == tmp_path / "a100.yaml"
     assert cli.params_for("NVIDIA H100 80GB HBM3", tmp_path)[0] == tmp_path / "gpu.yaml"
-
-
-def test_run_stops_when_the_gate_fails(monkeypatch, capsys):
-    fake_module(monkeypatch, "attnlab.gate", code=1)
-    monkeypatch.setattr(sweep, "run", lambda *a, **k: pytest.fail("swept after a failed gate"))
-    assert cli.main(["run"]) == 1
-    assert "correctness gate failed" in capsys.readouterr().err
 
 
 def test_default_out_dir_is_outputs_device_timestamp():
@@ -276,10 +266,3 @@ def test_a_real_sweep_renders_with_report_even_where_n_equals_d(tmp_path, capsys
     assert "no saving predicted at B=1 H=2 N=16 D=16" in tables
     assert (out / "figures.html").exists()
 
-
-def test_the_gates_processes_follow_the_cores():
-    assert cli.gate_jobs(16) == 8  # the lent H200 machine: 16 cores
-    assert cli.gate_jobs(128) == cli.GATE_JOBS_MAX == 8  # more parts would not shorten the longest (7 shapes)
-    assert cli.gate_jobs(4) == cli.gate_jobs(1) == cli.GPU_JOBS == 4  # as before on a small machine
-    assert cli.gate_jobs(12) == 6
-    assert 4 <= cli.gate_jobs() <= 8  # this machine's

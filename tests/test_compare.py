@@ -7,7 +7,7 @@ import nbformat
 import pandas as pd
 import pytest
 
-from attnlab import compare
+from attnlab import compare, runs
 from attnlab.sweep import append_row
 from tests.test_report_groups import frame, row
 
@@ -81,8 +81,8 @@ def test_runs_are_found_at_any_depth_and_the_reference_is_the_newest_full_cuda_r
     (root / "h200" / "2026-12-04-bench").mkdir(parents=True)  # no provenance: not a run
     assert [p.relative_to(root).as_posix() for p in compare.find_runs(root)] == [
         "h200/2026-12-01-call1/run", "h200/2026-12-02-partial", "cpu/2026-12-03-render"]
-    assert compare.reference_run(root) == full
-    assert compare.reference_run(tmp_path / "nothing") is None
+    assert runs.reference_run(root) == full
+    assert runs.reference_run(tmp_path / "nothing") is None
 
 
 def test_a_folder_that_is_not_a_run_is_refused_by_name(tmp_path):

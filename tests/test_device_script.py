@@ -12,7 +12,7 @@ import pytest
 SCRIPT = Path(__file__).resolve().parents[1] / "scripts" / "device.sh"
 STAND_IN = """#!/usr/bin/env bash
 echo "$*" >> "$CALLS"
-[ "$1" = -c ] && echo 6  # the gate's process count, cli.gate_jobs()
+[ "$1" = -c ] && echo 6  # the gate's process count, gate.default_jobs()
 case " $* " in *" ${FAIL_ON:-@none@} "*) echo "failed as asked" >&2; exit 3 ;; esac
 exit 0
 """

@@ -116,3 +116,10 @@ def test_a_part_checks_the_shapes_deal_gives_it(capsys):
     assert gate.main([*argv, "--part", "1/2"]) == 0
     out = capsys.readouterr().out
     assert f"gate: {owners.count(1)} passed" in out and owners.count(1) < len(cases)
+
+
+def test_the_gates_processes_follow_the_cores():
+    """One process a pair of cores on a GPU machine, at least JOBS_MIN, at most JOBS_MAX."""
+    assert [gate.default_jobs(c) for c in (1, 8, 10, 16, 32, 128)] == [4, 4, 5, 8, 8, 8]
+    assert gate.JOBS_MIN <= gate.default_jobs() <= gate.JOBS_MAX
+

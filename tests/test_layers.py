@@ -24,10 +24,10 @@ LAYERS = [
     ("launchers", ["attnlab.triton.launch", "attnlab.triton.resources"]),
     ("builds", ["attnlab.builds", "attnlab.builds.*"]),
     ("measure", ["attnlab.measure", "attnlab.profiler"]),
-    ("sweep and commands over cases", ["attnlab.sweep", "attnlab.gate", "attnlab.warm", "attnlab.autotune",
+    ("sweep and commands over cases", ["attnlab.sweep", "attnlab.runs", "attnlab.gate", "attnlab.warm", "attnlab.autotune",
                                        "attnlab.selfcheck"]),
     ("report", ["attnlab.report", "attnlab.report.*"]),
-    ("CLI and notebooks", ["attnlab", "attnlab.bench", "attnlab.cli", "attnlab.lab", "attnlab.render",
+    ("CLI and notebooks", ["attnlab", "attnlab.bench", "attnlab.cli", "attnlab.lab", "attnlab.lies", "attnlab.render",
                            "attnlab.explore", "attnlab.compare"]),
 ]
 

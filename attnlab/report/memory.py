@@ -4,6 +4,9 @@ materialised holds S and P at once (S is freed only once P exists), qk_softmax h
 (attnlab.builds), so the peak difference between adjacent builds should be one (B, H, N, N) tensor in the input
 dtype — B·H·N²·itemsize (attnlab.model.nn_bytes). Off by more than allocator rounding means a build
 holds something its name says it does not.
+
+    memory_table(group)   per removed boundary: the peak bytes saved beside the S or P it stops holding
+    peak_table(group)     per build: its peak beside the S and P bytes and the hold its name predicts
 """
 from __future__ import annotations
 
@@ -61,3 +64,38 @@ def memory_table(results: pd.DataFrame) -> pd.DataFrame:
                 "note": groups.notes(why_from, why_to, none, *_flags(found, (src, dst), shape)),
             })
     return pd.DataFrame(rows, columns=[*groups.LEADING, *COLUMNS])
+
+
+PEAK_COLUMNS = {
+    "build": "the build", "holds": "the (B, H, N, N) tensors it must hold at once: 'S+P', 'P' or 'none'",
+    "peak_bytes": "peak allocation of one call, measured (NaN where unknowable: a CPU has no allocator statistics)",
+    "hold_bytes": "the bytes it must hold at once, predicted (attnlab.model.hold_bytes)",
+    "s_bytes": "size of S, B·H·N²·itemsize, predicted", "p_bytes": "size of P (the same size as S), predicted",
+    "peak_over_hold": "peak_bytes / hold_bytes: below 1 the build held less than its name says",
+    "note": "why peak_bytes is NaN; any alloc_flag the row carries",
+}
+
+
+def peak_table(results: pd.DataFrame, builds=None) -> pd.DataFrame:
+    """One row per (shape, build) of one (dtype, causal) group: the peak allocation measured beside the S and P bytes
+    and the hold the build's name predicts. `builds` defaults to every non-ablation build, in the results' order."""
+    dtype, causal = groups.one_group(results, ("peak_bytes", "hold_bytes", "family"))
+    if builds is None:
+        builds = list(dict.fromkeys(results.loc[results["family"] != "ablation", "build"]))
+    from attnlab import builds as table  # the build's name says what it holds
+
+    found = groups.cases(results)
+    rows = []
+    for shape in groups.shapes(results):
+        B, H, _, N, D = shape
+        size = bd.nn_bytes(B, H, N, dtype)
+        for build in builds:
+            if (build, shape) not in found:
+                continue
+            peak, why = groups.value(found, build, shape, "peak_bytes")
+            hold = int(found[(build, shape)]["hold_bytes"])
+            rows.append({**groups.leading(dtype, causal, shape), "build": build, "holds": table.get(build).holds,
+                         "peak_bytes": peak, "hold_bytes": hold, "s_bytes": size, "p_bytes": size,
+                         "peak_over_hold": peak / hold if hold > 0 else math.nan,
+                         "note": groups.notes(why, *_flags(found, (build,), shape))})
+    return pd.DataFrame(rows, columns=[*groups.LEADING, *PEAK_COLUMNS])

@@ -1,0 +1,177 @@
+"""The walkthrough's figures of one dtype: non-causal and causal side by side, never in one line or one ratio.
+
+    speedup_curves(results, dtype, baseline)  three rows of panels against N: each build's speedup over the baseline,
+                                              its latency (ms) and its achieved TFLOP/s; a column per causal value;
+                                              one colour per build, one dash per head dim
+    speedup_trend(results, build, baseline)   the curve's shape per (dtype, causal, D): rises then flattens, still
+                                              rising, flat or falls (what the walkthrough's hypothesis is judged by)
+    policy_figure(runs, dtype)                one build's speedup against N for several runs (one per batch policy)
+    attribution_figure(group)                 per removed boundary and head dim: the time the step saved, measured,
+                                              beside its bytes at the measured bandwidth (and with the QKᵀ pass the
+                                              step adds or removes)
+
+Each panel is drawn from one (dtype, causal) group's table (attnlab.report.speedup, attribution), so every guard of
+those tables holds: a frame mixing dtypes is refused, and the two causal values never share a panel.
+"""
+from __future__ import annotations
+
+import math
+
+import pandas as pd
+import plotly.graph_objects as go
+from plotly.subplots import make_subplots
+
+from attnlab.report.boundary_time import attribution
+from attnlab.report.groups import cases, one_group, split
+from attnlab.report.ratios import speedup
+
+DASHES = ("solid", "dash", "dot", "dashdot", "longdash")
+PALETTE = ("#1f77b4", "#d62728", "#2ca02c", "#ff7f0e", "#9467bd", "#8c564b", "#e377c2", "#7f7f7f", "#bcbd22",
+           "#17becf", "#393b79", "#637939")
+ROWS = (("speedup", "× faster than {baseline}"), ("ms", "latency (ms)"), ("tflops", "achieved TFLOP/s"))
+
+
+def _causal_word(causal: bool) -> str:
+    return "causal" if causal else "non-causal"
+
+
+def speedup_curves(results, dtype: str, baseline: str = "materialised", builds=None) -> go.Figure:
+    """Speedup over `baseline`, latency and achieved TFLOP/s against N for one dtype (module docstring). `builds`
+    defaults to every non-ablation build measured (ours and the library rows)."""
+    one = results[results["dtype"].astype(str) == str(dtype)]
+    if one.empty:
+        raise ValueError(f"results hold no rows of dtype {dtype!r}; they have {sorted(results['dtype'].unique())}")
+    parts = split(one)
+    causals = [c for (_, c) in parts]
+    fig = make_subplots(rows=len(ROWS), cols=len(causals), shared_xaxes=True, vertical_spacing=0.07,
+                        horizontal_spacing=0.08,
+                        subplot_titles=[f"{_causal_word(c)}: {label.format(baseline=baseline)}"
+                                        for _, label in ROWS for c in causals])
+    tables = {c: speedup(g, baseline=baseline, builds=builds) for (_, c), g in parts.items()}
+    names = list(dict.fromkeys(b for t in tables.values() for b in t["build"]))
+    dims = sorted({int(d) for t in tables.values() for d in t["D"]})
+    ns = sorted({int(n) for t in tables.values() for n in t["N"]})
+    ratio = f"x_vs_{baseline}"
+    for col, causal in enumerate(causals, start=1):
+        t = tables[causal]
+        rows = cases(parts[(str(dtype), causal)])
+        # achieved TFLOP/s at the same net time the speedup uses: FLOPs (attnlab.model) over ms less consumption
+        t = t.assign(tflops=[rows[(r.build, (r.B, r.H, r.Hkv, r.N, r.D))]["flops"] / (r.ms * 1e9)
+                             if r.ms > 0 else float("nan") for r in t.itertuples()])
+        t = t.rename(columns={ratio: "speedup"})
+        for (build, d), line in t.groupby(["build", "D"], sort=False):
+            line = line.sort_values("N")
+            key = f"{build}, D={int(d)}"
+            for row, (column, _) in enumerate(ROWS, start=1):
+                fig.add_trace(go.Scatter(
+                    x=line["N"], y=line[column], mode="lines+markers", name=key, legendgroup=key,
+                    showlegend=(row == 1 and col == 1), hovertext=line["note"],
+                    line=dict(color=PALETTE[names.index(build) % len(PALETTE)], dash=DASHES[dims.index(int(d))
+                                                                                           % len(DASHES)])),
+                    row=row, col=col)
+    fig.update_xaxes(type="log", tickvals=ns, ticktext=[str(n) for n in ns])
+    fig.update_xaxes(title_text="sequence length N (tokens)", row=len(ROWS))
+    fig.update_yaxes(type="log")
+    for row, (_, label) in enumerate(ROWS, start=1):
+        fig.update_yaxes(title_text=label.format(baseline=baseline), row=row, col=1)
+    fig.update_layout(title=f"Speedup over {baseline}, latency and achieved rate ({dtype}; times net of the "
+                            "consumption step; colour: build, dash: head dim D)",
+                      template="plotly_white", height=330 * len(ROWS), legend_title_text="build, head dim")
+    return fig
+
+
+def attribution_figure(group) -> go.Figure:
+    """For one (dtype, causal) group: per boundary (rows) and head dim (columns), bars against N of the time the step
+    saved (measured Δ between the two builds), its bytes at the measured copy bandwidth, and that plus the QKᵀ pass
+    the step removes (negative: adds)."""
+    dtype, causal = one_group(group)
+    t = attribution(group)
+    bounds = list(dict.fromkeys(t["boundary"]))
+    dims = sorted({int(d) for d in t["D"]})
+    fig = make_subplots(rows=len(bounds), cols=len(dims), shared_yaxes=False, vertical_spacing=0.15,
+                        subplot_titles=[f"{b} ({t[t.boundary == b].from_build.iloc[0]} → "
+                                        f"{t[t.boundary == b].to_build.iloc[0]}), D = {d}"
+                                        for b in bounds for d in dims])
+    bars = (("delta_ms", "saved, measured (Δ ms)", "#1f77b4"), ("predicted_ms", "its bytes at the copy bandwidth",
+                                                                "#ff7f0e"),
+            ("predicted_with_qk_ms", "bytes + the QKᵀ pass the step removes", "#2ca02c"))
+    for row, b in enumerate(bounds, start=1):
+        for col, d in enumerate(dims, start=1):
+            part = t[(t["boundary"] == b) & (t["D"] == d)].sort_values("N")
+            for column, label, colour in bars:
+                fig.add_trace(go.Bar(x=part["N"].astype(str), y=part[column], name=label, legendgroup=label,
+                                     showlegend=(row == 1 and col == 1), marker_color=colour,
+                                     hovertext=part["note"]), row=row, col=col)
+    fig.update_xaxes(type="category", title_text="sequence length N (tokens)")
+    fig.update_yaxes(title_text="time (ms)", col=1)
+    fig.update_layout(title=f"What each removed boundary saves, against what its bytes cost at the measured "
+                            f"bandwidth ({dtype}, {_causal_word(causal)})",
+                      barmode="group", template="plotly_white", height=360 * len(bounds))
+    return fig
+
+
+FLAT = 0.05  # a step of N that changes the speedup by less than this share leaves it flat
+RISE = 0.10  # the speedup must change by more than this share from the first N to the last to have risen or fallen
+
+
+def _shape(first: float, last: float, last_step: float, points: int) -> str:
+    if points < 2:
+        return "one N only"
+    overall = last / first - 1
+    if abs(overall) < RISE:
+        return "flat"
+    if overall < 0:
+        return "falls"
+    return "still rising" if last_step > FLAT else "rises then flattens"
+
+
+def speedup_trend(results, build: str = "fused", baseline: str = "materialised") -> pd.DataFrame:
+    """Per (dtype, causal, D): `build`'s speedup over `baseline` at the first and last N measured, its change over
+    the first and the last step of N, and the curve's shape: 'rises then flattens' (up by more than RISE overall,
+    by at most FLAT over the last step), 'still rising', 'flat', 'falls' or 'one N only'."""
+    rows = []
+    ratio = f"x_vs_{baseline}"
+    for (dtype, causal), g in split(results).items():
+        if not {build, baseline} <= set(g["build"]):
+            continue
+        t = speedup(g, baseline=baseline, builds=[build]).dropna(subset=[ratio])
+        for d, line in t.groupby("D"):
+            line = line.sort_values("N")
+            x, n = list(line[ratio]), list(line["N"])
+            steps = [b / a - 1 for a, b in zip(x, x[1:])] or [math.nan]
+            rows.append({"dtype": dtype, "causal": causal, "D": int(d), "first_N": int(n[0]), "first": x[0],
+                         "last_N": int(n[-1]), "last": x[-1], "first_step": steps[0], "last_step": steps[-1],
+                         "shape": _shape(x[0], x[-1], steps[-1], len(x))})
+    return pd.DataFrame(rows, columns=["dtype", "causal", "D", "first_N", "first", "last_N", "last", "first_step",
+                                       "last_step", "shape"])
+
+
+def policy_figure(runs: dict, dtype: str, build: str = "fused", baseline: str = "materialised") -> go.Figure:
+    """`build`'s speedup over `baseline` against N for several runs of one dtype (`runs`: label → results, e.g. one
+    run per batch policy): one colour per run, one dash per head dim, a panel per causal value."""
+    causals = sorted({bool(c) for r in runs.values() for c in r[r["dtype"].astype(str) == dtype]["causal"]})
+    if not causals:
+        raise ValueError(f"no run holds rows of dtype {dtype!r}")
+    fig = make_subplots(rows=1, cols=len(causals), shared_yaxes=True,
+                        subplot_titles=[f"{_causal_word(c)}: {build} over {baseline}" for c in causals])
+    ratio = f"x_vs_{baseline}"
+    dims = sorted({int(d) for r in runs.values() for d in r["D"]})
+    for i, (label, results) in enumerate(runs.items()):
+        for col, causal in enumerate(causals, start=1):
+            g = split(results[results["dtype"].astype(str) == dtype]).get((dtype, causal))
+            if g is None:
+                continue
+            t = speedup(g, baseline=baseline, builds=[build])
+            for d, line in t.groupby("D"):
+                line = line.sort_values("N")
+                key = f"{label}, D={int(d)}"
+                fig.add_trace(go.Scatter(x=line["N"], y=line[ratio], mode="lines+markers", name=key, legendgroup=key,
+                                         showlegend=col == 1, hovertext=line["B"].map(lambda b: f"B = {b}"),
+                                         line=dict(color=PALETTE[i % len(PALETTE)],
+                                                   dash=DASHES[dims.index(int(d)) % len(DASHES)])),
+                              row=1, col=col)
+    fig.update_xaxes(type="log", title_text="sequence length N (tokens)")
+    fig.update_yaxes(title_text=f"× faster than {baseline}", col=1)
+    fig.update_layout(title=f"How the batch policy shapes the curve: {build} over {baseline} ({dtype})",
+                      template="plotly_white", legend_title_text="run, head dim")
+    return fig

@@ -1,0 +1,73 @@
+"""Finding run folders on disk: every outputs/<gpu>/<run>/ holding a results file and its provenance.json.
+
+    outputs_root()             the repository's outputs/, or the folder ATTNLAB_OUTPUTS names
+    started(prov)              when a run started, comparable across time zones
+    find_runs(root)            every run folder under root, oldest first
+    reference_run(root, need)  the newest run measured on a CUDA device with ok rows of every build in `need`
+
+What a render without a GPU reads its speed and memory lessons from, what the shape explorer sets beside a shape,
+and what compare_gpus sets side by side: one way to find them, located afresh each call (runs are renamed and added).
+"""
+from __future__ import annotations
+
+import json
+import os
+from datetime import datetime, timezone
+from pathlib import Path
+
+import pandas as pd
+
+from attnlab import builds, provenance
+from attnlab.sweep import PROVENANCE, RESULTS
+
+_NEVER = datetime.min.replace(tzinfo=timezone.utc)
+
+
+def outputs_root() -> Path:
+    return Path(os.environ.get("ATTNLAB_OUTPUTS") or provenance.REPO / "outputs")
+
+
+def started(prov: dict) -> datetime:
+    """When a run started (its provenance's 'started'; 'ended' where that is missing), comparable across zones."""
+    for key in ("started", "ended"):
+        try:
+            t = datetime.fromisoformat(str(prov.get(key)))
+        except ValueError:
+            continue
+        return t if t.tzinfo else t.replace(tzinfo=timezone.utc)
+    return _NEVER
+
+
+def results_path(folder: Path, prov: dict) -> Path:
+    return Path(folder) / (prov.get("results") or RESULTS)
+
+
+def find_runs(root=None) -> list[Path]:
+    """Every folder under `root` (default: outputs_root()) holding a provenance.json and the results file it names,
+    oldest first. A run folder may sit one level deeper than outputs/<gpu>/<run>/: it is found all the same."""
+    root = Path(root) if root is not None else outputs_root()
+    found = []
+    for prov_path in root.rglob(PROVENANCE) if root.is_dir() else ():
+        try:
+            prov = json.loads(prov_path.read_text())
+        except (OSError, ValueError):
+            continue
+        if results_path(prov_path.parent, prov).is_file():
+            found.append((started(prov), prov_path.parent))
+    return [folder for _, folder in sorted(found, key=lambda x: (x[0], str(x[1])))]
+
+
+def reference_run(root=None, need=builds.OURS) -> Path | None:
+    """The newest run (by its provenance's start time, never by a folder's name) measured on a CUDA device whose
+    results hold ok rows of every build in `need` (default: our three); None when there is none."""
+    for folder in reversed(find_runs(root)):
+        prov = json.loads((folder / PROVENANCE).read_text())
+        if not str((prov.get("device") or {}).get("device", "")).startswith("cuda"):
+            continue
+        try:
+            rows = pd.read_csv(results_path(folder, prov), usecols=["build", "status"], dtype=str)
+        except (ValueError, OSError):
+            continue
+        if set(need) <= set(rows.loc[rows["status"] == "ok", "build"]):
+            return folder
+    return None

@@ -1,0 +1,266 @@
+"""attnlab.lab and attnlab.lies: the walkthrough's logic, on small runs and made-up GPU runs the tests write."""
+import json
+import math
+import re
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from attnlab import ceilings, lab, lies, model, sweep
+from attnlab.measure import Case
+from tests import gpu_run
+
+TINY = dict(name="t", device="cpu", dtype="float32", seq_lens=[16], head_dims=[16], causal=[False],
+            batch_policy="fixed", batch=1, heads=2, builds=["fused", "fused-no_pv", "torch_eager"], warmup_ms=0,
+            reps_ms=1, min_reps=1)
+
+
+@pytest.fixture
+def outputs(tmp_path, monkeypatch):
+    root = tmp_path / "outputs"
+    monkeypatch.setenv("ATTNLAB_OUTPUTS", str(root))
+    return root
+
+
+@pytest.fixture(scope="module")
+def gpu_lessons(tmp_path_factory):
+    folder = gpu_run.write_gpu_run(tmp_path_factory.mktemp("gpu") / "g")
+    ref = lab.load(folder)
+    return lab.Lessons(ref.results, folder, ref.device_name, False, ref.provenance)
+
+
+def test_params_keeps_the_chosen_policys_keys_only():
+    p = lab.params(**{**TINY, "tokens": 4096, "width": 64, "out_dir": None, "seed": None})
+    assert (p["batch"], p["heads"]) == (1, 2) and "tokens" not in p and p["seed"] == 0
+    p = lab.params(**{**TINY, "batch_policy": "fixed_tokens", "tokens": 64, "width": 32})
+    assert (p["tokens"], p["width"]) == (64, 32) and "batch" not in p
+    with pytest.raises(sweep.ParamsError, match="'colour'"):
+        lab.params(**TINY, colour="red")
+    with pytest.raises(sweep.ParamsError, match="'seq_lens': value 0 must be > 0"):
+        lab.params(**{**TINY, "seq_lens": [0]})
+
+
+def test_a_new_folder_never_reuses_a_name(tmp_path):
+    a, b = lab.new_folder("cpu", root=tmp_path), lab.new_folder("cpu", root=tmp_path)
+    assert a != b and a.parent == b.parent == tmp_path / "outputs" / "cpu" and a.is_dir() and b.is_dir()
+
+
+def test_reference_run_is_the_newest_gpu_run_with_our_three_builds(outputs):
+    old = gpu_run.write_gpu_run(outputs / "gpu-a" / "zz-older", started="2026-01-01T00:00:00+00:00")
+    gpu_run.write_gpu_run(outputs / "gpu-a" / "aa-newer-but-partial", started="2026-03-01T00:00:00+00:00",
+                          builds=["materialised", "qk_softmax"])
+    gpu_run.write_cpu_run(outputs / "cpu" / "newest", started="2026-06-01T00:00:00+00:00")
+    assert lab.reference_run() == old  # not the newer partial run, not the CPU run, not by folder name
+    newest = gpu_run.write_gpu_run(outputs / "gpu-b" / "run" / "nested", started="2026-02-01T00:00:00+00:00")
+    assert lab.reference_run() == newest  # a run one folder deeper is found too
+    assert lab.reference_run(outputs / "nothing-here") is None
+
+
+def test_begin_measures_the_ceilings_once_and_a_cpu_run_reads_its_lessons_from_the_reference(tmp_path, outputs,
+                                                                                              monkeypatch):
+    ref = gpu_run.write_gpu_run(outputs / "gpu" / "r")
+    calls = []
+    real = ceilings.measure_ceilings
+    monkeypatch.setattr(ceilings, "measure_ceilings", lambda *a: calls.append(a) or real(*a))
+    p = lab.params(**TINY, out_dir=str(tmp_path / "run"))
+    run = lab.begin(p)
+    assert run.out == tmp_path / "run" and (run.out / lab.PARAMS).exists()
+    assert run.ceilings["tbps"] > 0 and len(calls) == 1
+    assert lab.begin(p).ceilings == run.ceilings and len(calls) == 1  # reopened: the run's own ceilings kept
+    les = lab.lessons(run)
+    assert les.folder == ref and not les.own and les.device_name == gpu_run.DEVICE_NAME
+    note = lab.source_note(run, les).data
+    assert "From a committed GPU run, not from this machine" in note and "interpreter" in note
+    summary = lab.summary(run, les)
+    assert list(summary.columns) == ["what", "this run", "speed and memory lessons from"]
+    assert summary.set_index("what").loc["device", "speed and memory lessons from"].startswith(gpu_run.DEVICE_NAME)
+
+
+def test_without_any_gpu_rows_the_sections_say_so(tmp_path, outputs):
+    run = lab.begin(lab.params(**TINY, out_dir=str(tmp_path / "run")))
+    assert lab.lessons(run) is None
+    assert "No GPU measurements" in lab.source_note(run, None).data
+    assert "Nothing to show" in lab.speedup_figures(None)[0].data and "Nothing to show" in lab.attribution(None).data
+    assert lab.lie("mixed_ratio", run, None)[0].data.startswith("*Nothing to show")
+
+
+def test_gate_then_sweep_then_resume(tmp_path, outputs):
+    run = lab.begin(lab.params(**TINY, out_dir=str(tmp_path / "run")))
+    with pytest.raises(lab.GateFailed, match="run the gate first"):
+        lab.sweep_run(run, progress=False)
+    rows = lab.gate(run, progress=False)
+    assert set(rows["build"]) == {"fused", "fused-no_pv", "torch_eager"} and (rows["status"] == "ok").all()
+    per_build, grid, not_passed = lab.correctness(run)
+    assert list(per_build["passed"]) == [1, 1, 1] and not_passed.empty
+    assert grid.loc[("float32", False, 16, 16), "fused-no_pv"].endswith("✓")
+    results = lab.sweep_run(run, progress=False)
+    assert len(results) == 3 and (results["status"] == "ok").all()
+    again = lab.begin(lab.params(**TINY, out_dir=str(tmp_path / "run")))  # the same folder: nothing new to do
+    assert len(again.gate) == 3 and len(lab.sweep_run(again, progress=False)) == 3
+
+
+def test_the_sweep_refuses_after_a_failed_gate(tmp_path, outputs):
+    run = lab.begin(lab.params(**TINY, out_dir=str(tmp_path / "run")))
+    lab.gate(run, progress=False)
+    run.gate.loc[1, "status"] = "FAIL"
+    with pytest.raises(lab.GateFailed, match="failed 1 .* of fused-no_pv"):
+        lab.sweep_run(run, progress=False)
+    assert not (run.out / sweep.RESULTS).exists()
+
+
+def test_byte_model_is_the_models_at_the_runs_shapes(tmp_path):
+    run = lab.begin(lab.params(**{**TINY, "seq_lens": [64]}, out_dir=str(tmp_path / "run")))
+    t = lab.byte_model(run).iloc[0]
+    assert t["S or P"] == "32 KiB"  # 1·2·64²·4 bytes
+    assert t["materialised holds"] == "64 KiB" and t["fused holds"] == "8 KiB"  # S + P; O = 1·2·64·16·4
+
+
+def test_questions_answer_from_the_data(tmp_path, outputs, gpu_lessons):
+    run = lab.begin(lab.params(**TINY, out_dir=str(tmp_path / "run")))
+    lab.gate(run, progress=False)
+    qs = {q.question: q for q in lab.questions(run, gpu_lessons)}
+    three = next(q for k, q in qs.items() if k.startswith("At which N does fused first beat materialised by 3"))
+    assert three.answer.count("first at N = 1024 (3.20×)") == 2 and three.answer.count("first at N = 1024 (3.60×)") == 2
+    assert gpu_lessons.label in three.source
+    shape = next(q for k, q in qs.items() if k.startswith("What shape should the speedup curve have"))
+    assert "non-causal D = 64: 2.50× at N = 512 → 3.30× at N = 2048 (rises then flattens)" in shape.answer
+    assert "causal D = 64: 2.80× at N = 512 → 4.50× at N = 2048 (still rising)" in shape.answer
+    overlap = next(q for k, q in qs.items() if k.startswith("Does any ablation of fused"))
+    assert overlap.answer.startswith("Yes, 12 case(s)") and "slower" in overlap.answer  # no_pv: 2 % slower everywhere
+    held = next(q for k, q in qs.items() if "how many bytes must materialised hold" in k)
+    assert "materialised: 4 KiB" in held.answer and "fused: 2 KiB" in held.answer  # 2·(1·2·16²·4); O = 1·2·16·16·4
+    closest = next(q for k, q in qs.items() if k.startswith("Which build came closest"))
+    worst = run.gate.assign(r=run.gate["err"] / run.gate["limit"]).sort_values("r").iloc[-1]
+    assert closest.answer.startswith(f"{worst['build']} at N = 16") and "3 of 3" in closest.answer
+    assert len(qs) >= 9
+    page = lab.check_yourself(run, gpu_lessons).data
+    assert page.count("<details>") == len(qs) and "<summary>Answer (computed from" in page
+
+
+def test_experiment_record_is_filled_from_the_data(tmp_path, gpu_lessons):
+    run = lab.begin(lab.params(**TINY, out_dir=str(tmp_path / "run")))
+    rec = lab.experiment_record(run, gpu_lessons).set_index("entry")["record"]
+    assert list(rec.index) == ["hypothesis", "controlled change", "observed effect", "verdict", "tradeoff"]
+    assert "supported in 2 of 4 (causal, D) curves" in rec["verdict"] and "still rising" in rec["verdict"]
+    assert "non-causal D = 64: 2.50× → 3.30×" in rec["observed effect"]
+    hold = model.hold_bytes(Case("fused", 8, 32, 32, 2048, 64, "bfloat16"))
+    assert f"fused must hold {lab._bytes(hold)}" in rec["tradeoff"]
+    page = lab.record(run, gpu_lessons).data
+    assert page.count("\n| **") == 5 and rec["tradeoff"] in page
+
+
+def test_overlap_findings_call_a_negative_saving_a_finding(gpu_lessons):
+    found = lab.overlap_findings(gpu_lessons)
+    assert len(found) == 12 and all("made fused slower" in f and "overlap" in f for f in found)
+    assert "12 ablation(s) of fused" in lab.overlap(gpu_lessons).data
+
+
+def test_dominant_stage_per_shape(gpu_lessons):
+    t = lab.dominant(gpu_lessons)
+    assert list(t.columns) == ["materialised", "qk_softmax", "fused"] and (t["fused"] == "softmax").all()
+
+
+def test_memory_sections_read_the_lesson_rows(gpu_lessons):
+    wide, odd, saved = lab.memory(gpu_lessons)
+    assert wide.loc[(64, 512, 32, 32), "S or P (predicted)"] == "512 MiB"  # 32·32·512²·2
+    assert wide.loc[(64, 512, 32, 32), "materialised"] == "1 GiB" and odd.empty
+    assert set(saved["boundary"]) == {"S round trip", "P round trip"}
+
+
+def test_mixed_ratio_demo_shows_the_lie_and_the_refusal(gpu_lessons):
+    demo = lies.mixed_ratio(gpu_lessons.results, "made-up rows")
+    lie = demo.evidence.iloc[0, 1]
+    t = gpu_run.times(2048, False)
+    assert lie == pytest.approx(t["materialised"] / gpu_run.times(2048, True)["fused"])
+    assert demo.evidence.iloc[1, 1] == pytest.approx(3.3) and demo.evidence.iloc[2, 1] == pytest.approx(4.5)
+    assert "a table takes one dtype and one causal value" in demo.guard
+
+
+def test_launch_overhead_without_a_gpu_shows_the_lesson_rows(gpu_lessons):
+    demo = lies.launch_overhead("cpu", gpu_lessons.results, "made-up rows")
+    assert "needs a GPU" in demo.title and "made-up rows" in demo.where
+    assert set(demo.evidence["N"]) == {512} and (demo.evidence["host_ms / ms"] == 0.15 / demo.evidence["ms"]).all()
+    with pytest.raises(ValueError, match="needs the committed GPU rows"):
+        lies.launch_overhead("cpu")
+
+
+def test_recompile_limit_demo_falls_back_silently_then_refuses():
+    demo = lies.recompile_limit()
+    assert list(demo.evidence["graphs compiled so far"]) == [1, 2, 2, 2]
+    assert "2 call(s) ran eager" in demo.lie
+    assert "FailOnRecompileLimitHit" in demo.guard and "(recognised as the recompile-limit fallback)" in demo.guard
+
+
+def test_compiled_demos_show_the_dropped_work_and_the_rewrite():
+    dead = lies.dead_output("cpu")
+    kept_ms, dead_ms = dead.evidence["ms"]
+    assert dead_ms < 0.25 * kept_ms and "check that its output is consumed" in dead.guard
+    rewrite = lies.compile_rewrite("cpu")
+    seen = list(rewrite.evidence.iloc[:, 2])
+    assert seen[0] == "no SDPA operator" and "scaled_dot_product" in seen[1]
+
+
+def test_the_profiler_view_on_a_cpu(tmp_path):
+    run = lab.begin(lab.params(**{**TINY, "seq_lens": [64]}, out_dir=str(tmp_path / "run")))
+    prof = lab.profile(run)
+    assert set(prof["traces"]) == {"torch_eager", "sdpa_default"}
+    assert all(json.loads(Path(t).read_text())["traceEvents"] for t in prof["traces"].values())
+    eager, sdpa = prof["tables"]["torch_eager"], prof["tables"]["sdpa_default"]
+    assert {"aten::bmm", "aten::_softmax"} <= set(eager["name"])
+    assert [n for n in sdpa["name"] if "scaled_dot_product" in n and "flash" in n]
+    assert not any("softmax" in n for n in sdpa["name"])  # one fused operator: nothing inside it to time
+    page = [x.data for x in lab.profile_report(prof) if hasattr(x, "data") and isinstance(x.data, str)]
+    assert any("no stage times" in p for p in page)
+
+
+def test_the_offline_renderer_drops_mathjax_and_keeps_plotly():
+    import plotly.graph_objects as go
+
+    html = lab.offline_renderer().to_mimebundle(go.Figure(go.Scatter(y=[1, 2])).to_dict())["text/html"]
+    assert "Plotly.newPlot" in html and not re.search(r"<script[^>]*\bsrc=", html)
+
+
+def test_hypothesis_names_what_refutes_it():
+    text = lab.hypothesis(lab.params(**TINY)).data
+    assert "refuted" in text and "N = 16" in text and "`fixed`" in text
+
+
+def test_trend_and_batch_policy_read_the_rows(gpu_lessons):
+    t = lab.trend(gpu_lessons)
+    assert set(t["shape"]) == {"rises then flattens", "still rising"}
+    assert "fixed tokens** (B·N = 16384" in lab.batch_policy_note(gpu_lessons).data
+    assert math.isclose(lab.speedup_table(gpu_lessons).loc[("bfloat16", False, 64), 1024], 3.2)
+    assert isinstance(lab.batch_policy(gpu_lessons), pd.DataFrame)
+
+
+def test_every_params_file_validates_and_the_older_card_has_no_bf16():
+    root = Path(__file__).resolve().parent.parent / "params"
+    files = {f.stem: sweep.load_params(f) for f in sorted(root.glob("*.yaml"))}
+    assert {"cpu", "gpu", "h200", "h100", "a100", "t4", "h200-fixed-bh"} <= set(files)
+    assert files["t4"]["dtype"] == "float16" and "sdpa_flash" in files["t4"]["builds"]  # its rows say why not
+    assert files["h100"]["seq_lens"] == files["h200"]["seq_lens"]  # the two cards compare shape for shape
+    assert files["h200-fixed-bh"]["batch_policy"] == "fixed" and files["h200"]["batch_policy"] == "fixed_tokens"
+    assert all(p["name"] == stem for stem, p in files.items())
+
+
+def test_a_run_of_the_other_batch_policy_is_set_beside_the_lessons(outputs):
+    tokens = gpu_run.write_gpu_run(outputs / "gpu" / "tokens", started="2026-02-01T00:00:00+00:00")
+    fixed = outputs / "gpu" / "fixed"
+    gpu_run.write_gpu_run(fixed, started="2026-01-01T00:00:00+00:00")
+    rows = sweep.read_results(fixed)
+    rows["B"] = 2  # the same B and H at every N: the seeds' policy
+    rows.to_csv(fixed / sweep.RESULTS, index=False)
+    ref = lab.load(tokens)
+    les = lab.Lessons(ref.results, tokens, ref.device_name, False, ref.provenance)
+    assert lab.policy_of(les.results) == "fixed_tokens" and lab.policy_of(rows) == "fixed"
+    runs = lab.policy_runs(les)
+    assert [k.split(" ")[0] for k in runs] == ["fixed_tokens", "fixed"]
+    assert "the figure below sets the two side by side" in lab.batch_policy_note(les).data
+    fig = lab.batch_policy_figures(les)[0]
+    assert "batch policy" in fig.layout.title.text and fig.layout.xaxis.title.text == "sequence length N (tokens)"
+    assert {t.name.split(" ")[0] for t in fig.data} == {"fixed_tokens", "fixed"} and len(fig.data) == 2 * 2 * 2
+    alone = gpu_run.write_gpu_run(outputs / "other" / "alone")
+    (alone / sweep.PROVENANCE).write_text((alone / sweep.PROVENANCE).read_text().replace(gpu_run.DEVICE_NAME, "B"))
+    one = lab.load(alone)
+    assert lab.batch_policy_figures(lab.Lessons(one.results, alone, "B", False, one.provenance)) == []
