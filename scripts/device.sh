@@ -4,7 +4,8 @@
 #   STEPS="gate bench" bash scripts/device.sh      (default STEPS=run; results under $OUT, else ./device-out)
 #
 # Steps:
-#   run        attnlab run: the gate, the warm step, the sweep of the params named for this GPU, its report (run/)
+#   run        attnlab run: the walkthrough rendered with the params named for this GPU (RUN_ARGS: more arguments, e.g.
+#              --params FILE): the gate, the sweep, every section, the notebook and its HTML (run/)
 #   gate       attnlab check on its whole grid (bf16 and fp16, GQA, D = 80 and 256, fp32) in gate.default_jobs()
 #              processes (gate.csv), then at N = 1001 and 2999 for the builds that write or read P (gate_ragged.csv)
 #   bench      attnlab bench --dtypes bfloat16,float16 (bench/bench.csv, bench/ratios.csv; BENCH_ARGS: more arguments)
@@ -33,7 +34,8 @@ mkdir -p "$out" || exit 1
 if compgen -G ".whl/*.whl" > /dev/null; then
   python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl \
     || { echo "device.sh: installing the wheels in .whl/ failed" >&2; exit 1; }
-  export PYTHONPATH=/tmp/site${PYTHONPATH:+:$PYTHONPATH}
+  # papermill and nbconvert's executables, and nbconvert's HTML templates (share/jupyter), come with the wheels
+  export PYTHONPATH=/tmp/site${PYTHONPATH:+:$PYTHONPATH} PATH=/tmp/site/bin:$PATH JUPYTER_PATH=/tmp/site/share/jupyter
 fi
 # this checkout's attnlab first, the caller's path (and the wheels) after it; output as it is printed
 export PYTHONPATH=$PWD${PYTHONPATH:+:$PYTHONPATH} PYTHONUNBUFFERED=1
@@ -51,7 +53,8 @@ step() {  # step NAME SECONDS COMMAND...: COMMAND under a timeout, its output in
   return "$rc"
 }
 run() {
-  step run "${RUN_TIMEOUT:-590}" python3 -m attnlab.cli run --out "$out/run"
+  # shellcheck disable=SC2086  # RUN_ARGS: words, e.g. "--params params/h200.yaml --timeout 300"
+  step run "${RUN_TIMEOUT:-590}" python3 -m attnlab.cli run ${RUN_ARGS:-} --out "$out/run"
 }
 gate() {
   local jobs
