@@ -138,7 +138,10 @@ def main(argv=None) -> int:
     ap = cli.Parser(prog="python -m attnlab.selfcheck", description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--out", default=None, type=cli.out_file, help="write the rows as CSV here")
-    args = ap.parse_args(argv)
+    try:
+        args = ap.parse_args(argv)
+    except SystemExit as e:  # --help (0) and usage errors (2), as a return code
+        return int(e.code or 0)
     if not torch.cuda.is_available():
         print("attnlab selfcheck: error: needs a CUDA GPU", file=sys.stderr)
         return 2

@@ -57,4 +57,4 @@ def test_report_command_writes_tables_txt(tmp_path, capsys):
 def test_report_on_a_missing_directory_is_one_error(tmp_path, capsys):
     assert cli.main(["report", str(tmp_path / "nope")]) == 2
     err = capsys.readouterr().err
-    assert err.startswith("attnlab: error: report:") and err.count("\n") == 1
+    assert err.startswith("attnlab report: error: argument DIR: no such directory") and err.count("\n") == 1

@@ -291,7 +291,10 @@ def main(argv=None) -> int:
                     "--tiles, the table entry for it: config.SHORT's below its bound)")
     ap.add_argument("--json", action="store_true", help="print the rows as JSON")
     argv = sys.argv[1:] if argv is None else list(argv)
-    args = ap.parse_args(argv)
+    try:
+        args = ap.parse_args(argv)
+    except SystemExit as e:  # --help (0) and usage errors (2), as a return code
+        return int(e.code or 0)
     try:
         cands = [parse_tiles(t) for t in args.tiles.split(",")] if args.tiles else None
     except ValueError as e:
