@@ -44,6 +44,26 @@ def grid(device: torch.device, quick: bool = False, ns=None) -> list:
     return main + [shape(1, 4, 2, 77, 32, torch.float16, True)]
 
 
+CASE_KEYS = ("B", "H", "Hkv", "N", "D", "dtype", "causal")
+
+
+def read_cases(path: str, device: torch.device) -> list:
+    """The shapes of a --cases file as the harness's cases (build 'gate'), in the file's order: shape i draws its
+    inputs with seed SEED0 + i, as in the grid. A ValueError names what is wrong with the file."""
+    import json
+
+    from attnlab.measure import Case
+
+    try:
+        with open(path) as f:
+            entries = json.load(f)
+        if not isinstance(entries, list) or not entries:
+            raise ValueError("expected a non-empty JSON list of shapes")
+        return [Case("gate", *(e[k] for k in CASE_KEYS), str(device)) for e in entries]
+    except (OSError, KeyError, TypeError, ValueError) as e:
+        raise ValueError(f"{path}: {type(e).__name__}: {e} (each shape: {{{', '.join(CASE_KEYS)}}})") from None
+
+
 def default_builds(device: torch.device) -> list[str]:
     from attnlab import builds
 
@@ -198,6 +218,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--jobs", type=cli.positive_int, default=1, help="processes sharing the shapes (default 1)")
     ap.add_argument("--part", default=None, help="K/J: only the shapes deal() gives part K of J (what each of --jobs "
                     "J runs)")
+    ap.add_argument("--cases", default=None, type=cli.existing_file,
+                    help="check these shapes instead of the grid: a JSON list of {B, H, Hkv, N, D, dtype, causal} "
+                         "(what the walkthrough's gate hands its processes)")
     try:
         args = ap.parse_args(argv)
     except SystemExit as e:  # --help (0) and usage errors (2), as a return code
@@ -206,6 +229,8 @@ def main(argv: list[str] | None = None) -> int:
         part = _part(args.part) if args.part else (0, 1)
         if args.jobs > 1 and args.part:
             raise ValueError(f"--jobs: no --part with it (each of the {args.jobs} processes gets its own part)")
+        if args.cases and (args.quick or args.ns):
+            raise ValueError("--cases names the shapes itself: no --quick or --ns with it")
     except ValueError as e:
         print(f"attnlab check: error: {e}", file=sys.stderr)
         return 2
@@ -225,7 +250,11 @@ def main(argv: list[str] | None = None) -> int:
     except ValueError as e:
         print(f"attnlab check: error: --builds/--tiles: {e}", file=sys.stderr)
         return 2
-    cases = grid(device, args.quick, args.ns)
+    try:
+        cases = read_cases(args.cases, device) if args.cases else grid(device, args.quick, args.ns)
+    except ValueError as e:
+        print(f"attnlab check: error: argument --cases: {e}", file=sys.stderr)
+        return 2
     if args.dtypes:
         known = sorted({c.dtype for c in cases})
         if not set(args.dtypes) <= set(known):

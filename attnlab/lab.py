@@ -244,7 +244,7 @@ def gate_builds(p: dict) -> list[str]:
     return [b for b in p["builds"] if b not in GATE_SKIPS]
 
 
-def gate(run: Run, progress: bool = True) -> pd.DataFrame:
+def gate(run: Run, progress: bool = True, jobs: int | None = None) -> pd.DataFrame:
     """Section 3: every build of the grid (but GATE_SKIPS) against the fp64 oracle (each ablation against its own) at
     every shape of the run, on fresh random inputs and a NaN-poisoned output (attnlab.gate.check_case). A shape whose
     fp64 scores exceed ref_budget_gib is checked on fewer batches, then heads (attnlab.measure.ref_slice): the same N
@@ -270,12 +270,20 @@ def gate(run: Run, progress: bool = True) -> pd.DataFrame:
             if " 0 failed" not in line:  # only news is said: a case that failed here is compiled by the gate
                 print(f"warm: {line.strip()}")
     budget = int(run.params["ref_budget_gib"] * model.GiB)
-    for i, case in tqdm(todo, desc="gate", unit="shape", disable=not progress):
+    small = []  # (the shape's index in the run, the run's case, the case the gate checks: the slice ref_slice gives)
+    for i, case in todo:
         b, h, _ = measure.ref_slice(case, budget)
-        small = measure.Case("gate", b, h, h // (case.H // case.Hkv), case.N, case.D, case.dtype, case.causal,
-                             run.device)
-        rows += [{**r, "run_B": case.B, "run_H": case.H}
-                 for r in gate_mod.check_case(small, names, run.device, seed=gate_mod.SEED0 + i)]
+        small.append((i, case, measure.Case("gate", b, h, h // (case.H // case.Hkv), case.N, case.D, case.dtype,
+                                            case.causal, run.device)))
+    if jobs is None:  # a process a family of shapes on a GPU (compiling is most of the gate there); one on a CPU
+        jobs = min(gate_mod.default_jobs(), len({gate_mod.family(c) for _, _, c in small})) if run.gpu else 1
+    if jobs > 1:  # the shapes' families dealt to processes, as `attnlab check --jobs` does: compiling is most of it
+        rows += gate_in_processes(run, small, names, jobs)
+        pd.DataFrame(rows).to_csv(path, index=False)
+    for p, (i, case, checked) in tqdm(list(enumerate(small)) if jobs == 1 else [], desc="gate", unit="shape",
+                                      disable=not progress):
+        rows += [{**r, "shape": i, "run_B": case.B, "run_H": case.H}  # seeded by p, as gate_in_processes seeds it
+                 for r in gate_mod.check_case(checked, names, run.device, seed=gate_mod.SEED0 + p)]
         pd.DataFrame(rows).to_csv(path, index=False)  # rewritten per shape: a crash loses no finished shape
     run.gate = pd.DataFrame(rows)
     verdicts = cr.correctness_table(run.gate)["verdict"].value_counts()
@@ -284,6 +292,24 @@ def gate(run: Run, progress: bool = True) -> pd.DataFrame:
           + (f" ({', '.join(GATE_SKIPS)} left to the sweep's own checks)" if set(GATE_SKIPS) & set(run.params['builds'])
              else ""))
     return run.gate
+
+
+def gate_in_processes(run: Run, small: list, names: list[str], jobs: int) -> list[dict]:
+    """The gate's rows for `small` ((index, run's case, checked case) triples) from `jobs` processes of `attnlab
+    check --cases` (attnlab.gate), each shape dealt by family and seeded as the single process seeds it; a process
+    that dies leaves FAIL rows for the shapes it had not finished (gate._in_parallel)."""
+    from attnlab import gate as gate_mod
+
+    cases = run.out / "gate_cases.json"
+    cases.write_text(json.dumps([{k: getattr(c, k) for k in gate_mod.CASE_KEYS} for _, _, c in small]))
+    argv = ["--device", str(run.device), "--builds", ",".join(names), "--cases", str(cases)]
+    t0 = time.perf_counter()
+    rows = gate_mod._in_parallel(argv, jobs, gate_mod.deal([c for _, _, c in small], jobs))
+    cases.unlink()
+    print(f"gate: {len(small)} shapes in {jobs} processes, {time.perf_counter() - t0:.0f} s")
+    # the file's position p is the shape's seed offset there: give each row the run's own index and batch
+    return [{**r, "shape": small[r["shape"]][0], "run_B": small[r["shape"]][1].B, "run_H": small[r["shape"]][1].H}
+            for r in rows]
 
 
 class GateFailed(RuntimeError):

@@ -123,3 +123,23 @@ def test_the_gates_processes_follow_the_cores():
     assert [gate.default_jobs(c) for c in (1, 8, 10, 16, 32, 128)] == [4, 4, 5, 8, 8, 8]
     assert gate.JOBS_MIN <= gate.default_jobs() <= gate.JOBS_MAX
 
+
+
+def test_cases_from_a_file_are_checked_in_its_order_and_a_bad_file_is_one_line(tmp_path, capsys):
+    import json
+
+    cases = tmp_path / "cases.json"
+    cases.write_text(json.dumps([dict(B=1, H=2, Hkv=1, N=24, D=16, dtype="float32", causal=True)]))
+    out = tmp_path / "gate.csv"
+    assert gate.main(["--device", "cpu", "--cases", str(cases), "--builds", "fused,torch_eager", "--out",
+                      str(out)]) == 0
+    rows = __import__("pandas").read_csv(out)
+    assert rows[["shape", "N", "Hkv", "causal"]].drop_duplicates().values.tolist() == [[0, 24, 1, True]]
+    assert (rows["status"] == "ok").all() and len(rows) == 2
+    capsys.readouterr()
+    cases.write_text(json.dumps([dict(B=1, H=2, N=24)]))
+    assert gate.main(["--device", "cpu", "--cases", str(cases)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("attnlab check: error: argument --cases:") and "KeyError" in err and "\n" not in err
+    assert gate.main(["--device", "cpu", "--cases", str(cases), "--ns", "64"]) == 2
+    assert "--cases names the shapes itself" in capsys.readouterr().err

@@ -100,6 +100,20 @@ def test_gate_then_sweep_then_resume(tmp_path, outputs):
     assert len(again.gate) == 3 and len(lab.sweep_run(again, progress=False)) == 3
 
 
+def test_the_gate_in_processes_writes_the_rows_one_process_writes(tmp_path, outputs):
+    """On a GPU the walkthrough's gate deals its shapes to `attnlab check --cases` processes; each shape is seeded as
+    the single process seeds it, so the rows (errors included) are the same, under the run's own shape indices."""
+    p = lab.params(**{**TINY, "causal": [False, True]}, out_dir=str(tmp_path / "one"))
+    one = lab.gate(lab.begin(p), progress=False)
+    run = lab.begin(lab.params(**{**TINY, "causal": [False, True]}, out_dir=str(tmp_path / "two")))
+    two = lab.gate(run, progress=False, jobs=2)  # the processes' path, on this machine's CPU
+    key = ["shape", "build", "causal"]
+    one, two = one.sort_values(key).reset_index(drop=True), two.sort_values(key).reset_index(drop=True)
+    assert len(two) == len(one) == 6 and list(two["status"]) == list(one["status"]) == ["ok"] * 6
+    assert two["err"].tolist() == one["err"].tolist() and set(two["shape"]) == {0, 1}
+    assert not (run.out / "gate_cases.json").exists()
+
+
 def test_the_sweep_refuses_after_a_failed_gate(tmp_path, outputs):
     run = lab.begin(lab.params(**TINY, out_dir=str(tmp_path / "run")))
     lab.gate(run, progress=False)
