@@ -34,13 +34,23 @@ BUILDS = ("fused", "qk_softmax", "materialised", "sdpa_flash", "sdpa_cudnn", "fl
 LIBRARY = ("sdpa_flash", "sdpa_cudnn", "flex")
 
 
-def shapes(dtypes, ns, quick=False):
-    """(B, H, N, D, dtype, causal) in FlashAttention's convention, plus two shapes nobody tunes for."""
+HEAD_NS = (1024, 4096)  # the sequence lengths of the head-count axis
+
+
+def shapes(dtypes, ns, quick=False, heads=(), odd_ns=()):
+    """(B, H, N, D, dtype, causal) in FlashAttention's convention, plus shapes nobody tunes for: B = 1, H = 64,
+    N = 8192, D = 128 and N = 3000 (unless quick); N that are not powers of two (`odd_ns`, at FlashAttention's
+    B·N and H·D); and a head-count axis (`heads`: B = 1, H = each, at HEAD_NS), where a call is a few hundred µs
+    of GPU work or less and a small grid leaves SMs idle."""
     out = [(TOKENS // n, WIDTH // d, n, d, dt, c)
            for dt, d, c, n in itertools.product(dtypes, (64, 128), (False, True), ns)]
     if not quick:
         out += [(1, 64, 8192, 128, dt, c) for dt in dtypes for c in (False, True)]
         out += [(TOKENS // 3000, WIDTH // d, 3000, d, dt, c) for dt in dtypes for d in (64, 128) for c in (False, True)]
+    out += [(max(1, TOKENS // n), WIDTH // d, n, d, dt, c)
+            for dt, d, c, n in itertools.product(dtypes, (64, 128), (False, True), odd_ns) if n != 3000 or quick]
+    out += [(1, h, n, d, dt, c) for dt, d, c, h, n in itertools.product(dtypes, (64, 128), (False, True), heads,
+                                                                         HEAD_NS)]
     return out
 
 
@@ -93,7 +103,7 @@ def run(args) -> "pandas.DataFrame":  # noqa: F821
     rows = []
     spin_up(torch.device("cuda"), 1.0)
     with LoadLog("cuda") as load:  # each row's clock, power and clock-event reasons while it was timed
-        for B, H, N, D, dtype, causal in shapes(dtypes, ns, args.quick):
+        for B, H, N, D, dtype, causal in shapes(dtypes, ns, args.quick, args.heads or (), args.odd_ns or ()):
             bench_shape(B, H, N, D, dtype, causal, names, ceilings.get(dtype), args, load, rows)
             if args.out:
                 pd.DataFrame(rows).to_csv(os.path.join(args.out, "bench.csv"), index=False)
@@ -167,6 +177,11 @@ def ratios(df):
         for lib in LIBRARY:
             if ours in ms and lib in ms:
                 out[f"{ours}_vs_{lib}"] = ms[lib] / ms[ours]
+    if "eager_ms" in df and df["eager_ms"].notna().any():  # the same ratio as a user calling from Python meets it
+        eager = df.pivot_table(index=key, columns="build", values="eager_ms")
+        for ours in (b for b in BUILDS if b in OURS and b in eager):
+            for lib in (b for b in LIBRARY if b in eager):
+                out[f"{ours}_vs_{lib}_eager"] = eager[lib] / eager[ours]
     qks = df[df.build == "qk_softmax"].set_index(key)
     if "floor_ms" in qks:
         out["qk_softmax_over_floor"] = qks["ms"] / qks["floor_ms"]
@@ -297,6 +312,11 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--ns", default="512,1024,2048,4096,8192,16384", type=cli.ints(1))
     ap.add_argument("--builds", default=",".join(BUILDS), type=cli.choices(builds.names(), "builds"))
     ap.add_argument("--quick", action="store_true", help="skip the untuned extra shapes")
+    ap.add_argument("--heads", default=None, type=cli.ints(1),
+                    help="a head-count axis: B = 1 and H = each of these, at N = 1024 and 4096 (e.g. 16,64)")
+    ap.add_argument("--odd-ns", default=None, type=cli.ints(1),
+                    help="sequence lengths that are not powers of two, at FlashAttention's B·N and H·D (e.g. "
+                         "1536,6000)")
     ap.add_argument("--repeats", type=cli.positive_int, default=1,
                     help="time each case in this many CUDA graphs, each captured afresh; ms is their median, "
                          "ms_min/ms_max their range")

@@ -569,7 +569,8 @@ BENCH_TIMING = dict(warmup_ms=100.0, reps_ms=100.0, min_reps=10)  # the benchmar
 
 
 def time_case(name, q, k, v, causal, repeats: int = 1, load=None, **timing) -> dict:
-    """cold_s, ms (warm median), ms_min and ms_max, status, o (the output), timer, peak_bytes, for a
+    """cold_s, ms (warm median), ms_min and ms_max, status, o (the output), timer, peak_bytes, eager_ms (CUDA: the
+    call issued eagerly back to back, as a user calls it: eager_ms), for a
     torch.compile'd build compile_note, graph_ms (each graph's time, JSON), and with `load` (an open
     attnlab.load.LoadLog) the card's clock, power and clock-event reasons over the timed graphs, and each graph's
     own clock (graph_mhz, JSON). The warm time is the median over replays of a CUDA graph of the call (graphed, then
@@ -606,6 +607,8 @@ def time_case(name, q, k, v, causal, repeats: int = 1, load=None, **timing) -> d
                    graph_ms=json.dumps([round(t, 5) for t in times]))
         if load is not None:
             out.update(load.window(t0, time.time()), graph_mhz=json.dumps(clocks))
+        if dev.type == "cuda":  # beside the graphs' time, the call as a user's loop issues it: launch cost included
+            out["eager_ms"], _, _ = eager_ms(fn, dev, reps_ms=timing["reps_ms"], min_reps=timing["min_reps"])
         try:  # a peak pass that runs out of memory loses the peak, not the time measured above
             out["peak_bytes"] = peak_pass(fn, dev)[0]
         except torch.OutOfMemoryError:

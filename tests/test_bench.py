@@ -40,6 +40,28 @@ def test_shapes_follow_flashattention_convention_plus_untuned_ones():
     assert not any(N == 3000 for _, _, N, _, _, _ in bench.shapes([torch.bfloat16], [512], quick=True))
 
 
+def test_the_head_count_axis_and_odd_lengths_are_shapes_of_their_own():
+    plain = bench.shapes([torch.float16], [1024], quick=True)
+    s = bench.shapes([torch.float16], [1024], quick=True, heads=[16, 64], odd_ns=[1536, 6000])
+    extra = [x for x in s if x not in plain]
+    heads = [x for x in extra if x[0] == 1 and x[1] in (16, 64)]
+    assert len(heads) == 2 * len(bench.HEAD_NS) * 2 * 2 and {x[2] for x in heads} == set(bench.HEAD_NS)
+    odd = [x for x in extra if x not in heads]
+    assert {x[2] for x in odd} == {1536, 6000} and len(odd) == 2 * 2 * 2
+    assert all(B * N <= 16384 and H * D == 2048 for B, H, N, D, _, _ in odd)  # FlashAttention's B·N, rounded down
+    assert bench.main(["--heads", "0"]) == 2 and bench.main(["--odd-ns", "x"]) == 2
+
+
+def test_ratios_carry_the_eager_ratio_beside_the_graphs_one():
+    """A row's eager_ms (the call issued back to back from Python) gives a ratio of its own beside the graph-replay
+    ratio: where launch cost dominates, the two part."""
+    rows = [dict(build=b, dtype="bfloat16", D=64, causal=False, N=1024, B=1, H=16, ms=ms, eager_ms=e, tflops=1.0)
+            for b, ms, e in (("fused", 0.02, 0.29), ("sdpa_cudnn", 0.023, 0.031))]
+    r = bench.ratios(pd.DataFrame(rows)).iloc[0]
+    assert r["fused_vs_sdpa_cudnn"] == pytest.approx(0.023 / 0.02)
+    assert r["fused_vs_sdpa_cudnn_eager"] == pytest.approx(0.031 / 0.29)
+
+
 def test_ratios_are_library_time_over_ours():
     rows = [dict(build=b, dtype="bfloat16", D=64, causal=False, N=1024, B=16, H=32, ms=ms, tflops=100 / ms)
             for b, ms in (("fused", 1.0), ("sdpa_flash", 1.3), ("sdpa_cudnn", 0.8), ("flex", 1.1))]
@@ -105,7 +127,7 @@ def test_run_writes_one_checked_row_per_build_and_shape(monkeypatch, tmp_path):
     monkeypatch.setattr(bench, "spin_up", lambda *a, **k: None)
     monkeypatch.setattr(bench.torch.cuda, "empty_cache", lambda: None)
     monkeypatch.setattr(bench, "measure_ceilings", lambda dev, dt: dict(tbps=1.0, tflops=1.0))
-    monkeypatch.setattr(bench, "shapes", lambda dtypes, ns, quick: [(1, 2, 40, 16, torch.float32, True)])
+    monkeypatch.setattr(bench, "shapes", lambda dtypes, ns, quick, heads, odd_ns: [(1, 2, 40, 16, torch.float32, True)])
 
     logs = []
 
@@ -116,7 +138,7 @@ def test_run_writes_one_checked_row_per_build_and_shape(monkeypatch, tmp_path):
 
     monkeypatch.setattr(bench, "time_case", fake_time)
     args = argparse.Namespace(dtypes=["float32"], ns=[40], builds=["fused", "qk_softmax", "sdpa_math"], quick=True,
-                              out=str(tmp_path), repeats=1)
+                              out=str(tmp_path), repeats=1, heads=None, odd_ns=None)
     df = bench.run(args)
     assert df.build.tolist() == ["fused", "qk_softmax", "sdpa_math"] and (df.status == "ok").all()
     assert df.loc[df.build == "fused", "accurate"].item() is True
@@ -151,6 +173,7 @@ def _cpu_timing(monkeypatch, base, graph_counts, peak=lambda fn, dev: (99.0, "",
     monkeypatch.setattr(measure, "graphed", lambda fn, dev, graphs: (fn, "no graph here"))
     monkeypatch.setattr(measure, "_time", lambda fn, dev, **kw: ([(fn(), 1.5)[1]], "do_bench"))
     monkeypatch.setattr(measure, "peak_pass", peak)
+    monkeypatch.setattr(measure, "eager_ms", lambda fn, dev, **kw: (2.5, 10, "stand-in"))
     q = torch.zeros(1, 1, 8, 4)
     return measure.time_case("flex" if base == "flex" else "fused", q, q, q, False), resets
 
@@ -197,8 +220,10 @@ def test_repeats_time_each_case_in_fresh_graphs_and_report_their_median_and_rang
     monkeypatch.setattr(measure, "graphed", graphed)
     monkeypatch.setattr(measure, "_time", lambda fn, dev, **kw: ([next(times)], "do_bench"))
     monkeypatch.setattr(measure, "peak_pass", lambda fn, dev: (7.0, "", None))
+    monkeypatch.setattr(measure, "eager_ms", lambda fn, dev, **kw: (2.5, 10, "stand-in"))
     q = torch.zeros(1, 1, 8, 4)
     out = measure.time_case("fused", q, q, q, False, repeats=3)
+    assert out["eager_ms"] == 2.5  # the eager time beside the graphs' median
     assert len(captured) == 3
     assert (out["ms"], out["ms_min"], out["ms_max"]) == (2.0, 1.0, 3.0) and out["peak_bytes"] == 7.0
     assert out["graph_ms"] == "[3.0, 1.0, 2.0]"  # each graph's own time, in the order timed

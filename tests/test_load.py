@@ -60,6 +60,7 @@ def test_the_bench_rows_carry_the_clock_and_the_ratio_table_each_builds(monkeypa
     monkeypatch.setattr(measure, "graphed", lambda fn, dev, graphs: (fn, "stand-in"))
     monkeypatch.setattr(measure, "_time", lambda fn, dev, **kw: ([time.sleep(0.05) or 1.0], "do_bench"))
     monkeypatch.setattr(measure, "peak_pass", lambda fn, dev: (7.0, "", None))
+    monkeypatch.setattr(measure, "eager_ms", lambda fn, dev, **kw: (2.5, 10, "stand-in"))
     q = torch.zeros(1, 1, 8, 4)
     with load.LoadLog("cpu", period_ms=5, reader=lambda: (1485, 692.0, 0x4)) as log:
         out = measure.time_case("fused", q, q, q, False, repeats=2, load=log)
