@@ -1,4 +1,4 @@
-# Three commands do all set-up on a fresh machine:
+# Two commands do all set-up on a fresh machine (and a third opens JupyterLab):
 #   make run    the walkthrough (notebooks/attention_lab.ipynb) rendered by papermill with the params for the device
 #               present (params/<gpu>.yaml, params/gpu.yaml, or params/cpu.yaml without a GPU) into a new
 #               outputs/<gpu-or-cpu>/<time>/: the executed notebook, its HTML (draws offline), results, provenance

@@ -58,13 +58,16 @@ def parser() -> argparse.ArgumentParser:
                                      "(h200.yaml on an NVIDIA H200), else params/gpu.yaml; params/cpu.yaml without a "
                                      "GPU. A failing or timed-out cell exits non-zero and keeps the partial notebook "
                                      "and every row measured.")
-    run.add_argument("--params", metavar="FILE", type=cli.existing_file, help="params YAML (default: the one for this device, above)")
-    run.add_argument("--out", metavar="DIR", type=cli.out_dir, help="output directory instead of outputs/<gpu-or-cpu>/<time> (a folder "
-                                                  "holding a run's rows resumes it)")
-    run.add_argument("--gpus", metavar="I,J,...", type=cli.ints(0), help="render once per GPU, all at once, each pinned to its GPU by "
-                                                       "CUDA_VISIBLE_DEVICES and written to its own folder; then "
-                                                       "notebooks/compare_gpus.ipynb over them")
-    run.add_argument("--timeout", type=cli.positive_float, metavar="S", help="seconds any one cell may run (default: no limit)")
+    run.add_argument("--params", metavar="FILE", type=cli.existing_file,
+                     help="params YAML (default: the one for this device, above)")
+    run.add_argument("--out", metavar="DIR", type=cli.out_dir,
+                     help="output directory instead of outputs/<gpu-or-cpu>/<time> (a folder holding a run's rows "
+                          "resumes it)")
+    run.add_argument("--gpus", metavar="I,J,...", type=cli.ints(0),
+                     help="render once per GPU, all at once, each pinned to its GPU by CUDA_VISIBLE_DEVICES and written "
+                          "to its own folder; then notebooks/compare_gpus.ipynb over them")
+    run.add_argument("--timeout", type=cli.positive_float, metavar="S",
+                     help="seconds any one cell may run (default: no limit)")
     report = sub.add_parser("report", help="every table (speedup, attribution, memory, ablations) of a results dir",
                             description="Read DIR/results.csv; print the tables of attnlab.report per (dtype, "
                                         "causal) group, write them to DIR/tables.txt and the figures to "

@@ -211,7 +211,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--builds", default=None, help="comma-separated build names (default: all that suit the device)")
     ap.add_argument("--tiles", default=None, type=cli.existing_file,
                     help="tile overrides: a tiles.json written by attnlab bench --autotune")
-    ap.add_argument("--ns", default=None, type=cli.ints(1), help="comma-separated sequence lengths (default: the grid's)")
+    ap.add_argument("--ns", default=None, type=cli.ints(1),
+                    help="comma-separated sequence lengths (default: the grid's)")
     ap.add_argument("--dtypes", default=None, type=cli.choices(("bfloat16", "float16", "float32"), "dtypes"),
                     help="comma-separated dtypes to keep (e.g. float32; default: all)")
     ap.add_argument("--out", default=None, type=cli.out_file, help="write one CSV row per (build, case) here")

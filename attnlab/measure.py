@@ -575,12 +575,13 @@ def time_case(name, q, k, v, causal, repeats: int = 1, load=None, **timing) -> d
     attnlab.load.LoadLog) the card's clock, power and clock-event reasons over the timed graphs, and each graph's
     own clock (graph_mhz, JSON). The warm time is the median over replays of a CUDA graph of the call (graphed, then
     _time: the sweep's timer; `timing` as measure takes it, BENCH_TIMING by default): at N = 512 launching a call
-    from Python can take longer than its kernels, and the library rows launch from C++. With `repeats` > 1 the call is captured that many times, each graph in a memory pool of its own (so its
-    buffers lie elsewhere) and timed alone: ms is the median of those medians, ms_min and ms_max their range
-    (a single graph's time carries 2–7 %, partly where P lies in memory). A call that cannot be
-    captured is timed eagerly and says so in `timer`. As in the sweep, a compiled build (flex) starts each shape from
-    a reset torch._dynamo (a bench of many shapes never reaches its recompile limit) and its row says so, and says if
-    anything compiled while it was timed; peak_bytes comes from a pass of its own after the timing."""
+    from Python can take longer than its kernels, and the library rows launch from C++. With `repeats` > 1 the call
+    is captured that many times, each graph in a memory pool of its own (so its buffers lie elsewhere) and timed
+    alone: ms is the median of those medians, ms_min and ms_max their range (a single graph's time carries 2–7 %,
+    partly where P lies in memory). A call that cannot be captured is timed eagerly and says so in `timer`. As in
+    the sweep, a compiled build (flex) starts each shape from a reset torch._dynamo (a bench of many shapes never
+    reaches its recompile limit) and its row says so, and says if anything compiled while it was timed; peak_bytes
+    comes from a pass of its own after the timing."""
     timing = {**BENCH_TIMING, **timing}
     b = builds.get(name)
     dev = torch.device("cuda")

@@ -297,8 +297,8 @@ def _repair(path: Path) -> None:
 
 def read_results(path, *, appendable: bool = False) -> pd.DataFrame:
     """A results file as a typed table (attnlab.schema.TYPES): complete lines only, causal as bool. A file written
-    before some of schema.LATER's columns existed reads with them unknown, unless `appendable` (a sweep about to add rows of
-    the whole schema to it)."""
+    before some of schema.LATER's columns existed reads with them unknown, unless `appendable` (a sweep about to add
+    rows of the whole schema to it)."""
     path = Path(path)
     if path.is_dir():
         path = path / RESULTS
