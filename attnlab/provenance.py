@@ -95,7 +95,11 @@ def code_hash() -> str:
 
 
 def git_state() -> dict:
-    """The commit the code ran from and whether tracked files differed from it."""
+    """The commit the code ran from and whether tracked files differed from it. ATTNLAB_COMMIT, where set, names the
+    commit instead: a copy of a working tree sent to another machine (the GPU machine's) carries a .git whose HEAD is
+    not the tree's, and the sender knows which commit it sent."""
+    if os.environ.get("ATTNLAB_COMMIT"):
+        return dict(commit=os.environ["ATTNLAB_COMMIT"], dirty=None, note="commit named by ATTNLAB_COMMIT")
     commit, why = _run(["git", "rev-parse", "HEAD"], cwd=REPO)
     if commit is None:
         return dict(commit=None, dirty=None, note=why)

@@ -12,7 +12,8 @@
 #   selfcheck  python -m attnlab.selfcheck: the harness against an independent timer (selfcheck.csv)
 #   autotune   attnlab bench --autotune (autotune/autotune.csv, autotune/tiles.json; AUTOTUNE_ARGS: more arguments)
 #
-# Each step's output goes to $OUT/<step>.log; <STEP>_TIMEOUT overrides its timeout in seconds (RUN_TIMEOUT=540). A
+# ATTNLAB_COMMIT: the commit the caller sent (the copy's own .git names the last one landed), written into every
+# provenance.json. Each step's output goes to $OUT/<step>.log; <STEP>_TIMEOUT overrides its timeout in seconds (RUN_TIMEOUT=540). A
 # step that fails or times out stops the ones after it, and the script exits with its status. Wheels in .whl/ (the
 # machine has no network: ../shared/gpu/wheels.sh fetches them) are installed into /tmp/site first; plotly among
 # them lets `run` write its figures. The device tool brings back at most 8 files, at most 2 folders down under $OUT:

@@ -333,3 +333,14 @@ def test_eager_ms_times_back_to_back_calls_and_sizes_its_window_from_one():
     assert ms > 0 and timer == "perf_counter, eager back to back"
     _, n, _ = m.eager_ms(lambda: time.sleep(0.002), torch.device("cpu"), reps_ms=1.0, min_reps=3)
     assert n == 3  # a call longer than the window still gets min_reps
+
+
+def test_the_commit_a_sender_names_wins_over_the_copys_own_git(monkeypatch):
+    """A working tree copied to another machine carries a .git whose HEAD is not the tree's: ATTNLAB_COMMIT names it."""
+    from attnlab import provenance
+
+    monkeypatch.delenv("ATTNLAB_COMMIT", raising=False)
+    own = provenance.git_state()
+    monkeypatch.setenv("ATTNLAB_COMMIT", "0123abc")
+    named = provenance.git_state()
+    assert named["commit"] == "0123abc" and named["commit"] != own["commit"] and "ATTNLAB_COMMIT" in named["note"]
