@@ -38,26 +38,23 @@ def ints(lo: int = 1):
     return convert
 
 
-def positive_int(text: str) -> int:
-    """A converter for one whole number >= 1."""
-    try:
-        value = int(text)
-    except ValueError:
-        value = 0
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"expected a whole number >= 1, got {text!r}")
-    return value
+def _positive(cast, what: str):
+    """A converter for one number of type `cast` > 0 (`what` names it in the error)."""
+
+    def convert(text: str):
+        try:
+            value = cast(text)
+        except ValueError:
+            value = 0
+        if not value > 0:
+            raise argparse.ArgumentTypeError(f"expected {what}, got {text!r}")
+        return value
+
+    return convert
 
 
-def positive_float(text: str) -> float:
-    """A converter for one number > 0."""
-    try:
-        value = float(text)
-    except ValueError:
-        value = 0.0
-    if not value > 0:
-        raise argparse.ArgumentTypeError(f"expected a number > 0, got {text!r}")
-    return value
+positive_int = _positive(int, "a whole number >= 1")
+positive_float = _positive(float, "a number > 0")
 
 
 def choices(allowed, what: str = "names"):
