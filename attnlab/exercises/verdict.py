@@ -62,7 +62,8 @@ def sequence_difference(yours, expected: list) -> str | None:
         return f"yours is a {type(yours).__name__}, expected a list like {expected}"
     for i, (y, e) in enumerate(zip(yours, expected)):
         if y != e:
-            return f"first difference at position {i}: yours {fmt(y)}, expected {fmt(e)} (yours {yours}, expected {expected})"
+            return (f"first difference at position {i}: yours {fmt(y)}, expected {fmt(e)} (yours {yours}, expected "
+                    f"{expected})")
     if len(yours) != len(expected):
         i = min(len(yours), len(expected))
         extra = f"yours has {fmt(yours[i])}" if len(yours) > i else f"expected {fmt(expected[i])}, yours ends"
