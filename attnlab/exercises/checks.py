@@ -146,7 +146,7 @@ def compiled_times(ablated) -> tuple[float, float]:
     base, abl = torch.compile(base_program, backend="aot_eager"), torch.compile(ablated, backend="aot_eager")
     acc = torch.zeros((), dtype=torch.float32)
     threads = torch.get_num_threads()
-    torch.set_num_threads(1)  # on a shared CPU a thread pool waiting for a busy core slows every call by 30×
+    torch.set_num_threads(1)  # on a shared CPU a thread pool waiting for a busy core slows calls tenfold and more
     try:
         with quiet_stderr():
             return tuple(interleaved_ms([lambda: acc.add_(base(q, k, v).sum(dtype=torch.float32)),
