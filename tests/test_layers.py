@@ -28,7 +28,7 @@ LAYERS = [
                                        "attnlab.selfcheck"]),
     ("report", ["attnlab.report", "attnlab.report.*"]),
     ("CLI and notebooks", ["attnlab", "attnlab.bench", "attnlab.cli", "attnlab.lab", "attnlab.lies", "attnlab.render",
-                           "attnlab.explore", "attnlab.compare"]),
+                           "attnlab.explore", "attnlab.compare", "attnlab.exercises", "attnlab.exercises.*"]),
 ]
 
 
