@@ -10,7 +10,7 @@ measured per build, and the gap between the attention's speedup and the forward'
     amdahl_table(results)                per model and shape: f, the attention's speedup alone and in the model, the
                                          forward's speedup measured and predicted
 
-    python -m attnlab.model_lab --params params/model-h200.yaml [--out DIR] [--timeout S]
+    python -m attnlab.model_lab --params params/model/h200.yaml [--out DIR] [--timeout S]
 
 renders the notebook with papermill into a run folder (default outputs/<device>/<time>-model/) with its HTML. On a
 CPU our kernels run in Triton's interpreter: that run proves the logits match transformers' SDPA path (padding
@@ -38,7 +38,7 @@ NOTEBOOK = render.NOTEBOOKS / "model_forward.ipynb"
 KEYS = ("name", "device", "dtype", "models", "seq_lens", "batches", "max_tokens", "builds", "baseline", "windows",
         "reps_ms", "min_reps", "seed")
 MAKE_ONE = ("STEPS=model bash scripts/device.sh on a GPU machine (or `python -m attnlab.model_lab --params "
-            "params/model-h200.yaml`), then commit its folder under outputs/<gpu>/")
+            "params/model/h200.yaml`), then commit its folder under outputs/<gpu>/")
 
 
 # -- the run ------------------------------------------------------------------------------------------------------
@@ -287,7 +287,8 @@ def amdahl_table(results: pd.DataFrame, build: str = "fused", baseline: str = "m
         ceiling          1 / (1 − f): what an infinitely fast attention would give
     """
     b, x, c = _forward(results, baseline), _forward(results, build), _forward(results, mf.ABLATED)
-    t = b.join(x, rsuffix="_build", how="inner").join(c, rsuffix="_copy_v", how="inner")
+    both = dict(left_index=True, right_index=True, how="inner")
+    t = b.merge(x, suffixes=("", "_build"), **both).merge(c.add_suffix("_copy_v"), **both)
     if t.empty:
         return pd.DataFrame(columns=["model", "B", "N", "share", "share_alone", "attn_speedup",
                                      "attn_speedup_in_model", "predicted", "measured", "ceiling"])
@@ -574,7 +575,7 @@ def render_notebook(params_path, out=None, *, timeout: float | None = None, exec
         code, message = render.FAILED, f"cell {e.cell_index} failed: {e.ename}: {str(e.evalue).splitlines()[0][:300]}"
     except (CellTimeoutError, DeadKernelError) as e:
         code = render.TIMED_OUT if isinstance(e, CellTimeoutError) else render.FAILED
-        message = f"a cell {'timed out after ' + str(timeout) + ' s' if code == render.TIMED_OUT else 'lost its kernel'}"
+        message = f"a cell timed out after {timeout} s" if code == render.TIMED_OUT else "the kernel died"
     html = render.export_html(nb_out) if nb_out.exists() else None
     rows = len(model_sweep.read_results(out)) if (out / model_sweep.RESULTS).exists() else 0
     where = _relative(out)

@@ -1,10 +1,10 @@
 """Whole model forwards over a grid of model configs, sequence lengths and batches, one row per build, appended as
 measured into a resumable results file with its provenance.
 
-    params/model-*.yaml ──load_params──> grid ──model_forward.measure_forward──> model_results.csv (one line a row)
+    params/model/*.yaml ──load_params──> grid ──model_forward.measure_forward──> model_results.csv (one line a row)
                                                                                   model_provenance.json
 
-    python -m attnlab.model_sweep --params params/model-cpu.yaml [--out DIR]
+    python -m attnlab.model_sweep --params params/model/cpu.yaml [--out DIR]
 
 Params keys (defaults in DEFAULTS; the others are required):
 
