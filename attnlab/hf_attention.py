@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import importlib.util
 
-import torch
 
 from attnlab import builds
 from attnlab.builds import Unsupported
@@ -117,8 +116,3 @@ def transformers_function(impl: str, module):
         return importlib.import_module(type(module).__module__).eager_attention_forward
     return AttentionInterface()[impl]
 
-
-def head_shapes(query: torch.Tensor, key: torch.Tensor) -> tuple[int, int, int, int, int]:
-    """(B, H, Hkv, N, D) of one attention call as transformers makes it."""
-    B, H, N, D = query.shape
-    return B, H, key.shape[1], N, D

@@ -57,7 +57,8 @@ COLUMNS = {
     "impl": "the attention implementation's name in transformers (e.g. 'attnlab_fused', 'sdpa')",
     "device": "e.g. 'cuda:0' or 'cpu'", "device_name": "e.g. 'NVIDIA H200' or the CPU model",
     "status": "'ok', 'unsupported: <why>', 'oom: ...' or 'error: <type>: <message>'",
-    "cold_s": "wall seconds of the first forward with this build (Triton compiles there), never in forward_ms",
+    "cold_s": "wall seconds of the row's first forward (our kernels compile there at a model's first shape; "
+              "transformers_sdpa has run twice before it, for the references), never in forward_ms",
     "forward_ms": "one forward pass, called eagerly back to back: the median over `windows` windows of the mean per "
                   "call (on a CPU, in Triton's interpreter: Python's time)",
     "forward_p20": "20th percentile of the windows", "forward_p80": "80th percentile of the windows",
@@ -174,11 +175,21 @@ def family_of(build_name: str) -> str:
     return builds.get(build_name).family
 
 
-def forward(model, build_name: str, ids: torch.Tensor, mask: torch.Tensor | None = None) -> torch.Tensor:
-    """The logits (B, N, vocab) of one forward with `build_name`'s attention."""
+def use(model, build_name: str) -> None:
+    """Make `build_name` the model's attention (once: a user sets it once, not per forward)."""
     model.set_attn_implementation(impl_of(build_name))
+
+
+def run_model(model, ids: torch.Tensor, mask: torch.Tensor | None = None) -> torch.Tensor:
+    """The logits (B, N, vocab) of one forward with the attention the model has now, no KV cache."""
     with torch.inference_mode():
         return model(input_ids=ids, attention_mask=mask, use_cache=False).logits
+
+
+def forward(model, build_name: str, ids: torch.Tensor, mask: torch.Tensor | None = None) -> torch.Tensor:
+    """The logits (B, N, vocab) of one forward with `build_name`'s attention."""
+    use(model, build_name)
+    return run_model(model, ids, mask)
 
 
 @dataclass
@@ -270,8 +281,10 @@ def measure_forward(model, spec: ModelSpec, build_name: str, B: int, N: int, *, 
     ids = token_ids(spec, B, N, seed, dev)
     notes = []
     try:
+        use(model, build_name)
+
         def call():
-            return forward(model, build_name, ids)
+            return run_model(model, ids)
 
         row["cold_s"], logits = measure.cold_call(call, dev)
         times, row["reps"], row["timer"] = _windows(call, dev, windows=windows, reps_ms=reps_ms, min_reps=min_reps)
@@ -283,7 +296,7 @@ def measure_forward(model, spec: ModelSpec, build_name: str, B: int, N: int, *, 
         else:
             row["logits_maxdiff"], row["logits_rel"] = differences(logits, ref.logits)
             try:
-                padded = forward(model, build_name, ids, ref.mask)
+                padded = run_model(model, ids, ref.mask)
                 real = ref.mask.bool()
                 row["padded_maxdiff"] = differences(padded[real], ref.padded[real])[0]
             except hf_attention.Unsupported as e:

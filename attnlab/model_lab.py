@@ -12,7 +12,7 @@ measured per build, and the gap between the attention's speedup and the forward'
 
     python -m attnlab.model_lab --params params/model/h200.yaml [--out DIR] [--timeout S]
 
-renders the notebook with papermill into a run folder (default outputs/<device>/<time>-model/) with its HTML. On a
+renders the notebook with papermill into a run folder (default a new outputs/<device>/<time>/) with its HTML. On a
 CPU our kernels run in Triton's interpreter: that run proves the logits match transformers' SDPA path (padding
 included), and its times measure Python, so they are never shown as speed.
 """
@@ -20,15 +20,14 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 import sys
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 import pandas as pd
 import yaml
 
-from attnlab import hf_attention, model_forward as mf, model_sweep, provenance, render, sweep
+from attnlab import hf_attention, lab, model_forward as mf, model_sweep, provenance, render, sweep
 from attnlab.args import Parser, existing_file, out_dir as out_dir_arg, positive_float
 from attnlab.lab import Question, _bytes, _relative
 from attnlab.lab import setup as lab_setup
@@ -65,47 +64,18 @@ def params(**cell) -> dict:
     return model_sweep.validate({k: v for k, v in cell.items() if v is not None})
 
 
-@dataclass
-class Run:
-    out: Path
-    params: dict
-    device: str
-    provenance: dict = field(default_factory=dict)
-    results: pd.DataFrame = field(default_factory=pd.DataFrame)
-
-    @property
-    def gpu(self) -> bool:
-        return self.device.startswith("cuda")
-
-    @property
-    def device_name(self) -> str:
-        return str(self.provenance.get("device", {}).get("name") or provenance.device_name(self.device))
-
-
-def new_folder(device: str, root: Path | None = None) -> Path:
-    """outputs/<gpu-or-cpu>/<time>-model/ made now; a name already taken gets a suffix (a run never writes into
-    another's folder)."""
-    base = (root or provenance.REPO) / model_sweep.default_out_dir(device)
-    for i in range(1000):
-        out = base if i == 0 else base.with_name(f"{base.name}-{i + 1}")
-        try:
-            out.mkdir(parents=True)
-            return out
-        except FileExistsError:
-            continue
-    raise FileExistsError(f"{base}: no free folder name")
+Run = lab.Run  # a run's folder and what is in it (its gate stays empty: a model run has none)
 
 
 def begin(p: dict) -> Run:
     """The device resolved, the run folder made (or out_dir reopened) with its params.yaml, its rows read."""
     device = sweep.resolve_device(p)
-    out = Path(p["out_dir"]) if p["out_dir"] else new_folder(device)
+    out = Path(p["out_dir"]) if p["out_dir"] else lab.new_folder(device)
     sweep.check_out_dir(out)
     out.mkdir(parents=True, exist_ok=True)
     p = {**p, "out_dir": str(out)}
     (out / "params.yaml").write_text(yaml.safe_dump({k: v for k, v in p.items() if k != "out_dir"}, sort_keys=False))
-    run = Run(out, p, device)
-    return _read(run)
+    return _read(Run(out, p, device, {}))
 
 
 def _read(run: Run) -> Run:
@@ -170,24 +140,11 @@ def reference_run(root=None, need=("materialised", "fused")) -> Path | None:
 
 
 @dataclass
-class Lessons:
-    """The GPU rows the speed sections read and where they come from."""
+class Lessons(lab.Lessons):
+    """The GPU rows the speed sections read, where they come from (attnlab.lab.Lessons: its label), and the build
+    the speedups are over."""
 
-    results: pd.DataFrame
-    folder: Path
-    device_name: str
-    own: bool
-    provenance: dict
-    baseline: str
-
-    @property
-    def label(self) -> str:
-        where = _relative(self.folder)
-        if self.own:
-            return f"this run, measured on {self.device_name} ({where})"
-        commit = (self.provenance.get("git", {}).get("commit") or "commit not recorded")[:10]
-        return (f"the committed run {where}, measured on {self.device_name} ({str(started(self.provenance))[:10]}, "
-                f"{commit})")
+    baseline: str = "materialised"
 
 
 def lessons(run: Run, root=None) -> Lessons | None:
@@ -326,7 +283,6 @@ def amdahl_curves(shares=(0.1, 0.25, 0.5, 0.75, 0.9), s_max: float = 20.0):
 def speedup_figure(table: pd.DataFrame, label: str = ""):
     """Per model: the attention's speedup alone, the forward's speedup measured, and Amdahl's prediction, against
     tokens per forward (B·N), one marker per batch."""
-    import plotly.graph_objects as go
     from plotly.subplots import make_subplots
 
     models = list(dict.fromkeys(table["model"]))
@@ -420,25 +376,28 @@ def speed(les: Lessons | None) -> list:
             forward_table(les.results, "attention_ms")]
 
 
-def shares(les: Lessons | None, build: str = "fused") -> list:
-    """Section: attention's share of the baseline's forward, by ablation and from the attention timed alone."""
+def _amdahl_rows(les: Lessons | None, build: str):
+    """(amdahl_table of the lesson rows, None) or (None, the notes to show instead)."""
     if les is None:
-        return _no_gpu_rows()
+        return None, _no_gpu_rows()
     t = amdahl_table(les.results, build, les.baseline)
     if t.empty:
-        return [_note(f"*No shape has ok rows of {build}, {les.baseline} and copy_v.*")]
-    return [share_figure(t), t[["model", "B", "N", "baseline_ms", "copy_v_ms", "share", "share_alone", "ceiling"]]]
+        return None, [_note(f"*No shape has ok rows of {build}, {les.baseline} and copy_v.*")]
+    return t, None
+
+
+def shares(les: Lessons | None, build: str = "fused") -> list:
+    """Section: attention's share of the baseline's forward, by ablation and from the attention timed alone."""
+    t, notes = _amdahl_rows(les, build)
+    return notes or [share_figure(t), t[["model", "B", "N", "baseline_ms", "copy_v_ms", "share", "share_alone",
+                                         "ceiling"]]]
 
 
 def speedups(les: Lessons | None, build: str = "fused") -> list:
     """Section: the attention's speedup against the forward's, measured and predicted by Amdahl's law."""
-    if les is None:
-        return _no_gpu_rows()
-    t = amdahl_table(les.results, build, les.baseline)
-    if t.empty:
-        return [_note(f"*No shape has ok rows of {build}, {les.baseline} and copy_v.*")]
-    return [speedup_figure(t, les.label), t[["model", "B", "N", "share", "attn_speedup", "attn_speedup_in_model",
-                                             "predicted", "measured", "ceiling"]]]
+    t, notes = _amdahl_rows(les, build)
+    return notes or [speedup_figure(t, les.label), t[["model", "B", "N", "share", "attn_speedup",
+                                                      "attn_speedup_in_model", "predicted", "measured", "ceiling"]]]
 
 
 def memory(les: Lessons | None) -> list:
@@ -517,9 +476,10 @@ def questions(run: Run, les: Lessons | None, build: str = "fused") -> list[Quest
         f"Within {t['miss'].abs().median():.0%} at the median shape; the largest miss is at {_shape(worst)}: "
         f"predicted {worst['predicted']:.2f}×, measured {worst['measured']:.2f}×. There the attention's speedup "
         f"inside the model, {worst['attn_speedup_in_model']:.2f}×, differs from the one timed alone, "
-        f"{worst['attn_speedup']:.2f}×: inside the forward the attention's inputs come from the projections and "
-        "its output goes to the next, launches queue behind other layers' kernels, and the share f is itself "
-        "measured with the copy of V standing in for attention.", les.label))
+        f"{worst['attn_speedup']:.2f}×, and the law assumes they are equal. What can part them: inside the forward "
+        "the attention's inputs arrive from the projections (not from a warm, separate buffer) and its launches "
+        "queue behind other kernels, and the share f is measured with a copy of V standing in for attention, "
+        "which itself takes time.", les.label))
     rows = []
     for (model, B), g in t.groupby(["model", "B"], sort=False):
         g = g.sort_values("N")
@@ -562,7 +522,7 @@ def render_notebook(params_path, out=None, *, timeout: float | None = None, exec
     execute = execute or papermill.execute_notebook
     p = model_sweep.load_params(params_path)
     raw = yaml.safe_load(Path(params_path).read_text())
-    out = Path(out) if out else new_folder(sweep.resolve_device(p))
+    out = Path(out) if out else lab.new_folder(sweep.resolve_device(p))
     sweep.check_out_dir(out)
     out.mkdir(parents=True, exist_ok=True)
     out = out.resolve()
@@ -591,7 +551,7 @@ def main(argv=None) -> int:
                 formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--params", required=True, type=existing_file, metavar="FILE", help="params YAML")
     ap.add_argument("--out", type=out_dir_arg, metavar="DIR", help="run folder (default: a new "
-                                                                    "outputs/<device>/<time>-model/)")
+                                                                    "outputs/<device>/<time>/)")
     ap.add_argument("--timeout", type=positive_float, metavar="S", help="seconds a cell may run (default: none)")
     args = ap.parse_args(argv)
     try:

@@ -20,7 +20,7 @@ Params keys (defaults in DEFAULTS; the others are required):
     baseline    the build whose forward and attention the speedups are over (default: materialised)
     windows, reps_ms, min_reps   timing (attnlab.model_forward: eager windows, their median and spread)
     seed        weights and token ids (the same model for every build)
-    out_dir     where results go (--out wins); default outputs/<device>/<time>-model
+    out_dir     where results go (--out wins); default outputs/<device>/<time>
 
 The file names differ from the attention sweep's (results.csv, provenance.json) on purpose: attnlab.runs looks for
 those to find the attention runs, and a model run is not one. Rows are written as in attnlab.sweep: one whole line,
@@ -167,11 +167,6 @@ def grid(p: dict) -> list[tuple[mf.ModelSpec, int, int, str]]:
     return [(s, B, N, b) for s in specs(p) for B, N in shapes(p) for b in p["builds"]]
 
 
-def default_out_dir(device: str) -> Path:
-    base = sweep.default_out_dir(device)
-    return base.with_name(base.name + "-model")
-
-
 # -- the results file ---------------------------------------------------------------------------------------------
 
 def append_row(path: Path, row: dict) -> None:
@@ -225,7 +220,7 @@ def run(params, out_dir=None, *, progress: bool = True) -> pd.DataFrame:
     p = load_params(params) if isinstance(params, (str, os.PathLike)) else validate(dict(params))
     hf_attention.require()
     device = sweep.resolve_device(p)
-    out = Path(out_dir or p["out_dir"] or default_out_dir(device))
+    out = Path(out_dir or p["out_dir"] or sweep.default_out_dir(device))
     sweep.check_out_dir(out)
     out.mkdir(parents=True, exist_ok=True)
     results, prov_path = out / RESULTS, out / PROVENANCE

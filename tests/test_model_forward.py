@@ -137,7 +137,7 @@ def test_without_transformers_the_lab_says_how_to_get_it(monkeypatch, tmp_path):
     with pytest.raises(ImportError, match="transformers"):
         model_sweep.run(PARAMS, tmp_path / "run", progress=False)
     assert not (tmp_path / "run").exists()
-    run = ml.Run(tmp_path, model_sweep.validate(PARAMS), "cpu")
+    run = ml.Run(tmp_path, model_sweep.validate(PARAMS), "cpu", {})
     assert "pip install -e '.[model]'" in ml.sweep_run(run).data
     assert "not installed" in ml.setup()["transformers"]
 
@@ -234,7 +234,7 @@ def _gpu_run(folder):
 
 def test_lessons_come_from_the_newest_gpu_run_and_the_questions_answer_from_it(tmp_path):
     root = tmp_path / "outputs"
-    cpu = ml.Run(tmp_path / "cpu", model_sweep.validate(PARAMS), "cpu")
+    cpu = ml.Run(tmp_path / "cpu", model_sweep.validate(PARAMS), "cpu", {})
     assert ml.lessons(cpu, root) is None
     assert "STEPS=model bash scripts/device.sh" in ml.source_note(cpu, None).data
     gpu = _gpu_run(root / "h200" / "x-model")
