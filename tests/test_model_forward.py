@@ -272,7 +272,7 @@ def test_the_notebook_renders_the_cpu_run_and_a_committed_gpu_run(tmp_path, monk
     _gpu_run(tmp_path / "outputs" / "h200" / "x-model")
     monkeypatch.setenv("ATTNLAB_OUTPUTS", str(tmp_path / "outputs"))  # the kernel inherits it
     params = tmp_path / "p.yaml"
-    params.write_text(yaml.safe_dump({**PARAMS, "builds": ["ours"]}))
+    params.write_text(yaml.safe_dump(PARAMS))
     result = ml.render_notebook(params, tmp_path / "render")
     assert result.code == 0, result.message
     nb = nbformat.read(str(result.notebook), as_version=4)
@@ -286,8 +286,8 @@ def test_the_notebook_renders_the_cpu_run_and_a_committed_gpu_run(tmp_path, monk
     figures = [o for o in outputs if "application/vnd.plotly.v1+json" in o.get("data", {})]
     assert len(figures) >= 3  # the law, the share, the speedups
     rows = model_sweep.read_results(result.out)
-    assert set(rows["build"]) == {"transformers_sdpa", "copy_v", *OURS} and (rows["status"] == "ok").all()
-    assert (rows.loc[rows["build"].isin(OURS), "padded_maxdiff"] < 1e-5).all()
+    assert list(rows["build"]) == ["transformers_sdpa", "copy_v", "fused"] and (rows["status"] == "ok").all()
+    assert rows.set_index("build").loc["fused", "padded_maxdiff"] < 1e-5
     page = result.html.read_text(encoding="utf-8")
     assert len(re.findall(r"plotly\.js v\d", page)) == 1 and not re.search(r"<script[^>]*\bsrc=", page)  # offline
 
