@@ -133,9 +133,11 @@ def build(spec: ModelSpec, *, dtype: str = "float32", device: str = "cpu", seed:
 
     hf_attention.register()
     torch.manual_seed(seed)
+    # made in its dtype as from_pretrained(dtype=...) makes it: the rotary frequencies stay float32 (a cast after the
+    # fact would round them to the weights' dtype)
     with torch.device(device):
-        model = AutoModelForCausalLM.from_config(spec.config())
-    model = model.to(device=device, dtype=getattr(torch, dtype)).eval()
+        model = AutoModelForCausalLM.from_config(spec.config(), dtype=getattr(torch, dtype))
+    model = model.to(device).eval()
     model.requires_grad_(False)
     return model
 

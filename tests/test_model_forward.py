@@ -30,6 +30,15 @@ def _logits(model, build, ids, mask=None):
     return mf.forward(model, build, ids, mask).float()
 
 
+def test_the_model_is_made_in_its_dtype_with_its_rotary_frequencies_in_float32():
+    m = mf.build(TINY, dtype="bfloat16", seed=1)
+    assert {p.dtype for p in m.parameters()} == {torch.bfloat16} and m.model.rotary_emb.inv_freq.dtype == torch.float32
+    again = mf.build(TINY, dtype="bfloat16", seed=1)
+    assert all(torch.equal(a, b) for a, b in zip(m.parameters(), again.parameters()))  # the seed draws the weights
+    layer = 64 * (64 + 2 * 32 + 64) + 3 * 64 * 96 + 2 * 64  # q, k, v, o (k and v on 2 heads of 16), MLP, two norms
+    assert sum(p.numel() for p in m.parameters()) == 2 * 128 * 64 + 2 * layer + 64  # embedding, head, final norm
+
+
 def test_register_adds_every_build_to_both_of_transformers_tables(tiny):
     from transformers import AttentionInterface
     from transformers.masking_utils import ALL_MASK_ATTENTION_FUNCTIONS
