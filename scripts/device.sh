@@ -11,6 +11,9 @@
 #   bench      attnlab bench --dtypes bfloat16,float16 (bench/bench.csv, bench/ratios.csv; BENCH_ARGS: more arguments)
 #   selfcheck  python -m attnlab.selfcheck: the harness against an independent timer (selfcheck.csv)
 #   autotune   attnlab bench --autotune (autotune/autotune.csv, autotune/tiles.json; AUTOTUNE_ARGS: more arguments)
+#   model      a whole transformers model's forward per build (MODEL_PARAMS, default params/model/h200.yaml): the sweep
+#              (python -m attnlab.model_sweep), then notebooks/model_forward.ipynb rendered over its rows
+#              (python -m attnlab.model_lab), all in model/; needs transformers, which the GPU image has
 #
 # ATTNLAB_COMMIT: the commit the caller sent (the copy's own .git names the last one landed), written into every
 # provenance.json. Each step's output goes to $OUT/<step>.log; <STEP>_TIMEOUT overrides its timeout in seconds (RUN_TIMEOUT=540). A
@@ -20,7 +23,7 @@
 # when there are more, they go back packed in $OUT/bundle.tar (tar xf it).
 set -u
 cd "$(dirname "$0")/.." || exit 1
-STEP_NAMES="run gate bench selfcheck autotune"
+STEP_NAMES="run gate bench selfcheck autotune model"
 P_BUILDS=materialised,qk_softmax,qk_softmax-no_pv,materialised-no_pv,qk_softmax-zero_mask,qk_softmax-no_softmax
 
 steps=${STEPS:-run}
@@ -76,6 +79,12 @@ autotune() {
   # shellcheck disable=SC2086  # AUTOTUNE_ARGS: words, e.g. "--kernels fused --candidates 128x64w8s3h,64x128w4s2hg"
   step autotune "${AUTOTUNE_TIMEOUT:-540}" python3 -m attnlab.cli bench --autotune ${AUTOTUNE_ARGS:-} \
     --out "$out/autotune"
+}
+model() {
+  local params=${MODEL_PARAMS:-params/model/h200.yaml}
+  step model "${MODEL_TIMEOUT:-470}" python3 -m attnlab.model_sweep --params "$params" --out "$out/model" || return
+  step model_notebook "${MODEL_NOTEBOOK_TIMEOUT:-110}" python3 -m attnlab.model_lab --params "$params" \
+    --out "$out/model"
 }
 bundle() {  # more than 8 files under $out, or any deeper than 2 folders: all of them in one $out/bundle.tar
   local n deep tmp

@@ -55,7 +55,7 @@ def test_the_script_parses_and_every_step_its_usage_names_is_defined_and_accepte
     text = SCRIPT.read_text()
     assert subprocess.run(["bash", "-n", str(SCRIPT)], capture_output=True).returncode == 0
     named = usage_steps()
-    assert named == ["run", "gate", "bench", "selfcheck", "autotune"]
+    assert named == ["run", "gate", "bench", "selfcheck", "autotune", "model"]
     assert re.search(r'^STEP_NAMES="([^"]*)"', text, flags=re.M).group(1).split() == named
     defined = set(re.findall(r"^(\w+)\(\) \{", text, flags=re.M))
     assert set(named) <= defined
@@ -89,10 +89,19 @@ def test_the_default_step_is_the_lab_run_and_extra_arguments_reach_the_bench(che
                          f"--out {tmp_path}/out2/bench")
 
 
+def test_the_model_step_sweeps_then_renders_the_notebook_over_the_same_folder(checkout, tmp_path):
+    r, calls = checkout("model", tmp_path / "out")
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert calls == [f"-m attnlab.model_sweep --params params/model/h200.yaml --out {tmp_path}/out/model",
+                     f"-m attnlab.model_lab --params params/model/h200.yaml --out {tmp_path}/out/model"]
+    r, calls = checkout("model", tmp_path / "out2", MODEL_PARAMS="params/model/cpu.yaml", FAIL_ON="attnlab.model_sweep")
+    assert r.returncode == 3 and calls[-1].startswith("-m attnlab.model_sweep --params params/model/cpu.yaml")
+
+
 def test_an_unknown_step_is_refused_before_anything_runs(checkout, tmp_path):
     r, calls = checkout("gate benhc", tmp_path / "out")
     assert r.returncode == 2 and calls == []
-    assert "unknown step 'benhc'" in r.stderr and "run gate bench selfcheck autotune" in r.stderr
+    assert "unknown step 'benhc'" in r.stderr and "run gate bench selfcheck autotune model" in r.stderr
     assert not (tmp_path / "out").exists()
 
 

@@ -22,13 +22,14 @@ LAYERS = [
                           "attnlab.triton.pv", "attnlab.triton.fused"]),
     ("Hopper kernels", ["attnlab.triton.hopper", "attnlab.triton.hopper.*"]),
     ("launchers", ["attnlab.triton.launch", "attnlab.triton.resources"]),
-    ("builds", ["attnlab.builds", "attnlab.builds.*"]),
-    ("measure", ["attnlab.measure", "attnlab.profiler"]),
+    ("builds", ["attnlab.builds", "attnlab.builds.*", "attnlab.hf_attention"]),
+    ("measure", ["attnlab.measure", "attnlab.profiler", "attnlab.model_forward"]),
     ("sweep and commands over cases", ["attnlab.sweep", "attnlab.runs", "attnlab.gate", "attnlab.warm", "attnlab.autotune",
-                                       "attnlab.selfcheck"]),
+                                       "attnlab.selfcheck", "attnlab.model_sweep"]),
     ("report", ["attnlab.report", "attnlab.report.*"]),
     ("CLI and notebooks", ["attnlab", "attnlab.bench", "attnlab.cli", "attnlab.lab", "attnlab.lies", "attnlab.render",
-                           "attnlab.explore", "attnlab.compare", "attnlab.exercises", "attnlab.exercises.*"]),
+                           "attnlab.explore", "attnlab.compare", "attnlab.exercises", "attnlab.exercises.*",
+                           "attnlab.model_lab"]),
 ]
 
 

@@ -1,0 +1,567 @@
+"""What notebooks/model_forward.ipynb calls: our builds as a transformers model's attention, the whole forward
+measured per build, and the gap between the attention's speedup and the forward's explained by Amdahl's law.
+
+    p = params(**cell); run = begin(p)   the parameters cell validated (attnlab.model_sweep), the run folder made
+    sweep(run)                           the grid measured into it (resumable), or a note when transformers is absent
+    les = lessons(run)                   the rows the speed sections read: this run's on a GPU, else the newest
+                                         committed GPU model run (find_runs), else None and a note on making one
+    amdahl(f, s)                         1 / ((1 − f) + f / s): the forward's speedup when a share f of its time
+                                         runs s times faster
+    amdahl_table(results)                per model and shape: f, the attention's speedup alone and in the model, the
+                                         forward's speedup measured and predicted
+
+    python -m attnlab.model_lab --params params/model/h200.yaml [--out DIR] [--timeout S]
+
+renders the notebook with papermill into a run folder (default a new outputs/<device>/<time>/) with its HTML. On a
+CPU our kernels run in Triton's interpreter: that run proves the logits match transformers' SDPA path (padding
+included), and its times measure Python, so they are never shown as speed.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+import pandas as pd
+import yaml
+
+from attnlab import hf_attention, lab, model_forward as mf, model_sweep, provenance, render, sweep
+from attnlab.args import Parser, existing_file, out_dir as out_dir_arg, positive_float
+from attnlab.lab import Question, _bytes, _relative
+from attnlab.lab import setup as lab_setup
+from attnlab.runs import outputs_root, started
+
+NOTEBOOK = render.NOTEBOOKS / "model_forward.ipynb"
+KEYS = ("name", "device", "dtype", "models", "seq_lens", "batches", "max_tokens", "builds", "baseline", "windows",
+        "reps_ms", "min_reps", "seed")
+MAKE_ONE = ("STEPS=model bash scripts/device.sh on a GPU machine (or `python -m attnlab.model_lab --params "
+            "params/model/h200.yaml`), then commit its folder under outputs/<gpu>/")
+
+
+# -- the run ------------------------------------------------------------------------------------------------------
+
+def setup() -> dict:
+    """attnlab.lab.setup (figures that survive an HTML export, wide tables, which python runs this kernel), and
+    whether transformers is here."""
+    info = lab_setup()
+    if hf_attention.available():
+        import transformers
+
+        info["transformers"] = transformers.__version__
+    else:
+        info["transformers"] = f"not installed: the model runs need it ({hf_attention.INSTALL})"
+    return info
+
+
+def params(**cell) -> dict:
+    """The parameters cell as validated params (attnlab.model_sweep.validate); None means 'not given'."""
+    unknown = sorted(set(cell) - set(KEYS) - {"out_dir"})
+    if unknown:
+        raise sweep.ParamsError(unknown[0], cell[unknown[0]], f"is not a params key; known: {', '.join(KEYS)}, "
+                                                               "out_dir")
+    return model_sweep.validate({k: v for k, v in cell.items() if v is not None})
+
+
+Run = lab.Run  # a run's folder and what is in it (its gate stays empty: a model run has none)
+
+
+def begin(p: dict) -> Run:
+    """The device resolved, the run folder made (or out_dir reopened) with its params.yaml, its rows read."""
+    device = sweep.resolve_device(p)
+    out = Path(p["out_dir"]) if p["out_dir"] else lab.new_folder(device)
+    sweep.check_out_dir(out)
+    out.mkdir(parents=True, exist_ok=True)
+    p = {**p, "out_dir": str(out)}
+    (out / "params.yaml").write_text(yaml.safe_dump({k: v for k, v in p.items() if k != "out_dir"}, sort_keys=False))
+    return _read(Run(out, p, device, {}))
+
+
+def _read(run: Run) -> Run:
+    prov = run.out / model_sweep.PROVENANCE
+    if prov.exists():
+        run.provenance = json.loads(prov.read_text())
+    if (run.out / model_sweep.RESULTS).exists():
+        run.results = model_sweep.read_results(run.out)
+    return run
+
+
+def sweep_run(run: Run, progress: bool = True):
+    """Measure the run's grid into its folder (resumable); without transformers, a note saying how to get it."""
+    from IPython.display import Markdown
+
+    if not hf_attention.available():
+        return Markdown(f"**transformers is not installed in this kernel's environment**, so no model runs here. "
+                        f"Install the lab's `model` extra: `{hf_attention.INSTALL}`, then run this notebook again. "
+                        "The sections below read a committed GPU run where there is one.")
+    model_sweep.run(run.params, run.out, progress=progress)
+    _read(run)
+    ok = int((run.results["status"] == "ok").sum())
+    return Markdown(f"{len(run.results)} rows ({ok} ok) in `{_relative(run.out / model_sweep.RESULTS)}`, provenance "
+                    f"in `{model_sweep.PROVENANCE}` beside it.")
+
+
+def load(folder) -> Run:
+    """A model run's folder as model_sweep writes it."""
+    out = Path(folder)
+    prov = out / model_sweep.PROVENANCE
+    if not prov.exists():
+        raise ValueError(f"{out} holds no {model_sweep.PROVENANCE}: give a model run's output folder")
+    data = json.loads(prov.read_text())
+    run = Run(out, data.get("params", {}), str(data.get("device", {}).get("device", "cpu")), data)
+    return _read(run)
+
+
+def find_runs(root=None) -> list[Path]:
+    """Every model run folder under `root` (default attnlab.runs.outputs_root()), oldest first by its provenance's
+    start time."""
+    root = Path(root) if root is not None else outputs_root()
+    found = []
+    for prov in root.rglob(model_sweep.PROVENANCE) if root.is_dir() else ():
+        try:
+            data = json.loads(prov.read_text())
+        except (OSError, ValueError):
+            continue
+        if (prov.parent / model_sweep.RESULTS).is_file():
+            found.append((started(data), str(prov.parent)))
+    return [Path(f) for _, f in sorted(found)]
+
+
+def reference_run(root=None, need=("materialised", "fused")) -> Path | None:
+    """The newest model run measured on a CUDA device with ok rows of every build in `need` and of copy_v."""
+    for folder in reversed(find_runs(root)):
+        run = load(folder)
+        if not run.gpu or run.results.empty:
+            continue
+        if {*need, mf.ABLATED} <= set(run.results.loc[run.results["status"] == "ok", "build"]):
+            return folder
+    return None
+
+
+@dataclass
+class Lessons(lab.Lessons):
+    """The GPU rows the speed sections read, where they come from (attnlab.lab.Lessons: its label), and the build
+    the speedups are over."""
+
+    baseline: str = "materialised"
+
+
+def lessons(run: Run, root=None) -> Lessons | None:
+    """This run's rows when it ran on a GPU; else the newest committed GPU model run's; else None."""
+    base = run.params.get("baseline", "materialised")
+    if run.gpu and not run.results.empty and (run.results["status"] == "ok").any():
+        return Lessons(run.results, run.out, run.device_name, True, run.provenance, base)
+    folder = reference_run(root, need=(base, "fused"))
+    if folder is None:
+        return None
+    ref = load(folder)
+    return Lessons(ref.results, folder, ref.device_name, False, ref.provenance,
+                   ref.params.get("baseline", base))
+
+
+def source_note(run: Run, les: Lessons | None):
+    from IPython.display import Markdown
+
+    if les is None:
+        return Markdown(f"**No GPU measurements to draw on:** this run has none, and no committed GPU model run was "
+                        f"found under `{_relative(outputs_root())}`. To make one: {MAKE_ONE}.")
+    if les.own:
+        return Markdown(f"**Measured here:** {les.label}.")
+    return Markdown(f"**From a committed GPU run, not from this machine:** {les.label}. This machine has no GPU: our "
+                    "kernels run in Triton's interpreter here, whose times measure Python, so the speed and memory "
+                    "sections read that run's rows.")
+
+
+# -- the models and correctness -----------------------------------------------------------------------------------
+
+def models_table(results: pd.DataFrame) -> pd.DataFrame:
+    """One line per model config: its shape, parameters, and the shapes it was run at."""
+    cols = ["model", "model_type", "layers", "hidden", "H", "Hkv", "D", "intermediate", "vocab", "params", "dtype"]
+    t = results.groupby("model", sort=False).agg(
+        **{c: (c, "first") for c in cols[1:]},
+        shapes=("case_id", lambda s: ", ".join(dict.fromkeys(
+            f"B={b}·N={n}" for b, n in zip(results.loc[s.index, "B"], results.loc[s.index, "N"])))))
+    t["params"] = t["params"].map(lambda n: f"{n / 1e6:.3g} M")
+    t.insert(5, "GQA group", t["H"] // t["Hkv"])
+    return t.reset_index()
+
+
+def correctness(results: pd.DataFrame) -> pd.DataFrame:
+    """Per model and build, over every shape: the worst logits difference from transformers' SDPA path, plain and
+    with a padding mask, beside transformers' own eager attention's (the difference two correct paths show in this
+    dtype), and the status. copy_v is left out: it computes no attention."""
+    r = results[results["build"] != mf.ABLATED]
+    rows = []
+    for (model, build), g in r.groupby(["model", "build"], sort=False):
+        ok = g[g["status"] == "ok"]
+        eager = results[(results["model"] == model) & (results["build"] == "transformers_eager")]
+        rows.append(dict(
+            model=model, build=build, shapes=len(g), ok=len(ok),
+            logits_maxdiff=ok["logits_maxdiff"].max(), padded_maxdiff=ok["padded_maxdiff"].max(skipna=False),
+            eager_maxdiff=eager["logits_maxdiff"].max(),
+            note="; ".join(n for n in dict.fromkeys([*g.loc[g["status"] != "ok", "status"], *ok["err_note"]]) if n)))
+    t = pd.DataFrame(rows)
+    t["over_eager"] = t["logits_maxdiff"] / t["eager_maxdiff"]
+    return t
+
+
+def nan_padded(results: pd.DataFrame) -> list[str]:
+    """The builds whose padded logits hold NaN: a fully masked row (a padded query) gives NaN in plain softmax code,
+    and the NaN spreads through V to every later token."""
+    r = results[(results["status"] == "ok") & results["padded_maxdiff"].isna() & (results["err_note"] == "")
+                & ~results["build"].isin([mf.REFERENCE, mf.ABLATED])]
+    return list(dict.fromkeys(r["build"]))
+
+
+# -- Amdahl -------------------------------------------------------------------------------------------------------
+
+def amdahl(f: float, s: float) -> float:
+    """The whole's speedup when a share f (0..1) of its time runs s (> 0) times faster: 1 / ((1 − f) + f / s)."""
+    if not 0 <= f <= 1:
+        raise ValueError(f"f (the share of time sped up) must be between 0 and 1, got {f!r}")
+    if not s > 0:
+        raise ValueError(f"s (the speedup of that share) must be > 0, got {s!r}")
+    return 1.0 / ((1.0 - f) + f / s)
+
+
+def _forward(results: pd.DataFrame, build: str) -> pd.DataFrame:
+    ok = results[(results["build"] == build) & (results["status"] == "ok")]
+    return ok.set_index(["model", "B", "N"])[["forward_ms", "attention_ms", "layers"]]
+
+
+def amdahl_table(results: pd.DataFrame, build: str = "fused", baseline: str = "materialised") -> pd.DataFrame:
+    """Per model and shape, `build` against `baseline` in the same model:
+
+        share            f = (baseline's forward − copy_v's forward) / baseline's forward: attention's share of the
+                         baseline's forward, by ablation
+        share_alone      layers × baseline's attention alone / its forward: the same share from the attention timed
+                         outside the model
+        attn_speedup     s = baseline's attention alone / build's: the speedup a kernel benchmark reports
+        attn_speedup_in_model   (baseline − copy_v) / (build − copy_v): the attention's speedup inside the forward
+        predicted        amdahl(f, s): what the forward should gain
+        measured         baseline's forward / build's
+        ceiling          1 / (1 − f): what an infinitely fast attention would give
+    """
+    b, x, c = _forward(results, baseline), _forward(results, build), _forward(results, mf.ABLATED)
+    both = dict(left_index=True, right_index=True, how="inner")
+    t = b.merge(x, suffixes=("", "_build"), **both).merge(c.add_suffix("_copy_v"), **both)
+    if t.empty:
+        return pd.DataFrame(columns=["model", "B", "N", "share", "share_alone", "attn_speedup",
+                                     "attn_speedup_in_model", "predicted", "measured", "ceiling"])
+    out = pd.DataFrame(index=t.index)
+    out["baseline_ms"], out["build_ms"], out["copy_v_ms"] = t["forward_ms"], t["forward_ms_build"], t[
+        "forward_ms_copy_v"]
+    out["share"] = ((t["forward_ms"] - t["forward_ms_copy_v"]) / t["forward_ms"]).clip(0, 1)
+    out["share_alone"] = t["layers"] * t["attention_ms"] / t["forward_ms"]
+    out["attn_speedup"] = t["attention_ms"] / t["attention_ms_build"]
+    out["attn_speedup_in_model"] = (t["forward_ms"] - t["forward_ms_copy_v"]) / (
+        t["forward_ms_build"] - t["forward_ms_copy_v"])
+    out["predicted"] = [amdahl(f, s) for f, s in zip(out["share"], out["attn_speedup"])]
+    out["measured"] = t["forward_ms"] / t["forward_ms_build"]
+    out["ceiling"] = 1 / (1 - out["share"])
+    out.attrs.update(build=build, baseline=baseline)
+    return out.reset_index()
+
+
+def amdahl_curves(shares=(0.1, 0.25, 0.5, 0.75, 0.9), s_max: float = 20.0):
+    """The law itself, before any data: the whole forward's speedup against the attention's, one line per share f.
+    Each line flattens toward 1 / (1 − f) however fast the attention gets."""
+    import numpy as np
+    import plotly.graph_objects as go
+
+    s = np.geomspace(1, s_max, 60)
+    fig = go.Figure()
+    for f in shares:
+        fig.add_scatter(x=s, y=[amdahl(f, v) for v in s], mode="lines", name=f"f = {f:g} (ceiling {1 / (1 - f):.3g}×)")
+    fig.update_layout(title="Amdahl's law: speedup of the whole = 1 / ((1 − f) + f / s)",
+                      xaxis_title="attention's speedup s", yaxis_title="whole forward's speedup", xaxis_type="log",
+                      height=420)
+    return fig
+
+
+def speedup_figure(table: pd.DataFrame, label: str = ""):
+    """Per model: the attention's speedup alone, the forward's speedup measured, and Amdahl's prediction, against
+    tokens per forward (B·N), one marker per batch."""
+    from plotly.subplots import make_subplots
+
+    models = list(dict.fromkeys(table["model"]))
+    fig = make_subplots(rows=1, cols=len(models), subplot_titles=models, shared_yaxes=True)
+    series = (("attn_speedup", "attention alone (s)", "dot"), ("predicted", "forward, Amdahl's prediction", "dash"),
+              ("measured", "forward, measured", "solid"), ("ceiling", "ceiling 1/(1−f)", "longdashdot"))
+    colours = dict(zip([s[0] for s in series], ("#636efa", "#ef553b", "#00cc96", "#999999")))
+    symbols = dict(zip(sorted(table["B"].unique()), ("circle", "square", "diamond", "cross")))
+    for i, model in enumerate(models):
+        for B, g in table[table["model"] == model].groupby("B"):
+            g = g.sort_values("N")
+            for col, name, dash in series:
+                fig.add_scatter(x=g["B"] * g["N"], y=g[col], mode="lines+markers", row=1, col=i + 1,
+                                name=f"{name}, B = {B}", legendgroup=f"{col}{B}", showlegend=i == 0,
+                                line=dict(color=colours[col], dash=dash), marker=dict(symbol=symbols.get(B, "circle")),
+                                hovertext=[f"B = {B}, N = {n}" for n in g["N"]])
+        fig.update_xaxes(type="log", title_text="tokens per forward (B·N)", row=1, col=i + 1)
+    fig.update_yaxes(title_text=f"speedup of {table.attrs.get('build', 'fused')} over "
+                                f"{table.attrs.get('baseline', 'materialised')}", row=1, col=1)
+    fig.update_layout(title=f"The attention's speedup and the whole forward's{' (' + label + ')' if label else ''}",
+                      height=460)
+    return fig
+
+
+def share_figure(table: pd.DataFrame):
+    """Attention's share f of the baseline's forward against N, one line per model and batch, by ablation and from
+    the attention timed alone."""
+    import plotly.graph_objects as go
+
+    fig = go.Figure()
+    for (model, B), g in table.groupby(["model", "B"], sort=False):
+        g = g.sort_values("N")
+        fig.add_scatter(x=g["N"], y=g["share"], mode="lines+markers", name=f"{model}, B = {B}: by ablation")
+        fig.add_scatter(x=g["N"], y=g["share_alone"], mode="markers", marker_symbol="x",
+                        name=f"{model}, B = {B}: layers × attention alone")
+    fig.update_layout(title=f"Attention's share f of {table.attrs.get('baseline', 'the baseline')}'s forward",
+                      xaxis_title="sequence length N", yaxis_title="f", xaxis_type="log", yaxis_range=[0, 1],
+                      height=420)
+    return fig
+
+
+def forward_table(results: pd.DataFrame, column: str = "forward_ms") -> pd.DataFrame:
+    """`column` per model and shape (rows) and build (columns), in the order the builds were measured."""
+    ok = results[results["status"] == "ok"]
+    t = ok.pivot_table(index=["model", "B", "N"], columns="build", values=column, aggfunc="first")
+    return t[[b for b in dict.fromkeys(results["build"]) if b in t.columns]]
+
+
+def memory_table(results: pd.DataFrame) -> pd.DataFrame:
+    """Peak allocation of one forward above the weights, per model, shape and build, readable."""
+    return forward_table(results, "peak_bytes").map(_bytes)
+
+
+def _note(text: str):
+    from IPython.display import Markdown
+
+    return Markdown(text)
+
+
+def _no_gpu_rows() -> list:
+    return [_note(f"*Nothing to show: no GPU model rows (this run has none, and no committed GPU model run was found "
+                  f"under `{_relative(outputs_root())}`). To make one: {MAKE_ONE}.*")]
+
+
+def models(run: Run) -> list:
+    """Section: the model configs this run built."""
+    if run.results.empty:
+        return [_note("*No model rows in this run (see the sweep's note above).*")]
+    return [models_table(run.results)]
+
+
+def checks(run: Run) -> list:
+    """Section: the logits of every build against transformers' SDPA path, plain and padded, with what they mean."""
+    if run.results.empty:
+        return [_note("*No model rows in this run: nothing checked here.*")]
+    out = [correctness(run.results)]
+    nans = nan_padded(run.results)
+    if nans:
+        out.append(_note(f"**NaN under padding:** {', '.join(nans)} give NaN logits once a sequence is left-padded "
+                         "(check yourself asks why). Our builds and SDPA give a query with no key to attend to zeros."))
+    out.append(interpreter_note(run))
+    return out
+
+
+def speed(les: Lessons | None) -> list:
+    """Section: each build's forward time and one layer's attention alone, per model and shape (ms)."""
+    if les is None:
+        return _no_gpu_rows()
+    return [_note("**Forward, ms** (eager, as a user calls `model(...)`):"), forward_table(les.results),
+            _note("**One layer's attention alone, ms** (the function transformers calls, eagerly):"),
+            forward_table(les.results, "attention_ms")]
+
+
+def _amdahl_rows(les: Lessons | None, build: str):
+    """(amdahl_table of the lesson rows, None) or (None, the notes to show instead)."""
+    if les is None:
+        return None, _no_gpu_rows()
+    t = amdahl_table(les.results, build, les.baseline)
+    if t.empty:
+        return None, [_note(f"*No shape has ok rows of {build}, {les.baseline} and copy_v.*")]
+    return t, None
+
+
+def shares(les: Lessons | None, build: str = "fused") -> list:
+    """Section: attention's share of the baseline's forward, by ablation and from the attention timed alone."""
+    t, notes = _amdahl_rows(les, build)
+    return notes or [share_figure(t), t[["model", "B", "N", "baseline_ms", "copy_v_ms", "share", "share_alone",
+                                         "ceiling"]]]
+
+
+def speedups(les: Lessons | None, build: str = "fused") -> list:
+    """Section: the attention's speedup against the forward's, measured and predicted by Amdahl's law."""
+    t, notes = _amdahl_rows(les, build)
+    return notes or [speedup_figure(t, les.label), t[["model", "B", "N", "share", "attn_speedup",
+                                                      "attn_speedup_in_model", "predicted", "measured", "ceiling"]]]
+
+
+def memory(les: Lessons | None) -> list:
+    if les is None:
+        return _no_gpu_rows()
+    return [memory_table(les.results)]
+
+
+def interpreter_note(run: Run):
+    from IPython.display import Markdown
+
+    if run.gpu:
+        return Markdown("")
+    return Markdown("*These rows were measured on a CPU, our Triton kernels in Triton's interpreter: their times "
+                    "measure Python, not kernels, and no ratio of them is a speedup. The logits' differences are "
+                    "real.*")
+
+
+# -- check yourself -----------------------------------------------------------------------------------------------
+
+def _shape(r) -> str:
+    return f"{r['model']} at B = {int(r['B'])}, N = {int(r['N'])}"
+
+
+def questions(run: Run, les: Lessons | None, build: str = "fused") -> list[Question]:
+    """Questions on this run's correctness and on the GPU rows' speedups, each answer computed from the rows."""
+    qs = []
+    here = f"this run ({_relative(run.out)})"
+    if not run.results.empty:
+        t = correctness(run.results)
+        ours = t[t["build"].isin(hf_attention.REGISTERED)]
+        if len(ours) and ours["logits_maxdiff"].notna().any():
+            w = ours.loc[ours["logits_maxdiff"].idxmax()]
+            eager = t["eager_maxdiff"].max()
+            qs.append(Question(
+                "How far are our builds' logits from transformers' SDPA path, and is that close?",
+                f"At most {w['logits_maxdiff']:.3g} ({w['build']}, {w['model']}), padded or not; transformers' own "
+                f"eager attention differs from SDPA by up to {eager:.3g} at the same inputs. Two correct attentions "
+                "in one dtype differ by rounding alone, so a build within a small multiple of eager's difference is "
+                "as right as transformers' own paths; a dropped mask or a wrong head mapping shows as a difference "
+                "of the logits' own size.", here))
+        nans = nan_padded(run.results)
+        if nans:
+            qs.append(Question(
+                "Which build gives NaN logits once a sequence is padded, and why?",
+                f"{', '.join(nans)}: a left-padded query has no key it may attend to, so its softmax is over "
+                "nothing but −∞ and plain softmax code returns NaN; the NaN then sits in that position's V in the "
+                "next layer, and 0 × NaN is NaN in every later P·V. Our builds and SDPA give such a row zeros; "
+                "transformers' eager path adds a large negative number instead of −∞ for the same reason.", here))
+    if les is None:
+        qs.append(Question(
+            "What does fusion buy in the whole forward on a GPU?",
+            f"No GPU model run was found to answer from. To make one: {MAKE_ONE}.", here))
+        return qs
+    t = amdahl_table(les.results, build, les.baseline)
+    if t.empty:
+        return qs
+    top = t.loc[t["share"].idxmax()]
+    qs.append(Question(
+        f"Where is attention's share of {les.baseline}'s forward largest, and what is the most any attention kernel "
+        "could then speed the forward up?",
+        f"{_shape(top)}: f = {top['share']:.2f}, so even an attention that took no time would speed the forward up "
+        f"at most 1 / (1 − f) = {top['ceiling']:.2f}×.", les.label))
+    big = t.loc[t["attn_speedup"].idxmax()]
+    qs.append(Question(
+        f"{build} is up to how many times faster than {les.baseline} at attention alone, and why does the whole "
+        "forward gain less?",
+        f"{big['attn_speedup']:.2f}× at {_shape(big)}, where the forward gains {big['measured']:.2f}×. Only the "
+        f"share f = {big['share']:.2f} of the forward is attention; the projections, the MLP and the output head "
+        f"run at the same speed in both. Amdahl: 1 / ((1 − {big['share']:.2f}) + {big['share']:.2f} / "
+        f"{big['attn_speedup']:.2f}) = {big['predicted']:.2f}×.", les.label))
+    t["miss"] = t["measured"] / t["predicted"] - 1
+    worst = t.loc[t["miss"].abs().idxmax()]
+    qs.append(Question(
+        "How well does Amdahl's law predict the forward's speedup, and where does it miss most?",
+        f"Within {t['miss'].abs().median():.0%} at the median shape; the largest miss is at {_shape(worst)}: "
+        f"predicted {worst['predicted']:.2f}×, measured {worst['measured']:.2f}×. There the attention's speedup "
+        f"inside the model, {worst['attn_speedup_in_model']:.2f}×, differs from the one timed alone, "
+        f"{worst['attn_speedup']:.2f}×, and the law assumes they are equal. What can part them: inside the forward "
+        "the attention's inputs arrive from the projections (not from a warm, separate buffer) and its launches "
+        "queue behind other kernels, and the share f is measured with a copy of V standing in for attention, "
+        "which itself takes time.", les.label))
+    rows = []
+    for (model, B), g in t.groupby(["model", "B"], sort=False):
+        g = g.sort_values("N")
+        rows.append(f"{model}, B = {B}: f = {g['share'].iloc[0]:.2f} at N = {g['N'].iloc[0]} → "
+                    f"{g['share'].iloc[-1]:.2f} at N = {g['N'].iloc[-1]}")
+    qs.append(Question(
+        "How does attention's share of the forward change with the sequence length, and why?",
+        "; ".join(rows) + ". Per token, attention's work grows with N (each query reads all earlier keys: N² per "
+        "sequence), while the projections, the MLP and the output head cost the same per token at any N; the "
+        f"longer the sequence, the more of the forward attention is, and the more {build}'s speedup reaches the "
+        "whole.", les.label))
+    peak = forward_table(les.results, "peak_bytes")
+    if {les.baseline, build} <= set(peak.columns) and peak[[les.baseline, build]].notna().all(axis=1).any():
+        p = peak[[les.baseline, build]].dropna()
+        (model, B, N) = p.index[-1]
+        qs.append(Question(
+            f"At {model}, B = {B}, N = {N}, how much memory does one forward take above the weights with "
+            f"{les.baseline}, and with {build}?",
+            f"{_bytes(p.iloc[-1][les.baseline])} against {_bytes(p.iloc[-1][build])}: {les.baseline} holds S and "
+            f"P, each B·H·N² elements, for one layer at a time; {build} holds neither, so its peak is the "
+            "activations and the logits.", les.label))
+    return qs
+
+
+def check_yourself(run: Run, les: Lessons | None, build: str = "fused"):
+    from IPython.display import HTML
+
+    return HTML("\n".join(q.html() for q in questions(run, les, build)))
+
+
+# -- rendering ----------------------------------------------------------------------------------------------------
+
+def render_notebook(params_path, out=None, *, timeout: float | None = None, execute=None) -> render.Rendered:
+    """notebooks/model_forward.ipynb executed by papermill with the params file's keys into a run folder, and its
+    HTML. Bad params raise ParamsError before anything is written; a failing or timed-out cell gives a non-zero
+    code and keeps the partial notebook and every row measured."""
+    import papermill
+    from nbclient.exceptions import CellTimeoutError, DeadKernelError
+
+    execute = execute or papermill.execute_notebook
+    p = model_sweep.load_params(params_path)
+    raw = yaml.safe_load(Path(params_path).read_text())
+    out = Path(out) if out else lab.new_folder(sweep.resolve_device(p))
+    sweep.check_out_dir(out)
+    out.mkdir(parents=True, exist_ok=True)
+    out = out.resolve()
+    nb_out = out / NOTEBOOK.name
+    code, message = 0, ""
+    try:
+        execute(str(NOTEBOOK), str(nb_out), parameters={**raw, "out_dir": str(out)}, kernel_name=render.KERNEL,
+                cwd=str(provenance.REPO), execution_timeout=timeout, progress_bar=False)
+    except papermill.PapermillExecutionError as e:
+        code, message = render.FAILED, f"cell {e.cell_index} failed: {e.ename}: {str(e.evalue).splitlines()[0][:300]}"
+    except (CellTimeoutError, DeadKernelError) as e:
+        code = render.TIMED_OUT if isinstance(e, CellTimeoutError) else render.FAILED
+        message = f"a cell timed out after {timeout} s" if code == render.TIMED_OUT else "the kernel died"
+    html = render.export_html(nb_out) if nb_out.exists() else None
+    rows = len(model_sweep.read_results(out)) if (out / model_sweep.RESULTS).exists() else 0
+    where = _relative(out)
+    if code:
+        message = f"{NOTEBOOK.name} stopped: {message}. Kept in {where}: the partial notebook and {rows} row(s)"
+    else:
+        message = f"{NOTEBOOK.name} rendered with {params_path} into {where}: {rows} rows, notebook and HTML"
+    return render.Rendered(code, out, nb_out, html, message)
+
+
+def main(argv=None) -> int:
+    ap = Parser(prog="python -m attnlab.model_lab", description=__doc__,
+                formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--params", required=True, type=existing_file, metavar="FILE", help="params YAML")
+    ap.add_argument("--out", type=out_dir_arg, metavar="DIR", help="run folder (default: a new "
+                                                                    "outputs/<device>/<time>/)")
+    ap.add_argument("--timeout", type=positive_float, metavar="S", help="seconds a cell may run (default: none)")
+    args = ap.parse_args(argv)
+    try:
+        result = render_notebook(args.params, args.out, timeout=args.timeout)
+    except sweep.ParamsError as e:
+        print(f"attnlab: error: {e}", file=sys.stderr)
+        return 2
+    print(f"attnlab: {result.message}", file=sys.stderr if result.code else sys.stdout)
+    return result.code
+
+
+if __name__ == "__main__":
+    sys.exit(main())
