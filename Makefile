@@ -24,8 +24,11 @@ $(STAMP): pyproject.toml Makefile
 run: $(STAMP)
 	$(BIN)/attnlab run
 
+# Two processes (pytest-xdist): the tests that read offline compiles stay in one (--dist loadgroup), whose pool of
+# os.cpu_count() processes compiles each kernel configuration once while the other process runs the rest.
+TEST_JOBS ?= 2
 test: $(STAMP)
-	TRITON_INTERPRET=1 $(BIN)/python -m pytest -q -p no:cacheprovider tests
+	TRITON_INTERPRET=1 $(BIN)/python -m pytest -q -p no:cacheprovider -n $(TEST_JOBS) --dist loadgroup tests
 
 clean:
 	rm -rf $(VENV) *.egg-info

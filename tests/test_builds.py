@@ -29,7 +29,7 @@ def assert_accurate(name, o, q, k, v, **kw):
 
 @pytest.mark.parametrize("dtype", DTYPES, ids=str)
 @pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
-@pytest.mark.parametrize("N", [1, 17, 100])
+@pytest.mark.parametrize("N", [1, 100])  # one row; one ragged tile of the interpreter's 128 (more: the next tests)
 @pytest.mark.parametrize("D", [64, 128])
 @pytest.mark.parametrize("name", OURS)
 def test_ours_match_reference(name, D, N, causal, dtype):
@@ -51,8 +51,9 @@ def test_ours_multi_tile_ragged(name, causal, small_tiles):
 @pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
 @pytest.mark.parametrize("name", OURS)
 def test_ours_long_sequence(name, causal):
-    """N = 1000 is no multiple of any block size."""
-    q, k, v = rand_qkv(B=1, H=2, N=1000, D=64, dtype=torch.bfloat16, seed=11)
+    """The table's own tiles over several key tiles: N = 300 is no multiple of any block size (two whole tiles of
+    128 and a ragged third; the multi-tile loops with small tiles: test_ours_multi_tile_ragged)."""
+    q, k, v = rand_qkv(B=1, H=2, N=300, D=64, dtype=torch.bfloat16, seed=11)
     o = run_ours(name, q, k, v, causal=causal)
     assert_accurate(name, o, q, k, v, causal=causal)
 
@@ -262,7 +263,7 @@ def test_random_cases_match_the_oracle(seed):
     r = random.Random(seed)
     Hkv = r.choice([1, 2])
     H = Hkv * r.choice([1, 2, 3])
-    N, D = r.randint(1, 300), r.choice([16, 32, 64, 80, 128])
+    N, D = r.randint(1, 160), r.choice([16, 32, 64, 80, 128])  # up to two of the interpreter's 128-wide tiles
     dtype = r.choice(DTYPES)
     causal = r.random() < 0.5
     q, k, v = rand_qkv(B=r.choice([1, 2]), H=H, Hkv=Hkv, N=N, D=D, dtype=dtype, seed=100 + seed)
