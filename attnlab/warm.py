@@ -91,7 +91,10 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--params", required=True, type=cli.existing_file, help="the params YAML the sweep will run")
     ap.add_argument("--jobs", type=cli.positive_int, default=4, help="processes compiling at once (default 4)")
     ap.add_argument("--part", default=None, help="K/J: run child K of J (what --jobs starts)")
-    args = ap.parse_args(argv)
+    try:
+        args = ap.parse_args(argv)
+    except SystemExit as e:  # --help (0) and usage errors (2), as a return code, as gate and bench give them
+        return int(e.code or 0)
     if args.jobs < 1:
         print(f"attnlab warm: error: --jobs must be a whole number >= 1, got {args.jobs}", file=sys.stderr)
         return 2
