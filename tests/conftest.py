@@ -44,25 +44,16 @@ def _declared(item):
     return callspec.params.get("offline", ()) if callspec else ()
 
 
-def pytest_collection_modifyitems(config, items):
-    """Under pytest-xdist, the tests that read offline compiles go to one worker (--dist loadgroup), whose pool then
-    compiles each configuration once for all of them."""
-    if not config.pluginmanager.hasplugin("xdist"):
-        return
-    for item in items:
-        if _declared(item):
-            item.add_marker(pytest.mark.xdist_group("offline-compile"))
-
-
-@pytest.fixture(scope="session")
-def _compile_pool(request):
-    """One pool of compile processes for the session. At its start it is handed every compile the session's
-    tests declare, in test order, so that the tests after the first find theirs done or under way; under xdist
-    without --dist loadgroup a worker cannot know which tests it will run, so each test's compiles start with it."""
-    pool = Pool([ROOT])
-    dist = getattr(request.config.option, "dist", "no")
-    if not os.environ.get("PYTEST_XDIST_WORKER") or dist == "loadgroup":
-        pool.submit(c for item in request.session.items for c in _declared(item))
+@pytest.fixture(scope="session", autouse=True)
+def _compile_pool(request, tmp_path_factory):
+    """The session's offline compiles (tests/offline.py), started before its first test: every compile the selected
+    tests declare, in test order, shared among pytest-xdist's workers through their common temporary folder."""
+    base = tmp_path_factory.getbasetemp()
+    workers = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))
+    shared = (base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base) / "offline-compiles"
+    shared.mkdir(exist_ok=True)
+    pool = Pool([ROOT], shared, (os.cpu_count() or 1) // workers)
+    pool.start(c for item in request.session.items for c in _declared(item))
     yield pool
     pool.close()
 

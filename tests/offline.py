@@ -6,11 +6,11 @@ A test declares the compiles it reads as the parameter of the `offline` fixture 
                                                   tiles=("64x128w4s2hg",))], indirect=True)
     def test_it_fits(offline): ...   # offline: the rows, in the order `python -m attnlab.triton.resources` prints them
 
-At the first such test the session gathers every compile its selected tests declare, drops the duplicates and hands
-them to a pool of os.cpu_count() processes started with TRITON_INTERPRET=0 (the test process has our kernels loaded
-for the interpreter; a kernel is a real JIT function only in a process that never had the interpreter on). Each
-child runs attnlab.triton.resources.compile_info, the function the command runs for each row, and each test waits
-for its own rows only. This module imports nothing heavy at the top: a child imports it before it turns the
+When the session starts it gathers every compile its selected tests declare, drops the duplicates and shares them out,
+in test order, among processes started with TRITON_INTERPRET=0 (the test process has our kernels loaded for the
+interpreter; a kernel is a real JIT function only in a process that never had the interpreter on): os.cpu_count() of
+them, or under pytest-xdist os.cpu_count() / workers for each worker, each compile taken by one worker (Pool). Each child runs attnlab.triton.resources.compile_info, the function the command runs for each row, while
+the tests run; each test waits for its own rows only. This module imports nothing heavy at the top: a child imports it before it turns the
 interpreter off.
 
 compile_info reads the PTX Triton makes and runs `ptxas -v` on it itself; Triton's own last stage, the cubin, runs
@@ -20,10 +20,14 @@ the one real launches read (its entries then hold no binary).
 """
 from __future__ import annotations
 
+import hashlib
 import itertools
+import json
 import multiprocessing
 import os
-from concurrent.futures import Future, ProcessPoolExecutor
+import threading
+import time
+from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, as_completed, wait
 from dataclasses import dataclass
 
 
@@ -96,34 +100,77 @@ def compile_row(c: Compile) -> dict:
 
 
 class Pool:
-    """Compiles handed out to os.cpu_count() child processes; `rows(compiles)` waits for those rows only."""
+    """Compiles shared out among the test processes of a session (one, or pytest-xdist's workers) through `shared`, a
+    folder they all see: each process takes the next compile nobody has taken (creating `<key>.taken`, which only
+    one can), runs it in one of its `workers` child processes and writes `<key>.json` (or `<key>.err`). `start`
+    begins on the session's whole list in test order; `rows(compiles)` waits for those rows only, wherever they are
+    compiled. A process whose tests are done goes on taking compiles until none is left."""
 
-    def __init__(self, path: list[str], workers: int | None = None):
-        self.path, self.workers = path, workers or os.cpu_count() or 1
-        self.futures: dict[Compile, Future] = {}
-        self.executor = None
+    def __init__(self, path: list[str], shared, workers: int):
+        self.path, self.shared, self.workers = path, shared, max(1, workers)
+        self.todo: list[Compile] = []
+        self.feeder = None
 
-    def submit(self, todo) -> None:
-        """Start compiling `todo` (in this order, each compile once)."""
-        todo = [c for c in dict.fromkeys(todo) if c not in self.futures]
-        if not todo:
-            return
-        if self.executor is None:
-            self.executor = ProcessPoolExecutor(self.workers, mp_context=multiprocessing.get_context("spawn"),
-                                                initializer=_child_start, initargs=(self.path, cache_dir()))
-        for c in todo:
-            self.futures[c] = self.executor.submit(compile_row, c)
+    def _file(self, c: Compile, suffix: str):
+        return self.shared / (hashlib.sha1(repr(c).encode()).hexdigest()[:20] + suffix)
+
+    def _take(self, c: Compile) -> bool:
+        try:
+            os.close(os.open(self._file(c, ".taken"), os.O_CREAT | os.O_EXCL | os.O_WRONLY))
+            return True
+        except FileExistsError:
+            return False
+
+    def _write(self, c: Compile, future: Future) -> None:
+        try:
+            text, suffix = json.dumps(future.result()), ".json"
+        except Exception as e:  # the compile's own error, for the test that reads it
+            text, suffix = f"{type(e).__name__}: {e}", ".err"
+        tmp = self._file(c, f".{os.getpid()}.tmp")
+        tmp.write_text(text)
+        os.replace(tmp, self._file(c, suffix))
+
+    def _feed(self) -> None:
+        executor = ProcessPoolExecutor(self.workers, mp_context=multiprocessing.get_context("spawn"),
+                                       initializer=_child_start, initargs=(self.path, cache_dir()))
+        running: dict[Future, Compile] = {}
+        try:
+            todo = iter(self.todo)
+            for c in todo:
+                if not self._take(c):
+                    continue
+                while len(running) >= self.workers:
+                    done, _ = wait(running, return_when=FIRST_COMPLETED)
+                    for f in done:
+                        self._write(running.pop(f), f)
+                running[executor.submit(compile_row, c)] = c
+            for f in as_completed(list(running)):
+                self._write(running.pop(f), f)
+        finally:
+            executor.shutdown(wait=True)
+
+    def start(self, todo) -> None:
+        self.todo = list(dict.fromkeys(todo))
+        if self.todo:
+            self.feeder = threading.Thread(target=self._feed, name="offline-compiles", daemon=True)
+            self.feeder.start()
 
     def rows(self, wanted) -> list[dict]:
-        self.submit(wanted)
         out = []
         for c in wanted:
-            try:
-                out.append(self.futures[c].result())
-            except Exception as e:
-                raise AssertionError(f"the offline compile of {c} failed: {type(e).__name__}: {e}") from e
+            while not (self._file(c, ".json").exists() or self._file(c, ".err").exists()):
+                if (self.feeder is None or not self.feeder.is_alive()) and self._take(c):  # none left to take it
+                    with ProcessPoolExecutor(1, mp_context=multiprocessing.get_context("spawn"),
+                                             initializer=_child_start, initargs=(self.path, cache_dir())) as one:
+                        self._write(c, one.submit(compile_row, c))
+                time.sleep(0.1)
+            if self._file(c, ".err").exists():
+                raise AssertionError(f"the offline compile of {c} failed: {self._file(c, '.err').read_text()}")
+            out.append(json.loads(self._file(c, ".json").read_text()))
         return out
 
     def close(self) -> None:
-        if self.executor is not None:
-            self.executor.shutdown(wait=False, cancel_futures=True)
+        """At the end of this process's tests: go on taking compiles until none is left (another process's tests may
+        be waiting for them, and this one's cores are free now)."""
+        if self.feeder is not None:
+            self.feeder.join()

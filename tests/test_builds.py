@@ -333,8 +333,8 @@ def test_rows_only_the_launcher_knows_are_aligned_give_the_same_result(name, N, 
 
 
 def test_s_and_p_rows_start_on_lines():
-    """scores_buffer: rows of whole 128-byte lines (N = 3000's 6000-byte rows halved P's TMA store rate, PERFORMANCE.md
-    v50), the same N × N elements; contiguous wherever N · itemsize is already a multiple of 128."""
+    """scores_buffer: rows of whole 128-byte lines (N = 3000's 6000-byte rows halved P's TMA store rate), the same
+    N × N elements; contiguous wherever N · itemsize is already a multiple of 128."""
     def layout(N, dtype):
         x = launch.scores_buffer(_spec(N, dtype))
         return tuple(x.shape[2:]), x.stride(), x.is_contiguous()
@@ -359,8 +359,8 @@ def test_padding_past_the_rows_last_vector_is_never_written_and_its_last_vector_
     """Each S and P a build allocates is NaN throughout, padding included, before its kernels run: O must still be
     accurate, and the padding must still be NaN afterwards past the 16-byte vector that holds a row's last element.
     That vector the kernels read and write to its end where N × element size is not a multiple of 16 bytes
-    (launch.rows_pad, v55: N = 100 in fp16, 37 in bf16, 99 in fp32), so that they move whole vectors: its columns
-    past N must hold -inf in S and 0 in P, which the PV kernel reads as it lies (v56: layout.padded_view); where rows
+    (launch.rows_pad: N = 100 in fp16, 37 in bf16, 99 in fp32), so that they move whole vectors: its columns
+    past N must hold -inf in S and 0 in P, which the PV kernel reads as it lies (layout.padded_view); where rows
     end on a vector nothing past N is written."""
     made, real = [], launch.scores_buffer
 

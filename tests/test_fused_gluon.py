@@ -52,7 +52,7 @@ def test_a_persistent_program_s_items_cover_the_work_once(nprog, total):
 
 @pytest.mark.parametrize("n_blocks", [1, 2, 3, 4, 8, 16, 64])
 def test_pairs_of_causal_row_blocks_weigh_alike(n_blocks):
-    """v24: a head's row blocks in pair order (heaviest, lightest, …) are each block once, and for an even count
+    """A head's row blocks in pair order (heaviest, lightest, …) are each block once, and for an even count
     every pair of consecutive positions holds n_blocks + 1 key tiles (block r has r + 1), so programs taking pairs
     carry equal loads."""
     order = [common.pair_order.fn(pos, n_blocks) for pos in range(n_blocks)]
@@ -181,7 +181,7 @@ def test_gluon_tiles_refuse_what_the_kernel_cannot_do(hopper_dispatch):
 
 def test_rows_name_the_fused_kernel_from_their_recorded_tiles():
     assert schema.kernel_label('{"fused": {"BLOCK_M": 64, "gluon": true}}') == "gluon"
-    assert schema.kernel_label('{"fused": {"BLOCK_M": 128, "paired": true}}') == "triton"  # rows from before v10
+    assert schema.kernel_label('{"fused": {"BLOCK_M": 128, "paired": true}}') == "triton"  # rows from before the Gluon kernel
     assert schema.kernel_label('{"qk_softmax": {}, "pv": {}}') == "" and schema.kernel_label(float("nan")) == ""
 
 
@@ -242,7 +242,7 @@ def test_a_persistent_launch_has_one_program_an_sm_and_counts_every_item(gluon_l
 
 
 def test_o_by_tma_only_where_persistent_asked_for_and_there_is_room():
-    """Tiles.o_tma (v22): the persistent kernel's own O tiles (2 × 16 KiB at D = 128) fit beside Q, the K/V ring and a
+    """Tiles.o_tma: the persistent kernel's own O tiles (2 × 16 KiB at D = 128) fit beside Q, the K/V ring and a
     1-byte mask ring (224 KiB of 227), not beside a 2-byte one (256); the one-item kernel has O go out through Q's
     buffer anyway, and without o_tma the persistent kernel keeps its plain stores."""
     t = config.Tiles(64, 128, 4, 2, gluon=True, mask_tma=True, persistent=True, o_tma=True)
@@ -274,7 +274,7 @@ def test_the_persistent_kernel_with_o_by_tma_compiles_within_limits(offline):
 @pytest.mark.parametrize("causal,N", [(False, 512), (True, 512), (True, 2048)])
 @pytest.mark.parametrize("D", [128, 64])
 def test_rows_record_the_o_store_path_the_launch_takes(monkeypatch, gluon_launches, D, causal, N):
-    """Lab guard (v22): the zero_mask ablation's 2-byte mask by TMA leaves no room for O's own tiles at D = 128 with
+    """Lab guard: the zero_mask ablation's 2-byte mask by TMA leaves no room for O's own tiles at D = 128 with
     two consumers a program, so there O goes out by plain stores while fused stores it by TMA; a one-consumer program
     (causal at short N: config.SHORT) has room in its half of the SM. The row's tiles must say what the launch ran
     (the ablation report then notes the different tiles), here checked against the kernel's O_TMA, ROWS and
@@ -326,7 +326,7 @@ def test_the_fused_build_takes_a_short_entry_below_its_bound_only(monkeypatch, g
 
 
 def test_one_consumer_programs_launch_an_item_of_block_m_rows_and_two_fit_an_sm(gluon_launches):
-    """Tiles.one_consumer (v23): a program is one consumer warpgroup and the loader (8 warps at
+    """Tiles.one_consumer: a program is one consumer warpgroup and the loader (8 warps at
     launch), so its items are BLOCK_M rows and its launch asks for 128 registers a thread: two programs fill an SM's
     64 Ki. Persistent, the grid is then two programs an SM."""
     B, H, N, D = 2, 16, 1000, 128

@@ -76,7 +76,7 @@ def test_forced_gluon_pv_tiles_refuse_a_case_the_kernel_cannot_compile(pv_dispat
 
 
 def test_the_rows_record_the_pv_kernel_that_ran(pv_dispatch):
-    """tile_config names the PV tiles the launch uses: the forced Gluon entry at every N, N % 8 ≠ 0 too (v54), and
+    """tile_config names the PV tiles the launch uses: the forced Gluon entry at every N, N % 8 ≠ 0 too, and
     the Triton one where the forced tiles are Triton's."""
     from attnlab.validate import check
 

@@ -43,12 +43,15 @@ def _inputs(N, D=128, dtype=torch.bfloat16):
     return [torch.randn(1, 2, N, D, dtype=dtype) for _ in range(3)]
 
 
-@pytest.mark.parametrize("N,kernel", [(1024, "gluon"), (3000, "gluon"), (1000, "gluon"), (512, "gluon"),
-                                      (504, "triton"), (1020, "gluon"), (2999, "gluon"), (1, "triton")])
-def test_the_build_and_all_its_ablations_run_one_p_kernel(hopper_dispatch, N, kernel):
+MIN_N = qk_softmax_gluon.MIN_N
+
+
+@pytest.mark.parametrize("N", [1, MIN_N - 8, MIN_N - 1, MIN_N, MIN_N + 1, 1000, 1020, 1024, 2999, 3000])
+def test_the_build_and_all_its_ablations_run_one_p_kernel(hopper_dispatch, N):
     """Lab guard: no_softmax, no_pv and zero_mask savings are differences against `qk_softmax`, so a mask or an
-    ablation flag never moves a call to the other P kernel. N decides it (below MIN_N = 512 the Triton kernel is
-    faster; from it on the Gluon kernel runs at any N, N % 8 ≠ 0 too since v54), for every variant alike."""
+    ablation flag never moves a call to the other P kernel. N decides it (below MIN_N the Triton kernel is faster;
+    from it on the Gluon kernel runs at any N, N % 8 ≠ 0 too), for every variant alike."""
+    kernel = "gluon" if N >= MIN_N else "triton"
     if not config.interpreting():
         pytest.skip("CPU tensors reach the launcher only under the interpreter")
     q, k, v = _inputs(N)
@@ -61,7 +64,7 @@ def test_the_build_and_all_its_ablations_run_one_p_kernel(hopper_dispatch, N, ke
     assert {c[0] for c in hopper_dispatch} == {kernel}
     assert [c[1:3] for c in hopper_dispatch] == [(0, False), (0, True), (0, False), (2, False), (1, False)]
     assert recorded["gluon"] is (kernel == "gluon")  # the row says which kernel wrote P
-    if kernel == "gluon":  # the same tiles, but for how a mask comes in: by TMA where it can (v30)
+    if kernel == "gluon":  # the same tiles, but for how a mask comes in: by TMA where it can
         assert [c[3] for c in hopper_dispatch[:3]] == [GLUON_TILES] * 3
         # the masks are the caller's unpadded (N, N) tensors: their rows are 16-byte aligned, so TMA reads them, only
         # where N % 8 == 0 (the additive 2-byte mask) and N % 16 == 0 (the boolean one); else the consumers load them
@@ -81,7 +84,7 @@ def test_a_fixed_reference_hands_its_flags_to_the_triton_kernels_rewrite(hopper_
     with config.forced("qk_softmax", fixed):
         for ablation, m in ((None, None), (None, mask), ("no_softmax", None)):
             launch.qk_softmax(q, k, v, causal=False, ablation=ablation, attn_mask=m)
-    # written straight with those tiles and a mask (the build's masked call runs without them: as_run, v42)
+    # written straight with those tiles and a mask (the build's masked call runs without them: as_run)
     launch.write_p(launch._prepare(q, k, v, False, mask, None, None), torch.empty(1, 2, 1024, 1024, dtype=q.dtype),
                    fixed)
     assert [c[:3] for c in hopper_dispatch] == [("gluon", 0, False), ("triton", 0, False), ("gluon", 2, False),
@@ -268,7 +271,7 @@ def test_a_p_whose_rows_tma_cannot_reach_is_one_clear_error():
 def test_p_is_stored_through_its_rows_padding_where_the_pv_kernel_reads_it(monkeypatch, N, one_pass, width):
     """Where a row of P ends inside a 16-byte vector (launch.rows_pad), both Gluon P kernels store P through a
     descriptor over layout.padded_view, so that the vector's columns past N get the kernel's 0 (its keys there are
-    masked): the Triton PV kernel reads them as they lie (v56). Elsewhere the descriptor is exactly N wide."""
+    masked): the Triton PV kernel reads them as they lie. Elsewhere the descriptor is exactly N wide."""
     from attnlab.triton.hopper import qk_softmax_row
 
     widths = []
@@ -291,10 +294,11 @@ def test_p_is_stored_through_its_rows_padding_where_the_pv_kernel_reads_it(monke
 
 
 def test_the_sequence_lengths_the_kernel_takes():
-    """From MIN_N = 512 on (session 13: the Gluon kernel faster there), at any N: scores_buffer's rows start on
-    128-byte lines, so TMA stores P's rows at N % 8 ≠ 0 too (v54)."""
-    assert [n for n in (1, 8, 504, 511, 512, 513, 1000, 1020, 1024, 1028, 2999, 3000, 4096)
-            if qk_softmax_gluon.takes(n)] == [512, 513, 1000, 1020, 1024, 1028, 2999, 3000, 4096]
+    """Every N from one bound on and none below (where the Triton kernel is faster), N % 8 ≠ 0 too: scores_buffer's
+    rows start on 128-byte lines, so TMA stores P's rows at any N."""
+    taken = [qk_softmax_gluon.takes(n) for n in range(1, 5000)]
+    assert taken == sorted(taken) and any(taken) and not taken[0]
+    assert all(qk_softmax_gluon.takes(n) for n in range(taken.index(True) + 1, 5000, 7))
 
 
 @pytest.mark.parametrize("offline", [
@@ -358,7 +362,7 @@ TWO_S3 = config.Tiles(64, 128, 4, 3, gluon=True)
     (config.Tiles(64, 128, 4, 2, gluon=True, persistent=True, one_consumer=True), 128, torch.bfloat16, None),
 ])
 def test_as_run_brings_a_mask_by_tma_in_the_stages_that_fit(tiles, D, mask_dtype, stages):
-    """qk_softmax_gluon.as_run (v30): the most stages (up to the entry's) whose K and mask rings fit beside Q and the
+    """qk_softmax_gluon.as_run: the most stages (up to the entry's) whose K and mask rings fit beside Q and the
     P buffers; None: not even 2 fit, so the consumers load the mask and the entry runs one item a program. A mask
     TMA cannot read (rows not 16-byte aligned) takes the consumers' loads too; no mask leaves the tiles alone."""
     N = 1024
@@ -373,9 +377,9 @@ def test_as_run_brings_a_mask_by_tma_in_the_stages_that_fit(tiles, D, mask_dtype
     ragged = torch.empty(1000, 1000, dtype=torch.uint8, device="meta").expand(2, 16, 1000, 1000)
     assert qk_softmax_gluon.as_run(tiles, ragged, D, 2) == replace(tiles, mask_tma=False, persistent=False)
     assert qk_softmax_gluon.as_run(tiles, None, D, 2) == tiles
-    v42 = replace(tiles, q_registers=True, fixed_reference=True)  # measured unmasked only: a mask drops them
-    assert qk_softmax_gluon.as_run(v42, mask, D, 2) == ran
-    assert qk_softmax_gluon.as_run(v42, None, D, 2) == v42
+    fixed = replace(tiles, q_registers=True, fixed_reference=True)  # measured unmasked only: a mask drops them
+    assert qk_softmax_gluon.as_run(fixed, mask, D, 2) == ran
+    assert qk_softmax_gluon.as_run(fixed, None, D, 2) == fixed
 
 
 @pytest.mark.parametrize("offline", [

@@ -58,7 +58,7 @@ def test_bad_flags_are_one_clear_error(capsys):
 
 
 def test_ptxas_report_is_read_including_the_wgmma_serialisation_advisory():
-    """The advisory that explained the slow causal paired kernel (PERFORMANCE.md v8) must come out as a flag."""
+    """The advisory that explained the slow causal paired kernel must come out as a flag."""
     report = """ptxas info    : (C7515) Potential Performance Loss: wgmma.mma_async instructions are serialized due to non
 wgmma instructions defining accumulator registers of a wgmma between start and end of the pipeline stage in the
 function 'fused_kernel'
@@ -67,7 +67,7 @@ ptxas info    : 136 bytes spill stores, 188 bytes spill loads"""
     assert resources.read_ptxas(report) == dict(registers=255, stack_bytes=88, spill_stores=136, spill_loads=188,
                                                 wgmma_serialised=True)
     assert resources.read_ptxas("ptxas info    : Used 126 registers")["wgmma_serialised"] is False
-    # the other wording (a register of an in-flight matmul read: the first qk_softmax Gluon kernel, PERFORMANCE.md v12)
+    # the other wording (a register of an in-flight matmul read: the first qk_softmax Gluon kernel)
     c7514 = """ptxas info    : (C7514) Potential Performance Loss: wgmma.mma_async instructions are serialized due to non
 wgmma instructions reading accumulator registers of  a wgmma between start and end of the pipeline stage"""
     assert resources.read_ptxas(c7514)["wgmma_serialised"] is True
