@@ -31,8 +31,11 @@ run: $(STAMP)
 lab: $(STAMP)
 	JUPYTER_PREFER_ENV_PATH=1 $(BIN)/jupyter lab notebooks/
 
+# Two test processes (pytest-xdist); the sm_90a compiles the tests read run beside them, each once, shared out among
+# the processes (tests/offline.py).
+TEST_JOBS ?= 2
 test: $(STAMP)
-	TRITON_INTERPRET=1 $(BIN)/python -m pytest -q -p no:cacheprovider tests
+	TRITON_INTERPRET=1 $(BIN)/python -m pytest -q -p no:cacheprovider -n $(TEST_JOBS) tests
 
 clean:
 	rm -rf $(VENV) *.egg-info

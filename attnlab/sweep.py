@@ -19,8 +19,9 @@ Params keys (defaults in DEFAULTS; every other key is required):
     out_dir       where results go (the --out flag wins); default outputs/<device>/<timestamp>
 
 Every finished row is appended to results.csv at once as one whole line, flushed and fsync'd, so a crash loses no
-finished row; re-running with the same out_dir measures only the cases whose case_id is not there yet (a partial
-last line, from a crash mid-write, is dropped first). A case that runs out of memory is an 'oom' row and one that
+finished row; re-running with the same out_dir and the same params measures only the cases whose case_id is not there
+yet (a partial last line, from a crash mid-write, is dropped first). A resume on another device, or with other params
+(but out_dir), is refused before anything is written: the rows and provenance.json describe one run. A case that runs out of memory is an 'oom' row and one that
 raises is an 'error' row (attnlab.measure); the sweep frees memory and goes on. Bad params raise ParamsError
 before anything is written.
 """
@@ -370,6 +371,10 @@ def run(params, out_dir=None, *, progress: bool = True) -> pd.DataFrame:
     if prov and prov.get("device", {}).get("name") not in (None, name):  # before _repair: refuse, write nothing
         raise ParamsError("out_dir", str(out), f"holds a run measured on {prov['device']['name']!r}, this is "
                                                f"{name!r}: use another out_dir")
+    changed = _changed_params(prov.get("params"), p)
+    if changed:
+        raise ParamsError("out_dir", str(out), f"holds a run measured with other params ({changed}): resume it with "
+                                               "the params it was started with, or use another out_dir")
     _repair(results)
     cases = grid(p, device)
     todo = [c for c in cases if c.case_id not in done]
@@ -413,6 +418,22 @@ def run(params, out_dir=None, *, progress: bool = True) -> pd.DataFrame:
     df = read_results(results)
     df.attrs["out_dir"] = str(out)
     return df
+
+
+RESUMABLE = ("out_dir",)  # params a resumed run may change: where it is written, not what its rows measured
+
+
+def _changed_params(before: dict | None, now: dict) -> str:
+    """'' when `now` (validated params) measures what `before` (the run's provenance params) did, else each params
+    key that differs with its value then and now, as one phrase. A run's rows and its provenance describe one set of
+    params: a resume with others would append rows measured differently, or cases the provenance does not list."""
+    if not before:
+        return ""
+    now = json.loads(json.dumps(now, default=str))  # as provenance.json holds them
+    keys = [k for k in dict.fromkeys([*before, *now]) if k not in RESUMABLE]
+    diffs = [f"{k}: {before.get(k, DEFAULTS.get(k))!r} then, {now.get(k, DEFAULTS.get(k))!r} now" for k in keys
+             if before.get(k, DEFAULTS.get(k)) != now.get(k, DEFAULTS.get(k))]
+    return "; ".join(diffs)
 
 
 def _clocks(device: str) -> dict:

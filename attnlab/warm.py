@@ -93,7 +93,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--part", default=None, help="K/J: run child K of J (what --jobs starts)")
     try:
         args = ap.parse_args(argv)
-    except SystemExit as e:  # --help (0) and usage errors (2), as a return code
+    except SystemExit as e:  # --help (0) and usage errors (2), as a return code, as gate and bench give them
         return int(e.code or 0)
     if args.jobs < 1:
         print(f"attnlab warm: error: --jobs must be a whole number >= 1, got {args.jobs}", file=sys.stderr)

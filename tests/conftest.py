@@ -11,6 +11,9 @@ import pytest  # noqa: E402
 import torch  # noqa: E402
 
 from attnlab.triton import config  # noqa: E402
+from tests.offline import Pool  # noqa: E402
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # this checkout: the attnlab under test
 
 
 def rand_qkv(B=1, H=2, Hkv=None, N=64, D=64, dtype=torch.float32, seed=0, device="cpu"):
@@ -24,13 +27,42 @@ def rand_qkv(B=1, H=2, Hkv=None, N=64, D=64, dtype=torch.float32, seed=0, device
 
 
 def offline_compile(*args: str, timeout: int = 600) -> list[dict]:
-    """The rows of `python -m attnlab.triton.resources --json ARGS`: our kernels compiled for sm_90a in a child process
-    (this one has them loaded for the interpreter; the child restarts itself with TRITON_INTERPRET=0), as a user's
-    command runs it."""
+    """The rows of `python -m attnlab.triton.resources --json ARGS`, run as a user's command runs: in a child process
+    that restarts itself with TRITON_INTERPRET=0 (this one has our kernels loaded for the interpreter). Tests of the
+    kernels' resources read their rows from the `offline` fixture instead (one compile per configuration a session,
+    in parallel); this is for the command itself."""
+    env = {**os.environ, "TRITON_INTERPRET": "1", "PYTHONPATH": os.pathsep.join([ROOT, os.environ.get("PYTHONPATH", "")])}
     out = subprocess.run([sys.executable, "-m", "attnlab.triton.resources", "--json", *args], capture_output=True,
-                         text=True, timeout=timeout, env={**os.environ, "TRITON_INTERPRET": "1"})
+                         text=True, timeout=timeout, env=env)
     assert out.returncode == 0, out.stderr[-2000:]
     return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def _declared(item):
+    """The compiles a collected test declares: the parameter of its `offline` fixture (tests/offline.py)."""
+    callspec = getattr(item, "callspec", None)
+    return callspec.params.get("offline", ()) if callspec else ()
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _compile_pool(request, tmp_path_factory):
+    """The session's offline compiles (tests/offline.py), started before its first test: every compile the selected
+    tests declare, in test order, shared among pytest-xdist's workers through their common temporary folder."""
+    base = tmp_path_factory.getbasetemp()
+    workers = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))
+    shared = (base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base) / "offline-compiles"
+    shared.mkdir(exist_ok=True)
+    pool = Pool([ROOT], shared, (os.cpu_count() or 1) // workers)
+    pool.start(c for item in request.session.items for c in _declared(item))
+    yield pool
+    pool.close()
+
+
+@pytest.fixture
+def offline(request, _compile_pool):
+    """The rows of the compiles the test declares as this fixture's parameter (tests/offline.compiles), each row what
+    `python -m attnlab.triton.resources --json` prints for it."""
+    return _compile_pool.rows(request.param)
 
 
 class KernelStandIn:

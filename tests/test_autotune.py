@@ -170,7 +170,7 @@ def test_the_table_entry_stays_unless_beaten_by_more_than_noise():
 
 
 def test_a_challenger_that_wins_the_score_at_short_n_only_goes_to_short():
-    """Session 12's case: a candidate 9 % faster at N = 1024 but 4 % slower at the sweep's longest N would win the
+    """A case the sweep met: a candidate 9 % faster at N = 1024 but 4 % slower at the sweep's longest N would win the
     geometric-mean score; the incumbent keeps the table and the challenger serves the short N as a SHORT entry.
     Faster or within TIE at the longest N, it takes the table."""
     def picks(at_longest):
@@ -212,7 +212,7 @@ def test_the_winner_is_scored_from_short_n_up_and_a_short_entry_needs_a_clear_ga
 
 
 def test_a_short_entry_serves_up_to_the_last_n_it_wins_at_clearly():
-    """Session 11's case (D = 64 causal): one candidate wins by more than SHORT_GAIN at 512 and 1024 but by 1 % at
+    """A case the sweep met (D = 64 causal): one candidate wins by more than SHORT_GAIN at 512 and 1024 but by 1 % at
     2048, where the key's winner is chosen too: its entry serves below the middle of 1024 and 2048. One that wins
     clearly at 512 only (D = 128: a tie at 1024) serves below the middle of 512 and 1024. The short entry is the best
     over the N it serves, not at the smallest alone; and the largest N is the winner's alone."""
@@ -271,7 +271,7 @@ def test_short_entries_serve_below_their_bound_are_forced_away_and_follow_an_ove
 
 
 def test_a_one_pass_candidate_competes_for_the_short_entry_alone_and_serves_only_where_its_row_fits():
-    """v40 (session 22): a one-pass candidate (Tiles.one_pass) runs its own kernel only up to qk_softmax_row.ROW_MAX
+    """A one-pass candidate (Tiles.one_pass) runs its own kernel only up to qk_softmax_row.ROW_MAX
     and the two-pass kernel beyond, so it never takes a key's table entry, even when it is fastest at every N (its
     times past ROW_MAX are another kernel's); it takes the short entry where it beats the winner clearly, below
     ROW_MAX + 1 at most (the geometric middle of 1024 and 2048, 1448, would send N = 1032 to a two-pass kernel the

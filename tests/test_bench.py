@@ -202,7 +202,7 @@ def test_a_peak_pass_out_of_memory_keeps_the_measured_time(monkeypatch):
 
 
 def test_repeats_time_each_case_in_fresh_graphs_and_report_their_median_and_range(monkeypatch):
-    """`attnlab bench --repeats k` (PERFORMANCE.md Next 5: one graph's time carries 2–7 %): k captures, each timed
+    """`attnlab bench --repeats k` (one graph's time carries 2–7 %): k captures, each timed
     alone and freed before the next; ms is the median of the k times, ms_min and ms_max their range; the ratio table
     then gives qk_softmax over its floor at both ends. k < 1 is one clear error."""
     from attnlab import builds, measure

@@ -21,11 +21,34 @@ def test_forced_tiles_apply_inside_the_block_and_restore_after():
     assert launch._lookup("fused", spec) == before
 
 
-def test_table_lookup_by_family_head_dim_and_dtype():
-    cpu = torch.device("cpu")
-    assert config.family(cpu) == "interpreter"
-    assert config.tiles("fused", cpu, 80, False, torch.bfloat16) == config.TABLE[("fused", "interpreter", "any", "any", "any")]
+def test_the_cpu_is_the_interpreter_family_and_head_dims_round_up_to_a_power_of_two():
+    assert config.family(torch.device("cpu")) == "interpreter"
     assert config.head_dim_bucket(80) == 128 and config.head_dim_bucket(8) == 16 and config.head_dim_bucket(64) == 64
+    assert all(config.head_dim_bucket(d) >= max(d, 16) for d in range(1, 257))
+
+
+HEAD_DIMS = (1, 8, 16, 17, 32, 33, 48, 63, 64, 65, 80, 96, 127, 128, 129, 192, 255, 256)
+
+
+@pytest.mark.parametrize("kernel", ["fused", "qk_softmax", "scores", "pv"])
+def test_every_supported_case_finds_tiles_its_kernel_takes(kernel):
+    """Whatever the tables hold: every family (the interpreter, any sm80+ GPU), head dim 1…256, causal or not, dtype
+    size and N finds an entry; its blocks are powers of two of at least 16 rows (tl.dot's smallest), 4 or 8 warps
+    (one warpgroup a Gluon partition), at least 2 stages; the Triton fused kernel's BLOCK_M a multiple of its BLOCK_N
+    (its launcher refuses others); a Gluon entry only on sm90, for 16-bit D = 64 or 128."""
+    from attnlab.triton.hopper import common
+
+    for fam in ("interpreter", "sm80", "sm86", "sm89", "sm90", "sm100", "sm120"):
+        for D in HEAD_DIMS:
+            for causal in (False, True):
+                for dtype in (torch.float32, torch.float16, torch.bfloat16):
+                    for N in (None, 1, 500, 512, 1024, 4096, 65536):
+                        t = config.lookup(kernel, fam, D, causal, dtype.itemsize, N=N)
+                        case = (kernel, fam, D, causal, dtype, N, t)
+                        assert all(b >= 16 and b & (b - 1) == 0 for b in (t.BLOCK_M, t.BLOCK_N)), case
+                        assert t.num_warps in (4, 8) and t.num_stages >= 2, case
+                        assert kernel != "fused" or t.gluon or t.BLOCK_M % t.BLOCK_N == 0, case
+                        assert not t.gluon or (fam == "sm90" and common.compiles_for(dtype, D)), case
 
 
 def test_tile_config_is_recorded_per_kernel():
@@ -71,19 +94,20 @@ def test_heavy_first_launch_order_gives_the_same_output():
 
 def test_paired_rows_give_the_same_output_as_single_blocks():
     """The paired loop (two row blocks per program over shared K/V tiles) against the single-block loop on the same
-    tile sizes: rows past N in the second block (N = 50 is no multiple of 2·16), causal and not, a boolean mask, GQA,
+    tile sizes: rows past N in the second block (N = 50 is no multiple of 2·32; a block's diagonal spans two key
+    tiles), causal and not, a boolean mask, GQA,
     both ablations that change the loop's body; every element written."""
-    q, k, v = rand_qkv(B=1, H=4, Hkv=2, N=50, D=16, dtype=torch.float32, seed=5)
+    q, k, v = rand_qkv(B=1, H=2, Hkv=1, N=50, D=16, dtype=torch.float32, seed=5)
     mask = torch.randn(50, 50, generator=torch.Generator().manual_seed(7)) > -1.0
     mask[20] = False  # one row with no key at all: zeros, in both loops, causal or not
     for causal in (False, True):
         for attn_mask in (None, mask):
             for ablation in (None, "no_softmax", "no_pv"):
                 kw = dict(causal=causal, attn_mask=attn_mask, ablation=ablation)
-                with config.forced("fused", config.Tiles(16, 8)):
+                with config.forced("fused", config.Tiles(32, 16)):
                     single = launch.fused(q, k, v, **kw)
-                for paired_tiles in (config.Tiles(16, 8, paired=True), config.Tiles(16, 8, heavy_first=True,
-                                                                                    paired=True)):
+                for paired_tiles in (config.Tiles(32, 16, paired=True), config.Tiles(32, 16, heavy_first=True,
+                                                                                     paired=True)):
                     with config.forced("fused", paired_tiles):
                         paired = launch.fused(q, k, v, out=torch.full_like(q, float("nan")), **kw)
                     assert not torch.isnan(paired).any()

@@ -14,31 +14,26 @@ from attnlab import schema
 from attnlab.triton import config, launch
 from attnlab.triton.hopper import common
 from attnlab.triton.hopper import fused as fused_gluon
-from tests.conftest import KernelStandIn, offline_compile
+from attnlab.triton.resources import parse_tiles
+from tests.conftest import KernelStandIn
+from tests.offline import compiles
 
 
-@pytest.mark.parametrize("D,dtype,causal,gluon", [
-    (128, torch.bfloat16, False, True), (128, torch.float16, True, True),
-    (96, torch.bfloat16, False, False),  # same bucket, not D = 128: the Triton kernel (no padding in TMA boxes)
-    (80, torch.bfloat16, True, False),
-    (64, torch.bfloat16, True, True),  # D = 64 causal: persistent, items in heavy/light pairs (v24)
-    (64, torch.bfloat16, False, True),  # D = 64 non-causal: the persistent Gluon kernel (v18)
-    (128, torch.float32, False, False),  # fp32: the IEEE dot path, Triton only
-])
-def test_which_calls_take_the_gluon_kernel_on_hopper(D, dtype, causal, gluon):
-    t = config.lookup("fused", "sm90", D, causal, dtype.itemsize)
-    short = config.lookup("fused", "sm90", D, causal, dtype.itemsize, N=512)
-    assert t.gluon is gluon
-    if gluon:
-        assert t.heavy_first is causal and (t.BLOCK_M, t.BLOCK_N, t.num_warps) == (64, 128, 4)
-        assert t.persistent and t.o_tma  # v18, v22; causal too since v24's pair order
-        # at short N a causal call takes one consumer a program, two programs an SM (v23, v24; session 11: 64-wide
-        # key tiles at D = 128, 128-wide at D = 64)
-        assert short == (replace(t, BLOCK_N=64 if D == 128 else 128, one_consumer=True) if causal else t)
-    else:
-        assert short == t
-    assert not config.lookup("fused", "sm80", D, causal, dtype.itemsize).gluon  # TMA/wgmma: Hopper only
-    assert not config.lookup("fused", "interpreter", D, causal, dtype.itemsize).gluon
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16, torch.float32])
+@pytest.mark.parametrize("D", [64, 80, 96, 128])
+def test_only_calls_the_gluon_kernel_compiles_for_take_it_on_hopper(D, dtype):
+    """Whatever the table holds: a Gluon entry serves only 16-bit D = 64 or 128 (its TMA boxes are exactly D wide,
+    its matmuls wgmma), at every N, causal or not; no other GPU family and not the interpreter ever gets one; a
+    short-N entry is the TABLE entry's from the first N at or above its bound on."""
+    for causal in (False, True):
+        entry = config.lookup("fused", "sm90", D, causal, dtype.itemsize)
+        for N in (1, 64, 512, 723, 724, 1447, 1448, 4096, 16384):
+            t = config.lookup("fused", "sm90", D, causal, dtype.itemsize, N=N)
+            assert not t.gluon or common.compiles_for(dtype, D), (D, dtype, causal, N, t)
+            short = [below for key, (tiles, below) in config.SHORT.items() if key[0] == "fused" and tiles == t]
+            assert t == entry or any(N < below for below in short), (D, causal, N, t)
+        assert not config.lookup("fused", "sm80", D, causal, dtype.itemsize).gluon  # TMA/wgmma: Hopper only
+        assert not config.lookup("fused", "interpreter", D, causal, dtype.itemsize).gluon
 
 
 @pytest.mark.parametrize("nprog", [1, 3, 132, 264])
@@ -57,7 +52,7 @@ def test_a_persistent_program_s_items_cover_the_work_once(nprog, total):
 
 @pytest.mark.parametrize("n_blocks", [1, 2, 3, 4, 8, 16, 64])
 def test_pairs_of_causal_row_blocks_weigh_alike(n_blocks):
-    """v24: a head's row blocks in pair order (heaviest, lightest, …) are each block once, and for an even count
+    """A head's row blocks in pair order (heaviest, lightest, …) are each block once, and for an even count
     every pair of consecutive positions holds n_blocks + 1 key tiles (block r has r + 1), so programs taking pairs
     carry equal loads."""
     order = [common.pair_order.fn(pos, n_blocks) for pos in range(n_blocks)]
@@ -103,12 +98,14 @@ def hopper_dispatch(monkeypatch):
     return calls
 
 
-@pytest.mark.parametrize("D,kernel", [(128, "gluon"), (64, "gluon"), (96, "triton")])
-def test_a_fused_build_and_all_its_ablations_run_one_kernel(hopper_dispatch, D, kernel):
+@pytest.mark.parametrize("D", [128, 64, 96])
+def test_a_fused_build_and_all_its_ablations_run_one_kernel(hopper_dispatch, D):
     """Lab guard: the ablations' savings are differences against `fused`, so no_softmax, no_pv and zero_mask must
-    run the kernel the build runs (a mask or an ablation flag never moves a call to the other kernel)."""
+    run the kernel the build runs (a mask or an ablation flag never moves a call to the other kernel): the one the
+    table names for the call."""
     if not config.interpreting():
         pytest.skip("CPU tensors reach the launcher only under the interpreter")
+    kernel = "gluon" if config.lookup("fused", "sm90", D, True, 2, N=64).gluon else "triton"
     q, k, v = (torch.randn(1, 2, 64, D, dtype=torch.bfloat16) for _ in range(3))
     zero = torch.zeros(64, 64, dtype=torch.bfloat16)
     for ablation, mask in ((None, None), ("no_softmax", None), ("no_pv", None), (None, zero),
@@ -117,9 +114,8 @@ def test_a_fused_build_and_all_its_ablations_run_one_kernel(hopper_dispatch, D, 
     assert {c[0] for c in hopper_dispatch} == {kernel}
     assert [c[1:4] for c in hopper_dispatch] == [(0, False, False), (0, True, False), (0, False, True),
                                                  (2, False, False), (1, False, False)]
-    if kernel == "gluon":  # N = 64: the short-N entry (one consumer a program), for the build and every ablation
+    if kernel == "gluon":  # N = 64: the entry for the call's N, for the build and every ablation
         assert all(c[4] == config.lookup("fused", "sm90", D, True, 2, N=64) for c in hopper_dispatch)
-        assert hopper_dispatch[0][4].one_consumer
 
 
 def test_tma_takes_strided_views_and_copies_only_what_it_cannot_read():
@@ -131,36 +127,42 @@ def test_tma_takes_strided_views_and_copies_only_what_it_cannot_read():
     assert fixed is not odd and fixed.data_ptr() % 16 == 0 and torch.equal(fixed, odd)
 
 
-@pytest.mark.parametrize("flags", [None, "NO_PV=1", "NO_SOFTMAX=1"])
-def test_every_variant_of_the_gluon_kernel_compiles_for_sm90_within_limits(flags):
-    """D 64 and 128, causal and not, no mask / boolean / additive, one program a work item or persistent: fits shared
-    memory, matmuls asynchronous. Spills (ptxas, offline): none without a mask (the benchmark's path) except the
-    persistent kernel's no_softmax ablation; with a mask a few hundred bytes (the mask tile's 64-bit pointers; it
-    costs the zero_mask ablation a little: PERFORMANCE.md v10, v18)."""
-    rows = offline_compile("--kernels", "fused", "--head-dims", "64,128", "--causal", "0,1", "--masks", "0,1,2",
-                           "--tiles", "64x128w4s2hg,64x128w4s2hgc", *(["--flags", flags] if flags else []))
-    assert len(rows) == 24 and {r["tiles"] for r in rows} == {"64x128w4s2hg", "64x128w4s2hgc"}  # c: persistent
-    # (persistent causal with heavy_first: the pair order of v24)
+VARIANTS = ("64x128w4s2hg", "64x128w4s2hgc")  # one item a program, persistent; the consumers load the mask
+
+
+@pytest.mark.parametrize("offline", [
+    compiles("fused", D=(64, 128), causal=(0, 1), masks=(0, 1, 2), tiles=VARIANTS),
+    compiles("fused", D=(64, 128), causal=(0, 1), tiles=VARIANTS, flags={"NO_PV": True}),
+    compiles("fused", D=(64, 128), causal=(0, 1), tiles=VARIANTS, flags={"NO_SOFTMAX": True}),
+], ids=["build", "NO_PV", "NO_SOFTMAX"], indirect=True)
+def test_every_variant_of_the_gluon_kernel_compiles_for_sm90_within_limits(offline):
+    """D 64 and 128, causal and not, one program a work item or persistent, the build with no mask / a boolean one /
+    an additive one, and its ablations as the lab runs them (fused-no_softmax and fused-no_pv take no mask; the
+    zero_mask ablation is the build with a mask): fits shared memory, matmuls asynchronous. Spills (ptxas, offline):
+    none without a mask (the benchmark's path) except the persistent kernel's no_softmax ablation; with a mask a few
+    hundred bytes (the mask tile's 64-bit pointers; it costs the zero_mask ablation a little)."""
+    rows = offline
+    assert {r["tiles"] for r in rows} == set(VARIANTS)  # c: persistent
     for r in rows:
         assert r["fits"] and not r["wgmma_serialised"], r
         persistent = r["tiles"].endswith("c")
-        if not r["mask_kind"] and (flags != "NO_SOFTMAX=1" or not persistent):
+        if not r["mask_kind"] and (not r.get("NO_SOFTMAX") or not persistent):
             allowed = 0
-        elif not r["mask_kind"]:  # persistent no_softmax: 12–256 bytes (offline, v18), on that ablation's path only
+        elif not r["mask_kind"]:  # persistent no_softmax: 12–256 bytes, on that ablation's path only
             allowed = 256
-        elif persistent:  # with a mask: 536–700 bytes (offline, v18), the zero_mask ablation's and a user mask's path
+        elif persistent:  # with a mask: 536–700 bytes, the zero_mask ablation's and a user mask's path
             allowed = 704
-        else:  # 244 bytes at most before v18's work-item restructure; 260 since (causal, additive, no_softmax)
+        else:  # one item a program: at most 260 (causal, additive, no_softmax)
             allowed = 264
         assert r["spill_stores"] <= allowed, r
 
 
-def test_one_row_with_a_mask_compiles():
+@pytest.mark.parametrize("offline", [compiles("fused", D=128, causal=0, masks=(1, 2), tiles="64x128w4s2g", n=1)],
+                         indirect=True)
+def test_one_row_with_a_mask_compiles(offline):
     """N = 1 with a mask failed to compile on the H200 while Triton specialised N = 1 into a constant (Triton 3.6
     lowering error); the kernel now keeps N an argument."""
-    rows = offline_compile("--kernels", "fused", "--head-dims", "128", "--causal", "0", "--masks", "1,2", "--tiles",
-                           "64x128w4s2g", "--n", "1")
-    assert [r["mask_kind"] for r in rows] == [1, 2] and all(r["fits"] for r in rows)
+    assert [r["mask_kind"] for r in offline] == [1, 2] and all(r["fits"] for r in offline)
     # the offline compile specialises as the JIT would: N stays an argument because the kernel says so
     assert [p.name for p in fused_gluon.fused_gluon_kernel.params if p.do_not_specialize] == ["N"]
 
@@ -179,7 +181,7 @@ def test_gluon_tiles_refuse_what_the_kernel_cannot_do(hopper_dispatch):
 
 def test_rows_name_the_fused_kernel_from_their_recorded_tiles():
     assert schema.kernel_label('{"fused": {"BLOCK_M": 64, "gluon": true}}') == "gluon"
-    assert schema.kernel_label('{"fused": {"BLOCK_M": 128, "paired": true}}') == "triton"  # rows from before v10
+    assert schema.kernel_label('{"fused": {"BLOCK_M": 128, "paired": true}}') == "triton"  # rows from before the Gluon kernel
     assert schema.kernel_label('{"qk_softmax": {}, "pv": {}}') == "" and schema.kernel_label(float("nan")) == ""
 
 
@@ -202,16 +204,15 @@ def test_which_masks_tma_can_bring():
                                        128) is None  # 258-byte rows
 
 
-def test_the_mask_by_tma_variant_compiles_within_limits():
-    """v11 (not yet measured): with the mask tile in the ring beside K, D = 128 and a bf16 mask use 224 KiB of shared
-    memory (the limit is 227); fewer spills than the consumers' loads, matmuls asynchronous."""
-    rows = offline_compile("--kernels", "fused", "--head-dims", "64,128", "--causal", "0,1", "--masks", "1,2",
-                           "--tiles", "64x128w4s2hgm")
-    assert len(rows) == 8
-    for r in rows:
+@pytest.mark.parametrize("offline", [compiles("fused", D=(64, 128), causal=(0, 1), masks=(1, 2), tiles="64x128w4s2hgm")],
+                         indirect=True)
+def test_the_mask_by_tma_variant_compiles_within_limits(offline):
+    """With the mask tile in the ring beside K, D = 128 and a bf16 mask use 224 KiB of shared memory (the limit is
+    227); fewer spills than the consumers' loads, matmuls asynchronous."""
+    assert len(offline) == 8
+    for r in offline:
         assert r["fits"] and not r["wgmma_serialised"] and r["spill_stores"] <= 64, r
-    assert 224 <= max(r["smem_kib"] for r in rows) < 227
-
+    assert 224 <= max(r["smem_kib"] for r in offline) < 227
 
 
 @pytest.fixture
@@ -241,7 +242,7 @@ def test_a_persistent_launch_has_one_program_an_sm_and_counts_every_item(gluon_l
 
 
 def test_o_by_tma_only_where_persistent_asked_for_and_there_is_room():
-    """Tiles.o_tma (v22): the persistent kernel's own O tiles (2 × 16 KiB at D = 128) fit beside Q, the K/V ring and a
+    """Tiles.o_tma: the persistent kernel's own O tiles (2 × 16 KiB at D = 128) fit beside Q, the K/V ring and a
     1-byte mask ring (224 KiB of 227), not beside a 2-byte one (256); the one-item kernel has O go out through Q's
     buffer anyway, and without o_tma the persistent kernel keeps its plain stores."""
     t = config.Tiles(64, 128, 4, 2, gluon=True, mask_tma=True, persistent=True, o_tma=True)
@@ -251,23 +252,29 @@ def test_o_by_tma_only_where_persistent_asked_for_and_there_is_room():
     assert not fused_gluon.o_by_tma(replace(t, o_tma=False), 128, 2, 0)
 
 
-def test_the_persistent_kernel_with_o_by_tma_compiles_within_limits():
-    """Its shared memory is the plain persistent kernel's plus the two O tiles (offline: 96 / 192 KiB at D = 64 / 128
-    without a mask); no spills without a mask but 4 bytes at D = 128 causal (the table runs causal rows one item a
-    program); matmuls asynchronous."""
-    rows = offline_compile("--kernels", "fused", "--head-dims", "64,128", "--causal", "0,1", "--masks", "0",
-                           "--tiles", "64x128w4s2hgco")
-    assert len(rows) == 4
-    for r in rows:
+@pytest.mark.parametrize("offline", [compiles("fused", D=(64, 128), causal=(0, 1), tiles=("64x128w4s2hgco", "64x128w4s2hgc"))],
+                         indirect=True)
+def test_the_persistent_kernel_with_o_by_tma_compiles_within_limits(offline):
+    """Its shared memory is the plain persistent kernel's plus the two O tiles that o_by_tma accounts for (a
+    consumer's BLOCK_M × D each), within the budget o_by_tma grants them; no spills without a mask but 4 bytes at
+    D = 128 causal; matmuls asynchronous."""
+    by = {(r["D"], r["causal"], r["tiles"]): r for r in offline}
+    assert len(by) == 8
+    with_o = [r for r in offline if r["tiles"].endswith("o")]
+    for r in with_o:
         assert r["fits"] and not r["wgmma_serialised"], r
-        assert int(r["smem_kib"]) == (96 if r["D"] == 64 else 192), r  # and under 1 KiB of barriers
         assert r["spill_stores"] <= (4 if r["causal"] and r["D"] == 128 else 0), r
+        t = parse_tiles(r["tiles"])
+        assert fused_gluon.o_by_tma(t, r["D"], 2, 0)  # the launch stores O by TMA here, so it must fit
+        o_tiles = common.partitions(t)[0] * t.BLOCK_M * r["D"] * 2 / 1024  # KiB: one bf16 O tile a consumer
+        plain = by[(r["D"], r["causal"], "64x128w4s2hgc")]
+        assert r["smem_kib"] - plain["smem_kib"] == pytest.approx(o_tiles, abs=1), (r, plain)
 
 
 @pytest.mark.parametrize("causal,N", [(False, 512), (True, 512), (True, 2048)])
 @pytest.mark.parametrize("D", [128, 64])
 def test_rows_record_the_o_store_path_the_launch_takes(monkeypatch, gluon_launches, D, causal, N):
-    """Lab guard (v22): the zero_mask ablation's 2-byte mask by TMA leaves no room for O's own tiles at D = 128 with
+    """Lab guard: the zero_mask ablation's 2-byte mask by TMA leaves no room for O's own tiles at D = 128 with
     two consumers a program, so there O goes out by plain stores while fused stores it by TMA; a one-consumer program
     (causal at short N: config.SHORT) has room in its half of the SM. The row's tiles must say what the launch ran
     (the ablation report then notes the different tiles), here checked against the kernel's O_TMA, ROWS and
@@ -284,33 +291,42 @@ def test_rows_record_the_o_store_path_the_launch_takes(monkeypatch, gluon_launch
         given = gluon_launches[-1][1]
         assert (recorded["o_tma"], recorded["one_consumer"], recorded["BLOCK_N"]) == (
             given["O_TMA"], given["ROWS"] == 1, given["BLOCK_N"]), (name, recorded)
-    one = config.lookup("fused", "sm90", D, causal, 2, N=N).one_consumer
-    # the build by TMA; its zero_mask ablation too where there is room
-    assert [a["O_TMA"] for _, a in gluon_launches] == [True, D == 64 or one]
-    assert {a["ROWS"] for _, a in gluon_launches} == {1 if one else 2}
+    entry = config.lookup("fused", "sm90", D, causal, 2, N=N)
+    # the build by TMA where its tiles ask for it; its zero_mask ablation, whose 2-byte mask by TMA takes room, only
+    # where O's tiles still fit: at D = 64, or in a one-consumer program's half of the SM (at D = 128 with two
+    # consumers: 256 KiB of 227)
+    room = D == 64 or entry.one_consumer
+    assert [a["O_TMA"] for _, a in gluon_launches] == [entry.o_tma, entry.o_tma and (room or not entry.mask_tma)]
+    assert {a["ROWS"] for _, a in gluon_launches} == {common.partitions(entry)[0]}
 
 
-@pytest.mark.parametrize("D,N,one,block_n", [(64, 1024, True, 128), (64, 1447, True, 128), (64, 1448, False, 128),
-                                               (128, 723, True, 64), (128, 724, False, 128), (128, 1024, False, 128)])
-def test_the_fused_build_takes_a_short_entry_below_its_bound_only(monkeypatch, gluon_launches, D, N, one, block_n):
-    """config.SHORT's bounds as a call meets them (session 11's sweep: one consumer a program below N = 1448 at
-    D = 64, below 724 at D = 128, causal): the launch the build makes and the tiles its row records change at the
-    bound and not before; non-causal calls never take them."""
+FUSED_SHORT = [(int(key[2].lstrip("=")), key[3], below) for key, (t, below) in config.SHORT.items()
+               if key[:2] == ("fused", "sm90") and key[4] == 2 and t.gluon]
+
+
+@pytest.mark.parametrize("D,causal,below", FUSED_SHORT, ids=[f"{d}-{c}" for d, c, _ in FUSED_SHORT])
+def test_the_fused_build_takes_a_short_entry_below_its_bound_only(monkeypatch, gluon_launches, D, causal, below):
+    """Every Gluon SHORT entry of the fused kernel as a call meets it: the launch the build makes (its rows a program
+    and key tile width) and the tiles its row records are the short entry's up to N = below − 1 and the TABLE
+    entry's from N = below on; a call of the other causal setting never takes it."""
     from attnlab import builds
 
     monkeypatch.setattr(config, "family", lambda device: "sm90")
-    q = torch.zeros(1, 2, N, D, dtype=torch.bfloat16)
-    for causal in (True, False):
-        builds.get("fused").attend(q, q, q, causal=causal)
-        given = gluon_launches[-1][1]
-        recorded = launch.tile_config("fused", launch.check(q, q, q, causal=causal))["fused"]
-        short = one and causal
-        assert (given["ROWS"], given["BLOCK_N"]) == ((1, block_n) if short else (2, 128)), (causal, given["ROWS"])
-        assert recorded["one_consumer"] is short and recorded["BLOCK_N"] == given["BLOCK_N"]
+    short, entry = config.SHORT[("fused", "sm90", f"={D}", causal, 2)][0], config.lookup("fused", "sm90", D, causal, 2)
+    assert short != entry
+    for N in (below - 1, below):
+        q = torch.zeros(1, 2, N, D, dtype=torch.bfloat16)
+        for c in (causal, not causal):
+            builds.get("fused").attend(q, q, q, causal=c)
+            given = gluon_launches[-1][1]
+            recorded = config.Tiles(**launch.tile_config("fused", launch.check(q, q, q, causal=c))["fused"])
+            want = short if (c == causal and N < below) else config.lookup("fused", "sm90", D, c, 2)
+            assert (given["ROWS"], given["BLOCK_N"]) == (common.partitions(want)[0], want.BLOCK_N), (N, c)
+            assert replace(recorded, o_tma=want.o_tma) == want, (N, c, recorded)
 
 
 def test_one_consumer_programs_launch_an_item_of_block_m_rows_and_two_fit_an_sm(gluon_launches):
-    """Tiles.one_consumer (v23): a program is one consumer warpgroup and the loader (8 warps at
+    """Tiles.one_consumer: a program is one consumer warpgroup and the loader (8 warps at
     launch), so its items are BLOCK_M rows and its launch asks for 128 registers a thread: two programs fill an SM's
     64 Ki. Persistent, the grid is then two programs an SM."""
     B, H, N, D = 2, 16, 1000, 128
@@ -325,12 +341,13 @@ def test_one_consumer_programs_launch_an_item_of_block_m_rows_and_two_fit_an_sm(
     assert 2 * 256 * common.MAXNREG_ONE <= 64 * 1024
 
 
-def test_one_consumer_variant_compiles_small_enough_for_two_programs_an_sm():
-    """64×64 tiles, 2 stages: at most 96 KiB of shared memory with any mask (two programs fit the SM's 228 KiB), no
-    spills at 232 registers for the consumer, matmuls asynchronous (offline)."""
-    rows = offline_compile("--kernels", "fused", "--head-dims", "64,128", "--causal", "0,1", "--masks", "0,2",
-                           "--tiles", "64x64w4s2hgmu")
-    assert len(rows) == 8
-    for r in rows:
+@pytest.mark.parametrize("offline", [compiles("fused", D=(64, 128), causal=(0, 1), masks=(0, 2), tiles="64x64w4s2hgmu")],
+                         indirect=True)
+def test_one_consumer_variant_compiles_small_enough_for_two_programs_an_sm(offline):
+    """64×64 tiles, 2 stages: at most half an SM's shared memory with any mask (two programs fit), no spills at the
+    registers a one-consumer launch grants, matmuls asynchronous (offline)."""
+    assert len(offline) == 8
+    for r in offline:
         assert r["fits"] and not r["wgmma_serialised"] and r["spill_stores"] == 0, r
-        assert r["smem_kib"] < 113 and r["registers"] == common.MAXNREG_ONE, r
+        assert r["smem_kib"] * 1024 <= common.smem_limit(parse_tiles(r["tiles"])), r
+        assert r["registers"] == common.MAXNREG_ONE, r

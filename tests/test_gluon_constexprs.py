@@ -1,11 +1,13 @@
-"""One source for each Gluon kernel's constexpr arguments: `constexprs` in its module, which its `launch` passes and
-attnlab.triton.resources compiles offline. Without a GPU: the kernels are replaced by stand-ins that record what a
-launch hands them, on CPU tensors (a TMA descriptor is only a record of shape, strides and box)."""
+"""The offline compile checks the kernels a launch runs: for the same tiles and call, the constexpr arguments each
+Gluon kernel's `launch` hands it equal those attnlab.triton.resources compiles (whose shared memory, registers and
+spills tests/test_resources.py checks for every table entry), and they follow the tiles and the call (its head dim,
+mask, causal flag and ablation) as the kernel's own docs say. Without a GPU: the kernels are replaced by stand-ins
+that record what a launch hands them, on CPU tensors (a TMA descriptor is only a record of shape, strides and box),
+and the offline compile is stopped where it hands its source to Triton."""
 import pytest
 import torch
 
-from attnlab.triton import launch
-from attnlab.triton.hopper import common
+from attnlab.triton import launch, resources
 from attnlab.triton.hopper import fused as fused_gluon
 from attnlab.triton.hopper import pv as pv_gluon
 from attnlab.triton.hopper import qk_softmax as qk_softmax_gluon
@@ -19,6 +21,23 @@ from tests.conftest import KernelStandIn
 PARAMS = {k.__name__: {p.name for p in k.params if p.is_constexpr} for k in (
     fused_gluon.fused_gluon_kernel, qk_softmax_gluon.qk_softmax_gluon_kernel, qk_softmax_row.qk_softmax_row_kernel,
     pv_gluon.pv_gluon_kernel)}
+
+
+class _Compiled(Exception):
+    pass
+
+
+def offline_constexprs(monkeypatch, kernel, D, causal, label, mask_kind=0, n=256, **flags) -> dict:
+    """The constexprs resources.compile_info hands Triton for this configuration, taken at the source it builds."""
+    import triton.experimental.gluon._runtime as gluon_runtime
+
+    def source(fn, signature, constexprs, attrs):
+        raise _Compiled(constexprs)
+
+    monkeypatch.setattr(gluon_runtime, "GluonASTSource", source)
+    with pytest.raises(_Compiled) as got:
+        resources.compile_info(kernel, D, causal, parse_tiles(label), mask_kind, n=n, **flags)
+    return got.value.args[0]
 
 
 def _record(monkeypatch, module, name):
@@ -41,18 +60,25 @@ def _mask(N=256, H=4, B=2, dtype=torch.uint8):
 @pytest.mark.parametrize("ablation", [{}, {"no_softmax": True}, {"no_pv": True}])
 def test_fused_launch_passes_exactly_its_constexprs(monkeypatch, label, mask_kind, ablation):
     tiles = parse_tiles(label)
+    flags = {name.upper(): True for name in ablation}
+    offline = offline_constexprs(monkeypatch, "fused", 64, True, label, mask_kind, **flags)
     got = _record(monkeypatch, fused_gluon, "fused_gluon_kernel")
     q, k, v = _qkv(64)
     mask = _mask() if mask_kind else None
     fused_gluon.launch(q, k, v, torch.empty_like(q), mask, (0, 0, 256, 1) if mask_kind else (0, 0, 0, 0), mask_kind,
                        N=256, H=4, group=1, qk_scale=0.1, mask_scale=1.0, inv_n=1 / 256, causal=True, tiles=tiles,
                        **ablation)
-    md, o_tma = fused_gluon.paths(tiles, mask, mask_kind, 64, 2)
-    want = fused_gluon.constexprs(tiles, D=64, causal=True, mask_kind=mask_kind, md=md, o_tma=o_tma, **ablation)
+    flags = {name.upper(): True for name in ablation}
     (kw,) = got
-    assert {name: kw[name] for name in want} == want
+    params = PARAMS["fused_gluon_kernel"]
+    assert {name: kw[name] for name in params} == {name: offline[name] for name in params}
     assert kw["num_warps"] == 4 and kw["MASK_TMA"] == (mask_kind == 1 and tiles.mask_tma)
-    assert set(want) | {"num_warps"} == PARAMS["fused_gluon_kernel"]
+    assert (kw["D"], kw["BLOCK_M"], kw["BLOCK_N"], kw["STAGES"]) == (64, tiles.BLOCK_M, tiles.BLOCK_N, tiles.num_stages)
+    assert (kw["CAUSAL"], kw["HEAVY_FIRST"], kw["MASK_KIND"], kw["PERSISTENT"]) == (True, tiles.heavy_first, mask_kind,
+                                                                                    tiles.persistent)
+    assert (kw["NO_SOFTMAX"], kw["NO_PV"]) == (ablation.get("no_softmax", False), ablation.get("no_pv", False))
+    assert kw["ROWS"] == (1 if tiles.one_consumer else 2)
+    assert kw["O_TMA"] <= tiles.o_tma  # O by TMA only where the tiles ask for it (and there is room)
 
 
 @pytest.mark.parametrize("label", ["64x128w4s3hg", "64x128w4s3hgmc", "64x128w4s2hgcu", "64x128w4s3gf"])
@@ -60,6 +86,7 @@ def test_fused_launch_passes_exactly_its_constexprs(monkeypatch, label, mask_kin
 @pytest.mark.parametrize("no_softmax", [False, True])
 def test_qk_softmax_launch_passes_exactly_its_constexprs(monkeypatch, label, mask_kind, no_softmax):
     tiles = parse_tiles(label)
+    offline = offline_constexprs(monkeypatch, "qk_softmax", 128, False, label, mask_kind, NO_SOFTMAX=no_softmax)
     got = _record(monkeypatch, qk_softmax_gluon, "qk_softmax_gluon_kernel")
     q, k, _ = _qkv(128, H=2)
     p = torch.empty(2, 2, 256, 256, dtype=q.dtype)
@@ -68,13 +95,14 @@ def test_qk_softmax_launch_passes_exactly_its_constexprs(monkeypatch, label, mas
     qk_softmax_gluon.launch(q, k, p, mask, (0, 0, 256, 1) if mask_kind else (0, 0, 0, 0), mask_kind, N=256, H=2,
                             group=1, qk_scale=0.1, mask_scale=1.0, causal=False, tiles=tiles, no_softmax=no_softmax,
                             flags=flags)
-    md = common.mask_path(tiles, mask, mask_kind)
-    want = qk_softmax_gluon.constexprs(tiles, D=128, causal=False, mask_kind=mask_kind, md=md, no_softmax=no_softmax)
     (kw,) = got
-    assert {name: kw[name] for name in want} == want
-    assert want["REF1"] == (tiles.fixed_reference and not no_softmax)  # no_softmax has no pass 1
-    assert want["MASK_TMA"] == (mask_kind != 0 and tiles.mask_tma)
-    assert set(want) | {"num_warps"} == PARAMS["qk_softmax_gluon_kernel"]
+    params = PARAMS["qk_softmax_gluon_kernel"]
+    assert {name: kw[name] for name in params} == {name: offline[name] for name in params}
+    assert kw["REF1"] == (tiles.fixed_reference and not no_softmax)  # no_softmax has no pass 1
+    assert kw["MASK_TMA"] == (mask_kind != 0 and tiles.mask_tma)
+    assert (kw["D"], kw["BLOCK_M"], kw["BLOCK_N"], kw["STAGES"]) == (128, tiles.BLOCK_M, tiles.BLOCK_N,
+                                                                     tiles.num_stages)
+    assert (kw["MASK_KIND"], kw["NO_SOFTMAX"], kw["CAUSAL"]) == (mask_kind, no_softmax, False)
 
 
 @pytest.mark.parametrize("label", ["64x128w4s2ga", "64x128w4s4ga", "64x128w4s2hga"])
@@ -86,28 +114,34 @@ def test_one_pass_launch_passes_exactly_its_constexprs(monkeypatch, label, N, D,
     tiles = parse_tiles(label)
     if not qk_softmax_row.fits(tiles, N, D, 2):
         pytest.skip(f"{label} does not fit N = {N}, D = {D}")  # launch refuses it (tests/test_qk_softmax_gluon.py)
+    # the offline compile describes an unpadded P, which TMA can take only with 16-byte rows (N % 8 == 0)
+    offline = offline_constexprs(monkeypatch, "qk_softmax", D, causal, label, 0, n=N, NO_SOFTMAX=no_softmax) if (
+        N % 8 == 0) else None
     got = _record(monkeypatch, qk_softmax_row, "qk_softmax_row_kernel")
     q, k, v = _qkv(D, N=N, H=2)
     p = launch.scores_buffer(check(q, k, v))  # the build's P: rows on lines, which TMA takes at any N
     qk_softmax_row.launch(q, k, p, N=N, H=2, group=1, qk_scale=0.1, causal=causal, tiles=tiles,
                           no_softmax=no_softmax)
-    want = qk_softmax_row.constexprs(tiles, D=D, N=N, itemsize=2, causal=causal, no_softmax=no_softmax)
     (kw,) = got
-    assert {name: kw[name] for name in want} == want
-    assert want["ROW_TILES"] == -(-N // tiles.BLOCK_N) and want["ROW_BUFS"] in (1, 2)
-    assert set(want) | {"num_warps"} == PARAMS["qk_softmax_row_kernel"]
+    params = PARAMS["qk_softmax_row_kernel"]
+    assert offline is None or {name: kw[name] for name in params} == {name: offline[name] for name in params}
+    assert kw["ROW_TILES"] == -(-N // tiles.BLOCK_N) and kw["ROW_BUFS"] in (1, 2)  # the whole row, in key tiles
+    assert kw["ROW_BUFS"] == qk_softmax_row.row_buffers(tiles, N, D, 2)
 
 
 @pytest.mark.parametrize("label", ["128x64w4s4gc", "64x128w4s3hg", "64x128w4s2hgu"])
 @pytest.mark.parametrize("causal", [False, True])
 def test_pv_launch_passes_exactly_its_constexprs(monkeypatch, label, causal):
     tiles = parse_tiles(label)
+    offline = offline_constexprs(monkeypatch, "pv", 64, causal, label)
     got = _record(monkeypatch, pv_gluon, "pv_gluon_kernel")
     v = torch.randn(2, 4, 256, 64, dtype=torch.bfloat16)
     p = torch.empty(2, 4, 256, 256, dtype=v.dtype)
     pv_gluon.launch(p, v, torch.empty_like(v), N=256, H=4, group=1, inv_n=1 / 256, causal=causal, tiles=tiles)
-    want = pv_gluon.constexprs(tiles, D=64, causal=causal)
     (kw,) = got
-    assert {name: kw[name] for name in want} == want
-    assert want["HEAVY_FIRST"] == (causal and tiles.heavy_first)  # the order matters only under a causal mask
-    assert set(want) | {"num_warps"} == PARAMS["pv_gluon_kernel"]
+    params = PARAMS["pv_gluon_kernel"]
+    assert {name: kw[name] for name in params} == {name: offline[name] for name in params}
+    assert kw["HEAVY_FIRST"] == (causal and tiles.heavy_first)  # the order matters only under a causal mask
+    assert (kw["D"], kw["BLOCK_M"], kw["STAGES"], kw["PERSISTENT"], kw["NO_PV"]) == (64, tiles.BLOCK_M,
+                                                                                    tiles.num_stages,
+                                                                                    tiles.persistent, False)

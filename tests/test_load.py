@@ -5,7 +5,6 @@ import math
 import time
 
 import pandas as pd
-import pytest
 import torch
 
 from attnlab import bench, load

@@ -4,6 +4,7 @@ import gc
 import json
 import math
 import time
+from pathlib import Path
 
 import pytest
 import torch
@@ -217,12 +218,47 @@ def test_a_compiled_row_never_times_the_eager_fallback(monkeypatch):
     assert math.isnan(row["ms"]) and math.isnan(row["checksum"])
 
 
-def test_rows_carry_the_code_fingerprint():
+def test_rows_carry_the_code_fingerprint(monkeypatch):
     from attnlab import provenance
 
+    monkeypatch.setattr(provenance, "code_hash", lambda: "0123456789ab")
     row = m.base_row(Case("fused", 1, 2, 2, 16, 16), ceilings=dict(tbps=1.0, tflops=1.0))
-    assert row["code"] == provenance.code_hash() and len(row["code"]) == 12
-    int(row["code"], 16)
+    assert row["code"] == "0123456789ab"
+
+
+def _fingerprint(pkg) -> str:
+    """provenance.code_hash of the package copy at `pkg`: its provenance module loaded from there, fresh."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("provenance_of_copy", pkg / "provenance.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module.code_hash()
+
+
+def test_the_code_fingerprint_changes_with_any_source_file_and_only_with_one(tmp_path):
+    """On a copy of the package: the same files give the same 12 hex digits; an edit anywhere in attnlab/**/*.py, a
+    new module or a renamed one gives another; a file that is not Python source leaves it."""
+    import shutil
+
+    from attnlab import provenance
+
+    pkg = tmp_path / "attnlab"
+    shutil.copytree(Path(provenance.__file__).parent, pkg, ignore=shutil.ignore_patterns("__pycache__"))
+    first = _fingerprint(pkg)
+    assert len(first) == 12 and int(first, 16) >= 0
+    assert _fingerprint(pkg) == first  # nothing changed
+    (pkg / "notes.txt").write_text("not code")
+    assert _fingerprint(pkg) == first
+    seen = {first}
+    kernel = pkg / "triton" / "hopper" / "fused.py"
+    for change in (lambda: kernel.write_text(kernel.read_text() + "\n# one more line\n"),
+                   lambda: (pkg / "report" / "extra.py").write_text(""),
+                   lambda: (pkg / "report" / "extra.py").rename(pkg / "report" / "other.py")):
+        change()
+        now = _fingerprint(pkg)
+        assert now not in seen, change
+        seen.add(now)
 
 
 def test_rates_leave_out_the_consumption_step():

@@ -13,7 +13,8 @@ from attnlab.triton import config, launch
 from attnlab.triton.hopper import common
 from attnlab.triton.hopper import pv as pv_gluon
 from attnlab.triton.resources import parse_tiles
-from tests.conftest import KernelStandIn, offline_compile
+from tests.conftest import KernelStandIn
+from tests.offline import compiles
 
 GLUON_PV = config.Tiles(64, 128, 4, 3, gluon=True)
 
@@ -45,19 +46,21 @@ def _inputs(N, D=128, dtype=torch.bfloat16):
                                              (1020, 128, torch.bfloat16, "table")])
 def test_a_build_and_its_no_pv_ablation_run_one_pv_kernel(pv_dispatch, build, N, D, dtype, entry):
     """Lab guard: the no_pv saving is a difference against the build, so the ablation flag never moves a call to the
-    other PV kernel. The Gluon kernel takes 16-bit P at D = 64 or 128 at any N (v54: scores_buffer starts P's rows
-    on 128-byte lines, so TMA reads them at N % 8 ≠ 0 too, N = 1020 and 2999 here), both for forced Gluon tiles and
-    for the table's own entry."""
+    other PV kernel. The Gluon kernel takes 16-bit P at D = 64 or 128 at any N (scores_buffer starts P's rows on
+    128-byte lines, so TMA reads them at N % 8 ≠ 0 too, N = 1020 and 2999 here), for forced Gluon tiles; with the
+    table's own entry, whichever kernel it names runs both."""
     if not config.interpreting():
         pytest.skip("CPU tensors reach the launcher only under the interpreter")
     q, k, v = _inputs(N, D, dtype)
     fn = getattr(launch, build)
     tiles = GLUON_PV if entry == "forced" else config.lookup("pv", "sm90", D, False, dtype.itemsize, N=N)
-    assert tiles.gluon  # the table's 16-bit entries at D = 64 and 128 are Gluon ones at these N
     with config.forced("pv", GLUON_PV) if entry == "forced" else contextlib.nullcontext():
         for ablation in (None, "no_pv"):
             fn(q, k, v, ablation=ablation)
-    assert pv_dispatch == [("gluon", False, tiles), ("gluon", True, tiles)]
+    if tiles.gluon:  # forced, or where the table's entry is a Gluon one
+        assert pv_dispatch == [("gluon", False, tiles), ("gluon", True, tiles)]
+    else:
+        assert pv_dispatch == [("triton", False, tiles.BLOCK_M), ("triton", True, tiles.BLOCK_M)]
 
 
 @pytest.mark.parametrize("D,dtype", [(80, torch.bfloat16), (128, torch.float32)])
@@ -73,7 +76,7 @@ def test_forced_gluon_pv_tiles_refuse_a_case_the_kernel_cannot_compile(pv_dispat
 
 
 def test_the_rows_record_the_pv_kernel_that_ran(pv_dispatch):
-    """tile_config names the PV tiles the launch uses: the forced Gluon entry at every N, N % 8 ≠ 0 too (v54), and
+    """tile_config names the PV tiles the launch uses: the forced Gluon entry at every N, N % 8 ≠ 0 too, and
     the Triton one where the forced tiles are Triton's."""
     from attnlab.validate import check
 
@@ -93,23 +96,24 @@ def test_the_cases_the_kernel_compiles_for():
     assert not common.compiles_for(torch.bfloat16, 80)
 
 
-@pytest.mark.parametrize("flags", [None, "NO_PV=1"])
-def test_every_variant_compiles_for_sm90_within_limits(flags):
+PV_VARIANTS = ("64x128w4s2g", "64x128w4s3g", "64x64w4s6hgc", "128x64w4s4hgc", "64x128w4s2gcu", "64x64w4s3hgu")
+
+
+@pytest.mark.parametrize("offline", [compiles("pv", D=(64, 128), causal=(0, 1), tiles=PV_VARIANTS, flags=f)
+                                     for f in (None, {"NO_PV": True})], ids=["build", "NO_PV"], indirect=True)
+def test_every_variant_compiles_for_sm90_within_limits(offline):
     """Two consumers with 2 or 3 stages, 64-wide keys with 6, 128-row consumers, one consumer a program (two programs
     an SM), one item a program or persistent: shared memory within the program's share, no spills, no serialised
     wgmma, at D = 64 and 128, causal or not, for the build and its no_pv ablation."""
-    tiles = "64x128w4s2g,64x128w4s3g,64x64w4s6hgc,128x64w4s4hgc,64x128w4s2gcu,64x64w4s3hgu"
-    rows = offline_compile("--kernels", "pv", "--head-dims", "64,128", "--causal", "0,1", "--tiles", tiles,
-                           *(("--flags", flags) if flags else ()))
-    assert len(rows) == 2 * 2 * 6
-    for r in rows:
+    assert len(offline) == 2 * 2 * 6
+    for r in offline:
         assert r["fits"], r
         assert r["spill_stores"] == 0 and r["spill_loads"] == 0, r
         assert not r["wgmma_serialised"], r
     # the ablation never loads V: its shared memory is P's ring alone
-    by = {(r["D"], r["causal"], r["tiles"]): r["smem_kib"] for r in rows}
+    by = {(r["D"], r["causal"], r["tiles"]): r["smem_kib"] for r in offline}
     stages_p = 3 * 2 * 64 * 128 * 2 / 1024  # 64x128w4s3g: three slots of two consumers' P boxes
-    v = 0 if flags else 3 * 128 * 128 * 2 / 1024
+    v = 0 if offline[0].get("NO_PV") else 3 * 128 * 128 * 2 / 1024
     assert by[(128, False, "64x128w4s3g")] == pytest.approx(stages_p + v, abs=1)
 
 
@@ -124,9 +128,9 @@ def test_a_launch_counts_every_item_and_a_persistent_one_has_one_program_an_sm(m
     B, H, D = 2, 16, 128
     cases = ((512, "128x64w4s4gc", False), (512, "128x64w4s4hgc", True), (1000, "64x128w4s3g", False),
              (8192, "64x128w4s2hgcu", True), (64, "128x64w4s4gc", False))
-    for N, tiles, causal in cases:
-        p = torch.zeros(B, H, N, N, dtype=torch.bfloat16)
-        v = torch.zeros(B, H, N, D, dtype=torch.bfloat16)
+    for N, tiles, causal in cases:  # meta tensors: shapes and strides are all a launch reads of them here
+        p = torch.empty(B, H, N, N, dtype=torch.bfloat16, device="meta")
+        v = torch.empty(B, H, N, D, dtype=torch.bfloat16, device="meta")
         pv_gluon.launch(p, v, torch.empty_like(v), N=N, H=H, group=1, inv_n=1.0 / N, causal=causal,
                         tiles=parse_tiles(tiles))
     got = [(grid, c["total"], c["PERSISTENT"], c["ROWS"], c["HEAVY_FIRST"], c["BLOCK_M"], c["STAGES"])
@@ -138,20 +142,19 @@ def test_a_launch_counts_every_item_and_a_persistent_one_has_one_program_an_sm(m
                    ((32,), 32, True, 2, False, 128, 4)]
 
 
-def test_releases_after_ordinary_shared_loads_are_fenced_from_the_loaders_next_tma():
-    """Lab guard (PERFORMANCE.md v47): a consumer that reads a TMA-filled slot with ordinary shared loads (the generic
-    proxy) and then hands the slot back must put a proxy fence between, or the loader's next TMA write (the async
-    proxy) may land while the reads are unordered with it. Without it the one-consumer PV kernel's no_pv form came out
-    wrong in 7-14 of 30-40 runs on the H200 (a0ec020:scripts/experiments/pv_repeat.py), with it in 0 of 40. The
-    compile's report counts such releases (attnlab.triton.resources.unfenced_releases): the PV kernel's no_pv forms,
-    and the persistent qk_softmax entry that keeps Q in registers (its Q buffer refilled for the next item), have
-    none."""
-    rows = offline_compile("--kernels", "pv", "--head-dims", "64,128", "--causal", "0,1", "--tiles",
-                           "128x64w4s3gcu,128x64w4s4gc,64x128w4s2gcu", "--flags", "NO_PV=1")
-    rows += offline_compile("--kernels", "qk_softmax", "--head-dims", "64", "--causal", "0", "--masks", "0",
-                            "--tiles", "64x128w4s3grcf")
-    assert len(rows) == 2 * 2 * 3 + 1
-    assert all(r["unfenced_releases"] == 0 for r in rows), [r for r in rows if r["unfenced_releases"]]
+@pytest.mark.parametrize("offline", [
+    compiles("pv", D=(64, 128), causal=(0, 1), tiles=("128x64w4s3gcu", "128x64w4s4gc", "64x128w4s2gcu"),
+             flags={"NO_PV": True})
+    + compiles("qk_softmax", D=64, causal=0, tiles="64x128w4s3grcf")], indirect=True)
+def test_releases_after_ordinary_shared_loads_are_fenced_from_the_loaders_next_tma(offline):
+    """Lab guard: a consumer that reads a TMA-filled slot with ordinary shared loads (the generic proxy) and then
+    hands the slot back must put a proxy fence between, or the loader's next TMA write (the async proxy) may land
+    while the reads are unordered with it. Without it the one-consumer PV kernel's no_pv form came out wrong in 7-14
+    of 30-40 runs on the H200, with it in 0 of 40. The compile's report counts such releases
+    (attnlab.triton.resources.unfenced_releases): the PV kernel's no_pv forms, and the persistent qk_softmax
+    configuration that keeps Q in registers (its Q buffer refilled for the next item), have none."""
+    assert len(offline) == 2 * 2 * 3 + 1
+    assert all(r["unfenced_releases"] == 0 for r in offline), [r for r in offline if r["unfenced_releases"]]
 
 
 def test_the_fence_count_sees_an_unfenced_release():

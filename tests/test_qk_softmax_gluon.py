@@ -13,9 +13,10 @@ from attnlab.triton import config, launch
 from attnlab.triton.hopper import common
 from attnlab.triton.hopper import pv as pv_gluon
 from attnlab.triton.hopper import qk_softmax as qk_softmax_gluon
-from attnlab.triton.resources import label
+from attnlab.triton.resources import parse_tiles
 from attnlab.validate import check
-from tests.conftest import KernelStandIn, offline_compile
+from tests.conftest import KernelStandIn
+from tests.offline import compiles
 
 GLUON_TILES = config.Tiles(64, 128, 4, 2, gluon=True)
 
@@ -42,12 +43,15 @@ def _inputs(N, D=128, dtype=torch.bfloat16):
     return [torch.randn(1, 2, N, D, dtype=dtype) for _ in range(3)]
 
 
-@pytest.mark.parametrize("N,kernel", [(1024, "gluon"), (3000, "gluon"), (1000, "gluon"), (512, "gluon"),
-                                      (504, "triton"), (1020, "gluon"), (2999, "gluon"), (1, "triton")])
-def test_the_build_and_all_its_ablations_run_one_p_kernel(hopper_dispatch, N, kernel):
+MIN_N = qk_softmax_gluon.MIN_N
+
+
+@pytest.mark.parametrize("N", [1, MIN_N - 8, MIN_N - 1, MIN_N, MIN_N + 1, 1000, 1020, 1024, 2999, 3000])
+def test_the_build_and_all_its_ablations_run_one_p_kernel(hopper_dispatch, N):
     """Lab guard: no_softmax, no_pv and zero_mask savings are differences against `qk_softmax`, so a mask or an
-    ablation flag never moves a call to the other P kernel. N decides it (below MIN_N = 512 the Triton kernel is
-    faster; from it on the Gluon kernel runs at any N, N % 8 ≠ 0 too since v54), for every variant alike."""
+    ablation flag never moves a call to the other P kernel. N decides it (below MIN_N the Triton kernel is faster;
+    from it on the Gluon kernel runs at any N, N % 8 ≠ 0 too), for every variant alike."""
+    kernel = "gluon" if N >= MIN_N else "triton"
     if not config.interpreting():
         pytest.skip("CPU tensors reach the launcher only under the interpreter")
     q, k, v = _inputs(N)
@@ -60,7 +64,7 @@ def test_the_build_and_all_its_ablations_run_one_p_kernel(hopper_dispatch, N, ke
     assert {c[0] for c in hopper_dispatch} == {kernel}
     assert [c[1:3] for c in hopper_dispatch] == [(0, False), (0, True), (0, False), (2, False), (1, False)]
     assert recorded["gluon"] is (kernel == "gluon")  # the row says which kernel wrote P
-    if kernel == "gluon":  # the same tiles, but for how a mask comes in: by TMA where it can (v30)
+    if kernel == "gluon":  # the same tiles, but for how a mask comes in: by TMA where it can
         assert [c[3] for c in hopper_dispatch[:3]] == [GLUON_TILES] * 3
         # the masks are the caller's unpadded (N, N) tensors: their rows are 16-byte aligned, so TMA reads them, only
         # where N % 8 == 0 (the additive 2-byte mask) and N % 16 == 0 (the boolean one); else the consumers load them
@@ -80,7 +84,7 @@ def test_a_fixed_reference_hands_its_flags_to_the_triton_kernels_rewrite(hopper_
     with config.forced("qk_softmax", fixed):
         for ablation, m in ((None, None), (None, mask), ("no_softmax", None)):
             launch.qk_softmax(q, k, v, causal=False, ablation=ablation, attn_mask=m)
-    # written straight with those tiles and a mask (the build's masked call runs without them: as_run, v42)
+    # written straight with those tiles and a mask (the build's masked call runs without them: as_run)
     launch.write_p(launch._prepare(q, k, v, False, mask, None, None), torch.empty(1, 2, 1024, 1024, dtype=q.dtype),
                    fixed)
     assert [c[:3] for c in hopper_dispatch] == [("gluon", 0, False), ("triton", 0, False), ("gluon", 2, False),
@@ -116,25 +120,26 @@ def _run_and_record(q, k, v, causal, names):
     return recorded
 
 
-@pytest.mark.parametrize("D,causal,N,persistent,by_tma", [(64, False, 2048, True, (True, True)),
-                                                            (64, False, 1048, True, (True, False)),
-                                                            (64, True, 512, True, (True, True)),
-                                                            (128, True, 1440, False, (True, True)),
-                                                            (128, True, 1448, False, (True, False)),
-                                                            (128, False, 2048, False, (True, True))])
-def test_a_masked_call_runs_the_tiles_as_run_gives_and_the_row_says_so(hopper_dispatch, D, causal, N, persistent,
-                                                                       by_tma):
-    """Lab guard (v28, v30): a masked call (the zero_mask ablation's 2-byte mask, or a boolean one of the call's own)
-    to the two-pass kernel brings its mask by TMA where the loader can read it (16-byte-aligned rows: a boolean mask
-    needs N % 16 == 0) and a ring of mask tiles fits beside the entry's (with two consumers at D = 128 in 2 of the
-    entry's 3 stages); it keeps a persistent entry persistent only then (with the consumers' loads the persistent
-    kernel spills). What each launch ran is what its row records (the ablation report notes tiles that differ from
-    the build's); every other field is the same. (The one-pass entries below N = 1025: the next test.)"""
+@pytest.mark.parametrize("D,causal,N,by_tma", [(64, False, 2048, (True, True)), (64, False, 1048, (True, False)),
+                                                (64, True, 512, (True, True)), (128, True, 1440, (True, True)),
+                                                (128, True, 1448, (True, False)), (128, False, 2048, (True, True)),
+                                                (64, True, 2048, (True, True)), (128, False, 1032, (True, False))])
+def test_a_masked_call_runs_the_tiles_as_run_gives_and_the_row_says_so(hopper_dispatch, D, causal, N, by_tma):
+    """Lab guard: a masked call (the zero_mask ablation's 2-byte mask, or a boolean one of the call's own) to the
+    two-pass kernel brings its mask by TMA where the loader can read it (16-byte-aligned rows: a boolean mask needs
+    N % 16 == 0) and a ring of mask tiles fits beside the entry's (with two consumers at D = 128 in 2 of 3 stages);
+    it keeps a persistent entry persistent only then (with the consumers' loads the persistent kernel spills). What
+    each launch ran is what its row records (the ablation report notes tiles that differ from the build's); every
+    other field is the same. Whatever the table's entry at (D, causal, N) is, as long as it is a two-pass one (the
+    one-pass entries: the next test)."""
     if not config.interpreting():
         pytest.skip("CPU tensors reach the launcher only under the interpreter")
-    recorded = _run_and_record(*_inputs(N, D), causal, ("qk_softmax", "qk_softmax-zero_mask", "qk_softmax-no_softmax"))
     entry = config.lookup("qk_softmax", "sm90", D, causal, 2, N=N)
-    # the Triton kernel's re-write after a pass 1 against a fixed reference (v42's entries, unmasked, with pass 1)
+    if entry.one_pass or not entry.gluon:
+        pytest.skip(f"the table's entry at D = {D}, N = {N} is {entry}: not the two-pass Gluon kernel")
+    persistent = entry.persistent
+    recorded = _run_and_record(*_inputs(N, D), causal, ("qk_softmax", "qk_softmax-zero_mask", "qk_softmax-no_softmax"))
+    # the Triton kernel's re-write after a pass 1 against a fixed reference (unmasked entries with pass 1)
     repairs = [i for i, c in enumerate(hopper_dispatch) if c[0] == "triton"]
     assert repairs == ([1] if entry.fixed_reference else [])
     ran = [c[3] for c in hopper_dispatch if c[0] == "gluon"]
@@ -142,27 +147,37 @@ def test_a_masked_call_runs_the_tiles_as_run_gives_and_the_row_says_so(hopper_di
     masked = [ran[1], ran[3]]
     assert [t.mask_tma for t in masked] == list(by_tma)
     assert [t.persistent for t in ran] == [persistent, persistent and by_tma[0], persistent, persistent and by_tma[1]]
-    assert not any(t.fixed_reference or t.q_registers for t in masked)  # v42's options: unmasked calls only
+    assert not any(t.fixed_reference or t.q_registers for t in masked)  # measured unmasked only: masked calls drop them
     assert len({replace(t, persistent=False, mask_tma=False, num_stages=2, fixed_reference=False, q_registers=False)
                 for t in ran}) == 1
     assert ran[0] == ran[2] == entry
 
 
-@pytest.mark.parametrize("D,causal,N", [(64, False, 512), (64, False, 1024), (128, False, 1024), (128, True, 512),
-                                         (128, True, 1024)])
+ONE_PASS_SHORT = [(key[2], key[3], below) for key, (t, below) in config.SHORT.items()
+                  if key[:2] == ("qk_softmax", "sm90") and key[4] == 2 and t.one_pass]
+
+
+@pytest.mark.parametrize("D,causal,below", ONE_PASS_SHORT, ids=[f"{d}-{c}" for d, c, _ in ONE_PASS_SHORT])
 def test_a_one_pass_entry_runs_its_kernel_where_the_row_fits_and_a_mask_runs_the_two_pass_kernel(
-        hopper_dispatch, D, causal, N):
-    """Lab guard (v40): below N = 1025 the table's one-pass entry writes P for the build and for its no_softmax and
+        hopper_dispatch, D, causal, below):
+    """Lab guard: below its bound the table's one-pass entry writes P for the build and for its no_softmax and
     no_pv ablations alike (their savings are differences against one kernel); the one-pass kernel takes no mask, so
     the zero_mask ablation and a masked call run the two-pass kernel, persistent, the mask by TMA (16-byte rows: N %
     16 == 0 here), and their rows record those tiles (the ablation report then notes that zero_mask ran other tiles
-    than its base). From N = 1025 the key's TABLE entry serves: no row is longer than ROW_MAX on chip."""
+    than its base). From the bound on the key's TABLE entry serves, and no row is longer than ROW_MAX on chip. Every
+    one-pass SHORT entry of the table, at the shortest N its Gluon kernel takes and the longest below its bound."""
+    for N in sorted({qk_softmax_gluon.MIN_N, (below - 1) // 16 * 16}):
+        _one_pass_entry_case(hopper_dispatch, int(D.lstrip("=")), causal, N)
+        hopper_dispatch.clear()
+
+
+def _one_pass_entry_case(hopper_dispatch, D, causal, N):
     if not config.interpreting():
         pytest.skip("CPU tensors reach the launcher only under the interpreter")
     from attnlab.triton.hopper import qk_softmax_row
 
     entry = config.lookup("qk_softmax", "sm90", D, causal, 2, N=N)
-    assert entry.one_pass and qk_softmax_row.fits(entry, N, D, 2)
+    assert entry.one_pass and qk_softmax_row.fits(entry, N, D, 2)  # a one-pass entry serves only where its row fits
     assert not config.lookup("qk_softmax", "sm90", D, causal, 2, N=qk_softmax_row.ROW_MAX + 1).one_pass
     recorded = _run_and_record(*_inputs(N, D), causal, ("qk_softmax", "qk_softmax-no_softmax", "qk_softmax-no_pv",
                                                         "qk_softmax-zero_mask"))
@@ -217,14 +232,15 @@ def test_gluon_tiles_refuse_what_the_kernel_cannot_do(hopper_dispatch):
     assert hopper_dispatch == []
 
 
-@pytest.mark.parametrize("D,dtype,gluon", [(64, torch.bfloat16, True), (128, torch.float16, True),
-                                            (96, torch.bfloat16, False), (48, torch.bfloat16, False),
-                                            (128, torch.float32, False)])
-def test_which_calls_take_the_gluon_kernel_on_hopper(D, dtype, gluon):
-    """D = 64 and 128 exactly in 16-bit (TMA boxes are exactly D wide); everything else, and every other GPU family,
-    the Triton kernel."""
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16, torch.float32])
+@pytest.mark.parametrize("D", [48, 64, 96, 128])
+def test_only_calls_the_gluon_kernel_compiles_for_take_it_on_hopper(D, dtype):
+    """Whatever the table holds: a Gluon entry serves only 16-bit D = 64 or 128 exactly (TMA boxes are exactly D
+    wide), at every N, causal or not; every other GPU family and the interpreter get the Triton kernel."""
     for causal in (False, True):
-        assert config.lookup("qk_softmax", "sm90", D, causal, dtype.itemsize).gluon is gluon
+        for N in (None, 512, 1024, 1025, 4096):
+            t = config.lookup("qk_softmax", "sm90", D, causal, dtype.itemsize, N=N)
+            assert not t.gluon or common.compiles_for(dtype, D), (D, dtype, causal, N, t)
         assert not config.lookup("qk_softmax", "sm80", D, causal, dtype.itemsize).gluon
         assert not config.lookup("qk_softmax", "interpreter", D, causal, dtype.itemsize).gluon
 
@@ -255,7 +271,7 @@ def test_a_p_whose_rows_tma_cannot_reach_is_one_clear_error():
 def test_p_is_stored_through_its_rows_padding_where_the_pv_kernel_reads_it(monkeypatch, N, one_pass, width):
     """Where a row of P ends inside a 16-byte vector (launch.rows_pad), both Gluon P kernels store P through a
     descriptor over layout.padded_view, so that the vector's columns past N get the kernel's 0 (its keys there are
-    masked): the Triton PV kernel reads them as they lie (v56). Elsewhere the descriptor is exactly N wide."""
+    masked): the Triton PV kernel reads them as they lie. Elsewhere the descriptor is exactly N wide."""
     from attnlab.triton.hopper import qk_softmax_row
 
     widths = []
@@ -278,99 +294,41 @@ def test_p_is_stored_through_its_rows_padding_where_the_pv_kernel_reads_it(monke
 
 
 def test_the_sequence_lengths_the_kernel_takes():
-    """From MIN_N = 512 on (session 13: the Gluon kernel faster there), at any N: scores_buffer's rows start on
-    128-byte lines, so TMA stores P's rows at N % 8 ≠ 0 too (v54)."""
-    assert [n for n in (1, 8, 504, 511, 512, 513, 1000, 1020, 1024, 1028, 2999, 3000, 4096)
-            if qk_softmax_gluon.takes(n)] == [512, 513, 1000, 1020, 1024, 1028, 2999, 3000, 4096]
+    """Every N from one bound on and none below (where the Triton kernel is faster), N % 8 ≠ 0 too: scores_buffer's
+    rows start on 128-byte lines, so TMA stores P's rows at any N."""
+    taken = [qk_softmax_gluon.takes(n) for n in range(1, 5000)]
+    assert taken == sorted(taken) and any(taken) and not taken[0]
+    assert all(qk_softmax_gluon.takes(n) for n in range(taken.index(True) + 1, 5000, 7))
 
 
-TWO_CONSUMERS, ONE_CONSUMER = (config.Tiles(64, 128, 4, 3, heavy_first=True, gluon=True, one_consumer=u)
-                               for u in (False, True))
-# persistent (v28): D = 64 non-causal (session 22), and session 13's short entry at D = 64 causal
-PERSISTENT_64, SHORT_64_CAUSAL = (config.Tiles(64, 128, 4, 3, heavy_first=h, gluon=True, persistent=True,
-                                               one_consumer=u) for h, u in ((False, False), (True, True)))
-# session 22's one-pass short entries (v40): 4 stages at D = 64, 2 at D = 128 (4 do not fit a 1024-key row there)
-ONE_PASS_64, ONE_PASS_128 = (config.Tiles(64, 128, 4, s, gluon=True, one_pass=True) for s in (4, 2))
-# session 24's (v42): pass 1 against a fixed reference with Q in registers, D = 64 non-causal and D = 128 causal
-V42_64, V42_128_CAUSAL = (replace(t, q_registers=True, fixed_reference=True) for t in (PERSISTENT_64, TWO_CONSUMERS))
-
-
-@pytest.mark.parametrize("flags", [None, "NO_SOFTMAX=1"])
-@pytest.mark.parametrize("tiles,head_dims,causal", [(TWO_CONSUMERS, "64,128", "0,1"), (ONE_CONSUMER, "64", "1"),
-                                                    (PERSISTENT_64, "64", "0"), (SHORT_64_CAUSAL, "64", "1"),
-                                                    (V42_64, "64", "0"), (V42_128_CAUSAL, "128", "1")],
-                         ids=lambda x: label(x) if isinstance(x, config.Tiles) else x)
-def test_every_variant_of_the_gluon_kernel_compiles_for_sm90_within_limits(tiles, head_dims, causal, flags):
-    """The table's tiles for the keys they serve, no mask / boolean / additive (a persistent entry: no mask, as
-    masked calls run it one item a program, qk_softmax_gluon.as_run): fits shared memory (a program's share of the
-    SM: half with one consumer, v27), matmuls asynchronous (no C7514/C7515: the first version of this kernel had
-    every wgmma serialised), no spills without a mask (the benchmark's path), at most 128 bytes with one (the
-    zero_mask ablation's path). v42's entries run without a mask only (a masked call drops their options: as_run), and
-    a persistent entry's masked calls run one item a program or with the mask by TMA (the next tests)."""
-    masks = "0" if tiles.persistent or tiles.fixed_reference else "0,1,2"
-    rows = offline_compile("--kernels", "qk_softmax", "--head-dims", head_dims, "--causal", causal, "--masks",
-                           masks, "--tiles", label(tiles), *(["--flags", flags] if flags else []))
-    assert len(rows) == len(masks.split(",")) * len(head_dims.split(",")) * len(causal.split(","))
-    for r in rows:
+@pytest.mark.parametrize("offline", [
+    compiles("qk_softmax", D=(64, 128), causal=(0, 1), masks=(0, 1, 2), tiles="64x128w4s3hg")
+    + compiles("qk_softmax", D=64, causal=1, masks=(0, 1, 2), tiles="64x128w4s3hgu"),
+    compiles("qk_softmax", D=(64, 128), causal=(0, 1), tiles="64x128w4s3hg", flags={"NO_SOFTMAX": True})
+    + compiles("qk_softmax", D=64, causal=1, tiles="64x128w4s3hgu", flags={"NO_SOFTMAX": True})],
+    ids=["build", "NO_SOFTMAX"], indirect=True)
+def test_every_one_item_variant_of_the_gluon_kernel_compiles_for_sm90_within_limits(offline):
+    """One item a program with two consumers (D 64 and 128, causal and not) or one (two programs an SM, D = 64
+    causal): the build with no mask / a boolean one / an additive one, and its no_softmax ablation as the lab runs it
+    (unmasked): fits a program's share of shared memory, matmuls asynchronous (no C7514/C7515: a register of an
+    in-flight matmul read serialises every wgmma), no spills without a mask (the benchmark's path), at most 128
+    bytes with one (the zero_mask ablation's path)."""
+    assert len(offline) in (15, 5)
+    for r in offline:
         assert r["fits"] and not r["wgmma_serialised"], r
         assert r["spill_stores"] <= (128 if r["mask_kind"] else 0), r
 
 
-def test_the_table_takes_the_gluon_kernel_with_one_or_two_consumers_or_one_pass():
-    """Sessions 13 and 22's autotunes (PERFORMANCE.md v27, v28, v40): two consumers a program at D = 128 and at D = 64
-    without a causal mask (persistent at D = 64), one consumer a program (two programs an SM) at D = 64 causal,
-    persistent below 724; below 1025 the one-pass kernel everywhere but D = 64 causal. Session 24's A/B (v42): pass 1
-    against a fixed reference with Q in registers at D = 64 non-causal and D = 128 causal from 1025."""
-    def at(D, causal, N=None):
-        return config.lookup("qk_softmax", "sm90", D, causal, 2, N=N)
-
-    assert at(128, False) == at(128, False, 1025) == replace(TWO_CONSUMERS, heavy_first=False)
-    assert at(128, False, 512) == at(128, False, 1024) == ONE_PASS_128
-    assert at(64, False) == at(64, False, 1025) == V42_64
-    assert at(64, False, 512) == at(64, False, 1024) == ONE_PASS_64
-    assert at(64, True) == at(64, True, 724) == ONE_CONSUMER
-    assert at(64, True, 512) == at(64, True, 723) == SHORT_64_CAUSAL
-    assert at(128, True) == at(128, True, 1025) == V42_128_CAUSAL
-    assert at(128, True, 512) == at(128, True, 1024) == ONE_PASS_128
-
-
-@pytest.mark.parametrize("n", [512, 1024])
-def test_the_one_pass_entries_compile_for_sm90_within_limits_and_smem_bytes_agrees(n):
-    """The one-pass entries (v40) at the N they serve, and their no_softmax ablation, D = 64 (non-causal) and 128
-    (both): fit, no spills, matmuls asynchronous; qk_softmax_row.smem_bytes (which `fits` and `row_buffers` use: two
-    row buffers at N = 512, one at 1024) at or above what the compiler allocates, by at most 6 KiB."""
-    from attnlab.triton.hopper import qk_softmax_row
-
-    rows = []
-    for tiles, D, causal in ((ONE_PASS_64, "64", "0"), (ONE_PASS_128, "128", "0,1")):
-        for flags in ([], ["--flags", "NO_SOFTMAX=1"]):
-            rows += offline_compile("--kernels", "qk_softmax", "--head-dims", D, "--causal", causal, "--masks", "0",
-                                    "--n", str(n), "--tiles", label(tiles), *flags)
-    assert len(rows) == 6
-    for r in rows:
-        assert r["fits"] and not r["wgmma_serialised"] and r["spill_stores"] == 0, r
-        tiles = ONE_PASS_64 if r["D"] == 64 else ONE_PASS_128
-        bufs = qk_softmax_row.row_buffers(tiles, n, r["D"], 2)
-        assert bufs == (2 if n == 512 else 1)
-        # a bound from above: smem_bytes counts the tiles' maxima, the swap's floats and SMEM_SPARE beside the tiles,
-        # 3.7–4.7 KiB more than the compiler reports for these entries (offline, Triton 3.6)
-        assert 0 <= qk_softmax_row.smem_bytes(tiles, n, r["D"], 2, bufs) / 1024 - r["smem_kib"] <= 6, r
-
-
-def test_q_in_registers_compiles_without_spills_and_only_with_a_fixed_reference_in_the_table():
-    """Tiles.q_registers (PERFORMANCE.md v17): Q as QKᵀ's register operand, D 64 and 128, causal and not, without a
-    mask (the benchmark's path): fits, no serialised wgmma, no spills. Alone it measured within ±1.1 % of Q in shared
-    memory on the H200; with pass 1 against a fixed reference (v42) it won at D = 64 non-causal and D = 128 causal, so
-    exactly those two entries set it, and only beside fixed_reference."""
-    rows = offline_compile("--kernels", "qk_softmax", "--head-dims", "64,128", "--causal", "0,1", "--masks", "0",
-                           "--tiles", "64x128w4s3hgr")
-    assert len(rows) == 4
-    for r in rows:
+@pytest.mark.parametrize("offline", [compiles("qk_softmax", D=(64, 128), causal=(0, 1), tiles="64x128w4s3hgr")],
+                         indirect=True)
+def test_q_in_registers_alone_compiles_without_spills(offline):
+    """Tiles.q_registers without the fixed reference (a configuration tiles.json can force): Q as QKᵀ's register
+    operand, D 64 and 128, causal and not, without a mask (the benchmark's path): fits, no serialised wgmma, no
+    spills."""
+    assert len(offline) == 4
+    for r in offline:
         assert r["tiles"] == "64x128w4s3hgr" and r["fits"] and not r["wgmma_serialised"], r
         assert r["spill_stores"] == 0, r
-    with_q = {key[2:4] for key, t in config.TABLE.items() if t.q_registers}
-    assert with_q == {("=64", False), ("=128", True)}
-    assert all(t.fixed_reference for t in config.TABLE.values() if t.q_registers)
 
 
 def test_n_stays_an_argument():
@@ -404,7 +362,7 @@ TWO_S3 = config.Tiles(64, 128, 4, 3, gluon=True)
     (config.Tiles(64, 128, 4, 2, gluon=True, persistent=True, one_consumer=True), 128, torch.bfloat16, None),
 ])
 def test_as_run_brings_a_mask_by_tma_in_the_stages_that_fit(tiles, D, mask_dtype, stages):
-    """qk_softmax_gluon.as_run (v30): the most stages (up to the entry's) whose K and mask rings fit beside Q and the
+    """qk_softmax_gluon.as_run: the most stages (up to the entry's) whose K and mask rings fit beside Q and the
     P buffers; None: not even 2 fit, so the consumers load the mask and the entry runs one item a program. A mask
     TMA cannot read (rows not 16-byte aligned) takes the consumers' loads too; no mask leaves the tiles alone."""
     N = 1024
@@ -419,30 +377,25 @@ def test_as_run_brings_a_mask_by_tma_in_the_stages_that_fit(tiles, D, mask_dtype
     ragged = torch.empty(1000, 1000, dtype=torch.uint8, device="meta").expand(2, 16, 1000, 1000)
     assert qk_softmax_gluon.as_run(tiles, ragged, D, 2) == replace(tiles, mask_tma=False, persistent=False)
     assert qk_softmax_gluon.as_run(tiles, None, D, 2) == tiles
-    v42 = replace(tiles, q_registers=True, fixed_reference=True)  # measured unmasked only: a mask drops them
-    assert qk_softmax_gluon.as_run(v42, mask, D, 2) == ran
-    assert qk_softmax_gluon.as_run(v42, None, D, 2) == v42
+    fixed = replace(tiles, q_registers=True, fixed_reference=True)  # measured unmasked only: a mask drops them
+    assert qk_softmax_gluon.as_run(fixed, mask, D, 2) == ran
+    assert qk_softmax_gluon.as_run(fixed, None, D, 2) == fixed
 
 
-@pytest.mark.parametrize("tiles,head_dims,causal,masks", [
-    ("64x128w4s2hgm", "64,128", "0,1", "1,2"),  # two consumers, 2 stages: what as_run gives at D = 128
-    ("64x128w4s3hgm", "64,128", "0", "2"),  # 3 stages: fits at D = 64 (224 KiB), not at D = 128 (288 KiB)
-    ("64x128w4s2hgmc", "64,128", "0,1", "2"),  # persistent
-    ("64x128w4s2hgmu", "64", "1", "1,2"),  # one consumer (D = 64 causal's entry)
-    ("64x128w4s2hgmcu", "64", "1", "1,2"),  # its short-N persistent entry
-])
-def test_masks_by_tma_compiles_within_limits_and_mask_fits_agrees_with_the_compiler(tiles, head_dims, causal, masks):
-    """Masks by TMA (v30): where qk_softmax_gluon.mask_fits says a configuration fits, the compiler's shared memory
-    fits the SM's share and nothing serialises; without a persistent loop nothing spills (the consumers' loads spilled
-    in the persistent kernel, v28), with one at most 128 bytes; where mask_fits says it does not fit, neither does
-    the compile."""
-    from attnlab.triton.resources import parse_tiles
-
-    t = parse_tiles(tiles)
-    rows = offline_compile("--kernels", "qk_softmax", "--head-dims", head_dims, "--causal", causal, "--masks", masks,
-                           "--tiles", tiles)
-    assert len(rows) == len(head_dims.split(",")) * len(causal.split(",")) * len(masks.split(","))
-    for r in rows:
+@pytest.mark.parametrize("offline", [
+    compiles("qk_softmax", D=(64, 128), causal=(0, 1), masks=(1, 2), tiles="64x128w4s2hgm"),  # two consumers, 2 stages
+    compiles("qk_softmax", D=(64, 128), causal=0, masks=2, tiles="64x128w4s3hgm"),  # 3 stages: fit at D = 64 only
+    compiles("qk_softmax", D=(64, 128), causal=(0, 1), masks=2, tiles="64x128w4s2hgmc"),  # persistent
+    compiles("qk_softmax", D=64, causal=1, masks=(1, 2), tiles="64x128w4s2hgmu"),  # one consumer
+    compiles("qk_softmax", D=64, causal=1, masks=(1, 2), tiles="64x128w4s2hgmcu"),  # one consumer, persistent
+], ids=["s2", "s3", "persistent", "one-consumer", "one-consumer-persistent"], indirect=True)
+def test_masks_by_tma_compiles_within_limits_and_mask_fits_agrees_with_the_compiler(offline):
+    """Masks by TMA: where qk_softmax_gluon.mask_fits says a configuration fits, the compiler's shared memory fits
+    the SM's share and nothing serialises; without a persistent loop nothing spills (the consumers' loads spill in
+    the persistent kernel), with one at most 128 bytes; where mask_fits says it does not fit, neither does the
+    compile."""
+    for r in offline:
+        t = parse_tiles(r["tiles"])
         fits = qk_softmax_gluon.mask_fits(t, t.num_stages, r["D"], 2, 1 if r["mask_kind"] == 1 else 2)
         assert r["fits"] is fits, r
         if fits:

@@ -68,3 +68,89 @@ def test_runs_side_by_side_must_share_one_dtype_and_causal_value():
         figures.ratio_by_run({"run A": pd.DataFrame(dict(dtype=["float16"] * 2, causal=[False, True], D=64, N=512,
                                                           B=1, H=8, Hkv=8, ours="fused", library="sdpa_flash",
                                                           library_over_ours=1.0))})
+
+
+def _results():
+    """Two groups (non-causal, causal) at D = 64 and 128, N = 512 and 1024: our builds, fused's ablations and a
+    library build, each shape's times and peaks distinct, so a value drawn from the wrong row shows."""
+    rows = []
+    for causal in (False, True):
+        for D in (64, 128):
+            for N in (512, 1024):
+                scale = (N / 512) * (D / 64) * (0.5 if causal else 1.0)
+                for i, (build, ms) in enumerate((("materialised", 4.0), ("qk_softmax", 2.0), ("fused", 1.0),
+                                                 ("fused-no_softmax", 0.7), ("fused-no_pv", 0.9),
+                                                 ("fused-zero_mask", 1.2), ("sdpa_flash", 1.5))):
+                    rows.append(row(build, ms=ms * scale, N=N, D=D, causal=causal, peak_bytes=float(10**6 * (i + 1) * scale),
+                                    hold_bytes=int(10**5 * (i + 1) * scale), reps=10, flops=10**9, bytes_moved=10**6))
+    return frame(*rows)
+
+
+def _by_panel(fig, name):
+    """{D: (x, y)} of the traces called `name`, one per panel (D = 64 in the first, 128 in the second)."""
+    panel = {"x": 64, "x2": 128}
+    return {panel[t.xaxis]: (list(t.x), list(t.y)) for t in fig.data if t.name == name}
+
+
+@pytest.mark.parametrize("baseline", ["materialised", "qk_softmax"])
+def test_the_report_draws_for_each_group_the_speedup_memory_and_ablation_figures_with_the_tables_values(baseline):
+    """What `attnlab report` draws (text.figures): per (dtype, causal) group, the speedup over the baseline, the peak
+    allocation and fused's ablations (the only base measured with ablations here); titles naming the group and the
+    baseline, axes titled with their units, one panel per head dim, one trace per build (ablations only in their
+    figure), each point the value of the table it is drawn from."""
+    from attnlab.report import ablation_table, speedup, split
+    from attnlab.report.text import figures as report_figures
+
+    results = _results()
+    figs = report_figures(results, baseline=baseline)
+    assert len(figs) == 2 * 3
+    builds = {"materialised", "qk_softmax", "fused", "sdpa_flash"}
+    for (dtype, causal), (speed, memory, ablation) in zip(split(results), zip(*[iter(figs)] * 3)):
+        group = split(results)[(dtype, causal)]
+        kind = "causal" if causal else "non-causal"
+        assert speed.layout.title.text.startswith(f"speedup over {baseline} ({dtype}, {kind};")
+        assert memory.layout.title.text.startswith(f"peak allocation per call ({dtype}, {kind})")
+        assert ablation.layout.title.text.startswith(f"what removing each stage of fused saves ({dtype}, {kind})")
+        for fig in (speed, memory, ablation):
+            assert [a.text for a in fig.layout.annotations] == ["D = 64", "D = 128"]
+        assert speed.layout.xaxis.title.text == memory.layout.xaxis.title.text == "sequence length N (tokens)"
+        assert speed.layout.yaxis.title.text == f"× faster than {baseline}"
+        assert memory.layout.yaxis.title.text == "bytes" and ablation.layout.yaxis.title.text == "ms"
+        assert {t.name for t in speed.data} == builds
+        assert {t.name for t in memory.data} == builds | {f"{b} must hold" for b in builds}
+        table = speedup(group, baseline=baseline)
+        for build in builds:
+            for D, (x, y) in _by_panel(speed, build).items():
+                want = table[(table.build == build) & (table.D == D)].sort_values("N")
+                assert x == list(want.N) and y == pytest.approx(list(want[f"x_vs_{baseline}"]))
+            for D, (x, y) in _by_panel(memory, build).items():
+                ok = group[(group.build == build) & (group.D == D)].sort_values("N")
+                assert x == list(ok.N) and y == pytest.approx(list(ok.peak_bytes))
+                assert _by_panel(memory, f"{build} must hold")[D][1] == pytest.approx(list(ok.hold_bytes))
+        saved = ablation_table(group, base="fused")
+        for name, column in (("softmax (→ copy)", "softmax_saving_ms"), ("PV (dropped)", "pv_saving_ms"),
+                             ("mask", "mask_cost_ms")):
+            for D, (x, y) in _by_panel(ablation, name).items():
+                want = saved[saved.D == D].sort_values("N")
+                assert x == [str(n) for n in want.N] and y == pytest.approx(list(want[column]))
+
+
+def test_report_with_another_baseline_names_it_in_every_speedup_table_and_figure(tmp_path, capsys):
+    """`attnlab report DIR --baseline qk_softmax`: the speedup tables and figures are relative to qk_softmax (its
+    ms beside each build's, the ratio named for it), and nothing is relative to the default materialised."""
+    from attnlab import cli
+
+    _results().to_csv(tmp_path / "results.csv", index=False)
+    assert cli.main(["report", str(tmp_path), "--baseline", "qk_softmax"]) == 0
+    tables = (tmp_path / "tables.txt").read_text()
+    assert tables.count("## speedup over qk_softmax") == 2 and "speedup over materialised" not in tables
+    section = tables.split("## speedup over qk_softmax (float16, non-causal)")[1].split("##")[0]
+    header, first = [line for line in section.splitlines() if line.strip()][:2]
+    assert header.split()[-3:-1] == ["qk_softmax_ms", "x_vs_qk_softmax"] and "x_vs_materialised" not in tables
+    cells = dict(zip(header.split(), first.split()))  # N = 512, D = 64, materialised: 2.0 / 4.0
+    assert (cells["build"], float(cells["qk_softmax_ms"]), float(cells["x_vs_qk_softmax"])) == ("materialised", 2.0,
+                                                                                               0.5)
+    page = (tmp_path / "figures.html").read_text()
+    assert page.count("speedup over qk_softmax") == 2 and "speedup over materialised" not in page
+    assert "faster than qk_softmax" in page and "faster than materialised" not in page
+    assert tables.strip() == capsys.readouterr().out.strip()

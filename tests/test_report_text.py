@@ -1,7 +1,6 @@
 """`attnlab report`: every table of a results directory, per (dtype, causal) group, as a user meets it."""
 import re
 
-import pandas as pd
 
 from attnlab import cli
 from attnlab.report.text import render
@@ -54,7 +53,9 @@ def test_report_command_writes_tables_txt(tmp_path, capsys):
     assert page.count("Plotly.newPlot") == 6  # per group: speedup, memory, fused ablations
 
 
-def test_report_on_a_missing_directory_is_one_error(tmp_path, capsys):
-    assert cli.main(["report", str(tmp_path / "nope")]) == 2
+def test_report_on_a_directory_without_results_is_one_error(tmp_path, capsys):
+    """A directory that exists but holds no sweep (a missing one is refused by the parser: tests/test_cli.py)."""
+    assert cli.main(["report", str(tmp_path)]) == 2
     err = capsys.readouterr().err
-    assert err.startswith("attnlab report: error: argument DIR: no such directory") and err.count("\n") == 1
+    assert err == f"attnlab: error: report: {tmp_path}/results.csv does not exist (give a sweep's output directory)\n"
+    assert not (tmp_path / "tables.txt").exists() and not (tmp_path / "figures.html").exists()

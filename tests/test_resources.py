@@ -4,14 +4,20 @@ The compile runs in a child process started with TRITON_INTERPRET=0 (this test p
 the interpreter), exactly as a user's `python -m attnlab.triton.resources` does.
 """
 import pytest
+import torch
 
 from attnlab.triton import config, resources
+from attnlab.triton.hopper import common
+from attnlab.triton.hopper import qk_softmax as qk_softmax_gluon
+from attnlab.triton.hopper import qk_softmax_row
 from tests.conftest import offline_compile
+from tests.offline import compiles
 
 
-def test_the_candidate_that_failed_on_the_h200_is_seen_not_to_fit():
-    """fused 128×128 w8 s3 at D = 128 with a mask tile could not launch on the H200 (out of shared memory);
-    the offline compile must say so, and the table's 128×64 must fit."""
+def test_the_command_sees_a_candidate_that_does_not_fit():
+    """`python -m attnlab.triton.resources` as a user runs it (it restarts itself with TRITON_INTERPRET=0): fused
+    128×128 w8 s3 at D = 128 with a mask tile could not launch on the H200 (out of shared memory), and the offline
+    compile must say so; 128×64 fits."""
     bad, good = offline_compile("--kernels", "fused", "--head-dims", "128", "--causal", "0", "--masks", "2", "--tiles",
                                 "128x128w8s3,128x64w8s3", timeout=300)
     assert (bad["tiles"], good["tiles"]) == ("128x128w8s3", "128x64w8s3")
@@ -52,7 +58,7 @@ def test_bad_flags_are_one_clear_error(capsys):
 
 
 def test_ptxas_report_is_read_including_the_wgmma_serialisation_advisory():
-    """The advisory that explained the slow causal paired kernel (PERFORMANCE.md v8) must come out as a flag."""
+    """The advisory that explained the slow causal paired kernel must come out as a flag."""
     report = """ptxas info    : (C7515) Potential Performance Loss: wgmma.mma_async instructions are serialized due to non
 wgmma instructions defining accumulator registers of a wgmma between start and end of the pipeline stage in the
 function 'fused_kernel'
@@ -61,33 +67,88 @@ ptxas info    : 136 bytes spill stores, 188 bytes spill loads"""
     assert resources.read_ptxas(report) == dict(registers=255, stack_bytes=88, spill_stores=136, spill_loads=188,
                                                 wgmma_serialised=True)
     assert resources.read_ptxas("ptxas info    : Used 126 registers")["wgmma_serialised"] is False
-    # the other wording (a register of an in-flight matmul read: the first qk_softmax Gluon kernel, PERFORMANCE.md v12)
+    # the other wording (a register of an in-flight matmul read: the first qk_softmax Gluon kernel)
     c7514 = """ptxas info    : (C7514) Potential Performance Loss: wgmma.mma_async instructions are serialized due to non
 wgmma instructions reading accumulator registers of  a wgmma between start and end of the pipeline stage"""
     assert resources.read_ptxas(c7514)["wgmma_serialised"] is True
 
 
-@pytest.mark.parametrize("n,entries", [
-    (4096, ["64x128w4s2gmco", "64x128w4s2hgmco", "64x128w4s2gmco", "64x128w4s2hgmco"]),  # TABLE
-    (512, ["64x128w4s2gmco", "64x128w4s2hgmcou", "64x128w4s2gmco", "64x64w4s2hgmcou"]),  # SHORT (below 1448, 724)
-])
-def test_the_tables_fused_entries_fit_and_keep_their_matmuls_asynchronous(n, entries):
-    """Every sm90 fused entry of the tile tables (D 64 and 128, causal and not, with and without the zero_mask
-    ablation's additive mask; TABLE's at N = 4096, SHORT's at 512) compiles within shared memory, with no wgmma
-    serialisation and no spills without the mask but the persistent causal kernel's 4 bytes at D = 128 (8 bytes of
-    stack since v18, the same before and after v24's pair order; its times in PERFORMANCE.md v24 include them); with
-    the mask the Gluon kernel spills some (tests/test_fused_gluon.py). One-consumer programs (`u`) take at most half
-    an SM's shared memory, so two share it."""
-    rows = offline_compile("--kernels", "fused", "--head-dims", "64,128", "--causal", "0,1", "--masks", "0,2",
-                           "--n", str(n))
-    assert len(rows) == 8  # no mask, and the additive mask the zero_mask ablation passes
-    for r in rows:
-        assert r["fits"] and not r["wgmma_serialised"], r
-        if r["mask_kind"]:  # the one-item Gluon kernel a few bytes, the persistent one 536–700 (v18)
-            allowed = 704 if "c" in r["tiles"] else 256
+def _serves(below=None) -> int:
+    """An N the entry serves: the benchmark's 4096 for TABLE's, the longest multiple of 16 below a SHORT entry's
+    bound (a one-pass entry's row then fills the most shared memory it can) for SHORT's."""
+    return 4096 if below is None else min(4096, (below - 1) // 16 * 16)
+
+
+def _table_compiles() -> list:
+    """For every sm90 16-bit entry of fused, qk_softmax and pv in TABLE and SHORT, at a D and N it serves: the
+    compiles of what the lab's calls run with it. A Gluon entry: the build unmasked and its ablations (no_softmax,
+    no_pv: the PV kernel's flag), the zero_mask ablation's additive mask and a user's boolean one (for qk_softmax the
+    tiles qk_softmax_gluon.as_run gives a masked call: the one-pass kernel and the fixed reference take no mask). A
+    Triton entry: the build and its zero_mask ablation."""
+    out = []
+    entries = [(key, t, None) for key, t in config.TABLE.items()]
+    entries += [(key, t, below) for key, (t, below) in config.SHORT.items()]
+    for (kernel, fam, bucket, causal, size), t, below in entries:
+        if fam != "sm90" or size != 2 or kernel not in ("fused", "qk_softmax", "pv"):
+            continue
+        n = _serves(below)
+        if t.gluon:
+            dims = [int(bucket.lstrip("="))]
+        elif bucket == "any":
+            dims = [64, 128]
+        else:  # a Triton entry serves its bucket but for the Gluon kernel's exact D
+            dims = [bucket * 3 // 4]
+        for D in dims:
+            for c in ((False, True) if causal == "any" else (causal,)):
+                label = resources.label(t)
+                if kernel == "pv":
+                    out += compiles("pv", D, c, label, n=n)
+                    if t.gluon:
+                        out += compiles("pv", D, c, label, n=n, flags={"NO_PV": True})
+                    continue
+                out += compiles(kernel, D, c, label, n=n)
+                if t.gluon:  # the Triton entries: the build and its zero_mask ablation
+                    out += compiles(kernel, D, c, label, n=n, flags={"NO_SOFTMAX": True})
+                if kernel == "fused" and t.gluon:
+                    out += compiles(kernel, D, c, label, n=n, flags={"NO_PV": True})
+                for mask_kind, dtype in ((1, torch.uint8), (2, torch.bfloat16))[0 if t.gluon else 1:]:
+                    mask = torch.empty(n, n, dtype=dtype, device="meta").expand(1, 2048 // D, n, n)
+                    ran = qk_softmax_gluon.as_run(t, mask, D, 2, n) if kernel == "qk_softmax" and t.gluon else t
+                    out += compiles(kernel, D, c, resources.label(ran), masks=mask_kind, n=n)
+    return out
+
+
+TABLE_COMPILES = _table_compiles()
+
+
+@pytest.mark.parametrize("offline", [TABLE_COMPILES], ids=["sm90"], indirect=True)
+def test_every_sm90_entry_of_the_tables_compiles_within_limits_on_every_path_the_lab_runs(offline):
+    """Whatever TABLE and SHORT hold, each sm90 16-bit entry of fused, qk_softmax and pv compiles for sm_90a within a
+    program's share of shared memory (one-consumer programs: half an SM, so two share it) on every path the lab runs
+    it (_table_compiles). The Gluon entries, tuned on the H200, also keep their matmuls asynchronous (no
+    C7514/C7515) and spill nothing without a mask (the benchmark's path) but for the persistent fused kernel's few
+    bytes under a causal mask at D = 128 and its no_softmax ablation's at most 256; a mask costs the fused kernel at
+    most 704 bytes (the consumers' 64-bit mask pointers), the P kernel 128. A one-pass entry's row buffers fit
+    beside its ring at the N it serves (qk_softmax_row.fits)."""
+    assert len(offline) == len(TABLE_COMPILES) > 0
+    wrong = []
+    for c, r in zip(TABLE_COMPILES, offline):
+        t = resources.parse_tiles(r["tiles"])
+        if not r["fits"] or (t.one_consumer and r["smem_kib"] * 1024 > common.smem_limit(t)):
+            wrong.append(f"{c}: {r['smem_kib']:.0f} KiB does not fit")
+        if not t.gluon:
+            continue
+        if r["mask_kind"]:
+            allowed = 704 if r["kernel"] == "fused" else 128
+        elif r["kernel"] == "fused" and t.persistent and r.get("NO_SOFTMAX"):
+            allowed = 256
         else:
-            allowed = 4 if (r["D"], r["causal"], r["tiles"]) == (128, True, "64x128w4s2hgmco") else 0
-        assert r["spill_stores"] <= allowed, r
-        if r["tiles"].endswith("u"):
-            assert (r["smem_kib"] + 1) * 2 <= 228, r  # with the 1 KiB each block reserves
-    assert [r["tiles"] for r in rows[::2]] == entries
+            allowed = 4 if (r["kernel"], t.persistent, r["causal"], r["D"]) == ("fused", True, True, 128) else 0
+        if r["wgmma_serialised"] or r["spill_stores"] > allowed:
+            wrong.append(f"{c}: {r['spill_stores']} bytes spilled (at most {allowed}), wgmma serialised: "
+                         f"{r['wgmma_serialised']}")
+    assert not wrong, "\n".join(wrong)
+    for c in TABLE_COMPILES:
+        t = resources.parse_tiles(c.tiles)
+        if t.one_pass and not c.mask_kind:
+            assert qk_softmax_row.fits(t, c.n, c.D, 2), c

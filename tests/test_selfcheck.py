@@ -31,7 +31,7 @@ def test_a_nan_event_time_fails_the_verdict_in_either_position():
 
 
 def test_the_lead_covers_several_host_issue_times():
-    # session 32, call 3: qk_softmax's host issue 1.283 ms against a 1.886 ms call; sdpa_flash 0.202 against 1.84
+    # as measured on the H200: qk_softmax's host issue 1.283 ms against a 1.886 ms call; sdpa_flash 0.202 against 1.84
     assert selfcheck.lead_calls(1.283, 1.886) == 3  # 3 × 1.886 ≥ 4 × 1.283
     assert selfcheck.lead_calls(0.202, 1.84) == 2  # never fewer than 2
     assert selfcheck.lead_calls(2.0, 1.0) == 8
@@ -105,7 +105,7 @@ def _row(**kw):
 
 
 def test_a_failure_says_whether_the_card_was_at_its_power_cap():
-    # session 32, call 5: qk_softmax's repeat -2.7 % at the cap
+    # as measured on the H200: qk_softmax's repeat -2.7 % at the cap
     note = selfcheck.failure_note(_row(ok=False, repeat=-0.0271, reasons="software power cap", mhz_1=1455.0,
                                        mhz_2=1500.0))
     assert note == ("repeat -2.7% at the software power cap (the two measurements' sampled SM clocks, medians of "

@@ -95,16 +95,55 @@ def test_an_interrupted_sweep_keeps_exactly_k_rows_and_resume_finishes_without_d
 
 
 def test_a_line_cut_short_by_a_crash_is_dropped_and_remeasured(tmp_path):
-    out = tmp_path / "run"
-    sweep.run({**TINY, "builds": ["torch_eager"]}, out, progress=False)
+    out, params = tmp_path / "run", {**TINY, "builds": ["torch_eager"]}
+    sweep.run(params, out, progress=False)
     whole = lines(out)
-    with open(out / sweep.RESULTS, "a") as f:
-        f.write(whole[1][: len(whole[1]) // 2])  # half a row, no newline: the crash hit mid-write
-    assert len(sweep.read_results(out)) == len(whole) - 1  # the partial line is not a row
-    df = sweep.run(TINY, out, progress=False)
-    assert len(df) == N_CASES and df["case_id"].is_unique
+    assert len(whole) == 1 + N_CASES // 3
+    with open(out / sweep.RESULTS, "w") as f:  # the crash hit mid-write: the last row is half there, no newline
+        f.write("\n".join(whole[:-1]) + "\n" + whole[-1][: len(whole[-1]) // 2])
+    assert len(sweep.read_results(out)) == len(whole) - 2  # the partial line is not a row
+    df = sweep.run(params, out, progress=False)
+    assert len(df) == N_CASES // 3 and df["case_id"].is_unique
     records = list(csv.reader(io.StringIO((out / sweep.RESULTS).read_text())))
-    assert len(records) == 1 + N_CASES and all(len(r) == len(COLUMNS) for r in records)  # nothing glued on
+    assert len(records) == 1 + N_CASES // 3 and all(len(r) == len(COLUMNS) for r in records)  # nothing glued on
+    assert (out / sweep.RESULTS).read_text().startswith("\n".join(whole[:-1]) + "\n")  # the whole rows kept as written
+
+
+def test_a_resume_with_other_params_is_refused_naming_what_changed_and_writes_nothing(tmp_path):
+    """A run's rows and its provenance describe one set of params: a resume with others would append rows measured
+    differently (another dtype, timing or seed) or cases its provenance does not list. Only where it is written may
+    differ."""
+    out, params = tmp_path / "run", {**TINY, "builds": ["torch_eager"], "seq_lens": [32]}
+    sweep.run(params, out, progress=False)
+    results, prov = (out / sweep.RESULTS).read_bytes(), (out / sweep.PROVENANCE).read_bytes()
+    for change, says in (({"builds": ["torch_eager", "fused"]}, "builds: ['torch_eager'] then, ['torch_eager', 'fused'] now"),
+                         ({"seq_lens": [32, 64]}, "seq_lens: [32] then, [32, 64] now"),
+                         ({"reps_ms": 2, "seed": 3}, "reps_ms: 1.0 then, 2.0 now; seed: 0 then, 3 now"),
+                         ({"dtype": "bfloat16"}, "dtype: 'float32' then, 'bfloat16' now")):
+        with pytest.raises(ParamsError) as e:
+            sweep.run({**params, **change}, out, progress=False)
+        assert str(e.value).startswith(f"params key 'out_dir': value '{out}' holds a run measured with other params")
+        assert says in str(e.value) and "\n" not in str(e.value)
+        assert (out / sweep.RESULTS).read_bytes() == results and (out / sweep.PROVENANCE).read_bytes() == prov
+    df = sweep.run({**params, "out_dir": str(tmp_path / "elsewhere")}, out, progress=False)  # --out wins; same run
+    assert len(df) == 2 and len(json.loads((out / sweep.PROVENANCE).read_text())["sessions"]) == 2
+
+
+def test_a_resume_on_another_device_is_refused_and_writes_nothing(tmp_path):
+    """A folder measured on one GPU is never topped up on another: its rows' times would not be comparable."""
+    out, params = tmp_path / "run", {**TINY, "builds": ["torch_eager"], "seq_lens": [32]}
+    sweep.run(params, out, progress=False)
+    prov = json.loads((out / sweep.PROVENANCE).read_text())
+    prov["device"]["name"] = "NVIDIA H200"
+    (out / sweep.PROVENANCE).write_text(json.dumps(prov))
+    results, before = (out / sweep.RESULTS).read_bytes(), (out / sweep.PROVENANCE).read_bytes()
+    with open(out / sweep.RESULTS, "ab") as f:
+        f.write(b"half a li")  # a crash's partial line: a refused resume does not repair it either
+    with pytest.raises(ParamsError, match=r"^params key 'out_dir': value '.*' holds a run measured on 'NVIDIA H200', "
+                                          r"this is '.+': use another out_dir$"):
+        sweep.run(params, out, progress=False)
+    assert (out / sweep.RESULTS).read_bytes() == results + b"half a li"
+    assert (out / sweep.PROVENANCE).read_bytes() == before
 
 
 def test_a_killed_sweep_loses_no_finished_row(tmp_path):
@@ -245,19 +284,31 @@ def test_policies_expand_like_flashattention_benchmarks():
     assert [c.N for c in cases[: 2 * len(builds.BUILDS): len(builds.BUILDS)]] == [128, 256]  # N ascending
 
 
-def test_shipped_params_files():
+@pytest.mark.parametrize("path", sorted((ROOT / "params").glob("*.yaml")), ids=lambda p: p.name)
+def test_shipped_params_files_load_and_expand_to_their_own_grid(path):
+    """Every params file the repository ships validates, and its grid is every (causal, D, N, build) of its own
+    values once, each shape sized by its batch policy."""
+    p = sweep.load_params(path)
+    cases = sweep.grid(p, "cpu")
+    assert len(cases) == len(p["causal"]) * len(p["head_dims"]) * len(p["seq_lens"]) * len(p["builds"])
+    assert len({c.case_id for c in cases}) == len(cases)
+    assert {(c.causal, c.D, c.N, c.build) for c in cases} == {
+        (c, d, n, b) for c in p["causal"] for d in p["head_dims"] for n in p["seq_lens"] for b in p["builds"]}
+    for c in cases:
+        if p["batch_policy"] == "fixed_tokens":
+            assert c.B == p["tokens"] // c.N and c.H == p["width"] // c.D
+        else:
+            assert (c.B, c.H) == (p["batch"], p["heads"])
+        assert c.H == p["group"] * c.Hkv
+
+
+def test_the_cpu_params_measure_our_builds_on_the_cpu_and_the_gpu_ones_every_build():
+    """What `attnlab run` sweeps (cli.params_for): the CPU run measures our three builds there; a GPU run every
+    build the lab has."""
     cpu = sweep.load_params(ROOT / "params" / "cpu.yaml")
     assert cpu["device"] == "cpu" and set(builds.OURS) <= set(cpu["builds"])
-    h200 = sweep.load_params(ROOT / "params" / "h200.yaml")
-    assert h200["dtype"] == "bfloat16" and h200["builds"] == builds.names()
-    assert h200["seq_lens"] == [512, 1024, 2048, 4096, 8192, 16384] and h200["head_dims"] == [64, 128]
-    assert h200["causal"] == [False, True]
-    cases = sweep.grid(h200, "cuda:0")
-    assert len(cases) == 6 * 2 * 2 * len(builds.BUILDS)
-    assert all(c.B * c.N == 16384 and c.H * c.D == 2048 for c in cases)
-    gpu = sweep.load_params(ROOT / "params" / "gpu.yaml")
-    assert gpu["dtype"] == "float16" and gpu["builds"] == builds.names() and gpu["seq_lens"] == [512, 1024, 2048, 4096]
-    assert len(sweep.grid(gpu, "cuda:0")) == 4 * 2 * 2 * len(builds.BUILDS)
+    for gpu in set((ROOT / "params").glob("*.yaml")) - {ROOT / "params" / "cpu.yaml"}:
+        assert sweep.load_params(gpu)["builds"] == builds.names(), gpu.name
 
 
 def test_families_and_all_expand_to_build_names():
