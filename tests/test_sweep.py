@@ -304,11 +304,19 @@ def test_shipped_params_files_load_and_expand_to_their_own_grid(path):
 
 def test_the_cpu_params_measure_our_builds_on_the_cpu_and_the_gpu_ones_every_build():
     """What `attnlab run` sweeps (cli.params_for): the CPU run measures our three builds there; a GPU run every
-    build the lab has."""
+    build the lab has. A variant a user names with --params (a stem with a '-', e.g. h200-fixed-bh.yaml) is never
+    picked for a device, and may measure fewer."""
+    from attnlab import cli
+
     cpu = sweep.load_params(ROOT / "params" / "cpu.yaml")
     assert cpu["device"] == "cpu" and set(builds.OURS) <= set(cpu["builds"])
-    for gpu in set((ROOT / "params").glob("*.yaml")) - {ROOT / "params" / "cpu.yaml"}:
+    picked = set((ROOT / "params").glob("*.yaml")) - {ROOT / "params" / "cpu.yaml"}
+    for gpu in (f for f in picked if "-" not in f.stem):
         assert sweep.load_params(gpu)["builds"] == builds.names(), gpu.name
+        assert cli.params_for(f"NVIDIA {gpu.stem.upper()}", ROOT / "params")[0] in (gpu, ROOT / "params" / "gpu.yaml")
+    for variant in (f for f in picked if "-" in f.stem):
+        assert cli.params_for(f"NVIDIA {variant.stem.upper()}", ROOT / "params")[0] != variant
+        assert set(builds.OURS) <= set(sweep.load_params(variant)["builds"])
 
 
 def test_families_and_all_expand_to_build_names():
