@@ -1,0 +1,49 @@
+"""The repository keeps the lab, not the diary of how it was built: the working log stays in git history, the docs
+stay short, and every run folder under outputs/ is a run of record with its provenance and a row in its index."""
+import re
+import subprocess
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def test_the_working_log_lives_in_history_not_in_the_tree():
+    assert not (ROOT / "PERFORMANCE.md").exists(), "docs/performance.md replaces PERFORMANCE.md (docs/history.md)"
+    assert not (ROOT / "scripts" / "experiments").exists()
+    assert sorted(p.name for p in (ROOT / "scripts").iterdir() if p.is_file()) == ["device.sh", "readme_images.py"]
+
+
+def test_the_docs_stay_short():
+    assert (ROOT / "docs" / "performance.md").stat().st_size <= 30_000
+    hopper = (ROOT / "docs" / "hopper.md").read_text()
+    assert len(hopper) <= 14_000 and hopper.count("\n") <= 140  # two printed pages
+
+
+def test_history_names_a_commit_that_holds_the_log():
+    text = (ROOT / "docs" / "history.md").read_text()
+    commit = re.search(r"\*\*([0-9a-f]{40})\*\*", text).group(1)
+    shallow = subprocess.run(["git", "rev-parse", "--is-shallow-repository"], cwd=ROOT, capture_output=True,
+                             text=True)
+    if shallow.returncode != 0 or shallow.stdout.strip() == "true":
+        pytest.skip("no full git history here to look the commit up in")
+    log = subprocess.run(["git", "show", f"{commit}:PERFORMANCE.md"], cwd=ROOT, capture_output=True, text=True)
+    assert log.returncode == 0, log.stderr
+    assert log.stdout.startswith("# Performance log")
+    assert f"git show {commit[:7]}:PERFORMANCE.md" in text
+
+
+def run_folders():
+    return sorted(p for gpu in (ROOT / "outputs").iterdir() if gpu.is_dir() and gpu.name != "cpu"
+                  for p in gpu.iterdir() if p.is_dir())
+
+
+def test_every_run_of_record_has_provenance_and_a_row_in_its_index():
+    folders = run_folders()
+    assert folders, "outputs/ holds the runs of record"
+    assert len(folders) <= 12, "runs of record only: one-off runs are written down and deleted"
+    for folder in folders:
+        assert {"PROVENANCE.md", "provenance.json"} & {p.name for p in folder.iterdir()}, folder
+        index = (folder.parent / "README.md").read_text()
+        assert f"| `{folder.name}/` |" in index, f"{folder} has no row in {folder.parent}/README.md"
