@@ -155,23 +155,19 @@ def _run(args) -> int:
 
     gpu = torch.cuda.get_device_name() if torch.cuda.is_available() else None
     params, why = (Path(args.params), f"params {args.params}") if args.params else params_for(gpu)
-    try:
-        if args.gpus is not None:
-            if args.out:
-                return _error("run: --out names one folder; with --gpus each GPU writes its own")
-            gpus = args.gpus
-            print(f"attnlab: {why}; one render per GPU: {', '.join(map(str, gpus))}", flush=True)
-            code, _, lines = render.render_gpus(params, gpus, timeout=args.timeout)
-            for line in lines:
-                print(f"attnlab: {line}", flush=True)
-            return code
+    if args.gpus is None:
         print(f"attnlab: {why}", flush=True)
-        result = render.render(params, args.out, timeout=args.timeout)
+        return render.finish(lambda: render.render(params, args.out, timeout=args.timeout))
+    if args.out:
+        return _error("run: --out names one folder; with --gpus each GPU writes its own")
+    print(f"attnlab: {why}; one render per GPU: {', '.join(map(str, args.gpus))}", flush=True)
+    try:
+        code, _, lines = render.render_gpus(params, args.gpus, timeout=args.timeout)
     except sweep.ParamsError as e:
         return _error(str(e))
-    print(f"attnlab: {result.message}", file=sys.stderr if result.code else sys.stdout)
-    return result.code
-
+    for line in lines:
+        print(f"attnlab: {line}", flush=True)
+    return code
 
 def params_for(device_name: str | None, folder: Path | None = None) -> tuple[Path, str]:
     """The params file `attnlab run` sweeps on this machine, and why: cpu.yaml without a GPU; the file named for the

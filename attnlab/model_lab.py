@@ -554,14 +554,7 @@ def main(argv=None) -> int:
                                                                     "outputs/<device>/<time>/)")
     ap.add_argument("--timeout", type=positive_float, metavar="S", help="seconds a cell may run (default: none)")
     args = ap.parse_args(argv)
-    try:
-        result = render_notebook(args.params, args.out, timeout=args.timeout)
-    except sweep.ParamsError as e:
-        print(f"attnlab: error: {e}", file=sys.stderr)
-        return 2
-    print(f"attnlab: {result.message}", file=sys.stderr if result.code else sys.stdout)
-    return result.code
-
+    return render.finish(lambda: render_notebook(args.params, args.out, timeout=args.timeout))
 
 if __name__ == "__main__":
     sys.exit(main())

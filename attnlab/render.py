@@ -28,6 +28,7 @@ from pathlib import Path
 import yaml
 
 from attnlab import provenance, sweep
+from attnlab.args import Parser, existing_file, out_dir, positive_float
 
 NOTEBOOKS = provenance.REPO / "notebooks"
 WALKTHROUGH = NOTEBOOKS / "attention_lab.ipynb"
@@ -246,22 +247,30 @@ def render_compare(folders: list[Path], notebook: Path, out: Path, *, timeout: f
                                                          f"{_short(out)}")
 
 
-def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m attnlab.render", description=__doc__,
-                                 formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--params", required=True, metavar="FILE", help="params YAML (its keys fill the parameters cell)")
-    ap.add_argument("--out", metavar="DIR", help="the run folder (default: a new outputs/<gpu-or-cpu>/<time>/)")
-    ap.add_argument("--timeout", type=float, default=None, metavar="S", help="seconds a cell may run (default: none)")
-    ap.add_argument("--notebook", default=str(WALKTHROUGH), help=argparse.SUPPRESS)
-    args = ap.parse_args(argv)
+def finish(render_call) -> int:
+    """A render run from a command line: a bad params file in one line and exit 2, else the render's message and
+    its exit code (0, FAILED or TIMED_OUT)."""
     try:
-        result = render(args.params, args.out, notebook=Path(args.notebook), timeout=args.timeout)
+        result = render_call()
     except sweep.ParamsError as e:
         print(f"attnlab: error: {e}", file=sys.stderr)
         return 2
     print(f"attnlab: {result.message}", file=sys.stderr if result.code else sys.stdout)
     return result.code
 
+
+def main(argv=None) -> int:
+    ap = Parser(prog="python -m attnlab.render", description=__doc__,
+                formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--params", required=True, type=existing_file, metavar="FILE",
+                    help="params YAML (its keys fill the parameters cell)")
+    ap.add_argument("--out", type=out_dir, metavar="DIR",
+                    help="the run folder (default: a new outputs/<gpu-or-cpu>/<time>/)")
+    ap.add_argument("--timeout", type=positive_float, default=None, metavar="S",
+                    help="seconds a cell may run (default: none)")
+    ap.add_argument("--notebook", type=existing_file, default=str(WALKTHROUGH), help=argparse.SUPPRESS)
+    args = ap.parse_args(argv)
+    return finish(lambda: render(args.params, args.out, notebook=Path(args.notebook), timeout=args.timeout))
 
 if __name__ == "__main__":
     sys.exit(main())

@@ -205,3 +205,34 @@ def test_one_render_per_gpu_each_pinned_and_in_its_own_folder_then_the_compariso
 def test_the_gpu_runner_refuses_bad_indices(tmp_path):
     with pytest.raises(sweep.ParamsError, match="distinct GPU indices"):
         render.render_gpus(_params(tmp_path), [0, 0], runner=lambda *a: pytest.fail("started"))
+
+
+@pytest.mark.parametrize("module", ["attnlab.render", "attnlab.model_lab"])
+@pytest.mark.parametrize("argv, says", [
+    (["--params", "{tmp}/nope.yaml"], "argument --params: no such file"),
+    (["--params", "{params}", "--out", "{file}"], "argument --out: '{file}' is a file, not a directory"),
+    (["--params", "{params}", "--timeout", "-5"], "argument --timeout: expected a number > 0, got '-5'"),
+])
+def test_the_render_commands_refuse_a_bad_argument_in_one_line(tmp_path, capsys, module, argv, says):
+    import importlib
+
+    afile = tmp_path / "a-file"
+    afile.write_text("")
+    params = tmp_path / "p.yaml"
+    params.write_text("seq_lens: [64]\n")
+    fill = dict(file=str(afile), tmp=str(tmp_path), params=str(params))
+    with pytest.raises(SystemExit) as stop:
+        importlib.import_module(module).main([a.format(**fill) for a in argv])
+    err = capsys.readouterr().err
+    assert stop.value.code == 2 and err.count("\n") == 1
+    assert err.startswith(f"python -m {module}: error: {says.format(**fill)}"), err
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["a-file", "p.yaml"]
+
+
+def test_a_render_command_with_bad_params_is_one_line_and_exit_2(tmp_path, capsys):
+    params = tmp_path / "p.yaml"
+    params.write_text(yaml.safe_dump({**TINY, "seq_lens": [0]}))
+    assert render.main(["--params", str(params), "--out", str(tmp_path / "never")]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("attnlab: error: params key 'seq_lens': value 0 must be > 0") and err.count("\n") == 1
+    assert not (tmp_path / "never").exists()
