@@ -27,7 +27,7 @@ from pathlib import Path
 import pandas as pd
 import yaml
 
-from attnlab import hf_attention, lab, model_forward as mf, model_sweep, provenance, render, sweep
+from attnlab import hf_attention, lab, model_forward as mf, model_sweep, render, sweep
 from attnlab.args import Parser, existing_file, out_dir as out_dir_arg, positive_float
 from attnlab.lab import Question, _bytes, _relative
 from attnlab.lab import setup as lab_setup
@@ -529,8 +529,8 @@ def render_notebook(params_path, out=None, *, timeout: float | None = None, exec
     nb_out = out / NOTEBOOK.name
     code, message = 0, ""
     try:
-        execute(str(NOTEBOOK), str(nb_out), parameters={**raw, "out_dir": str(out)}, kernel_name=render.KERNEL,
-                cwd=str(provenance.REPO), execution_timeout=timeout, progress_bar=False)
+        execute(str(NOTEBOOK), str(nb_out), parameters={**raw, "out_dir": str(out)}, execution_timeout=timeout,
+                **render.PAPERMILL)
     except papermill.PapermillExecutionError as e:
         code, message = render.FAILED, f"cell {e.cell_index} failed: {e.ename}: {str(e.evalue).splitlines()[0][:300]}"
     except (CellTimeoutError, DeadKernelError) as e:

@@ -34,6 +34,11 @@ NOTEBOOKS = provenance.REPO / "notebooks"
 WALKTHROUGH = NOTEBOOKS / "attention_lab.ipynb"
 COMPARE = NOTEBOOKS / "compare_gpus.ipynb"
 KERNEL = "python3"  # the committed notebooks' kernelspec, named explicitly (a user-level spec can shadow another)
+# How every render runs papermill: that kernel, in the repository's root, without papermill's own progress bar (the
+# cells draw theirs). The kernel logs errors only: its one warning is that its sockets on 127.0.0.1 are not
+# encrypted, which says nothing about the run and reads to a user like a failure.
+PAPERMILL = dict(kernel_name=KERNEL, cwd=str(provenance.REPO), progress_bar=False,
+                 extra_arguments=["--IPKernelApp.log_level=ERROR"])
 FAILED, TIMED_OUT = 1, 124
 
 # nbconvert's lab template with every script it would fetch left out: require.js, MathJax, the widget renderer and
@@ -127,8 +132,8 @@ def render(params_path, out=None, *, notebook: Path = WALKTHROUGH, timeout: floa
     code, message = 0, ""
     t0 = time.perf_counter()
     try:
-        execute(str(notebook), str(nb_out), parameters={**raw, "out_dir": str(out)}, kernel_name=KERNEL,
-                cwd=str(provenance.REPO), execution_timeout=timeout, progress_bar=False)
+        execute(str(notebook), str(nb_out), parameters={**raw, "out_dir": str(out)}, execution_timeout=timeout,
+                **PAPERMILL)
     except papermill.PapermillExecutionError as e:
         code = FAILED
         nb = nbformat.read(str(nb_out), as_version=4)
@@ -240,7 +245,7 @@ def render_compare(folders: list[Path], notebook: Path, out: Path, *, timeout: f
     nb_out = out / Path(notebook).name
     try:
         execute(str(notebook), str(nb_out), parameters={key: [str(f) for f in folders]} if key else {},
-                kernel_name=KERNEL, cwd=str(provenance.REPO), execution_timeout=timeout, progress_bar=False)
+                execution_timeout=timeout, **PAPERMILL)
     except papermill.PapermillExecutionError as e:
         return Rendered(FAILED, out, nb_out, None, f"{notebook.name} failed at cell {e.cell_index}: {e.ename}")
     return Rendered(0, out, nb_out, export_html(nb_out), f"{notebook.name} rendered over {len(folders)} run(s) into "

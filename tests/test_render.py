@@ -236,3 +236,20 @@ def test_a_render_command_with_bad_params_is_one_line_and_exit_2(tmp_path, capsy
     err = capsys.readouterr().err
     assert err.startswith("attnlab: error: params key 'seq_lens': value 0 must be > 0") and err.count("\n") == 1
     assert not (tmp_path / "never").exists()
+
+
+def test_a_render_kernel_prints_no_warning_about_its_local_sockets(tmp_path, capfd):
+    """ipykernel warns on stderr that its 127.0.0.1 sockets are unencrypted; a render's kernel logs errors only, so a
+    user's terminal shows the render's own lines, while an error in a cell still fails the render."""
+    nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell("import sys; print('ran', file=sys.stderr)")])
+    nb.metadata["kernelspec"] = {"name": render.KERNEL, "display_name": "Python 3", "language": "python"}
+    path = tmp_path / "one.ipynb"
+    nbformat.write(nb, str(path))
+    done = papermill.execute_notebook(str(path), str(tmp_path / "out.ipynb"), **render.PAPERMILL)
+    assert done.cells[0].outputs[0]["text"] == "ran\n"
+    err = capfd.readouterr().err
+    assert "WARNING" not in err and "encryption" not in err, err
+    nb.cells[0].source = "raise ValueError('a cell fails')"
+    nbformat.write(nb, str(path))
+    with pytest.raises(papermill.PapermillExecutionError, match="a cell fails"):
+        papermill.execute_notebook(str(path), str(tmp_path / "out2.ipynb"), **render.PAPERMILL)
