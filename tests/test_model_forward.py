@@ -11,6 +11,7 @@ import pytest
 import torch
 
 from attnlab import hf_attention, model_forward as mf, model_lab as ml, model_sweep, reference, sweep
+from attnlab.provenance import REPO
 
 pytest.importorskip("transformers", reason="the model extra: pip install -e '.[model]'")
 
@@ -163,9 +164,9 @@ def test_params_are_checked_key_by_key():
         with pytest.raises(sweep.ParamsError, match=match):
             model_sweep.validate({**PARAMS, **bad})
     for path in ("params/model/cpu.yaml", "params/model/h200.yaml"):
-        p = model_sweep.load_params(ml.provenance.REPO / path)
+        p = model_sweep.load_params(REPO / path)
         assert p["builds"][:2] == ["transformers_sdpa", "copy_v"] and {"materialised", "fused"} <= set(p["builds"])
-    h200 = model_sweep.load_params(ml.provenance.REPO / "params/model/h200.yaml")
+    h200 = model_sweep.load_params(REPO / "params/model/h200.yaml")
     assert max(B * N for B, N in model_sweep.shapes(h200)) <= h200["max_tokens"]
 
 
@@ -268,7 +269,7 @@ def test_a_failing_cell_gives_a_non_zero_code_and_keeps_the_folder(tmp_path):
                                                                               nbformat_minor=5)))
         raise papermill.PapermillExecutionError(4, 1, "boom", "RuntimeError", "boom", [])
 
-    result = ml.render_notebook(ml.provenance.REPO / "params/model/cpu.yaml", tmp_path / "out", execute=fail)
+    result = ml.render_notebook(REPO / "params/model/cpu.yaml", tmp_path / "out", execute=fail)
     assert result.code == 1 and "cell 4 failed: RuntimeError" in result.message and result.html.exists()
     with pytest.raises(sweep.ParamsError):
         ml.render_notebook(tmp_path / "missing.yaml", tmp_path / "out2", execute=fail)
