@@ -540,7 +540,8 @@ def static_view(reference="auto", names=None) -> go.Figure:
     if run is not None:
         ok = run.results[(run.results["status"] == "ok") & run.results["build"].isin(names)]
         keys = sorted({(str(r.dtype), int(r.D), bool(r.causal)) for r in ok.itertuples()})
-        left, right = "time per call (ms, CUDA-graph replay)", "memory (bytes; solid: peak allocation, dotted: must hold)"
+        left = "time per call (ms, CUDA-graph replay)"
+        right = "memory (bytes; solid: peak allocation, dotted: must hold)"
         title = f"committed run {run.label} on {run.card}: move the slider to change dtype, head dim and causal"
     else:
         keys = [(DEFAULT["dtype"], d, c) for d in D_OPTIONS for c in (False, True)]

@@ -275,8 +275,8 @@ def amdahl_curves(shares=(0.1, 0.25, 0.5, 0.75, 0.9), s_max: float = 20.0):
     for f in shares:
         fig.add_scatter(x=s, y=[amdahl(f, v) for v in s], mode="lines", name=f"f = {f:g} (ceiling {1 / (1 - f):.3g}×)")
     fig.update_layout(title="Amdahl's law: speedup of the whole = 1 / ((1 − f) + f / s)",
-                      xaxis_title="attention's speedup s (×)", yaxis_title="whole forward's speedup (×)", xaxis_type="log",
-                      height=420)
+                      xaxis_title="attention's speedup s (×)", yaxis_title="whole forward's speedup (×)",
+                      xaxis_type="log", height=420)
     return fig
 
 
@@ -319,7 +319,8 @@ def share_figure(table: pd.DataFrame):
         fig.add_scatter(x=g["N"], y=g["share_alone"], mode="markers", marker_symbol="x",
                         name=f"{model}, B = {B}: layers × attention alone")
     fig.update_layout(title=f"Attention's share f of {table.attrs.get('baseline', 'the baseline')}'s forward",
-                      xaxis_title="sequence length N (tokens)", yaxis_title="attention's share f (fraction)", xaxis_type="log", yaxis_range=[0, 1],
+                      xaxis_title="sequence length N (tokens)",
+                      yaxis_title="attention's share f (fraction)", xaxis_type="log", yaxis_range=[0, 1],
                       height=420)
     return fig
 
