@@ -51,12 +51,12 @@ CHECK_N = 64  # the correctness check's longest sequence in Triton's interpreter
 CHECK_GROUP = 4  # the most query heads per key/value head the check keeps
 LIVE_REF_BUDGET = 256 << 20  # fp64 scores the live check's reference may hold before it runs on a slice
 PANELS = {  # the figure's three panels: (title, y-axis title) in each mode
-    "live": (("time per call, eager back to back", "ms per call (CUDA events)"),
-             ("peak allocation (solid) and what the build must hold (dotted, model)", "bytes"),
-             ("achieved rate: model FLOPs / measured time", "TFLOP/s")),
-    "teach": (("bytes each build must move (model)", "bytes moved per call"),
-              ("bytes each build must hold at once (model)", "bytes held"),
-              ("committed GPU run, nearest shapes (not this machine)", "ms per call (CUDA-graph replay)")),
+    "live": (("time per call, eager back to back", "time per call (ms, CUDA events)"),
+             ("peak allocation (solid) and what the build must hold (dotted, model)", "memory (bytes)"),
+             ("achieved rate: model FLOPs / measured time", "achieved rate (TFLOP/s)")),
+    "teach": (("bytes each build must move (model)", "moved per call (bytes, model)"),
+              ("bytes each build must hold at once (model)", "held at once (bytes, model)"),
+              ("committed GPU run, nearest shapes (not this machine)", "time per call (ms, CUDA-graph replay)")),
 }
 X_TITLE = "sequence length N (tokens)"
 
@@ -540,11 +540,12 @@ def static_view(reference="auto", names=None) -> go.Figure:
     if run is not None:
         ok = run.results[(run.results["status"] == "ok") & run.results["build"].isin(names)]
         keys = sorted({(str(r.dtype), int(r.D), bool(r.causal)) for r in ok.itertuples()})
-        left, right = "time per call (ms, CUDA-graph replay)", "bytes (solid: peak allocation; dotted: must hold)"
+        left = "time per call (ms, CUDA-graph replay)"
+        right = "memory (bytes; solid: peak allocation, dotted: must hold)"
         title = f"committed run {run.label} on {run.card}: move the slider to change dtype, head dim and causal"
     else:
         keys = [(DEFAULT["dtype"], d, c) for d in D_OPTIONS for c in (False, True)]
-        left, right = "bytes moved per call (model)", "bytes held at once (model)"
+        left, right = "moved per call (bytes, model)", "held at once (bytes, model)"
         title = (f"the model (attnlab.model) at B={DEFAULT['B']} H={DEFAULT['H']}: no committed GPU run found; "
                  "move the slider to change head dim and causal")
     fig = make_subplots(rows=1, cols=2, subplot_titles=["time" if run else "bytes moved", "memory"])

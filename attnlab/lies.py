@@ -306,5 +306,5 @@ def launch_overhead(device: str, rows: pd.DataFrame | None = None, source: str =
 def as_markdown(demo: Demo):
     from IPython.display import Markdown
 
-    return Markdown(f"#### {demo.title}\n\n*Where:* {demo.where}.\n\n**The lie.** {demo.lie}\n\n**The guard.** "
+    return Markdown(f"### {demo.title}\n\n*Where:* {demo.where}.\n\n**The lie.** {demo.lie}\n\n**The guard.** "
                     f"{demo.guard}")

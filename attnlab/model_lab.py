@@ -275,8 +275,8 @@ def amdahl_curves(shares=(0.1, 0.25, 0.5, 0.75, 0.9), s_max: float = 20.0):
     for f in shares:
         fig.add_scatter(x=s, y=[amdahl(f, v) for v in s], mode="lines", name=f"f = {f:g} (ceiling {1 / (1 - f):.3g}×)")
     fig.update_layout(title="Amdahl's law: speedup of the whole = 1 / ((1 − f) + f / s)",
-                      xaxis_title="attention's speedup s", yaxis_title="whole forward's speedup", xaxis_type="log",
-                      height=420)
+                      xaxis_title="attention's speedup s (×)", yaxis_title="whole forward's speedup (×)",
+                      xaxis_type="log", height=420)
     return fig
 
 
@@ -299,9 +299,9 @@ def speedup_figure(table: pd.DataFrame, label: str = ""):
                                 name=f"{name}, B = {B}", legendgroup=f"{col}{B}", showlegend=i == 0,
                                 line=dict(color=colours[col], dash=dash), marker=dict(symbol=symbols.get(B, "circle")),
                                 hovertext=[f"B = {B}, N = {n}" for n in g["N"]])
-        fig.update_xaxes(type="log", title_text="tokens per forward (B·N)", row=1, col=i + 1)
+        fig.update_xaxes(type="log", title_text="tokens per forward, B·N (tokens)", row=1, col=i + 1)
     fig.update_yaxes(title_text=f"speedup of {table.attrs.get('build', 'fused')} over "
-                                f"{table.attrs.get('baseline', 'materialised')}", row=1, col=1)
+                                f"{table.attrs.get('baseline', 'materialised')} (×)", row=1, col=1)
     fig.update_layout(title=f"The attention's speedup and the whole forward's{' (' + label + ')' if label else ''}",
                       height=460)
     return fig
@@ -319,7 +319,8 @@ def share_figure(table: pd.DataFrame):
         fig.add_scatter(x=g["N"], y=g["share_alone"], mode="markers", marker_symbol="x",
                         name=f"{model}, B = {B}: layers × attention alone")
     fig.update_layout(title=f"Attention's share f of {table.attrs.get('baseline', 'the baseline')}'s forward",
-                      xaxis_title="sequence length N", yaxis_title="f", xaxis_type="log", yaxis_range=[0, 1],
+                      xaxis_title="sequence length N (tokens)",
+                      yaxis_title="attention's share f (fraction)", xaxis_type="log", yaxis_range=[0, 1],
                       height=420)
     return fig
 

@@ -61,15 +61,30 @@ class Rendered:
     message: str
 
 
+def page_title(nb, fallback: str) -> str:
+    """The page title of a notebook: its metadata's `title`, else its first markdown heading, else `fallback`."""
+    if nb.metadata.get("title"):
+        return str(nb.metadata["title"])
+    for cell in nb.cells:
+        if cell.cell_type == "markdown":
+            for line in cell.source.splitlines():
+                if line.startswith("#") and line.lstrip("#").startswith(" ") and line.strip("# "):
+                    return line.strip("# ")
+    return fallback
+
+
 def export_html(notebook: Path, html_path: Path | None = None) -> Path:
-    """The notebook as one HTML file that fetches nothing (OFFLINE_TEMPLATE)."""
+    """The notebook as one HTML file that fetches nothing (OFFLINE_TEMPLATE), titled by `page_title` (nbconvert's own
+    default is the word 'Notebook': a browser tab, a bookmark and a screen reader would name every report alike)."""
     import nbformat
     from jinja2 import DictLoader
     from nbconvert import HTMLExporter
 
     exporter = HTMLExporter(template_name="lab", extra_loaders=[DictLoader({"offline.html.j2": OFFLINE_TEMPLATE})],
                             template_file="offline.html.j2")
-    body, _ = exporter.from_notebook_node(nbformat.read(str(notebook), as_version=4))
+    nb = nbformat.read(str(notebook), as_version=4)
+    nb.metadata["title"] = page_title(nb, Path(notebook).stem)
+    body, _ = exporter.from_notebook_node(nb)
     html_path = html_path or notebook.with_suffix(".html")
     html_path.write_text(body, encoding="utf-8")
     return html_path

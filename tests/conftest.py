@@ -12,6 +12,7 @@ import torch  # noqa: E402
 
 from attnlab.triton import config  # noqa: E402
 from tests.offline import Pool  # noqa: E402
+from tests.browser import SHOTS  # noqa: E402
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # this checkout: the attnlab under test
 
@@ -93,3 +94,23 @@ def small_tiles(monkeypatch, request):
         small = {key: (config.Tiles(32, 16, paired=True) if key[0] == "fused" else t) for key, t in small.items()}
     monkeypatch.setattr(config, "TABLE", small)
     yield
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item, call):
+    """A failing browser test's report lists its screenshots (tests/browser.Shots, kept in the stash of the test or
+    of its module): the steps before the failure, and the page when it failed."""
+    outcome = yield
+    report = outcome.get_result()
+    if report.failed:
+        paths = [str(p) for node in item.listchain() for shots in node.stash.get(SHOTS, []) for p in shots.paths]
+        if paths:
+            report.sections.append(("screenshots", "\n".join(paths)))
+
+
+def pytest_terminal_summary(terminalreporter):
+    """Why the browser tests were skipped, printed under -q too (pytest names skip reasons only with -rs)."""
+    reasons = {r.longrepr[2] for r in terminalreporter.stats.get("skipped", [])
+               if r.nodeid.startswith("tests/test_browser.py") and isinstance(r.longrepr, tuple)}
+    for reason in sorted(reasons):
+        terminalreporter.write_line(reason, yellow=True)

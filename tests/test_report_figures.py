@@ -114,8 +114,9 @@ def test_the_report_draws_for_each_group_the_speedup_memory_and_ablation_figures
         for fig in (speed, memory, ablation):
             assert [a.text for a in fig.layout.annotations] == ["D = 64", "D = 128"]
         assert speed.layout.xaxis.title.text == memory.layout.xaxis.title.text == "sequence length N (tokens)"
-        assert speed.layout.yaxis.title.text == f"× faster than {baseline}"
-        assert memory.layout.yaxis.title.text == "bytes" and ablation.layout.yaxis.title.text == "ms"
+        assert speed.layout.yaxis.title.text == f"× faster than {baseline} (ratio of times)"
+        assert memory.layout.yaxis.title.text == "peak allocation (bytes)"
+        assert ablation.layout.yaxis.title.text == "time saved or added (ms)"
         assert {t.name for t in speed.data} == builds
         assert {t.name for t in memory.data} == builds | {f"{b} must hold" for b in builds}
         table = speedup(group, baseline=baseline)

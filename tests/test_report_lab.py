@@ -78,7 +78,8 @@ def test_speedup_curves_draw_speedup_latency_and_rate_per_causal_panel():
     assert titles[:2] == ["non-causal: × faster than materialised", "causal: × faster than materialised"]
     assert "non-causal: latency (ms)" in titles and "causal: achieved TFLOP/s" in titles
     assert fig.layout.xaxis5.title.text == "sequence length N (tokens)"
-    assert fig.layout.yaxis.title.text == "× faster than materialised" and fig.layout.yaxis3.title.text == "latency (ms)"
+    assert fig.layout.yaxis.title.text == "× faster than materialised (ratio of times)"
+    assert fig.layout.yaxis3.title.text == "latency (ms)" and fig.layout.yaxis5.title.text == "achieved rate (TFLOP/s)"
     names = {t.name for t in fig.data}
     assert names == {f"{b}, D={d}" for b in ("materialised", "qk_softmax", "fused", "torch_eager") for d in (64, 128)}
     fused = [t for t in fig.data if t.name == "fused, D=64"]
@@ -133,7 +134,7 @@ def test_roofline_places_every_build_at_its_intensity_under_the_measured_roof():
     roof = fig.data[0]
     assert roof.name == "roof (measured ceilings)" and max(roof.y) == pytest.approx(100.0)
     assert fig.layout.xaxis.title.text.startswith("arithmetic intensity (FLOP per byte")
-    assert fig.layout.yaxis.title.text == "achieved TFLOP/s" and "2 TB/s" in fig.layout.title.text
+    assert fig.layout.yaxis.title.text == "achieved rate (TFLOP/s)" and "2 TB/s" in fig.layout.title.text
     causal = [tr for tr in fig.data if tr.name == "fused (causal)"][0]
     assert causal.marker.symbol == "diamond" and len(causal.x) == 3
 

@@ -28,7 +28,9 @@ from attnlab.report.ratios import speedup
 DASHES = ("solid", "dash", "dot", "dashdot", "longdash")
 PALETTE = ("#1f77b4", "#d62728", "#2ca02c", "#ff7f0e", "#9467bd", "#8c564b", "#e377c2", "#7f7f7f", "#bcbd22",
            "#17becf", "#393b79", "#637939")
-ROWS = (("speedup", "× faster than {baseline}"), ("ms", "latency (ms)"), ("tflops", "achieved TFLOP/s"))
+# (column, subplot label, axis title with its unit)
+ROWS = (("speedup", "× faster than {baseline}", "× faster than {baseline} (ratio of times)"),
+        ("ms", "latency (ms)", "latency (ms)"), ("tflops", "achieved TFLOP/s", "achieved rate (TFLOP/s)"))
 
 
 def _causal_word(causal: bool) -> str:
@@ -46,7 +48,7 @@ def speedup_curves(results, dtype: str, baseline: str = "materialised", builds=N
     fig = make_subplots(rows=len(ROWS), cols=len(causals), shared_xaxes=True, vertical_spacing=0.07,
                         horizontal_spacing=0.08,
                         subplot_titles=[f"{_causal_word(c)}: {label.format(baseline=baseline)}"
-                                        for _, label in ROWS for c in causals])
+                                        for _, label, _ in ROWS for c in causals])
     tables = {c: speedup(g, baseline=baseline, builds=builds) for (_, c), g in parts.items()}
     names = list(dict.fromkeys(b for t in tables.values() for b in t["build"]))
     dims = sorted({int(d) for t in tables.values() for d in t["D"]})
@@ -62,7 +64,7 @@ def speedup_curves(results, dtype: str, baseline: str = "materialised", builds=N
         for (build, d), line in t.groupby(["build", "D"], sort=False):
             line = line.sort_values("N")
             key = f"{build}, D={int(d)}"
-            for row, (column, _) in enumerate(ROWS, start=1):
+            for row, (column, *_) in enumerate(ROWS, start=1):
                 fig.add_trace(go.Scatter(
                     x=line["N"], y=line[column], mode="lines+markers", name=key, legendgroup=key,
                     showlegend=(row == 1 and col == 1), hovertext=line["note"],
@@ -72,8 +74,8 @@ def speedup_curves(results, dtype: str, baseline: str = "materialised", builds=N
     fig.update_xaxes(type="log", tickvals=ns, ticktext=[str(n) for n in ns])
     fig.update_xaxes(title_text="sequence length N (tokens)", row=len(ROWS))
     fig.update_yaxes(type="log")
-    for row, (_, label) in enumerate(ROWS, start=1):
-        fig.update_yaxes(title_text=label.format(baseline=baseline), row=row, col=1)
+    for row, (_, _, axis) in enumerate(ROWS, start=1):
+        fig.update_yaxes(title_text=axis.format(baseline=baseline), row=row, col=1)
     fig.update_layout(title=f"Speedup over {baseline}, latency and achieved rate ({dtype}; times net of the "
                             "consumption step; colour: build, dash: head dim D)",
                       template="plotly_white", height=330 * len(ROWS), legend_title_text="build, head dim")
@@ -171,7 +173,7 @@ def policy_figure(runs: dict, dtype: str, build: str = "fused", baseline: str = 
                                                    dash=DASHES[dims.index(int(d)) % len(DASHES)])),
                               row=1, col=col)
     fig.update_xaxes(type="log", title_text="sequence length N (tokens)")
-    fig.update_yaxes(title_text=f"× faster than {baseline}", col=1)
+    fig.update_yaxes(title_text=f"× faster than {baseline} (ratio of times)", col=1)
     fig.update_layout(title=f"How the batch policy shapes the curve: {build} over {baseline} ({dtype})",
                       template="plotly_white", legend_title_text="run, head dim")
     return fig

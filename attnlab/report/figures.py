@@ -47,7 +47,7 @@ def speedup_figure(group, baseline: str = "materialised", builds=None) -> go.Fig
                                      legendgroup=build, showlegend=col == 1,
                                      hovertext=rows["note"], line=dict(color=_color(i))), row=1, col=col)
     fig.update_yaxes(type="log")
-    fig.update_yaxes(title_text=f"× faster than {baseline}", col=1)
+    fig.update_yaxes(title_text=f"× faster than {baseline} (ratio of times)", col=1)
     return fig
 
 
@@ -69,7 +69,7 @@ def memory_figure(group, builds=None) -> go.Figure:
                                      legendgroup=build, showlegend=False, line=dict(color=_color(i), dash="dot")),
                           row=1, col=col)
     fig.update_yaxes(type="log")
-    fig.update_yaxes(title_text="bytes", col=1)
+    fig.update_yaxes(title_text="peak allocation (bytes)", col=1)
     return fig
 
 
@@ -86,7 +86,7 @@ def ablation_figure(group, base: str = "fused") -> go.Figure:
             fig.add_trace(go.Bar(x=rows["N"].astype(str), y=rows[column], name=label, legendgroup=label,
                                  showlegend=col == 1, marker_color=_color(i)), row=1, col=col)
     fig.update_xaxes(type="category")
-    fig.update_yaxes(title_text="ms", col=1)
+    fig.update_yaxes(title_text="time saved or added (ms)", col=1)
     fig.update_layout(barmode="group")
     return fig
 

@@ -76,7 +76,7 @@ def roofline_figure(results: pd.DataFrame, dtype: str, builds=None) -> go.Figure
     fig.add_annotation(x=math.log10(ridge), y=math.log10(top), text=f"ridge: {ridge:.0f} FLOP/byte",
                        showarrow=True, arrowhead=2)
     fig.update_xaxes(type="log", title_text="arithmetic intensity (FLOP per byte moved through device memory)")
-    fig.update_yaxes(type="log", title_text="achieved TFLOP/s")
+    fig.update_yaxes(type="log", title_text="achieved rate (TFLOP/s)")
     fig.update_layout(title=f"Roofline ({dtype}): copy bandwidth {bw:.3g} TB/s and matmul rate {top:.3g} TFLOP/s, "
                             "both measured in the run", template="plotly_white", legend_title_text="build",
                       height=520)
