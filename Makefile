@@ -32,10 +32,11 @@ lab: $(STAMP)
 	JUPYTER_PREFER_ENV_PATH=1 $(BIN)/jupyter lab notebooks/
 
 # Two test processes (pytest-xdist); the sm_90a compiles the tests read run beside them, each once, shared out among
-# the processes (tests/offline.py).
+# the processes (tests/offline.py). --dist loadfile keeps a file's tests on one process: the browser tests share one
+# JupyterLab server and one run of the walkthrough. --durations names the slowest tests, to keep the suite short.
 TEST_JOBS ?= 2
 test: $(STAMP)
-	TRITON_INTERPRET=1 $(BIN)/python -m pytest -q -p no:cacheprovider -n $(TEST_JOBS) tests
+	TRITON_INTERPRET=1 $(BIN)/python -m pytest -q -p no:cacheprovider -n $(TEST_JOBS) --dist loadfile --durations=15 tests
 
 clean:
 	rm -rf $(VENV) *.egg-info
