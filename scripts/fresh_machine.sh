@@ -27,8 +27,10 @@ run() {
   "$@"
   echo "== $*: $((SECONDS - start)) s"
 }
+renders() { find outputs -name attention_lab.html 2>/dev/null | sort || true; }
+before=$(renders)
 run make run
-html=$(find outputs -name attention_lab.html -newer README.md 2>/dev/null | head -1 || true)
+html=$(comm -13 <(echo "$before") <(renders) | head -1)
 [ -n "$html" ] || { echo "make run left no rendered walkthrough under outputs/"; exit 1; }
 echo "make run rendered $html"
 run make test

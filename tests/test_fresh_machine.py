@@ -27,8 +27,10 @@ lab:
 
 
 def made_up(tmp_path, readme=README, makefile=MAKEFILE) -> Path:
+    """A repository with the README, the Makefile and a committed render of record, as outputs/ holds them."""
     repo = tmp_path / "source"
-    repo.mkdir()
+    (repo / "outputs" / "gpu" / "of-record").mkdir(parents=True)
+    (repo / "outputs" / "gpu" / "of-record" / "attention_lab.html").write_text("<html></html>")
     (repo / "README.md").write_text(readme)
     (repo / "Makefile").write_text(makefile)
     git = ["git", "-C", str(repo), "-c", "user.name=t", "-c", "user.email=t@t"]
@@ -72,7 +74,7 @@ def test_a_failing_command_fails_the_check(tmp_path):
     assert "fresh-machine check passed" not in result.stdout
 
 
-def test_a_run_that_renders_nothing_fails(tmp_path):
+def test_a_run_that_renders_nothing_fails_though_a_committed_render_is_there(tmp_path):
     repo = made_up(tmp_path, makefile=MAKEFILE.replace(
         "\tmkdir -p outputs/cpu/now && touch outputs/cpu/now/attention_lab.html\n", ""))
     result, _ = check(tmp_path, repo)
