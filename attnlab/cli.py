@@ -169,6 +169,7 @@ def _run(args) -> int:
         print(f"attnlab: {line}", flush=True)
     return code
 
+
 def params_for(device_name: str | None, folder: Path | None = None) -> tuple[Path, str]:
     """The params file `attnlab run` sweeps on this machine, and why: cpu.yaml without a GPU; the file named for the
     GPU's model, a word of its name holding a digit (h200.yaml for 'NVIDIA H200'; a vendor word like 'nvidia' never

@@ -557,5 +557,6 @@ def main(argv=None) -> int:
     args = ap.parse_args(argv)
     return render.finish(lambda: render_notebook(args.params, args.out, timeout=args.timeout))
 
+
 if __name__ == "__main__":
     sys.exit(main())

@@ -292,5 +292,6 @@ def main(argv=None) -> int:
     args = ap.parse_args(argv)
     return finish(lambda: render(args.params, args.out, notebook=Path(args.notebook), timeout=args.timeout))
 
+
 if __name__ == "__main__":
     sys.exit(main())

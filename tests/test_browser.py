@@ -77,12 +77,18 @@ def lab(served):
         yield server
 
 
-@pytest.fixture
-def page(chromium):
+def new_page(chromium):
+    """A page in a browser context of its own, at VIEWPORT, each action waiting at most a minute."""
     context = chromium.new_context(viewport=VIEWPORT)
     context.set_default_timeout(60_000)
-    yield context.new_page()
-    context.close()
+    return context.new_page()
+
+
+@pytest.fixture
+def page(chromium):
+    page = new_page(chromium)
+    yield page
+    page.context.close()
 
 
 @pytest.fixture
@@ -170,16 +176,14 @@ def test_the_explorer_redraws_its_data_on_a_slider_and_a_dropdown_and_refuses_an
 def walkthrough(chromium, lab, served, request, tmp_path_factory):
     """The walkthrough run in the browser (Run All) and saved: the page, still open, and the run's folder."""
     shots = bw.Shots(tmp_path_factory.mktemp("walkthrough-screenshots"), request.node)
-    context = chromium.new_context(viewport=VIEWPORT)
-    context.set_default_timeout(60_000)
-    page = context.new_page()
+    page = new_page(chromium)
     with shots.kept(page):
         bw.open_notebook(page, lab, render.WALKTHROUGH.name)
         bw.run_all(page, lab, 300_000)
         shots.take(page, "walkthrough-ran")
         bw.save(page, served / "notebooks" / render.WALKTHROUGH.name)
     yield page, shots, served / "run"
-    context.close()
+    page.context.close()
 
 
 def test_the_walkthrough_runs_every_cell_and_shows_its_figure_table_and_answers(walkthrough):
