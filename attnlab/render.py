@@ -62,14 +62,19 @@ class Rendered:
 
 
 def page_title(nb, fallback: str) -> str:
-    """The page title of a notebook: its metadata's `title`, else its first markdown heading, else `fallback`."""
+    """The page title of a notebook: its metadata's `title`, else its first markdown heading (a `#` line outside a
+    fenced code block), else `fallback`."""
     if nb.metadata.get("title"):
         return str(nb.metadata["title"])
     for cell in nb.cells:
-        if cell.cell_type == "markdown":
-            for line in cell.source.splitlines():
-                if line.startswith("#") and line.lstrip("#").startswith(" ") and line.strip("# "):
-                    return line.strip("# ")
+        if cell.cell_type != "markdown":
+            continue
+        fenced = False
+        for line in cell.source.splitlines():
+            if line.lstrip().startswith(("```", "~~~")):
+                fenced = not fenced
+            elif not fenced and line.startswith("#") and line.lstrip("#").startswith(" ") and line.strip("# "):
+                return line.strip("# ")
     return fallback
 
 

@@ -253,3 +253,15 @@ def test_a_render_kernel_prints_no_warning_about_its_local_sockets(tmp_path, cap
     nbformat.write(nb, str(path))
     with pytest.raises(papermill.PapermillExecutionError, match="a cell fails"):
         papermill.execute_notebook(str(path), str(tmp_path / "out2.ipynb"), **render.PAPERMILL)
+
+
+def test_the_page_title_is_the_first_heading_outside_code():
+    nb = nbformat.v4.new_notebook(cells=[
+        nbformat.v4.new_code_cell("# a comment, not a heading"),
+        nbformat.v4.new_markdown_cell("Some prose.\n```bash\n# a shell comment\n```\n#no space, not a heading"),
+        nbformat.v4.new_markdown_cell("~~~\n# fenced\n~~~\n## What fusion buys ##\n# later heading"),
+    ])
+    assert render.page_title(nb, "fallback") == "What fusion buys"
+    nb.metadata["title"] = "Given"
+    assert render.page_title(nb, "fallback") == "Given"
+    assert render.page_title(nbformat.v4.new_notebook(cells=[nb.cells[0]]), "fallback") == "fallback"
