@@ -52,13 +52,14 @@ CHECK_GROUP = 4  # the most query heads per key/value head the check keeps
 LIVE_REF_BUDGET = 256 << 20  # fp64 scores the live check's reference may hold before it runs on a slice
 PANELS = {  # the figure's three panels: (title, y-axis title) in each mode
     "live": (("time per call, eager back to back", "time per call (ms, CUDA events)"),
-             ("peak allocation (solid) and what the build must hold (dotted, model)", "memory (bytes)"),
-             ("achieved rate: model FLOPs / measured time", "achieved rate (TFLOP/s)")),
-    "teach": (("bytes each build must move (model)", "moved per call (bytes, model)"),
-              ("bytes each build must hold at once (model)", "held at once (bytes, model)"),
-              ("committed GPU run, nearest shapes (not this machine)", "time per call (ms, CUDA-graph replay)")),
+             ("peak allocation; must hold (dotted, model)", "memory (bytes)"),
+             ("achieved rate: model FLOPs / time", "achieved rate (TFLOP/s)")),
+    "teach": (("bytes each build moves (model)", "moved per call (bytes, model)"),
+              ("bytes each build holds at once (model)", "held at once (bytes, model)"),
+              ("committed GPU run (not this machine)", "time per call (ms, CUDA-graph replay)")),
 }
 X_TITLE = "sequence length N (tokens)"
+FIGURE_WIDTH = 1100  # px: three panels side by side, each wide enough for its title
 
 
 # -- shapes and cases ---------------------------------------------------------------------------------------------
@@ -291,7 +292,10 @@ class Explorer:
         self.table = widgets.HTML()
         self.figure = go.FigureWidget(make_subplots(rows=1, cols=3, horizontal_spacing=0.08,
                                                     subplot_titles=[t for t, _ in PANELS[self.mode]]))
-        self.figure.update_layout(template="plotly_white", height=460, legend_title_text="build")
+        # three panels need the cell's width, not plotly's 700 px default; the legend goes under them
+        self.figure.update_layout(template="plotly_white", width=FIGURE_WIDTH, height=520, legend_title_text="build",
+                                  legend=dict(orientation="h", x=0, y=-0.22, yanchor="top"),
+                                  margin=dict(l=60, r=20, t=90, b=150))
         for i, (_, y_title) in enumerate(PANELS[self.mode], start=1):
             self.figure.update_xaxes(type="log", title_text=X_TITLE, row=1, col=i)
             self.figure.update_yaxes(type="log", title_text=y_title, row=1, col=i)
@@ -325,9 +329,11 @@ class Explorer:
         if why:
             self.messages.value = _html_list([f"this shape is refused before anything runs: {why}"])
             self.status.value = "nothing measured: fix the shape"
-            self.figure.update_layout(title_text=f"no figure for {shape.where}: {why}")
-            with self.figure.batch_update():
+            self.figure.update_layout(title_text=f"no figure for {shape.where}: the shape is refused (why: below)")
+            with self.figure.batch_update():  # an empty trace a panel keeps its axes (plotly hides a bare subplot)
                 self.figure.data = ()
+                self.figure.add_traces([go.Scatter(x=[], y=[], showlegend=False, hoverinfo="skip")] * 3,
+                                       rows=[1, 1, 1], cols=[1, 2, 3])
             self.table.value = ""
             return
         todo = []
