@@ -134,3 +134,32 @@ def test_fused_tiles_whose_block_m_is_no_multiple_of_block_n_are_refused_clearly
     with config.forced("fused", config.Tiles(16, 32)):
         with pytest.raises(ValueError, match=r"BLOCK_M % BLOCK_N == 0, got 16x32"):
             launch.fused(q, k, v)
+
+
+def test_remembered_lookups_answer_as_a_scan_of_the_tables_does_and_follow_new_tables(tmp_path, monkeypatch):
+    cases = [(kernel, fam, D, causal, size, gluon, N) for kernel in ("fused", "qk_softmax", "scores", "pv")
+             for fam in ("sm90", "sm80", "interpreter") for D in (64, 80, 128) for causal in (False, True)
+             for size in (2, 4) for gluon in (True, False) for N in (None, 256, 600, 4096)]
+    assert all(config.lookup(*c) == config._scan(*c) for c in cases)
+    forced = config.Tiles(16, 16, 1, 1)
+    with config.forced("fused", forced):  # a new table: the remembered answers of the old one are not used
+        assert config.lookup("fused", "sm90", 128, True, 2) == forced
+    for other in (config.Tiles(32, 32, 2, 1), config.Tiles(16, 32, 1, 2)):  # a freed table's id may come again
+        with config.forced("fused", other):
+            assert config.lookup("fused", "sm90", 128, True, 2) == other
+    assert config.lookup("fused", "sm90", 128, True, 2) == config._scan("fused", "sm90", 128, True, 2, True, None)
+    monkeypatch.setattr(config, "LOOKUPS_KEPT", 3)  # a full memory is emptied, not grown
+    monkeypatch.setattr(config, "_looked_up", {})
+    for c in cases[:10]:
+        config.lookup(*c)
+    assert len(config._looked_up) <= 3
+
+
+def test_tiles_as_a_dict_is_every_field_and_fresh_each_time():
+    from dataclasses import asdict
+
+    t = config.Tiles(64, 128, 4, 2, gluon=True, persistent=True)
+    d = t.as_dict()
+    assert d == asdict(t) and list(d) == list(asdict(t))
+    d.pop("gluon")
+    assert t.as_dict()["gluon"] is True

@@ -8,9 +8,10 @@ line in docs/performance.md saying what the change measured.
 """
 from __future__ import annotations
 
+import functools
 import os
 from contextlib import contextmanager
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass, fields
 
 import torch
 
@@ -71,8 +72,11 @@ class Tiles:
     o_transposed: bool = False
 
     def as_dict(self) -> dict:
-        return asdict(self)
+        """A fresh dict of the fields (dataclasses.asdict deep-copies each value: half of a launch's own host time)."""
+        return {name: getattr(self, name) for name in _TILE_FIELDS}
 
+
+_TILE_FIELDS = tuple(f.name for f in fields(Tiles))
 
 # the fields only the Gluon kernels read
 GLUON_ONLY = ("gluon", "mask_tma", "q_registers", "persistent", "o_tma", "one_consumer", "fixed_reference",
@@ -93,7 +97,7 @@ def unsupported_reason(device: torch.device) -> str | None:
     if device.type == "cuda":
         if interpreting():
             return "TRITON_INTERPRET=1 runs kernels on CPU tensors; unset it to use the GPU"
-        major, _ = torch.cuda.get_device_capability(device)
+        major, _ = _capability(device.index if device.index is not None else torch.cuda.current_device())
         if major < 8:
             return f"our kernels need compute capability >= 8.0, this GPU has {major}.x"
         return None
@@ -105,8 +109,14 @@ def unsupported_reason(device: torch.device) -> str | None:
 def family(device: torch.device) -> str:
     if device.type != "cuda" or interpreting():
         return "interpreter"
-    major, minor = torch.cuda.get_device_capability(device)
+    major, minor = _capability(device.index if device.index is not None else torch.cuda.current_device())
     return f"sm{major}{minor}"
+
+
+@functools.lru_cache(maxsize=None)
+def _capability(index: int) -> tuple[int, int]:
+    """A GPU's compute capability (asked once: each launch's tile lookup needs it)."""
+    return torch.cuda.get_device_capability(index)
 
 
 # (kernel, family, head-dim bucket, causal, dtype-size) -> Tiles. "any" matches every value of that key.
@@ -229,6 +239,23 @@ def lookup(kernel: str, fam: str, D: int, causal: bool, itemsize: int, gluon: bo
     kernel's TMA boxes are exactly D wide: no padding). Gluon entries count only under a Triton the kernel was checked
     on (gluon_verified), and not at all with gluon=False. N = None: the TABLE entry (what serves every N without a
     SHORT entry)."""
+    memo = (kernel, fam, D, causal, itemsize, gluon, N, id(TABLE), id(SHORT), gluon_verified())
+    found = _looked_up.get(memo)
+    if found is None or found[0] is not TABLE or found[1] is not SHORT:
+        if len(_looked_up) >= LOOKUPS_KEPT:
+            _looked_up.clear()
+        found = _looked_up[memo] = (TABLE, SHORT, _scan(kernel, fam, D, causal, itemsize, gluon, N))
+    return found[2]
+
+
+# lookup's answers, by its arguments and the tables it read: forced() and load_overrides() bind new tables, which a
+# remembered answer must have been read from (each holds its tables, so their ids cannot be reused while it is kept).
+# A scan of the tables was a fifth of a launch's own host time.
+_looked_up: dict = {}
+LOOKUPS_KEPT = 4096
+
+
+def _scan(kernel: str, fam: str, D: int, causal: bool, itemsize: int, gluon: bool, N: int | None) -> Tiles:
     key = (kernel, fam, head_dim_bucket(D), causal, itemsize)
     short = [(entry, t) for entry, (t, below) in SHORT.items() if N is not None and N < below]
     for table in (short, TABLE.items()):
