@@ -163,3 +163,18 @@ def test_tiles_as_a_dict_is_every_field_and_fresh_each_time():
     assert d == asdict(t) and list(d) == list(asdict(t))
     d.pop("gluon")
     assert t.as_dict()["gluon"] is True
+
+
+def test_a_gpus_compute_capability_is_asked_once_and_names_its_family(monkeypatch):
+    asked = []
+    monkeypatch.delenv("TRITON_INTERPRET", raising=False)
+    monkeypatch.setattr(torch.cuda, "get_device_capability", lambda i: asked.append(i) or ((9, 0), (7, 5))[i])
+    monkeypatch.setattr(torch.cuda, "current_device", lambda: 1)
+    config._capability_at.cache_clear()
+    try:
+        assert [config.family(torch.device("cuda", 0)) for _ in range(3)] == ["sm90"] * 3
+        assert config.family(torch.device("cuda")) == "sm75"  # the current device's
+        assert "compute capability >= 8.0" in config.unsupported_reason(torch.device("cuda", 1))
+        assert asked == [0, 1]
+    finally:
+        config._capability_at.cache_clear()

@@ -97,7 +97,7 @@ def unsupported_reason(device: torch.device) -> str | None:
     if device.type == "cuda":
         if interpreting():
             return "TRITON_INTERPRET=1 runs kernels on CPU tensors; unset it to use the GPU"
-        major, _ = _capability(device.index if device.index is not None else torch.cuda.current_device())
+        major, _ = _capability(device)
         if major < 8:
             return f"our kernels need compute capability >= 8.0, this GPU has {major}.x"
         return None
@@ -109,12 +109,16 @@ def unsupported_reason(device: torch.device) -> str | None:
 def family(device: torch.device) -> str:
     if device.type != "cuda" or interpreting():
         return "interpreter"
-    major, minor = _capability(device.index if device.index is not None else torch.cuda.current_device())
+    major, minor = _capability(device)
     return f"sm{major}{minor}"
 
 
+def _capability(device: torch.device) -> tuple[int, int]:
+    return _capability_at(device.index if device.index is not None else torch.cuda.current_device())
+
+
 @functools.lru_cache(maxsize=None)
-def _capability(index: int) -> tuple[int, int]:
+def _capability_at(index: int) -> tuple[int, int]:
     """A GPU's compute capability (asked once: each launch's tile lookup needs it)."""
     return torch.cuda.get_device_capability(index)
 
