@@ -517,10 +517,6 @@ def render_notebook(params_path, out=None, *, timeout: float | None = None, exec
     """notebooks/model_forward.ipynb executed by papermill with the params file's keys into a run folder, and its
     HTML. Bad params raise ParamsError before anything is written; a failing or timed-out cell gives a non-zero
     code and keeps the partial notebook and every row measured."""
-    import papermill
-    from nbclient.exceptions import CellTimeoutError, DeadKernelError
-
-    execute = execute or papermill.execute_notebook
     p = model_sweep.load_params(params_path)
     raw = yaml.safe_load(Path(params_path).read_text())
     out = Path(out) if out else lab.new_folder(sweep.resolve_device(p))
@@ -528,15 +524,8 @@ def render_notebook(params_path, out=None, *, timeout: float | None = None, exec
     out.mkdir(parents=True, exist_ok=True)
     out = out.resolve()
     nb_out = out / NOTEBOOK.name
-    code, message = 0, ""
-    try:
-        execute(str(NOTEBOOK), str(nb_out), parameters={**raw, "out_dir": str(out)}, execution_timeout=timeout,
-                **render.PAPERMILL)
-    except papermill.PapermillExecutionError as e:
-        code, message = render.FAILED, f"cell {e.cell_index} failed: {e.ename}: {str(e.evalue).splitlines()[0][:300]}"
-    except (CellTimeoutError, DeadKernelError) as e:
-        code = render.TIMED_OUT if isinstance(e, CellTimeoutError) else render.FAILED
-        message = f"a cell timed out after {timeout} s" if code == render.TIMED_OUT else "the kernel died"
+    code, message = render.run_notebook(NOTEBOOK, nb_out, {**raw, "out_dir": str(out)}, timeout=timeout,
+                                        execute=execute)
     html = render.export_html(nb_out) if nb_out.exists() else None
     rows = len(model_sweep.read_results(out)) if (out / model_sweep.RESULTS).exists() else 0
     where = _relative(out)

@@ -128,17 +128,42 @@ def _banner(nb_path: Path, text: str) -> None:
     nbformat.write(nb, str(nb_path))
 
 
+def run_notebook(notebook: Path, nb_out: Path, parameters: dict, *, timeout: float | None = None,
+                 execute=None) -> tuple[int, str]:
+    """papermill runs `notebook` with `parameters` into `nb_out`: (0, "") or (FAILED or TIMED_OUT, which cell stopped
+    and why). papermill marks a failing cell in the notebook it writes; a timeout or a dead kernel it does not, so
+    a banner at the top of the partial notebook says so. `execute` is papermill.execute_notebook unless a test passes
+    its own."""
+    import nbformat
+    import papermill
+    from nbclient.exceptions import CellTimeoutError, DeadKernelError
+
+    execute = execute or papermill.execute_notebook
+    try:
+        execute(str(notebook), str(nb_out), parameters=parameters, execution_timeout=timeout, **PAPERMILL)
+    except papermill.PapermillExecutionError as e:
+        nb = nbformat.read(str(nb_out), as_version=4)
+        return FAILED, f"{_cell_name(nb, _failed_cell(nb))} failed: {e.ename}: {str(e.evalue).splitlines()[0][:300]}"
+    except (CellTimeoutError, TimeoutError, DeadKernelError) as e:
+        code = TIMED_OUT if not isinstance(e, DeadKernelError) else FAILED
+        which = "a cell"
+        if nb_out.exists():
+            nb = nbformat.read(str(nb_out), as_version=4)
+            which = _cell_name(nb, _timed_out_cell(nb))
+        what = f"timed out after {timeout} s" if code == TIMED_OUT else "lost its kernel"
+        message = f"{which} {what}; the cells after it did not run"
+        if nb_out.exists():
+            _banner(nb_out, f"Execution stopped: {message}.")
+        return code, message
+    return 0, ""
+
+
 def render(params_path, out=None, *, notebook: Path = WALKTHROUGH, timeout: float | None = None,
            execute=None) -> Rendered:
     """Execute `notebook` with the params file's keys (and out_dir) into a run folder, and export it to HTML.
 
     Bad params raise attnlab.sweep.ParamsError before anything is written. `execute` is papermill.execute_notebook
     unless a test passes its own."""
-    import nbformat
-    import papermill
-    from nbclient.exceptions import CellTimeoutError, DeadKernelError
-
-    execute = execute or papermill.execute_notebook
     sweep.load_params(params_path)  # every key checked before a folder exists
     raw = yaml.safe_load(Path(params_path).read_text())
     if out is None:
@@ -149,26 +174,8 @@ def render(params_path, out=None, *, notebook: Path = WALKTHROUGH, timeout: floa
     sweep.check_out_dir(out)
     out.mkdir(parents=True, exist_ok=True)
     nb_out = out / Path(notebook).name
-    code, message = 0, ""
     t0 = time.perf_counter()
-    try:
-        execute(str(notebook), str(nb_out), parameters={**raw, "out_dir": str(out)}, execution_timeout=timeout,
-                **PAPERMILL)
-    except papermill.PapermillExecutionError as e:
-        code = FAILED
-        nb = nbformat.read(str(nb_out), as_version=4)
-        message = f"{_cell_name(nb, _failed_cell(nb))} failed: {e.ename}: {str(e.evalue).splitlines()[0][:300]}"
-    except (CellTimeoutError, TimeoutError, DeadKernelError) as e:
-        code = TIMED_OUT if not isinstance(e, DeadKernelError) else FAILED
-        if nb_out.exists():
-            nb = nbformat.read(str(nb_out), as_version=4)
-            which = _cell_name(nb, _timed_out_cell(nb))
-        else:
-            which = "a cell"
-        what = f"timed out after {timeout} s" if code == TIMED_OUT else "lost its kernel"
-        message = f"{which} {what}; the cells after it did not run"
-        if nb_out.exists():
-            _banner(nb_out, f"Execution stopped: {message}.")
+    code, message = run_notebook(notebook, nb_out, {**raw, "out_dir": str(out)}, timeout=timeout, execute=execute)
     seconds = time.perf_counter() - t0
     html = export_html(nb_out) if nb_out.exists() else None
     results = out / sweep.RESULTS
@@ -258,16 +265,14 @@ def render_compare(folders: list[Path], notebook: Path, out: Path, *, timeout: f
     parameters names them (runs, folders or run_dirs); a notebook with none of these reads every run itself."""
     import papermill
 
-    execute = execute or papermill.execute_notebook
     names = {p["name"] for p in papermill.inspect_notebook(str(notebook)).values()}
     key = next((k for k in ("runs", "folders", "run_dirs") if k in names), None)
     out.mkdir(parents=True, exist_ok=True)
     nb_out = out / Path(notebook).name
-    try:
-        execute(str(notebook), str(nb_out), parameters={key: [str(f) for f in folders]} if key else {},
-                execution_timeout=timeout, **PAPERMILL)
-    except papermill.PapermillExecutionError as e:
-        return Rendered(FAILED, out, nb_out, None, f"{notebook.name} failed at cell {e.cell_index}: {e.ename}")
+    code, message = run_notebook(notebook, nb_out, {key: [str(f) for f in folders]} if key else {}, timeout=timeout,
+                                 execute=execute)
+    if code:
+        return Rendered(code, out, nb_out, None, f"{notebook.name} stopped: {message}")
     return Rendered(0, out, nb_out, export_html(nb_out), f"{notebook.name} rendered over {len(folders)} run(s) into "
                                                          f"{_short(out)}")
 

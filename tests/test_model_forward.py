@@ -264,13 +264,19 @@ def test_lessons_come_from_the_newest_gpu_run_and_the_questions_answer_from_it(t
 def test_a_failing_cell_gives_a_non_zero_code_and_keeps_the_folder(tmp_path):
     import papermill
 
-    def fail(src, dst, **kw):
-        (tmp_path / "out" / "model_forward.ipynb").write_text(json.dumps(dict(cells=[], metadata={}, nbformat=4,
-                                                                              nbformat_minor=5)))
-        raise papermill.PapermillExecutionError(4, 1, "boom", "RuntimeError", "boom", [])
+    import nbformat
+
+    def fail(src, dst, **kw):  # papermill's partial notebook: the failing cell holds the error output
+        heading = nbformat.v4.new_markdown_cell("## The sweep")
+        cell = nbformat.v4.new_code_cell("run_sweep()", execution_count=4,
+                                         outputs=[nbformat.v4.new_output("error", ename="RuntimeError", evalue="boom",
+                                                                         traceback=[])])
+        nbformat.write(nbformat.v4.new_notebook(cells=[heading, cell]), dst)
+        raise papermill.PapermillExecutionError(1, 4, "boom", "RuntimeError", "boom", [])
 
     result = ml.render_notebook(REPO / "params/model/cpu.yaml", tmp_path / "out", execute=fail)
-    assert result.code == 1 and "cell 4 failed: RuntimeError" in result.message and result.html.exists()
+    assert result.code == 1 and result.html.exists()
+    assert "In [4] of section 'The sweep': 'run_sweep()' failed: RuntimeError: boom" in result.message
     with pytest.raises(sweep.ParamsError):
         ml.render_notebook(tmp_path / "missing.yaml", tmp_path / "out2", execute=fail)
 

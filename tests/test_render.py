@@ -160,6 +160,19 @@ def test_a_timed_out_cell_exits_124_names_the_cell_and_keeps_the_rows(tmp_path):
     assert len(sweep.read_results(result.out)) == 2 and result.html.exists()
 
 
+def test_a_failing_comparison_exits_non_zero_and_names_the_cell(tmp_path):
+    nb = nbformat.v4.new_notebook(metadata={"kernelspec": {"name": "python3", "display_name": "Python 3",
+                                                           "language": "python"}})
+    params = nbformat.v4.new_code_cell("runs = []")
+    params.metadata["tags"] = ["parameters"]
+    nb.cells = [params, nbformat.v4.new_code_cell("assert runs == [], f'{len(runs)} runs'")]
+    nbformat.write(nb, str(tmp_path / "compare.ipynb"))
+    result = render.render_compare([tmp_path / "a", tmp_path / "b"], tmp_path / "compare.ipynb", tmp_path / "out")
+    assert result.code == render.FAILED and result.html is None
+    assert "compare.ipynb stopped: In [3]: \"assert runs == []" in result.message
+    assert "failed: AssertionError: 2 runs" in result.message
+
+
 def test_bad_params_stop_before_anything_is_written(tmp_path):
     bad = tmp_path / "bad.yaml"
     bad.write_text(yaml.safe_dump({**TINY, "seq_lens": [-1]}))
