@@ -11,6 +11,7 @@ from dataclasses import dataclass, replace
 import torch
 import triton
 
+from attnlab.triton import dispatch
 from attnlab.triton import fused as _fused
 from attnlab.triton import materialised as _mat
 from attnlab.triton import pv as _pv_mod
@@ -117,10 +118,10 @@ def _pv(c: _Call, p: torch.Tensor, ablation, out) -> torch.Tensor:
                         no_pv=ablation == "no_pv")
         return o
     t = _triton_args(chosen)
-    _pv_mod.pv_kernel[_grid_m(s, t["BLOCK_M"])](
-        p, c.v, o, *c.v.stride()[:3], *o.stride()[:3], s.N, s.H, s.group, 1.0 / s.N, spn,
-        NO_PV=ablation == "no_pv", STAGES=t["num_stages"], ROWS_16B=rows_16b(s.N, p.dtype),
-        ROWS_PAD=rows_pad(s.N, p), **c.flags, **t)
+    dispatch.run(_pv_mod.pv_kernel, _grid_m(s, t["BLOCK_M"]),
+                 p, c.v, o, *c.v.stride()[:3], *o.stride()[:3], s.N, s.H, s.group, 1.0 / s.N, spn,
+                 NO_PV=ablation == "no_pv", STAGES=t["num_stages"], ROWS_16B=rows_16b(s.N, p.dtype),
+                 ROWS_PAD=rows_pad(s.N, p), **c.flags, **t)
     return o
 
 
@@ -144,19 +145,19 @@ def materialised(q, k, v, *, causal=False, attn_mask=None, scale=None, ablation=
     S = scores_buffer(s)
     t = _tiles("scores", s)
     grid = (triton.cdiv(s.N, t["BLOCK_M"]), triton.cdiv(s.N, t["BLOCK_N"]), s.B * s.H)
-    _mat.scores_kernel[grid](c.q, c.k, S, c.mask, *c.q.stride()[:3], *c.k.stride()[:3], *c.mask_strides,
-                             s.N, s.H, s.group, s.scale, S.stride(2), MASK_KIND=c.mask_kind,
-                             ROWS_16B=rows_16b(s.N, s.dtype), ROWS_PAD=rows_pad(s.N, S), **c.flags, **t)
+    dispatch.run(_mat.scores_kernel, grid, c.q, c.k, S, c.mask, *c.q.stride()[:3], *c.k.stride()[:3], *c.mask_strides,
+                 s.N, s.H, s.group, s.scale, S.stride(2), MASK_KIND=c.mask_kind,
+                 ROWS_16B=rows_16b(s.N, s.dtype), ROWS_PAD=rows_pad(s.N, S), **c.flags, **t)
     P = scores_buffer(s)
     # to the end of the row's last 16-byte vector: under ROWS_PAD a short row's block must reach its padding's end to
     # write P's 0s there (N = 1 in fp16: a block of 1 leaves columns 1–7 unwritten, and the PV kernel reads them)
     block = triton.next_power_of_2(min(vector_end(s.N, s.dtype.itemsize), SOFTMAX_ROW_MAX))
     rows = max(1, 4096 // block) if not interpreting() else max(1, 16384 // block)
     n_rows = s.B * s.H * s.N
-    _mat.softmax_kernel[(triton.cdiv(n_rows, rows),)](
-        S, P, n_rows, s.N, S.stride(2), P.stride(2), ROWS=rows, BLOCK=block, ONE_PASS=s.N <= block,
-        NO_SOFTMAX=ablation == "no_softmax", ROWS_16B=rows_16b(s.N, s.dtype), ROWS_PAD=rows_pad(s.N, S, P),
-        num_warps=min(16, max(4, block // 1024)))
+    dispatch.run(_mat.softmax_kernel, (triton.cdiv(n_rows, rows),),
+                 S, P, n_rows, s.N, S.stride(2), P.stride(2), ROWS=rows, BLOCK=block, ONE_PASS=s.N <= block,
+                 NO_SOFTMAX=ablation == "no_softmax", ROWS_16B=rows_16b(s.N, s.dtype), ROWS_PAD=rows_pad(s.N, S, P),
+                 num_warps=min(16, max(4, block // 1024)))
     del S  # S is dead once P exists; freeing it here keeps the peak at S + P, as a user's code would
     return _pv(c, P, ablation, out)
 
@@ -218,11 +219,11 @@ def _triton_p(c: _Call, P: torch.Tensor, spn: int, chosen: Tiles, log_scale: flo
         if REPAIR_SPAN % t["BLOCK_M"]:
             raise ValueError(f"tiles {chosen}: a re-write's BLOCK_M must divide REPAIR_SPAN = {REPAIR_SPAN}")
         repair, grid = dict(FLAGS=flags, REPAIR=True, REPAIR_SPAN=REPAIR_SPAN), _grid_m(s, REPAIR_SPAN)
-    _qks.qk_softmax_kernel[grid](
-        c.q, c.k, P, c.mask, *c.q.stride()[:3], *c.k.stride()[:3], *c.mask_strides,
-        s.N, s.H, s.group, s.scale * log_scale, log_scale, spn,
-        MASK_KIND=c.mask_kind, NO_SOFTMAX=no_softmax, ONE_TILE=s.N <= t["BLOCK_N"], ROWS_PAD=rows_pad(s.N, P),
-        **repair, **c.flags, **t)
+    dispatch.run(_qks.qk_softmax_kernel, grid,
+                 c.q, c.k, P, c.mask, *c.q.stride()[:3], *c.k.stride()[:3], *c.mask_strides,
+                 s.N, s.H, s.group, s.scale * log_scale, log_scale, spn,
+                 MASK_KIND=c.mask_kind, NO_SOFTMAX=no_softmax, ONE_TILE=s.N <= t["BLOCK_N"], ROWS_PAD=rows_pad(s.N, P),
+                 **repair, **c.flags, **t)
 
 
 def _qk_softmax_tiles(s: Spec, ablation: str | None = None, mask: torch.Tensor | None = None):
@@ -271,11 +272,11 @@ def fused(q, k, v, *, causal=False, attn_mask=None, scale=None, ablation=None, o
     heavy_first, paired = t.pop("heavy_first"), t.pop("paired")
     for gluon_only in GLUON_ONLY:
         t.pop(gluon_only)
-    _fused.fused_kernel[_grid_m(s, t["BLOCK_M"] * (2 if paired else 1))](
-        c.q, c.k, c.v, o, c.mask, *c.q.stride()[:3], *c.k.stride()[:3], *c.v.stride()[:3], *o.stride()[:3],
-        *c.mask_strides, s.N, s.H, s.group, s.scale * log_scale, log_scale, 1.0 / s.N,
-        MASK_KIND=c.mask_kind, NO_SOFTMAX=no_softmax, NO_PV=ablation == "no_pv",
-        HEAVY_FIRST=heavy_first, PAIRED=paired, **c.flags, **t)
+    dispatch.run(_fused.fused_kernel, _grid_m(s, t["BLOCK_M"] * (2 if paired else 1)),
+                 c.q, c.k, c.v, o, c.mask, *c.q.stride()[:3], *c.k.stride()[:3], *c.v.stride()[:3], *o.stride()[:3],
+                 *c.mask_strides, s.N, s.H, s.group, s.scale * log_scale, log_scale, 1.0 / s.N,
+                 MASK_KIND=c.mask_kind, NO_SOFTMAX=no_softmax, NO_PV=ablation == "no_pv",
+                 HEAVY_FIRST=heavy_first, PAIRED=paired, **c.flags, **t)
     return o
 
 

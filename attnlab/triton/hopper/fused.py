@@ -31,6 +31,7 @@ from triton.experimental.gluon import language as gl
 from triton.experimental.gluon.language.nvidia.hopper import (fence_async_shared, mbarrier, tma, warpgroup_mma,
                                                               warpgroup_mma_wait)
 
+from attnlab.triton import dispatch
 from attnlab.triton.hopper.common import (CONSUMER_REGS, ROWS_PER_PROGRAM, SMEM_SPARE, descriptor, items, mask_path,
                                           partitions, program, programs_per_sm, sm_count, smem_limit, softmax_tile,
                                           step_item, tma_ready, warpgroup_mask)
@@ -421,12 +422,12 @@ def launch(q, k, v, o, mask, mask_strides, mask_kind, *, N, H, group, qk_scale, 
     md, o_tma = paths(tiles, mask, mask_kind, q.shape[-1], q.element_size())
     total = triton.cdiv(N, rows * BM) * q.shape[0] * H
     grid = (min(total, sm_count(q.device) * programs_per_sm(tiles)) if tiles.persistent else total,)
-    fused_gluon_kernel[grid](q_desc, descriptor(k, BN), descriptor(v, BN), descriptor(o_t, BM), o_t,
-                             *o_t.stride()[:3], mask, *mask_strides, md[0] if md else q_desc, N, H, group, total,
-                             qk_scale, mask_scale, inv_n,
-                             **constexprs(tiles, D=q.shape[-1], causal=causal, mask_kind=mask_kind, md=md,
-                                          o_tma=o_tma, no_softmax=no_softmax, no_pv=no_pv),
-                             num_warps=4, maxnreg=maxnreg)
+    dispatch.run(fused_gluon_kernel, grid, q_desc, descriptor(k, BN), descriptor(v, BN), descriptor(o_t, BM), o_t,
+                 *o_t.stride()[:3], mask, *mask_strides, md[0] if md else q_desc, N, H, group, total,
+                 qk_scale, mask_scale, inv_n,
+                 **constexprs(tiles, D=q.shape[-1], causal=causal, mask_kind=mask_kind, md=md, o_tma=o_tma,
+                              no_softmax=no_softmax, no_pv=no_pv),
+                 num_warps=4, maxnreg=maxnreg)
     if o_t is not o:
         o.copy_(o_t)
 

@@ -25,6 +25,7 @@ from triton.experimental.gluon import language as gl
 from triton.experimental.gluon.language.nvidia.hopper import (fence_async_shared, mbarrier, tma, warpgroup_mma,
                                                              warpgroup_mma_wait)
 
+from attnlab.triton import dispatch
 from attnlab.triton.hopper.common import (CONSUMER_REGS, check_p_rows, descriptor, items, partitions, programs_per_sm,
                                           sm_count, step_item, tma_ready)
 
@@ -204,9 +205,9 @@ def launch(p, v, o, *, N, H, group, inv_n, causal, tiles, no_pv=False) -> None:
     rows, maxnreg = partitions(tiles)
     total = triton.cdiv(N, rows * BM) * p.shape[0] * H
     grid = min(total, sm_count(p.device) * programs_per_sm(tiles)) if tiles.persistent else total
-    pv_gluon_kernel[(grid,)](descriptor(p, BM, BN), descriptor(tma_ready(v), BN), o, *o.stride()[:3], N, H, group,
-                             total, inv_n, **constexprs(tiles, D=v.shape[-1], causal=causal, no_pv=no_pv),
-                             num_warps=4, maxnreg=maxnreg)
+    dispatch.run(pv_gluon_kernel, (grid,), descriptor(p, BM, BN), descriptor(tma_ready(v), BN), o, *o.stride()[:3],
+                 N, H, group, total, inv_n, **constexprs(tiles, D=v.shape[-1], causal=causal, no_pv=no_pv),
+                 num_warps=4, maxnreg=maxnreg)
 
 
 def constexprs(tiles, *, D: int, causal: bool, no_pv: bool = False) -> dict:

@@ -32,6 +32,7 @@ from triton.experimental.gluon import language as gl
 from triton.experimental.gluon.language.nvidia.hopper import (fence_async_shared, mbarrier, tma, warpgroup_mma,
                                                               warpgroup_mma_wait)
 
+from attnlab.triton import dispatch
 from attnlab.triton.hopper.common import (P_CONSUMER_REGS, ROWS_PER_PROGRAM, SMEM_SPARE, check_p_rows, descriptor,
                                           items, load_k_tile, mask_path, needs_masks, p_bias, partitions, program,
                                           programs_per_sm, scores, sm_count, smem_limit, softmax_tile, step_item,
@@ -531,12 +532,10 @@ def launch(q, k, p, mask, mask_strides, mask_kind, *, N, H, group, qk_scale, mas
     md = mask_path(tiles, mask, mask_kind)
     total = triton.cdiv(N, rows * BM) * q.shape[0] * H
     grid = (min(total, sm_count(q.device) * programs_per_sm(tiles)) if tiles.persistent else total,)
-    qk_softmax_gluon_kernel[grid](q_desc, descriptor(k, BN), descriptor(p, BM, BN), mask, *mask_strides,
-                                  md[0] if md else q_desc, flags if ref1 else p, N, H, group, total, qk_scale,
-                                  mask_scale,
-                                  **constexprs(tiles, D=q.shape[-1], causal=causal, mask_kind=mask_kind, md=md,
-                                               no_softmax=no_softmax),
-                                  num_warps=4, maxnreg=maxnreg)
+    dispatch.run(qk_softmax_gluon_kernel, grid, q_desc, descriptor(k, BN), descriptor(p, BM, BN), mask, *mask_strides,
+                 md[0] if md else q_desc, flags if ref1 else p, N, H, group, total, qk_scale, mask_scale,
+                 **constexprs(tiles, D=q.shape[-1], causal=causal, mask_kind=mask_kind, md=md, no_softmax=no_softmax),
+                 num_warps=4, maxnreg=maxnreg)
 
 
 def constexprs(tiles, *, D: int, causal: bool, mask_kind: int, md, no_softmax: bool = False) -> dict:

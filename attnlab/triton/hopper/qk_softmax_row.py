@@ -30,6 +30,7 @@ from triton.experimental.gluon import language as gl
 from triton.experimental.gluon.language.nvidia.hopper import (fence_async_shared, mbarrier, tma, warpgroup_mma,
                                                               warpgroup_mma_wait)
 
+from attnlab.triton import dispatch
 from attnlab.triton.hopper.common import (P_CONSUMER_REGS, SMEM_SPARE, descriptor, items, load_k_tile, needs_masks,
                                           p_bias, scores, sm_count, smem_limit, step_item, tma_ready)
 
@@ -296,10 +297,10 @@ def launch(q, k, p, *, N, H, group, qk_scale, causal, tiles, no_softmax=False) -
     q, k = tma_ready(q), tma_ready(k)
     total = triton.cdiv(N, tiles.BLOCK_M) * q.shape[0] * H
     grid = (min(total, sm_count(q.device)),)
-    qk_softmax_row_kernel[grid](descriptor(q, tiles.BLOCK_M), descriptor(k, tiles.BLOCK_N),
-                                descriptor(p, tiles.BLOCK_M, tiles.BLOCK_N), p, N, H, group, total, qk_scale,
-                                **constexprs(tiles, D=D, N=N, itemsize=itemsize, causal=causal, no_softmax=no_softmax),
-                                num_warps=4)
+    dispatch.run(qk_softmax_row_kernel, grid, descriptor(q, tiles.BLOCK_M), descriptor(k, tiles.BLOCK_N),
+                 descriptor(p, tiles.BLOCK_M, tiles.BLOCK_N), p, N, H, group, total, qk_scale,
+                 **constexprs(tiles, D=D, N=N, itemsize=itemsize, causal=causal, no_softmax=no_softmax),
+                 num_warps=4)
 
 
 def constexprs(tiles, *, D: int, N: int, itemsize: int, causal: bool, no_softmax: bool = False) -> dict:
