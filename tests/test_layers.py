@@ -17,7 +17,7 @@ LAYERS = [
     ("validate, schema, provenance", ["attnlab.validate", "attnlab.schema", "attnlab.provenance", "attnlab.args"]),
     ("reference and model", ["attnlab.reference", "attnlab.accuracy", "attnlab.model", "attnlab.load",
                              "attnlab.ceilings"]),
-    ("kernel support", ["attnlab.triton", "attnlab.triton.config", "attnlab.triton.layout"]),
+    ("kernel support", ["attnlab.triton", "attnlab.triton.config", "attnlab.triton.layout", "attnlab.triton.dispatch"]),
     ("teaching kernels", ["attnlab.triton.tiles", "attnlab.triton.materialised", "attnlab.triton.qk_softmax",
                           "attnlab.triton.pv", "attnlab.triton.fused"]),
     ("Hopper kernels", ["attnlab.triton.hopper", "attnlab.triton.hopper.*"]),
