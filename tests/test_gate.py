@@ -33,6 +33,24 @@ def test_gate_fails_a_wrong_build(monkeypatch, tmp_path, capsys):
     assert "FAIL torch_eager" in capsys.readouterr().out
 
 
+def test_our_builds_are_judged_on_a_repeated_call_that_must_equal_the_first(monkeypatch, tmp_path, capsys):
+    fused = builds.get("fused")
+    calls = []
+
+    def drifts(q, k, v, **kw):  # the second call one ulp off: within the limit, yet not the first call's bits
+        o = fused.attend(q, k, v, **kw)
+        calls.append(1)
+        return o if len(calls) % 2 else o.copy_(torch.nextafter(o, torch.full_like(o, float("inf"))))
+
+    monkeypatch.setattr(builds, "get", lambda name: Build("fused", drifts, "ours", "fused", None, "drifts"))
+    out = tmp_path / "gate.csv"
+    code = gate.main(["--device", "cpu", "--quick", "--builds", "fused", "--dtypes", "float32", "--out", str(out)])
+    rows = pd.read_csv(out)
+    assert code == 1 and len(calls) == 2 * len(rows)
+    assert (rows.status == "FAIL: a repeated call differs from the first").all()
+    assert (rows.err < rows.limit).all()  # each output alone is within the limit: only the repeat check fails it
+
+
 def test_jobs_share_the_shapes_and_write_the_rows_one_process_writes(tmp_path, capsys):
     """`--jobs 2`: two processes, each its share of the shapes with the seed one process gives it, so the merged rows
     (errors included) are the single process's, in its order."""
