@@ -158,3 +158,42 @@ def test_the_order_is_pythons_binding_for_our_kernels(fn):
     bound = sig.bind(*args, **kwargs)
     bound.apply_defaults()
     assert dispatch._bound(fn, args, kwargs) == list(bound.arguments.values())
+
+
+def test_verifying_checks_the_launches_inside_it_unless_tritons_path_is_asked_for(monkeypatch):
+    monkeypatch.delenv("ATTNLAB_LAUNCH", raising=False)
+    with dispatch.verifying():
+        assert dispatch.mode() == "verify"
+    assert dispatch.mode() == "direct"
+    monkeypatch.setenv("ATTNLAB_LAUNCH", "triton")
+    with dispatch.verifying():
+        assert dispatch.mode() == "triton"
+
+
+def test_verify_mode_passes_the_kernel_triton_picks_and_names_one_it_does_not(kernel, monkeypatch):
+    q, k, o = _tensors()
+    compiled = dispatch.run(kernel, (4,), q, k, o, 128, 0.125, BLOCK=64)
+
+    def binder(*args, **kwargs):  # Triton's: every parameter bound, the specialisation, the options
+        sig = inspect.signature(body)
+        b = sig.bind(*args, **{k: v for k, v in kwargs.items() if k in sig.parameters})
+        b.apply_defaults()
+        return b.arguments, "spec", "options"
+
+    kernel.device_caches[0] = ({"key": compiled}, None, None, None, binder)
+    monkeypatch.setattr("triton.runtime.jit.compute_cache_key", lambda cache, spec, options: "key")
+    with dispatch.verifying():
+        dispatch.run(kernel, (4,), q, k, o, 128, 0.125, BLOCK=64)
+    assert len(compiled.launches) == 1
+    kernel.device_caches[0][0]["key"] = Compiled()  # Triton would launch another compiled kernel
+    with dispatch.verifying(), pytest.raises(AssertionError, match="another compiled kernel than Triton's for body"):
+        dispatch.run(kernel, (4,), q, k, o, 128, 0.125, BLOCK=64)
+    kernel.device_caches[0][0]["key"] = compiled
+
+    def shuffled(*args, **kwargs):  # Triton would pass the launcher k where we pass q
+        bound, spec, options = binder(*args, **kwargs)
+        return dict(bound, q=bound["k"]), spec, options
+
+    kernel.device_caches[0] = (*kernel.device_caches[0][:4], shuffled)
+    with dispatch.verifying(), pytest.raises(AssertionError, match="launcher's arguments differ from Triton's"):
+        dispatch.run(kernel, (4,), q, k, o, 128, 0.125, BLOCK=64)

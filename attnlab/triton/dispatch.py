@@ -15,10 +15,12 @@ Triton's path runs, whatever the key:
   proton and other profilers read launches through them). Triton's own path builds each launch's metadata and
   passes both hook chains to the launcher even while they are empty; the direct path passes None for all three;
 - under ATTNLAB_LAUNCH=triton.
-ATTNLAB_LAUNCH=verify takes the direct path and checks on each call that Triton's own binding picks the same
-compiled kernel (a GPU run of the gate under it checks the key against Triton's)."""
+ATTNLAB_LAUNCH=verify, or the block `with verifying():`, takes the direct path and checks on each call that Triton's
+own binding picks the same compiled kernel and passes the same arguments: the gate's repeated call of each build runs
+so, which checks the key against Triton's at every shape the gate covers."""
 from __future__ import annotations
 
+import contextlib
 import inspect
 import os
 
@@ -29,16 +31,30 @@ from triton.runtime import driver
 MODES = ("direct", "triton", "verify")
 KEPT = 4096  # compiled kernels remembered before the memory is emptied (a new shape per call is not a workload)
 
+_forced: list = []  # modes set by `verifying`, innermost last; they win over ATTNLAB_LAUNCH
 _compiled: dict = {}  # key -> Triton's CompiledKernel
 _orders: dict = {}  # (kernel, positional count, keyword names) -> where each parameter's value comes from
 
 
 def mode() -> str:
-    """ATTNLAB_LAUNCH, checked: 'direct' (the default), 'triton' or 'verify'."""
+    """'verify' inside `verifying`, else ATTNLAB_LAUNCH, checked: 'direct' (the default), 'triton' or 'verify'."""
+    if _forced:
+        return _forced[-1]
     m = os.environ.get("ATTNLAB_LAUNCH") or "direct"
     if m not in MODES:
         raise ValueError(f"ATTNLAB_LAUNCH must be one of {MODES}, got {m!r}")
     return m
+
+
+@contextlib.contextmanager
+def verifying():
+    """Launches inside take the direct path and check it against Triton's own binding (the gate's repeated call);
+    under ATTNLAB_LAUNCH=triton they stay on Triton's path."""
+    _forced.append("triton" if mode() == "triton" else "verify")
+    try:
+        yield
+    finally:
+        _forced.pop()
 
 
 def _feature(x):
