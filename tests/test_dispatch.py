@@ -92,12 +92,15 @@ def test_a_new_grid_alone_reuses_the_kernel(kernel):
     assert kernel.calls == 1 and compiled.launches[0][:3] == (9, 3, 2)
 
 
-@pytest.mark.parametrize("setting", ["env", "enter_hook", "exit_hook", "hook_function", "pre_run_hook", "grid_function", "object"])
+@pytest.mark.parametrize("setting", ["env", "release", "enter_hook", "exit_hook", "hook_function", "pre_run_hook",
+                                     "grid_function", "object"])
 def test_tritons_path_runs_where_the_direct_one_would_hide_something(kernel, monkeypatch, setting):
     q, k, o = _tensors()
     args, grid = [q, k, o, 128, 0.125], (4,)
     if setting == "env":
         monkeypatch.setenv("ATTNLAB_LAUNCH", "triton")
+    elif setting == "release":  # internals the direct path was not checked against
+        monkeypatch.setattr(dispatch.triton, "__version__", "3.7.0")
     elif setting in ("enter_hook", "exit_hook"):
         chain = getattr(knobs.runtime, f"launch_{setting.split('_')[0]}_hook")
         monkeypatch.setattr(chain, "calls", [lambda *a: None])  # as proton adds itself

@@ -14,7 +14,7 @@ Triton's path runs, whatever the key:
 - while a launch hook would run (triton.knobs.runtime.launch_enter_hook or launch_exit_hook holds a function:
   proton and other profilers read launches through them). Triton's own path builds each launch's metadata and
   passes both hook chains to the launcher even while they are empty; the direct path passes None for all three;
-- under ATTNLAB_LAUNCH=triton.
+- under ATTNLAB_LAUNCH=triton, and with a Triton release other than those in TRITON_RELEASES.
 ATTNLAB_LAUNCH=verify, or the block `with verifying():`, takes the direct path and checks on each call that Triton's
 own binding picks the same compiled kernel and passes the same arguments: the gate's repeated call of each build runs
 so, which checks the key against Triton's at every shape the gate covers."""
@@ -25,10 +25,14 @@ import inspect
 import os
 
 import torch
+import triton
 from triton import knobs
 from triton.runtime import driver
 
 MODES = ("direct", "triton", "verify")
+# The Triton releases whose JITFunction internals (device_caches, CompiledKernel.run's arguments) the direct path and
+# its check were written and checked against; any other takes Triton's path.
+TRITON_RELEASES = ("3.6.",)
 KEPT = 4096  # compiled kernels remembered before the memory is emptied (a new shape per call is not a workload)
 
 _forced: list = []  # modes set by `verifying`, innermost last; they win over ATTNLAB_LAUNCH
@@ -109,7 +113,8 @@ def run(kernel, grid: tuple, *args, **kwargs):
     """`kernel[grid](*args, **kwargs)`, by the compiled kernel an identical earlier call got where that is safe."""
     m = mode()
     runtime = knobs.runtime
-    if (m == "triton" or not hasattr(kernel, "device_caches") or kernel.pre_run_hooks or callable(grid)
+    if (m == "triton" or not triton.__version__.startswith(TRITON_RELEASES) or not hasattr(kernel, "device_caches")
+            or kernel.pre_run_hooks or callable(grid)
             or _hooked(runtime.launch_enter_hook) or _hooked(runtime.launch_exit_hook)):
         return kernel[grid](*args, **kwargs)
     device = _device()
