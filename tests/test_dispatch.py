@@ -46,6 +46,7 @@ def kernel(monkeypatch):
     monkeypatch.setattr(dispatch, "_device", lambda: 0)
     monkeypatch.setattr(dispatch, "_stream", lambda device: "stream")
     monkeypatch.delenv("ATTNLAB_LAUNCH", raising=False)
+    monkeypatch.setattr(dispatch.triton, "__version__", "3.6.0")  # a release the direct path knows
     dispatch._compiled.clear()
     return FakeKernel()
 
