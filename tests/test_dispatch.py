@@ -45,7 +45,7 @@ class FakeKernel:
 def kernel(monkeypatch):
     monkeypatch.setattr(dispatch, "_device", lambda: 0)
     monkeypatch.setattr(dispatch, "_stream", lambda device: "stream")
-    monkeypatch.delenv("ATTNLAB_LAUNCH", raising=False)
+    monkeypatch.setenv("ATTNLAB_LAUNCH", "direct")
     monkeypatch.setattr(dispatch.triton, "__version__", "3.6.0")  # a release the direct path knows
     dispatch._compiled.clear()
     return FakeKernel()
@@ -165,7 +165,7 @@ def test_the_order_is_pythons_binding_for_our_kernels(fn):
 
 
 def test_verifying_checks_the_launches_inside_it_unless_tritons_path_is_asked_for(monkeypatch):
-    monkeypatch.delenv("ATTNLAB_LAUNCH", raising=False)
+    monkeypatch.setenv("ATTNLAB_LAUNCH", "direct")
     with dispatch.verifying():
         assert dispatch.mode() == "verify"
     assert dispatch.mode() == "direct"

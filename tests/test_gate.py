@@ -43,6 +43,7 @@ def test_our_builds_are_judged_on_a_repeated_call_that_must_equal_the_first(monk
         calls.append(dispatch.mode())
         return o if len(calls) % 2 else o.copy_(torch.nextafter(o, torch.full_like(o, float("inf"))))
 
+    monkeypatch.setenv("ATTNLAB_LAUNCH", "direct")
     monkeypatch.setattr(builds, "get", lambda name: Build("fused", drifts, "ours", "fused", None, "drifts"))
     out = tmp_path / "gate.csv"
     code = gate.main(["--device", "cpu", "--quick", "--builds", "fused", "--dtypes", "float32", "--out", str(out)])

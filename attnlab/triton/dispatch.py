@@ -30,6 +30,7 @@ from triton import knobs
 from triton.runtime import driver
 
 MODES = ("direct", "triton", "verify")
+DEFAULT = "triton"  # the direct path is opt-in (ATTNLAB_LAUNCH=direct) until a GPU run of the gate has checked it
 # The Triton releases whose JITFunction internals (device_caches, CompiledKernel.run's arguments) the direct path and
 # its check were written and checked against; any other takes Triton's path.
 TRITON_RELEASES = ("3.6.",)
@@ -41,10 +42,10 @@ _orders: dict = {}  # (kernel, positional count, keyword names) -> where each pa
 
 
 def mode() -> str:
-    """'verify' inside `verifying`, else ATTNLAB_LAUNCH, checked: 'direct' (the default), 'triton' or 'verify'."""
+    """'verify' inside `verifying`, else ATTNLAB_LAUNCH, checked: 'direct', 'triton' (DEFAULT) or 'verify'."""
     if _forced:
         return _forced[-1]
-    m = os.environ.get("ATTNLAB_LAUNCH") or "direct"
+    m = os.environ.get("ATTNLAB_LAUNCH") or DEFAULT
     if m not in MODES:
         raise ValueError(f"ATTNLAB_LAUNCH must be one of {MODES}, got {m!r}")
     return m
