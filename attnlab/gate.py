@@ -94,9 +94,9 @@ SEED0 = 1000  # shape i of the grid draws its inputs with seed SEED0 + i (and it
 
 def check_case(case, names: list[str], device, seed: int) -> list[dict]:
     """Run every named build on one fresh input set (the harness's: random normal, never zeros); one row each. Our
-    builds run twice, each time into a NaN-filled `out`: the second call is judged (the launch every repeated call
-    takes, each launch checked against Triton's own binding: dispatch.verifying) and must equal the first bit for
-    bit."""
+    builds run twice, each time into a NaN-filled `out`: the second call is judged (under ATTNLAB_LAUNCH=direct the
+    direct launch every repeated call takes, each launch checked against Triton's own binding: dispatch.verifying)
+    and must equal the first bit for bit."""
     from attnlab import accuracy, builds, reference
     from attnlab.measure import make_inputs, one_line
     from attnlab.triton import dispatch
@@ -114,8 +114,8 @@ def check_case(case, names: list[str], device, seed: int) -> list[dict]:
             kw = {"out": torch.full_like(q, float("nan"))} if ours else {}
             o = b.attend(q, k, v, causal=case.causal, **kw)
             first = None
-            if ours:  # a repeated call launches the compiled kernels directly (attnlab.triton.dispatch): judge that
-                first, kw = o, {"out": torch.full_like(q, float("nan"))}  # one, its launches checked against Triton's
+            if ours:  # judge the repeated call: under ATTNLAB_LAUNCH=direct the direct launch (attnlab.triton.dispatch),
+                first, kw = o, {"out": torch.full_like(q, float("nan"))}  # its launches checked against Triton's
                 with dispatch.verifying():
                     o = b.attend(q, k, v, causal=case.causal, **kw)
             if oracle not in refs:
