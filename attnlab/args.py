@@ -72,14 +72,19 @@ def choices(allowed, what: str = "names"):
 
 
 def device(text: str) -> str:
-    """'auto', 'cpu' or 'cuda'; 'cuda' only where torch sees a CUDA GPU."""
-    if text not in DEVICES:
-        raise argparse.ArgumentTypeError(f"must be one of {', '.join(DEVICES)}, got {text!r}")
-    if text == "cuda":
+    """'auto', 'cpu', 'cuda' or 'cuda:N' (the form str(torch.device) gives, which the lab's own children receive);
+    a CUDA device only where torch sees it."""
+    kind, _, index = text.partition(":")
+    if kind not in DEVICES or (index and (kind != "cuda" or not index.isdigit())):
+        raise argparse.ArgumentTypeError(f"must be one of {', '.join(DEVICES)} or cuda:N, got {text!r}")
+    if kind == "cuda":
         import torch
 
         if not torch.cuda.is_available():
-            raise argparse.ArgumentTypeError("cuda was asked for, but torch sees no CUDA GPU on this machine")
+            raise argparse.ArgumentTypeError(f"{text} was asked for, but torch sees no CUDA GPU on this machine")
+        if index and int(index) >= torch.cuda.device_count():
+            raise argparse.ArgumentTypeError(f"{text} was asked for, but torch sees {torch.cuda.device_count()} "
+                                             "CUDA GPU(s) on this machine")
     return text
 
 

@@ -45,6 +45,7 @@ def grid(device: torch.device, quick: bool = False, ns=None) -> list:
 
 
 CASE_KEYS = ("B", "H", "Hkv", "N", "D", "dtype", "causal")
+ALL_BUILDS = "(all)"  # the build named by the FAIL row of a shape whose process died before checking it
 
 
 def read_cases(path: str, device: torch.device) -> list:
@@ -191,8 +192,9 @@ def _in_parallel(argv: list[str], jobs: int, owners: list[int]) -> list[dict]:
             if lost:
                 with open(os.path.join(d, f"part{k}.log")) as f:
                     tail = " | ".join(f.read().strip().splitlines()[-3:])
-                part_rows += [dict(build="(all)", shape=i, status=f"FAIL: part {k}/{jobs} exited with {code} before "
-                                                                   f"this shape's rows: {tail}"[:600]) for i in lost]
+                why = f"FAIL: part {k}/{jobs} exited with {code} before this shape's rows: {tail}"[:600]
+                part_rows += [dict(build=ALL_BUILDS, shape=i, status=why, err=float("nan"), err_limit=float("nan"))
+                              for i in lost]
             rows += part_rows
     return sorted(rows, key=lambda r: r["shape"])
 

@@ -257,7 +257,8 @@ def gate(run: Run, progress: bool = True, jobs: int | None = None) -> pd.DataFra
     names = gate_builds(run.params)
     path = run.out / GATE
     done = pd.read_csv(path) if path.exists() else pd.DataFrame()
-    rows = done.to_dict("records")
+    # a shape whose process died (an ALL_BUILDS row) is checked again: the death may not recur
+    rows = [r for r in done.to_dict("records") if r["build"] != gate_mod.ALL_BUILDS]
     seen = {tuple(r[k] for k in ("N", "D", "dtype", "causal")) for r in rows}
     todo = [(i, c) for i, c in enumerate(_shapes(run)) if (c.N, c.D, c.dtype, c.causal) not in seen]
     if todo and run.gpu:
@@ -307,9 +308,10 @@ def gate_in_processes(run: Run, small: list, names: list[str], jobs: int) -> lis
     rows = gate_mod._in_parallel(argv, jobs, gate_mod.deal([c for _, _, c in small], jobs))
     cases.unlink()
     print(f"gate: {len(small)} shapes in {jobs} processes, {time.perf_counter() - t0:.0f} s")
-    # the file's position p is the shape's seed offset there: give each row the run's own index and batch
-    return [{**r, "shape": small[r["shape"]][0], "run_B": small[r["shape"]][1].B, "run_H": small[r["shape"]][1].H}
-            for r in rows]
+    # the file's position p is the shape's seed offset there: give each row the run's own index and batch, and a
+    # dead process's ALL_BUILDS row the shape it stands for
+    return [{**{k: getattr(small[r["shape"]][2], k) for k in gate_mod.CASE_KEYS}, **r, "shape": small[r["shape"]][0],
+             "run_B": small[r["shape"]][1].B, "run_H": small[r["shape"]][1].H} for r in rows]
 
 
 class GateFailed(RuntimeError):

@@ -90,7 +90,7 @@ def test_the_console_entry_prints_no_traceback(tmp_path):
     (["sweep", "--params", "{params}", "--out", "{file}"], "attnlab sweep: error: argument --out: '{file}' is a file"),
     (["report", "{tmp}/nope"], "attnlab report: error: argument DIR: no such directory"),
     (["report", "{tmp}", "--baseline", "fastest"], "attnlab report: error: argument --baseline: invalid choice"),
-    (["check", "--device", "tpu"], "attnlab check: error: argument --device: must be one of auto, cpu, cuda"),
+    (["check", "--device", "tpu"], "attnlab check: error: argument --device: must be one of auto, cpu, cuda or cuda:N"),
     (["check", "--ns", "abc"], "attnlab check: error: argument --ns: expected whole numbers >= 1"),
     (["check", "--tiles", "{tmp}/missing.json"], "attnlab check: error: argument --tiles: no such file"),
     (["bench", "--ns", "0"], "attnlab bench: error: argument --ns: expected whole numbers >= 1"),

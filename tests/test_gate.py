@@ -86,7 +86,9 @@ def test_a_process_that_dies_fails_the_shapes_it_had_left():
     (["--ns", "-5"], "argument --ns: expected whole numbers >= 1"),
     (["--ns", "abc"], "argument --ns: expected whole numbers >= 1"),
     (["--ns", ""], "argument --ns: expected whole numbers >= 1"),
-    (["--device", "tpu"], "argument --device: must be one of auto, cpu, cuda, got 'tpu'"),
+    (["--device", "tpu"], "argument --device: must be one of auto, cpu, cuda or cuda:N, got 'tpu'"),
+    (["--device", "cuda:x"], "argument --device: must be one of auto, cpu, cuda or cuda:N, got 'cuda:x'"),
+    (["--device", "cpu:0"], "argument --device: must be one of auto, cpu, cuda or cuda:N, got 'cpu:0'"),
     (["--tiles", "/missing.json"], "argument --tiles: no such file: '/missing.json'"),
     (["--out", "/no/such/folder/gate.csv"], "argument --out: the folder '/no/such/folder' of"),
     (["--bogus"], "unrecognized arguments: --bogus"),
@@ -111,6 +113,20 @@ def test_asking_for_a_gpu_on_a_machine_without_one_is_one_line(capsys):
     assert gate.main(["--device", "cuda"]) == 2
     assert capsys.readouterr().err.strip() == ("attnlab check: error: argument --device: cuda was asked for, but "
                                                "torch sees no CUDA GPU on this machine")
+
+
+def test_a_numbered_gpu_is_the_form_the_lab_hands_its_gate_processes(monkeypatch, capsys):
+    """The walkthrough's gate passes str(run.device), 'cuda:0', to its `attnlab check` processes: the parser takes
+    it, and a number past the GPUs torch sees is one line naming how many it sees."""
+    from attnlab import args
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 2)
+    assert args.device(str(torch.device("cuda", 0))) == "cuda:0" and args.device("cuda:1") == "cuda:1"
+    assert args.device("cuda") == "cuda"
+    assert gate.main(["--device", "cuda:2", "--quick"]) == 2
+    assert capsys.readouterr().err.strip() == ("attnlab check: error: argument --device: cuda:2 was asked for, but "
+                                               "torch sees 2 CUDA GPU(s) on this machine")
 
 
 def test_the_gpu_grid_is_dealt_by_family():

@@ -6,9 +6,11 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
+import torch
 
 from attnlab import ceilings, lab, lies, model, sweep
 from attnlab.measure import Case
+from attnlab.report import correctness as cr
 from tests import gpu_run
 
 TINY = dict(name="t", device="cpu", dtype="float32", seq_lens=[16], head_dims=[16], causal=[False],
@@ -112,6 +114,25 @@ def test_the_gate_in_processes_writes_the_rows_one_process_writes(tmp_path, outp
     assert len(two) == len(one) == 6 and list(two["status"]) == list(one["status"]) == ["ok"] * 6
     assert two["err"].tolist() == one["err"].tolist() and set(two["shape"]) == {0, 1}
     assert not (run.out / "gate_cases.json").exists()
+
+
+def test_a_gate_whose_processes_die_fails_by_shape_and_is_checked_again(tmp_path, outputs, monkeypatch):
+    """Each shape a dead `attnlab check` process left is a FAIL row with that shape's columns, so the gate table and
+    the sweep's refusal say what failed; the next lab.gate on the folder checks those shapes again. The children here
+    are handed a GPU (cuda:7, as str(torch.device) writes it) this machine lacks, so each exits 2."""
+    run = lab.begin(lab.params(**{**TINY, "causal": [False, True]}, out_dir=str(tmp_path / "run")))
+    run.device = str(torch.device("cuda", 7))
+    monkeypatch.setattr("attnlab.warm.warm", lambda params, jobs: [])  # nothing to compile ahead for a GPU not here
+    dead = lab.gate(run, progress=False, jobs=2)
+    assert list(dead["build"]) == ["(all)", "(all)"] and list(dead["causal"]) == [False, True]
+    assert all("cuda:7 was asked for" in s for s in dead["status"]), dead["status"].tolist()
+    verdicts = cr.correctness_table(dead)
+    assert list(verdicts["verdict"]) == ["FAIL", "FAIL"]
+    with pytest.raises(lab.GateFailed, match=r"failed 2 \(build, shape\) pair\(s\), of \(all\)"):
+        lab.sweep_run(run, progress=False)
+    run = lab.begin(lab.params(**{**TINY, "causal": [False, True]}, out_dir=str(tmp_path / "run")))
+    again = lab.gate(run, progress=False, jobs=2)
+    assert len(again) == 6 and (again["status"] == "ok").all() and "(all)" not in set(again["build"])
 
 
 def test_the_sweep_refuses_after_a_failed_gate(tmp_path, outputs):
