@@ -30,7 +30,9 @@ from triton import knobs
 from triton.runtime import driver
 
 MODES = ("direct", "triton", "verify")
-DEFAULT = "triton"  # the direct path is opt-in (ATTNLAB_LAUNCH=direct) until a GPU run of the gate has checked it
+# The direct path is opt-in (ATTNLAB_LAUNCH=direct): the gate passes under it on an H100, but it buys fused 4-11 % of
+# its host time, and a kernel of many scalar arguments keys slower than Triton binds (docs/performance.md)
+DEFAULT = "triton"
 # The Triton releases whose JITFunction internals (device_caches, CompiledKernel.run's arguments) the direct path and
 # its check were written and checked against; any other takes Triton's path.
 TRITON_RELEASES = ("3.6.",)
