@@ -54,15 +54,15 @@ def shapes(dtypes, ns, quick=False, heads=(), odd_ns=()):
     return out
 
 
-def qk_softmax_floor_ms(B, H, N, D, dtype, causal, ceil):
+def qk_softmax_floor_ms(B, H, N, D, dtype, causal, ceil, Hkv=None):
     """P written once and read once at the copy bandwidth, plus one QKᵀ at the matmul rate (the issue's floor).
 
     The bytes are the model's P round trip (attnlab.model.boundary_bytes): the read is the lower half when causal."""
-    parts = qk_softmax_floor_parts(B, H, N, D, dtype, causal, ceil)
+    parts = qk_softmax_floor_parts(B, H, N, D, dtype, causal, ceil, Hkv)
     return parts["floor_p_ms"] + parts["floor_qk_ms"]
 
 
-def qk_softmax_floor_parts(B, H, N, D, dtype, causal, ceil) -> dict:
+def qk_softmax_floor_parts(B, H, N, D, dtype, causal, ceil, Hkv=None) -> dict:
     """The floor's two terms (floor_p_ms: P's round trip at the copy rate; floor_qk_ms: one QKᵀ at the matmul rate)
     and, beside them, qkvo_ms: Q, K, V read and O written once at the copy rate, which the floor leaves out."""
     from attnlab import model as bd
@@ -70,7 +70,7 @@ def qk_softmax_floor_parts(B, H, N, D, dtype, causal, ceil) -> dict:
     name = str(dtype).removeprefix("torch.")
     return dict(floor_p_ms=bd.ms_at(bd.boundary_bytes("P round trip", B, H, N, name, causal), ceil["tbps"]),
                 floor_qk_ms=bd.ms_at(bd.qk_pass_flops(B, H, N, D, causal), ceil["tflops"]),
-                qkvo_ms=bd.ms_at(bd.qkvo_bytes(B, H, H, N, D, name), ceil["tbps"]))
+                qkvo_ms=bd.ms_at(bd.qkvo_bytes(B, H, Hkv or H, N, D, name), ceil["tbps"]))
 
 
 def recorded_label(tiles_json, kernel: str) -> str:
@@ -117,14 +117,15 @@ def bench_shape(B, H, N, D, dtype, causal, names, ceil, args, load, rows: list) 
     from attnlab.triton import launch
     from attnlab.validate import check
 
-    shape = bench_case("fused", B, H, N, D, dtype, causal)
+    Hkv = H // args.group
+    shape = bench_case("fused", B, H, N, D, dtype, causal, Hkv=Hkv)
     q, k, v = make_inputs(shape)  # the harness's inputs: random normal, seeded by the shape
     spec = check(q, k, v, causal=causal)
     flops = model.flops(shape)
     for name in names:
         timed = time_case(name, q, k, v, causal, args.repeats, load)
         o, ms = timed.pop("o"), timed["ms"]
-        row = dict(build=name, B=B, H=H, N=N, D=D, dtype=str(dtype).removeprefix("torch."), causal=causal,
+        row = dict(build=name, B=B, H=H, Hkv=Hkv, N=N, D=D, dtype=str(dtype).removeprefix("torch."), causal=causal,
                    repeats=args.repeats, **timed, tflops=flops / ms / 1e9 if ms == ms else float("nan"))
         if name in OURS:
             row["tiles"] = json.dumps(launch.tile_config(name, spec))
@@ -132,13 +133,13 @@ def bench_shape(B, H, N, D, dtype, causal, names, ceil, args, load, rows: list) 
                 verdict = oracle_check(name, o, q, k, v, causal)
                 row.update(err=verdict.err, err_limit=verdict.limit, accurate=verdict.ok)
         if name == "qk_softmax":
-            row["floor_ms"] = qk_softmax_floor_ms(B, H, N, D, dtype, causal, ceil)
-            row.update(qk_softmax_floor_parts(B, H, N, D, dtype, causal, ceil))
+            row["floor_ms"] = qk_softmax_floor_ms(B, H, N, D, dtype, causal, ceil, Hkv)
+            row.update(qk_softmax_floor_parts(B, H, N, D, dtype, causal, ceil, Hkv))
         rows.append(row)
         del o
     del q, k, v
     torch.cuda.empty_cache()
-    print(f"  {dtype} D={D} causal={causal} N={N} B={B} H={H}: " + ", ".join(
+    print(f"  {dtype} D={D} causal={causal} N={N} B={B} H={H}{f' Hkv={Hkv}' if Hkv != H else ''}: " + ", ".join(
         f"{r['build']} {r['tflops']:.0f}" for r in rows[-len(names):]), flush=True)
 
 
@@ -151,7 +152,7 @@ def ratios(df):
     from attnlab.builds import OURS
     from attnlab.schema import kernel_label
 
-    key = ["dtype", "D", "causal", "N", "B", "H"]
+    key = ["dtype", "D", "causal", "N", "B", "H"] + (["Hkv"] if "Hkv" in df else [])  # benches before --group: none
     ms = df.pivot_table(index=key, columns="build", values="ms")
     tf = df.pivot_table(index=key, columns="build", values="tflops")
     out = pd.DataFrame(index=ms.index)
@@ -243,7 +244,9 @@ def summary(r) -> str:
     if len(other):
         lines.append("Shapes nobody tunes for:")
         for _, row in other.iterrows():
-            lines.append(f"  {row['dtype']} D={row.D} causal={row.causal} N={row.N} B={row.B} H={row.H}: " + ", ".join(
+            gqa = f" Hkv={row.Hkv}" if "Hkv" in row and row.Hkv != row.H else ""
+            where = f"{row['dtype']} D={row.D} causal={row.causal} N={row.N} B={row.B} H={row.H}{gqa}"
+            lines.append(f"  {where}: " + ", ".join(
                 f"{head} {row[c]:.0f}" if c.endswith(("_TFs", "_MHz")) else f"{head} {row[c]:.2f}" for c, head in cols))
     return "\n".join(lines)
 
@@ -317,6 +320,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--odd-ns", default=None, type=cli.ints(1),
                     help="sequence lengths that are not powers of two, at FlashAttention's B·N and H·D (e.g. "
                          "1536,6000)")
+    ap.add_argument("--group", type=cli.positive_int, default=1,
+                    help="query heads per key/value head (grouped-query attention): every shape's H must be a "
+                         "multiple of it")
     ap.add_argument("--repeats", type=cli.positive_int, default=1,
                     help="time each case in this many CUDA graphs, each captured afresh; ms is their median, "
                          "ms_min/ms_max their range")
@@ -345,6 +351,13 @@ def main(argv: list[str] | None = None) -> int:
 
         print(report(pd.read_csv(args.read)))
         return 0
+    if not args.autotune:  # before any work: grouped-query attention needs whole groups of query heads
+        odd = sorted({H for _, H, *_ in shapes(args.dtypes, args.ns, args.quick, args.heads or (), args.odd_ns or ())
+                      if H % args.group})
+        if odd:
+            print(f"attnlab bench: error: argument --group: every shape's H must be a multiple of {args.group}; "
+                  f"H = {', '.join(map(str, odd))} is not", file=sys.stderr)
+            return 2
     if args.tiles:
         from attnlab.triton import config
 

@@ -551,9 +551,9 @@ def rates(row: dict) -> dict:
 
 # -- the benchmark's case: graph-replayed time, with repeats (attnlab.bench, attnlab.autotune) ---------------------
 
-def bench_case(name, B, H, N, D, dtype, causal, device="cuda") -> Case:
-    """A benchmark shape as a Case (no grouped-query attention: Hkv = H)."""
-    return Case(name, B, H, H, N, D, dtype, causal, device)
+def bench_case(name, B, H, N, D, dtype, causal, device="cuda", Hkv=None) -> Case:
+    """A benchmark shape as a Case: Hkv key/value heads (grouped-query attention), H of them by default."""
+    return Case(name, B, H, Hkv or H, N, D, dtype, causal, device)
 
 
 def oracle_check(name, o, q, k, v, causal):

@@ -116,14 +116,17 @@ def test_the_summary_reads_the_ratios_as_the_issue_does():
     assert "  bfloat16 D=64 causal=False N=3000 B=5 H=32: fused TF/s 2, fused / flash 1.25" in text
 
 
-def test_run_writes_one_checked_row_per_build_and_shape(monkeypatch, tmp_path):
-    """bench.run's plumbing on the CPU: the GPU-only pieces (timer, clock spin-up, ceilings) stood in for."""
+@pytest.mark.parametrize("group", [1, 2])
+def test_run_writes_one_checked_row_per_build_and_shape(monkeypatch, tmp_path, group):
+    """bench.run's plumbing on the CPU: the GPU-only pieces (timer, clock spin-up, ceilings) stood in for. With
+    --group 2 the two query heads share one key/value head: the rows say so, the builds are checked against the
+    oracle at that layout, and the floor's Q, K, V, O bytes count one K and one V head."""
     import argparse
 
     from attnlab import builds
 
     real_case = bench.bench_case
-    monkeypatch.setattr(bench, "bench_case", lambda *a: real_case(*a, device="cpu"))
+    monkeypatch.setattr(bench, "bench_case", lambda *a, **kw: real_case(*a, **{**kw, "device": "cpu"}))
     monkeypatch.setattr(bench, "spin_up", lambda *a, **k: None)
     monkeypatch.setattr(bench.torch.cuda, "empty_cache", lambda: None)
     monkeypatch.setattr(bench, "measure_ceilings", lambda dev, dt: dict(tbps=1.0, tflops=1.0))
@@ -138,13 +141,16 @@ def test_run_writes_one_checked_row_per_build_and_shape(monkeypatch, tmp_path):
 
     monkeypatch.setattr(bench, "time_case", fake_time)
     args = argparse.Namespace(dtypes=["float32"], ns=[40], builds=["fused", "qk_softmax", "sdpa_math"], quick=True,
-                              out=str(tmp_path), repeats=1, heads=None, odd_ns=None)
+                              out=str(tmp_path), repeats=1, heads=None, odd_ns=None, group=group)
     df = bench.run(args)
     assert df.build.tolist() == ["fused", "qk_softmax", "sdpa_math"] and (df.status == "ok").all()
+    assert (df.H == 2).all() and (df.Hkv == 2 // group).all()
     assert df.loc[df.build == "fused", "accurate"].item() is True
+    assert df.loc[df.build == "qk_softmax", "accurate"].item() is True
     qk = df[df.build == "qk_softmax"].iloc[0]
     assert qk.floor_ms > 0 and qk.floor_p_ms + qk.floor_qk_ms == pytest.approx(qk.floor_ms)
-    assert qk.qkvo_ms == pytest.approx(4 * 2 * 40 * 16 * 4 / 1e12 * 1e3)  # fp32 Q, K, V, O once at 1 TB/s
+    heads = 2 + 2 + 2 * (2 // group)  # Q and O at H = 2, K and V at Hkv
+    assert qk.qkvo_ms == pytest.approx(heads * 40 * 16 * 4 / 1e12 * 1e3)  # fp32 Q, K, V, O once at 1 TB/s
     assert df.tflops.tolist() == pytest.approx([4 * 2 * 40 * 40 * 16 / 2 / 2.0 / 1e9] * 3)
     assert (df.timer == "do_bench+graph").all()  # each row says how it was timed
     assert (df.peak_bytes == 1234.0).all()  # each row carries its build's peak allocation
@@ -238,3 +244,27 @@ def test_repeats_time_each_case_in_fresh_graphs_and_report_their_median_and_rang
     assert "qk_softmax_over_floor_min" not in one  # one graph a case: no range to give
     assert bench.main(["--repeats", "0"]) == 2
 
+
+
+def test_a_group_that_does_not_divide_every_shapes_heads_is_refused_before_any_work(capsys):
+    """FlashAttention's shapes hold H = 32 (D = 64) and 16 (D = 128): --group 3 divides neither, --group 5 with a
+    head axis of 10 only that axis' H."""
+    assert bench.main(["--quick", "--ns", "1024", "--group", "3"]) == 2
+    assert capsys.readouterr().err.strip() == ("attnlab bench: error: argument --group: every shape's H must be a "
+                                               "multiple of 3; H = 16, 32 is not")
+    assert bench.main(["--quick", "--ns", "1024", "--heads", "10", "--group", "16"]) == 2
+    assert "H = 10 is not" in capsys.readouterr().err
+    assert bench.main(["--group", "0"]) == 2
+    assert "argument --group" in capsys.readouterr().err
+
+
+def test_ratios_keep_grouped_and_plain_shapes_apart():
+    """Two rows alike but for Hkv are two cells, and the text names the grouped one's Hkv."""
+    rows = []
+    for hkv, fused in ((32, 1.0), (8, 0.8)):
+        rows += [dict(build=b, ms=ms, tflops=1.0, dtype="bfloat16", D=64, causal=False, N=3000, B=5, H=32, Hkv=hkv)
+                 for b, ms in (("fused", fused), ("sdpa_cudnn", 0.9))]
+    r = bench.ratios(pd.DataFrame(rows))
+    assert len(r) == 2 and sorted(r["fused_vs_sdpa_cudnn"].round(3)) == [0.9, 1.125]
+    text = bench.summary(r)
+    assert "N=3000 B=5 H=32 Hkv=8: " in text and "N=3000 B=5 H=32: " in text
