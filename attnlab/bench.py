@@ -58,18 +58,19 @@ def qk_softmax_floor_ms(B, H, N, D, dtype, causal, ceil, Hkv=None):
     """P written once and read once at the copy bandwidth, plus one QKᵀ at the matmul rate (the issue's floor).
 
     The bytes are the model's P round trip (attnlab.model.boundary_bytes): the read is the lower half when causal."""
-    parts = qk_softmax_floor_parts(B, H, N, D, dtype, causal, ceil, Hkv)
-    return parts["floor_p_ms"] + parts["floor_qk_ms"]
+    return qk_softmax_floor_parts(B, H, N, D, dtype, causal, ceil, Hkv)["floor_ms"]
 
 
 def qk_softmax_floor_parts(B, H, N, D, dtype, causal, ceil, Hkv=None) -> dict:
-    """The floor's two terms (floor_p_ms: P's round trip at the copy rate; floor_qk_ms: one QKᵀ at the matmul rate)
-    and, beside them, qkvo_ms: Q, K, V read and O written once at the copy rate, which the floor leaves out."""
+    """The floor (floor_ms), its two terms (floor_p_ms: P's round trip at the copy rate; floor_qk_ms: one QKᵀ at the
+    matmul rate) and, beside them, qkvo_ms: Q, K, V read and O written once at the copy rate, which the floor leaves
+    out."""
     from attnlab import model as bd
 
     name = str(dtype).removeprefix("torch.")
-    return dict(floor_p_ms=bd.ms_at(bd.boundary_bytes("P round trip", B, H, N, name, causal), ceil["tbps"]),
-                floor_qk_ms=bd.ms_at(bd.qk_pass_flops(B, H, N, D, causal), ceil["tflops"]),
+    p_ms = bd.ms_at(bd.boundary_bytes("P round trip", B, H, N, name, causal), ceil["tbps"])
+    qk_ms = bd.ms_at(bd.qk_pass_flops(B, H, N, D, causal), ceil["tflops"])
+    return dict(floor_ms=p_ms + qk_ms, floor_p_ms=p_ms, floor_qk_ms=qk_ms,
                 qkvo_ms=bd.ms_at(bd.qkvo_bytes(B, H, Hkv or H, N, D, name), ceil["tbps"]))
 
 
@@ -110,6 +111,11 @@ def run(args) -> "pandas.DataFrame":  # noqa: F821
     return pd.DataFrame(rows)
 
 
+def shape_label(dtype, D, causal, N, B, H, Hkv) -> str:
+    """One shape as the bench's progress lines and summary name it; Hkv only where it differs from H (GQA)."""
+    return f"{dtype} D={D} causal={causal} N={N} B={B} H={H}" + (f" Hkv={Hkv}" if Hkv != H else "")
+
+
 def bench_shape(B, H, N, D, dtype, causal, names, ceil, args, load, rows: list) -> None:
     """Every build of `names` at one shape, each row appended to `rows` as it is measured (ceil: the dtype's
     ceilings, for qk_softmax's floor)."""
@@ -133,13 +139,12 @@ def bench_shape(B, H, N, D, dtype, causal, names, ceil, args, load, rows: list) 
                 verdict = oracle_check(name, o, q, k, v, causal)
                 row.update(err=verdict.err, err_limit=verdict.limit, accurate=verdict.ok)
         if name == "qk_softmax":
-            row["floor_ms"] = qk_softmax_floor_ms(B, H, N, D, dtype, causal, ceil, Hkv)
             row.update(qk_softmax_floor_parts(B, H, N, D, dtype, causal, ceil, Hkv))
         rows.append(row)
         del o
     del q, k, v
     torch.cuda.empty_cache()
-    print(f"  {dtype} D={D} causal={causal} N={N} B={B} H={H}{f' Hkv={Hkv}' if Hkv != H else ''}: " + ", ".join(
+    print(f"  {shape_label(dtype, D, causal, N, B, H, Hkv)}: " + ", ".join(
         f"{r['build']} {r['tflops']:.0f}" for r in rows[-len(names):]), flush=True)
 
 
@@ -244,8 +249,7 @@ def summary(r) -> str:
     if len(other):
         lines.append("Shapes nobody tunes for:")
         for _, row in other.iterrows():
-            gqa = f" Hkv={row.Hkv}" if "Hkv" in row and row.Hkv != row.H else ""
-            where = f"{row['dtype']} D={row.D} causal={row.causal} N={row.N} B={row.B} H={row.H}{gqa}"
+            where = shape_label(row["dtype"], row.D, row.causal, row.N, row.B, row.H, row.get("Hkv", row.H))
             lines.append(f"  {where}: " + ", ".join(
                 f"{head} {row[c]:.0f}" if c.endswith(("_TFs", "_MHz")) else f"{head} {row[c]:.2f}" for c, head in cols))
     return "\n".join(lines)

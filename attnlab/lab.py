@@ -310,8 +310,12 @@ def gate_in_processes(run: Run, small: list, names: list[str], jobs: int) -> lis
     print(f"gate: {len(small)} shapes in {jobs} processes, {time.perf_counter() - t0:.0f} s")
     # the file's position p is the shape's seed offset there: give each row the run's own index and batch, and a
     # dead process's ALL_BUILDS row the shape it stands for
-    return [{**{k: getattr(small[r["shape"]][2], k) for k in gate_mod.CASE_KEYS}, **r, "shape": small[r["shape"]][0],
-             "run_B": small[r["shape"]][1].B, "run_H": small[r["shape"]][1].H} for r in rows]
+    out = []
+    for r in rows:
+        index, case, checked = small[r["shape"]]
+        out.append({**{k: getattr(checked, k) for k in gate_mod.CASE_KEYS}, **r, "shape": index, "run_B": case.B,
+                    "run_H": case.H})
+    return out
 
 
 class GateFailed(RuntimeError):
