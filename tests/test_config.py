@@ -178,3 +178,51 @@ def test_a_gpus_compute_capability_is_asked_once_and_names_its_family(monkeypatc
         assert asked == [0, 1]
     finally:
         config._capability_at.cache_clear()
+
+
+def test_a_grid_of_one_wave_takes_its_keys_short_entry_at_any_n(monkeypatch):
+    """config.ONE_WAVE: where fused's TABLE entry would give at most one wave of work items (B·H · cdiv(N, rows an
+    item) ≤ the programs the SMs hold), the key's SHORT entry serves past its bound; more items, no SM count (a CPU),
+    a key without a SHORT entry, a kernel not in ONE_WAVE, gluon=False and a forced entry keep their answers."""
+    monkeypatch.setattr(config, "gluon_verified", lambda: True)
+    table = config.lookup("fused", "sm90", 128, True, 2)
+    short = config.SHORT[("fused", "sm90", "=128", True, 2)][0]
+    assert config.item_rows(table) == 128 and config.item_rows(short) == 64
+    assert config.item_rows(config.Tiles(128, 64, paired=True)) == 256 and config.item_rows(config.Tiles(64, 32)) == 64
+    assert config.one_wave(table, 1024, 16, 132) and config.one_wave(table, 1000, 16, 132)  # 16 · 8 = 128 items
+    assert not config.one_wave(table, 1024, 17, 132)  # 136 items
+    assert config.one_wave(short, 1024, 16, 132) and not config.one_wave(short, 1024, 17, 132)  # 256, 272 of 264
+
+    def fused(N, D=128, causal=True, **kw):
+        return config.lookup("fused", "sm90", D, causal, 2, N=N, **kw)
+
+    assert fused(1024, heads=16, sms=132) == short and fused(16384, heads=1, sms=132) == short
+    assert fused(1024, heads=17, sms=132) == table and fused(1024, heads=16, sms=100) == table
+    assert fused(1024, heads=16) == table == fused(1024, sms=132)
+    assert fused(2048, D=64, heads=8, sms=132) == config.SHORT[("fused", "sm90", "=64", True, 2)][0]
+    assert fused(1024, causal=False, heads=1, sms=132) == config.lookup("fused", "sm90", 128, False, 2)
+    assert config.lookup("fused", "sm90", 128, True, 2, gluon=False, N=1024, heads=1, sms=132) == config.lookup(
+        "fused", "sm90", 128, True, 2, gluon=False)
+    qk = config.lookup("qk_softmax", "sm90", 64, True, 2, N=4096)
+    assert config.lookup("qk_softmax", "sm90", 64, True, 2, N=4096, heads=1, sms=132) == qk
+    forced = config.Tiles(64, 64, 4, 3)
+    with config.forced("fused", forced):
+        assert fused(1024, heads=1, sms=132) == forced
+
+
+def test_a_gpus_sm_count_is_asked_once_and_a_cpu_has_none(monkeypatch):
+    asked = []
+
+    class Props:
+        multi_processor_count = 132
+
+    monkeypatch.delenv("TRITON_INTERPRET", raising=False)
+    monkeypatch.setattr(torch.cuda, "get_device_properties", lambda i: asked.append(i) or Props())
+    config._sms_at.cache_clear()
+    try:
+        assert [config.sm_count(torch.device("cuda", 0)) for _ in range(3)] == [132] * 3 and asked == [0]
+        assert config.sm_count(torch.device("cpu")) is None
+        monkeypatch.setenv("TRITON_INTERPRET", "1")
+        assert config.sm_count(torch.device("cuda", 0)) is None
+    finally:
+        config._sms_at.cache_clear()

@@ -325,6 +325,25 @@ def test_the_fused_build_takes_a_short_entry_below_its_bound_only(monkeypatch, g
             assert replace(recorded, o_tma=want.o_tma) == want, (N, c, recorded)
 
 
+def test_the_fused_build_takes_the_short_entry_where_its_grid_is_one_wave(monkeypatch, gluon_launches):
+    """config.ONE_WAVE as a call meets it on a 132-SM GPU: D = 128 causal at N = 1024, past SHORT's bound, launches
+    SHORT's one-consumer tiles at B·H = 16 (TABLE's would make 16 · 8 = 128 items) and TABLE's at B·H = 17 (136
+    items), and a non-causal call (no SHORT entry) TABLE's; the row records the tiles launched."""
+    from attnlab import builds
+
+    monkeypatch.setattr(config, "family", lambda device: "sm90")
+    monkeypatch.setattr(config, "sm_count", lambda device: 132)
+    short, entry = config.SHORT[("fused", "sm90", "=128", True, 2)][0], config.lookup("fused", "sm90", 128, True, 2)
+    for B, H, causal, want in ((1, 16, True, short), (2, 8, True, short), (1, 17, True, entry),
+                               (1, 16, False, config.lookup("fused", "sm90", 128, False, 2))):
+        q = torch.zeros(B, H, 1024, 128, dtype=torch.bfloat16)
+        builds.get("fused").attend(q, q, q, causal=causal)
+        given = gluon_launches[-1][1]
+        recorded = config.Tiles(**launch.tile_config("fused", launch.check(q, q, q, causal=causal))["fused"])
+        assert (given["ROWS"], given["BLOCK_N"]) == (common.partitions(want)[0], want.BLOCK_N), (B, H, causal)
+        assert replace(recorded, o_tma=want.o_tma) == want, (B, H, causal, recorded)
+
+
 def test_one_consumer_programs_launch_an_item_of_block_m_rows_and_two_fit_an_sm(gluon_launches):
     """Tiles.one_consumer: a program is one consumer warpgroup and the loader (8 warps at
     launch), so its items are BLOCK_M rows and its launch asks for 128 registers a thread: two programs fill an SM's

@@ -215,6 +215,7 @@ def test_mixed_ratio_demo_shows_the_lie_and_the_refusal(gpu_lessons):
 def test_launch_overhead_without_a_gpu_shows_the_lesson_rows(gpu_lessons):
     demo = lies.launch_overhead("cpu", gpu_lessons.results, "made-up rows")
     assert "needs a GPU" in demo.title and "made-up rows" in demo.where
+    assert "measures the host" in demo.lie and "repeated runs" in demo.lie
     assert set(demo.evidence["N"]) == {512} and (demo.evidence["host_ms / ms"] == 0.15 / demo.evidence["ms"]).all()
     with pytest.raises(ValueError, match="needs the committed GPU rows"):
         lies.launch_overhead("cpu")

@@ -226,29 +226,68 @@ SHORT: dict[tuple, tuple[Tiles, int]] = {
 }
 
 
+# Small grids: where a kernel's TABLE entry would give the GPU at most one wave of work items (B·H · cdiv(N, rows an
+# item) no more than the programs its SMs hold at once), some SMs idle from the start and the rest wait on the slowest
+# item. For the kernels named here the key's SHORT entry then serves at any N: fused's one consumer a program makes
+# items of half the rows, twice as many, two programs an SM (B = 1, H = 16, N = 1024, D = 128 causal on an H100 under
+# graph replay: 0.0220 ms against TABLE's 0.0274 and cuDNN's 0.0240; docs/performance.md).
+ONE_WAVE = ("fused",)
+
+
+def item_rows(t: Tiles) -> int:
+    """The query rows one work item (a program's turn) of a kernel launched with these tiles covers."""
+    if t.gluon:
+        return t.BLOCK_M * (1 if t.one_consumer else 2)
+    return t.BLOCK_M * (2 if t.paired else 1)
+
+
+def one_wave(t: Tiles, N: int, heads: int, sms: int) -> bool:
+    """Whether `t` gives at most one wave of work items: B·H · cdiv(N, item_rows) ≤ the programs `sms` SMs hold."""
+    return heads * -(-N // item_rows(t)) <= sms * (2 if t.one_consumer else 1)
+
+
 def head_dim_bucket(D: int) -> int:
     """The padded head dim a kernel is compiled for: a power of two, at least 16 (tl.dot's smallest K)."""
     return max(16, 1 << (D - 1).bit_length())
 
 
 def tiles(kernel: str, device: torch.device, D: int, causal: bool, dtype: torch.dtype, gluon: bool = True,
-          N: int | None = None) -> Tiles:
-    return lookup(kernel, family(device), D, causal, dtype.itemsize, gluon, N)
+          N: int | None = None, heads: int | None = None) -> Tiles:
+    """lookup's entry for a call on `device`; heads (B·H) with N lets a small grid take its SHORT entry (ONE_WAVE)."""
+    return lookup(kernel, family(device), D, causal, dtype.itemsize, gluon, N, heads, sm_count(device))
+
+
+def sm_count(device: torch.device) -> int | None:
+    """Streaming multiprocessors of a CUDA device, None for a CPU (or the interpreter)."""
+    if device.type != "cuda" or interpreting():
+        return None
+    return _sms_at(device.index if device.index is not None else torch.cuda.current_device())
+
+
+@functools.lru_cache(maxsize=None)
+def _sms_at(index: int) -> int:
+    return torch.cuda.get_device_properties(index).multi_processor_count
 
 
 def lookup(kernel: str, fam: str, D: int, causal: bool, itemsize: int, gluon: bool = True,
-           N: int | None = None) -> Tiles:
+           N: int | None = None, heads: int | None = None, sms: int | None = None) -> Tiles:
     """The first entry matching (kernel, GPU family, D's bucket, causal, dtype size): in SHORT when N is below the
     entry's bound, then in TABLE. 'any' matches all, and a head-dim entry "=128" matches D = 128 only (the Gluon
     kernel's TMA boxes are exactly D wide: no padding). Gluon entries count only under a Triton the kernel was checked
     on (gluon_verified), and not at all with gluon=False. N = None: the TABLE entry (what serves every N without a
-    SHORT entry)."""
-    memo = (kernel, fam, D, causal, itemsize, gluon, N, id(TABLE), id(SHORT), gluon_verified())
+    SHORT entry). Given N, heads (B·H) and sms (the GPU's SMs), a kernel in ONE_WAVE whose TABLE entry would give one
+    wave of work items or less takes the key's SHORT entry at any N."""
+    memo = (kernel, fam, D, causal, itemsize, gluon, N, heads, sms, id(TABLE), id(SHORT), gluon_verified())
     found = _looked_up.get(memo)
     if found is None or found[0] is not TABLE or found[1] is not SHORT:
         if len(_looked_up) >= LOOKUPS_KEPT:
             _looked_up.clear()
-        found = _looked_up[memo] = (TABLE, SHORT, _scan(kernel, fam, D, causal, itemsize, gluon, N))
+        t = _scan(kernel, fam, D, causal, itemsize, gluon, N)
+        if kernel in ONE_WAVE and None not in (N, heads, sms):
+            from_table = t is _scan(kernel, fam, D, causal, itemsize, gluon, None)
+            if from_table and one_wave(t, N, heads, sms):
+                t = _scan(kernel, fam, D, causal, itemsize, gluon, 0)  # the key's SHORT entry, if it has one
+        found = _looked_up[memo] = (TABLE, SHORT, t)
     return found[2]
 
 

@@ -75,8 +75,9 @@ def _grid_m(spec: Spec, block_m: int):
 
 
 def _lookup(kernel: str, spec: Spec, gluon: bool = True) -> Tiles:
-    """The table's tiles for this case (config.tiles: by D, causal, dtype, and N where a short-N entry exists)."""
-    return tiles(kernel, spec.device, spec.D, spec.causal, spec.dtype, gluon, N=spec.N)
+    """The table's tiles for this case (config.tiles: by D, causal, dtype, and N and B·H where a short-N entry
+    exists)."""
+    return tiles(kernel, spec.device, spec.D, spec.causal, spec.dtype, gluon, N=spec.N, heads=spec.B * spec.H)
 
 
 def _tiles(kernel: str, spec: Spec) -> dict:

@@ -14,6 +14,8 @@ from triton.experimental import gluon
 from triton.experimental.gluon import language as gl
 from triton.experimental.gluon.language.nvidia.hopper import fence_async_shared, mbarrier, tma
 
+from attnlab.triton import config
+
 ROWS_PER_PROGRAM = gl.constexpr(2)  # consumer warpgroups, each BLOCK_M rows
 
 
@@ -303,10 +305,9 @@ def mask_descriptor(mask: torch.Tensor, rows: int, cols: int):
     return desc, vary_b, vary_h
 
 
-@functools.lru_cache(maxsize=None)
 def sm_count(device: torch.device) -> int:
     """Streaming multiprocessors of a GPU: a persistent kernel's grid."""
-    return torch.cuda.get_device_properties(device).multi_processor_count
+    return config.sm_count(device)
 
 
 P_CONSUMER_REGS = 232  # setmaxnreg of the P kernels' consumer warpgroups (a multiple of 8; the loader gets 24)
