@@ -234,8 +234,15 @@ SHORT: dict[tuple, tuple[Tiles, int]] = {
 ONE_WAVE = ("fused",)
 
 
+def programs_per_sm(t: Tiles) -> int:
+    """Programs that share an SM (its registers, its shared memory): two with one consumer, else one."""
+    return 2 if t.one_consumer else 1
+
+
 def item_rows(t: Tiles) -> int:
-    """The query rows one work item (a program's turn) of a kernel launched with these tiles covers."""
+    """The query rows one work item (a program's turn) of a kernel launched with these tiles covers: a Gluon
+    program's consumers (attnlab.triton.hopper.common.partitions) × BLOCK_M, a Triton program's BLOCK_M (two blocks
+    when paired)."""
     if t.gluon:
         return t.BLOCK_M * (1 if t.one_consumer else 2)
     return t.BLOCK_M * (2 if t.paired else 1)
@@ -243,7 +250,7 @@ def item_rows(t: Tiles) -> int:
 
 def one_wave(t: Tiles, N: int, heads: int, sms: int) -> bool:
     """Whether `t` gives at most one wave of work items: B·H · cdiv(N, item_rows) ≤ the programs `sms` SMs hold."""
-    return heads * -(-N // item_rows(t)) <= sms * (2 if t.one_consumer else 1)
+    return heads * -(-N // item_rows(t)) <= sms * programs_per_sm(t)
 
 
 def head_dim_bucket(D: int) -> int:

@@ -14,7 +14,7 @@ from triton.experimental import gluon
 from triton.experimental.gluon import language as gl
 from triton.experimental.gluon.language.nvidia.hopper import fence_async_shared, mbarrier, tma
 
-from attnlab.triton import config
+from attnlab.triton.config import programs_per_sm, sm_count  # noqa: F401 - sm_count: the kernel modules take it here
 
 ROWS_PER_PROGRAM = gl.constexpr(2)  # consumer warpgroups, each BLOCK_M rows
 
@@ -223,11 +223,6 @@ def partitions(tiles) -> tuple[int, int]:
     return (1, MAXNREG_ONE) if tiles.one_consumer else (ROWS_PER_PROGRAM.value, MAXNREG)
 
 
-def programs_per_sm(tiles) -> int:
-    """Programs that share an SM (its registers, its shared memory): two with one consumer, else one."""
-    return 2 if tiles.one_consumer else 1
-
-
 def smem_limit(tiles) -> int:
     """The shared memory one program of these tiles may use: its share of the SM, less what the SM keeps a block."""
     return SMEM_SM // programs_per_sm(tiles) - SMEM_RESERVED
@@ -303,11 +298,6 @@ def mask_descriptor(mask: torch.Tensor, rows: int, cols: int):
     desc = TensorDescriptor(mask, [shape_b, shape_h, N, N], [sb_, sh_, sm, 1], block, _smem_layout(tuple(block),
                                                                                                    mask.dtype))
     return desc, vary_b, vary_h
-
-
-def sm_count(device: torch.device) -> int:
-    """Streaming multiprocessors of a GPU: a persistent kernel's grid."""
-    return config.sm_count(device)
 
 
 P_CONSUMER_REGS = 232  # setmaxnreg of the P kernels' consumer warpgroups (a multiple of 8; the loader gets 24)
