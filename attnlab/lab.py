@@ -222,14 +222,10 @@ def _facts(prov: dict, dtype: str, out) -> list[tuple[str, str]]:
     ]
 
 
-def summary(run: Run, les: Lessons | None = None) -> pd.DataFrame:
-    """Section 2: the device, the software, the commit and the ceilings this run measured, one fact a line; beside
-    them the same facts of the run the speed lessons come from, when that is another run."""
-    t = pd.DataFrame(_facts(run.provenance, run.params["dtype"], run.out), columns=["what", "this run"])
-    if les is not None and not les.own:
-        dtype = les.dtypes[0]
-        t["speed and memory lessons from"] = [v for _, v in _facts(les.provenance, dtype, les.folder)]
-    return t
+def summary(run: Run) -> pd.DataFrame:
+    """Section 2: the device, the software, the commit and the ceilings this run measured, one fact a line. Where
+    the speed lessons come from is said after the sweep (source_note), once this run's rows exist."""
+    return pd.DataFrame(_facts(run.provenance, run.params["dtype"], run.out), columns=["what", "this run"])
 
 
 def _shapes(run: Run) -> list[measure.Case]:
@@ -362,8 +358,17 @@ def correctness(run: Run) -> tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame]:
 # -- where the speed and memory lessons come from -----------------------------------------------------------------
 
 def has_ours(results: pd.DataFrame) -> bool:
+    if results.empty:
+        return False
     ok = results[results["status"] == "ok"]
     return set(OURS) <= set(ok["build"])
+
+
+def gpu_rows(results: pd.DataFrame) -> pd.DataFrame:
+    """The rows measured on a CUDA device (their `device` column), whatever the machine reading them."""
+    if results.empty or "device" not in results:
+        return results.iloc[0:0]
+    return results[results["device"].astype(str).str.startswith("cuda")]
 
 
 @dataclass
@@ -397,21 +402,43 @@ def _relative(folder: Path) -> str:
         return str(folder)
 
 
-def lessons(run: Run, root=None) -> Lessons | None:
-    """This run's rows when it ran on a GPU and measured our three builds; else the reference GPU run's; else None."""
-    if run.gpu and not run.results.empty and has_ours(run.results):
-        return Lessons(run.results, run.out, run.device_name, True, run.provenance)
+def _named(rows: pd.DataFrame, fallback: str) -> str:
+    """The device the rows name (their most common device_name), else `fallback`."""
+    names = rows["device_name"].dropna().astype(str) if "device_name" in rows else pd.Series(dtype=str)
+    names = names[names != ""]
+    return str(names.mode().iloc[0]) if len(names) else fallback
+
+
+@functools.lru_cache(maxsize=8)
+def _reference(folder: str, stamp: float) -> Run:
+    """A committed run, loaded once per state of its results file (`stamp`, its modification time)."""
+    return load(folder)
+
+
+def lessons(run: Run | Lessons | None, root=None) -> Lessons | None:
+    """The rows the speed and memory sections read, resolved from `run` as it is now (each section calls this when
+    it runs, so a cell never reads rows an earlier cell captured): this run's own rows measured on a CUDA device,
+    when they hold our three builds (a resumed run: every part's rows); else the newest committed GPU run's
+    (reference_run under `root`); else None. A Lessons is returned as it is."""
+    if run is None or isinstance(run, Lessons):
+        return run
+    mine = gpu_rows(run.results)
+    if has_ours(mine):
+        return Lessons(mine, run.out, _named(mine, run.device_name), True, run.provenance)
     folder = reference_run(root)
     if folder is None:
         return None
-    ref = load(folder)
+    results = folder / json.loads((folder / sweep.PROVENANCE).read_text()).get("results", sweep.RESULTS)
+    ref = _reference(str(folder), results.stat().st_mtime if results.exists() else 0.0)
     return Lessons(ref.results, folder, ref.device_name, False, ref.provenance)
 
 
-def source_note(run: Run, les: Lessons | None):
-    """A line saying where the section's speed and memory numbers come from, and why."""
+def source_note(run: Run, les: Lessons | None = None):
+    """A line saying where the section's speed and memory numbers come from, and why. `les`: lessons(run) unless
+    given."""
     from IPython.display import Markdown
 
+    les = les or lessons(run)
     if les is None:
         return Markdown("**No GPU measurements to draw on:** this run has none and no committed GPU run was found "
                         f"under `{_relative(outputs_root())}`. Render this notebook on a GPU (`make run`) to fill the "
@@ -419,9 +446,12 @@ def source_note(run: Run, les: Lessons | None):
     if les.own:
         return Markdown(f"**Measured here:** {les.label}.")
     why = ("this machine has no GPU: our kernels run in Triton's interpreter, whose times measure Python, not kernels"
-           if not run.gpu else "this run did not measure all three of our builds")
+           if not run.gpu else "this run has not measured all three of our builds on it (yet)")
+    c = les.provenance.get("ceilings", {}).get(les.dtypes[0], {}) if len(les.results) else {}
+    roofs = (f" That run measured {c['tbps']:.3g} TB/s copy bandwidth and {c['tflops']:.3g} TFLOP/s matmul rate "
+             f"({les.dtypes[0]}) on its card." if c.get("tbps") and c.get("tflops") else "")
     return Markdown(f"**From a committed GPU run, not from this machine:** {les.label}. Here {why}, so the speed and "
-                    "memory lessons are drawn from that run's rows.")
+                    f"memory lessons are drawn from that run's rows.{roofs}")
 
 
 def no_lessons():
@@ -432,11 +462,13 @@ def no_lessons():
 
 
 def needs_lessons(many: bool = False):
-    """A section function of the lesson rows that, given None (no GPU rows anywhere), says so instead of failing:
-    one note, or a list holding it where the function returns a list."""
+    """A section function of the lesson rows, called with a Run (its lessons resolved now: lessons(run)) or with
+    Lessons; given no GPU rows anywhere it says so instead of failing: one note, or a list holding it where the
+    function returns a list."""
     def wrap(fn):
         @functools.wraps(fn)
-        def inner(les, *args, **kw):
+        def inner(src, *args, **kw):
+            les = lessons(src)
             if les is None:
                 return [no_lessons()] if many else no_lessons()
             return fn(les, *args, **kw)
@@ -829,12 +861,14 @@ def profile_report(prof: dict) -> list:
 LIES = ("dead_output", "compile_rewrite", "recompile_limit", "mixed_ratio", "launch_overhead")
 
 
-def lie(name: str, run: Run, les: Lessons | None) -> list:
-    """Section 10: one demonstration of attnlab.lies, as its prose and its evidence table."""
+def lie(name: str, run: Run, les: Lessons | None = None) -> list:
+    """Section 10: one demonstration of attnlab.lies, as its prose and its evidence table; the lies that need GPU
+    rows read `les` (lessons(run) unless given)."""
     from attnlab import lies
 
     if name not in LIES:
         raise ValueError(f"name must be one of {', '.join(LIES)}, got {name!r}")
+    les = les or lessons(run)
     if name == "dead_output":
         demo = lies.dead_output(run.device)
     elif name == "compile_rewrite":
@@ -904,8 +938,10 @@ def _why_there(les: Lessons, sp: pd.DataFrame, x: float) -> str:
     return "No curve reaches it: S and P's traffic never outweighs fused's whole time by that much here."
 
 
-def questions(run: Run, les: Lessons | None) -> list[Question]:
-    """The seeds' three questions and questions about this run's own numbers, each answer computed from the data."""
+def questions(run: Run, les: Lessons | None = None) -> list[Question]:
+    """The seeds' three questions and questions about this run's own numbers, each answer computed from the data:
+    the gate and byte model of `run`, the speed rows of `les` (lessons(run) unless given)."""
+    les = les or lessons(run)
     qs = []
     here = f"this run ({_relative(run.out)})"
     k = _kernels()
@@ -1003,7 +1039,7 @@ def questions(run: Run, les: Lessons | None) -> list[Question]:
     return qs
 
 
-def check_yourself(run: Run, les: Lessons | None):
+def check_yourself(run: Run, les: Lessons | None = None):
     from IPython.display import HTML
 
     return HTML("\n".join(q.html() for q in questions(run, les)))
@@ -1011,8 +1047,10 @@ def check_yourself(run: Run, les: Lessons | None):
 
 # -- section 12: the experiment record ----------------------------------------------------------------------------
 
-def experiment_record(run: Run, les: Lessons | None) -> pd.DataFrame:
-    """Hypothesis, controlled change, observed effect, tradeoff and verdict, each filled from the data."""
+def experiment_record(run: Run, les: Lessons | None = None) -> pd.DataFrame:
+    """Hypothesis, controlled change, observed effect, tradeoff and verdict, each filled from the data (`les`:
+    lessons(run) unless given)."""
+    les = les or lessons(run)
     if les is None:
         return pd.DataFrame([("hypothesis", "fused's speedup over materialised grows with N, then flattens"),
                              ("observed effect", "no GPU rows to judge it by (see section 5)")],
@@ -1046,7 +1084,7 @@ def experiment_record(run: Run, les: Lessons | None) -> pd.DataFrame:
     return pd.DataFrame(record, columns=["entry", "record"])
 
 
-def record(run: Run, les: Lessons | None):
+def record(run: Run, les: Lessons | None = None):
     """Section 12: the experiment record as a table in the page, each entry whole."""
     from IPython.display import Markdown
 
