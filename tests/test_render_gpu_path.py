@@ -1,0 +1,165 @@
+"""The walkthrough's GPU path rendered on a CPU: papermill executes the real notebook while the sweep's rows come from
+a stand-in GPU (tests/standin/walkthrough.py: measure and the ceilings replaced in the kernel, nothing else), in two
+parts, the first interrupted mid-sweep and the second resuming it. A committed GPU run sits in ATTNLAB_OUTPUTS
+meanwhile: every section must show the stand-in's numbers, of both parts, and never the committed run's."""
+import base64
+import json
+import os
+from pathlib import Path
+
+import nbformat
+import numpy as np
+import pandas as pd
+import pytest
+import yaml
+
+from attnlab import lab, render, sweep
+from tests import gpu_run
+from tests.standin import walkthrough as standin
+
+ROOT = Path(__file__).resolve().parent.parent
+PARAMS = dict(name="standin", device="cpu", dtype="float32", seq_lens=[64, 128, 256], head_dims=[16],
+              causal=[False, True], batch_policy="fixed", batch=1, heads=2,
+              builds=["ours", "ablation", "torch_eager", "sdpa_default"], warmup_ms=0, reps_ms=1, min_reps=1,
+              ref_budget_gib=1, seed=0)
+
+
+def _render(params: Path, out: Path, outputs: Path, **env) -> render.Rendered:
+    """render.render with the stand-in installed in the kernel it starts (the kernel inherits this environment)."""
+    extra = {"PYTHONPATH": os.pathsep.join([str(ROOT / "tests" / "standin"), str(ROOT)]),
+             "ATTNLAB_STANDIN": "tests.standin.walkthrough", "ATTNLAB_OUTPUTS": str(outputs), **env}
+    old = {k: os.environ.get(k) for k in extra}
+    os.environ.update(extra)
+    try:
+        return render.render(params, out)
+    finally:
+        for k, v in old.items():
+            if v is None:
+                del os.environ[k]
+            else:
+                os.environ[k] = v
+
+
+@pytest.fixture(scope="module")
+def two_parts(tmp_path_factory):
+    base = tmp_path_factory.mktemp("gpu-path")
+    outputs = base / "outputs"
+    gpu_run.write_gpu_run(outputs / "test-gpu" / "committed")  # what the page must not show
+    params = base / "standin.yaml"
+    params.write_text(yaml.safe_dump(PARAMS))
+    cases = sweep.grid(sweep.load_params(params), "cpu")
+    first = sum(not c.causal for c in cases)  # part 1 measures the non-causal cases, part 2 the causal ones
+    assert 0 < first < len(cases) and all(not c.causal for c in cases[:first])
+    part1 = _render(params, base / "run", outputs, ATTNLAB_STANDIN_STOP_AFTER=str(first))
+    part2 = _render(params, base / "run", outputs)
+    return part1, part2, first, len(cases)
+
+
+def _cells(rendered) -> dict:
+    """Each code cell's source → its outputs' text (plain, markdown and html, joined)."""
+    nb = nbformat.read(str(rendered.notebook), as_version=4)
+    out = {}
+    for c in nb.cells:
+        if c.cell_type == "code":
+            texts = [o.get("text", "") for o in c.outputs] + [
+                str(o.get("data", {}).get(kind, "")) for o in c.outputs
+                for kind in ("text/plain", "text/markdown", "text/html")]
+            out[c.source] = "\n".join(texts)
+    return out
+
+
+def _cell(cells: dict, start: str) -> str:
+    [text] = [t for src, t in cells.items() if src.startswith(start)]
+    return text
+
+
+def _figures(rendered, start: str) -> list[dict]:
+    nb = nbformat.read(str(rendered.notebook), as_version=4)
+    [cell] = [c for c in nb.cells if c.cell_type == "code" and c.source.startswith(start)]
+    return [o["data"]["application/vnd.plotly.v1+json"] for o in cell.outputs
+            if "application/vnd.plotly.v1+json" in o.get("data", {})]
+
+
+def _values(v):
+    if isinstance(v, dict) and "bdata" in v:
+        return list(np.frombuffer(base64.b64decode(v["bdata"]), dtype=v["dtype"]))
+    return list(v)
+
+
+def _shown(df) -> str:
+    """A table as the page prints it (lab.setup's display options)."""
+    with pd.option_context("display.width", 200, "display.max_columns", 30, "display.max_colwidth", 250):
+        return repr(df)
+
+
+def test_an_interrupted_render_keeps_its_rows_and_the_resumed_one_finishes_them(two_parts):
+    part1, part2, first, total = two_parts
+    assert part1.code == render.FAILED and "stand-in: stopped after" in part1.message
+    assert f"{first} finished row(s)" in part1.message
+    assert part2.code == 0, part2.message
+    rows = sweep.read_results(part2.out)
+    assert len(rows) == total and (rows["status"] == "ok").all()
+    assert set(rows["device_name"]) == {standin.DEVICE_NAME} and set(rows["causal"]) == {False, True}
+    sessions = json.loads((part2.out / sweep.PROVENANCE).read_text())["sessions"]
+    assert [s["interrupted"] for s in sessions] == [True, False]
+
+
+def test_every_section_of_the_resumed_render_shows_this_runs_rows_of_both_parts(two_parts):
+    _, part2, _, _ = two_parts
+    cells = _cells(part2)
+    page = "\n".join(cells[s] for s in cells if "lab.sweep_run" not in s)
+    assert gpu_run.DEVICE_NAME not in page  # the committed run never stands in for this one
+    les = lab.lessons(lab.load(part2.out))
+    assert les.own and les.device_name == standin.DEVICE_NAME
+    assert f"**Measured here:** this run, measured on {standin.DEVICE_NAME}" in _cell(cells, "lab.source_note(run)")
+    # the speedup curve and its table: the stand-in's ratios, both causal values (part 1 measured only non-causal)
+    speed = _figures(part2, "display(*lab.speedup_figures(run))")[0]
+    fused = [_values(t["y"]) for t in speed["data"] if t["name"] == "fused, D=16" and t["xaxis"] in ("x", "x2")]
+    assert sorted(map(tuple, np.round(fused, 2).tolist())) == sorted(
+        tuple(standin.SPEEDUP[c][n] for n in PARAMS["seq_lens"]) for c in (False, True))
+    table = _cell(cells, "lab.speedup_table(run)")
+    assert _shown(lab.speedup_table(les)) in table
+    assert "2.17  3.41  3.46" in table and "3.08  4.19  5.37" in table
+    trend = _cell(cells, "lab.trend(run)")
+    assert _shown(lab.trend(les)) in trend and "rises then flattens" in trend and "still rising" in trend
+    # memory: every build's measured peak (the stand-in's hold × PEAK_OVER_HOLD), the attribution and the ablations
+    memory = _cell(cells, "display(*lab.memory(run))")
+    assert all(_shown(t) in memory for t in lab.memory(les))
+    assert "1.17 MiB" in memory  # materialised's peak at N = 256: 1 MiB held, × 1.17
+    attribution = _cell(cells, "lab.attribution(run)")
+    assert _shown(lab.attribution(les)) in attribution
+    ms = standin.times(256, False)
+    assert f"{ms['materialised'] - ms['qk_softmax']:.6f}" in attribution  # the S round trip's Δ at N = 256
+    ablations = _cell(cells, 'lab.ablations(run, "fused")')
+    assert _shown(lab.ablations(les, "fused")) in ablations
+    assert f"{ms['fused'] - ms['fused-no_softmax']:.6f}" in ablations
+    roof = _figures(part2, "display(*lab.roofline_figures(run))")[0]["layout"]["title"]["text"]
+    assert f"{standin.CEILINGS['tbps']:.3g} TB/s" in roof and f"{standin.CEILINGS['tflops']:.3g} TFLOP/s" in roof
+    for name in ("mixed_ratio", "launch_overhead"):
+        assert standin.DEVICE_NAME in _cell(cells, f'display(*lab.lie("{name}", run))')
+    # check yourself and the experiment record, answered from the same rows
+    answers = _cell(cells, "lab.check_yourself(run)")
+    assert "non-causal D = 16: first at N = 128 (3.41×)" in answers and "causal D = 16: first at N = 64 (3.08×)" \
+        in answers
+    assert "(rises then flattens)" in answers and "(still rising)" in answers
+    assert "At N = 256, which removed boundary saves more time" in answers  # the largest N, not the first
+    record = _cell(cells, "lab.record(run)")
+    assert "non-causal D = 16: 2.17× → 3.46×" in record and "causal D = 16: 3.08× → 5.37×" in record
+    assert "supported in 1 of 2" in record
+
+
+def test_the_stand_in_replaces_only_what_a_gpu_measures(tmp_path, monkeypatch):
+    """The stand-in patches attnlab.measure.measure and the ceilings, by attribute; the gate and the rest stay
+    real: a real measure of the same case on this CPU is not the stand-in's row."""
+    from attnlab import ceilings, measure
+
+    real_measure, real_ceilings = measure.measure, ceilings.measure_ceilings
+    monkeypatch.setattr(measure, "measure", real_measure)
+    monkeypatch.setattr(ceilings, "measure_ceilings", real_ceilings)
+    monkeypatch.setattr(sweep, "measure_ceilings", sweep.measure_ceilings)
+    standin.install()
+    case = measure.Case("fused", 1, 2, 2, 64, 16, "float32", False, "cpu")
+    row = measure.measure(case, ceilings=ceilings.measure_ceilings("cpu", "float32"))
+    assert row["device"] == "cuda:0" and row["device_name"] == standin.DEVICE_NAME
+    assert row["ms"] == standin.times(64, False)["fused"] and row["ceiling_tbps"] == standin.CEILINGS["tbps"]
+    assert measure.measure is not real_measure
