@@ -8,7 +8,7 @@ import pandas as pd
 import pytest
 import torch
 
-from attnlab import ceilings, lab, lies, model, sweep
+from attnlab import ceilings, lab, lies, model, report, sweep
 from attnlab.measure import Case
 from attnlab.report import correctness as cr
 from tests import gpu_run
@@ -206,20 +206,50 @@ def test_memory_sections_read_the_lesson_rows(gpu_lessons):
 
 def test_mixed_ratio_demo_shows_the_lie_and_the_refusal(gpu_lessons):
     demo = lies.mixed_ratio(gpu_lessons.results, "made-up rows")
-    lie = demo.evidence.iloc[0, 1]
+    lie = demo.evidence.iloc[0]["×"]
     t = gpu_run.times(2048, False)
     assert lie == pytest.approx(t["materialised"] / gpu_run.times(2048, True)["fused"])
-    assert demo.evidence.iloc[1, 1] == pytest.approx(3.3) and demo.evidence.iloc[2, 1] == pytest.approx(4.5)
+    assert demo.evidence.iloc[1]["×"] == pytest.approx(3.3) and demo.evidence.iloc[2]["×"] == pytest.approx(4.5)
+    assert f"gives {lie:.2f}×, more than either honest ratio (3.30× non-causal, 4.50× causal)" in demo.lie
     assert "a table takes one dtype and one causal value" in demo.guard
+
+
+def test_mixed_ratio_divides_the_times_the_speedup_table_divides(gpu_lessons):
+    rows = gpu_lessons.results.copy()
+    rows["consume_ms"] = 0.2 * rows["ms"].min()  # the consumption step inside every timed call
+    demo = lies.mixed_ratio(rows, "made-up rows")
+    at = rows[(rows["N"] == 2048) & (rows["D"] == 64) & rows["build"].isin(("fused", "materialised"))]
+    table = {causal: report.speedup(g, builds=["fused"]).iloc[0] for (_, causal), g in report.split(at).items()}
+    honest = demo.evidence.set_index(demo.evidence.columns[0])["×"]
+    assert honest["materialised / fused, both non-causal"] == pytest.approx(table[False]["x_vs_materialised"])
+    assert honest["materialised / fused, both causal"] == pytest.approx(table[True]["x_vs_materialised"])
+    raw = gpu_run.times(2048, False)["materialised"] / gpu_run.times(2048, True)["fused"]
+    net = table[False]["materialised_ms"] / table[True]["ms"]
+    assert honest.iloc[0] == pytest.approx(net) and net != pytest.approx(raw, rel=1e-3)
 
 
 def test_launch_overhead_without_a_gpu_shows_the_lesson_rows(gpu_lessons):
     demo = lies.launch_overhead("cpu", gpu_lessons.results, "made-up rows")
     assert "needs a GPU" in demo.title and "made-up rows" in demo.where
-    assert "measures the host" in demo.lie and "repeated runs" in demo.lie
+    assert "In these rows 8 of 12 of our builds' calls take the host longer" in demo.lie
+    assert "measures the host" in demo.lie and "repeated rounds" in demo.lie
+    assert not re.search(r"\d+ µs", demo.lie)  # no figure but the rows' own
     assert set(demo.evidence["N"]) == {512} and (demo.evidence["host_ms / ms"] == 0.15 / demo.evidence["ms"]).all()
     with pytest.raises(ValueError, match="needs the committed GPU rows"):
         lies.launch_overhead("cpu")
+
+
+def test_launch_overhead_prints_the_figures_it_was_fed_and_says_why_host_time_exceeds_do_bench():
+    rounds, flushed, graph, host = [0.051, 0.062, 0.057], 0.031, 0.0084, 0.072  # a made-up GPU, not an H100
+    demo = lies.launch_overhead_demo("fused at B=1 H=4 N=256 D=64 float16", rounds, flushed, graph, host, "a test")
+    assert list(demo.evidence["ms"]) == [*rounds, flushed, graph, host]
+    figures = set(re.findall(r"([\d.]+) µs", demo.lie))
+    assert figures == {"51", "62", "57", "31", "8.4", "72"} and "143" not in demo.lie and "221" not in demo.lie
+    assert "takes the host 72 µs, 8.6× the kernels' time" in demo.lie
+    assert "3 rounds in a row here took 51 µs, 62 µs, 57 µs a call (22% apart)" in demo.lie
+    assert "do_bench's eager figure (31 µs) sits below the host's 72 µs because do_bench writes a buffer" in demo.lie
+    quick = lies.launch_overhead_demo("fused", [0.5, 0.5, 0.5], 0.6, 0.45, 0.1, "a test")
+    assert "sits below" not in quick.lie and "mostly the kernels'" in quick.lie and "less than the kernels" in quick.lie
 
 
 def test_recompile_limit_demo_falls_back_silently_then_refuses():
@@ -231,11 +261,48 @@ def test_recompile_limit_demo_falls_back_silently_then_refuses():
 
 def test_compiled_demos_show_the_dropped_work_and_the_rewrite():
     dead = lies.dead_output("cpu")
-    kept_ms, dead_ms = dead.evidence["ms"]
+    assert list(dead.evidence["shape"]) == ["B=1 H=1 N=16 D=16", "B=1 H=4 N=256 D=64"]
+    kept_ms, dead_ms = dead.evidence.iloc[-1][["output consumed (acc += o.sum()), ms", "output never read, ms"]]
     assert dead_ms < 0.25 * kept_ms and "check that its output is consumed" in dead.guard
+    assert f"would 'save' {1 - dead_ms / kept_ms:.0%} of the call" in dead.lie
     rewrite = lies.compile_rewrite("cpu")
-    seen = list(rewrite.evidence.iloc[:, 2])
+    seen = list(rewrite.evidence["attention operator the profiler sees"])
     assert seen[0] == "no SDPA operator" and "scaled_dot_product" in seen[1]
+    assert rewrite.evidence["ms"].dtype == float and "peak allocation (MiB)" not in rewrite.evidence
+
+
+def test_dead_output_prints_the_measured_saving_and_when_the_guard_stays_quiet():
+    small = Case("fused", 1, 4, 4, 256, 64, "float16", False, "cuda:0")
+    large = Case("fused", 2, 16, 16, 8192, 128, "float16", False, "cuda:0")
+    demo = lies.dead_output_demo([(small, 0.174, 0.0572), (large, 2.0, 0.06)], "a test")  # the H100's small shape
+    assert "nearly all" not in demo.lie and "would 'save' 97% of the call" in demo.lie
+    assert "at B=1 H=4 N=256 D=64 (67.1 MFLOP) the 'saving' is 67%" in demo.lie
+    assert "0.0572–0.06 ms here" in demo.lie
+    assert "At B=2 H=16 N=8192 D=128 (1.1 TFLOP of matmul, and 8 GiB of S and P" in demo.lie
+    assert ("at B=1 H=4 N=256 D=64, nothing: the unread call ran in 33% of the consumed one, not under 25%"
+            in demo.guard)
+    assert "at B=2 H=16 N=8192 D=128, \u201cmaterialised-no_softmax ran in 3% of materialised's time" in demo.guard
+    assert "It stays quiet whenever the dropped-output call still takes 25% or more of its base" in demo.guard
+    assert list(demo.evidence["ablation_table says"])[0] == "nothing"
+    assert list(demo.evidence["never read / consumed"]) == pytest.approx([0.0572 / 0.174, 0.03])
+
+
+def test_compile_rewrite_names_equal_times_and_keeps_memory_out_of_the_ms_column():
+    case = Case("fused", 1, 4, 4, 256, 64, "float16", False, "cuda:0")
+    sdpa = ["aten::_scaled_dot_product_cudnn_attention"]
+    peaks = (1.5 * (1 << 20), 132608.0)
+    same = lies.compile_rewrite_demo(case, (0.100, 0.105, 0.112), (0.101, 0.108, 0.115), [], sdpa, peaks, "a test")
+    assert "0.108 ms against 0.105 ms eager: the same time" in same.lie and "the lie is the label" in same.lie
+    assert list(same.evidence.columns) == ["call", "ms", "peak allocation (MiB)",
+                                           "attention operator the profiler sees"]
+    assert list(same.evidence["ms"]) == [0.105, 0.108]
+    assert list(same.evidence["peak allocation (MiB)"]) == [1.5, 132608 / (1 << 20)]
+    assert "(1 MiB here)" in same.guard and "peak 132608 B is below the 1048576 B" in same.guard
+    apart = lies.compile_rewrite_demo(case, (0.99, 1.0, 1.01), (0.49, 0.5, 0.51), [], sdpa, None, "a test")
+    assert "faster by 0.5 ms, beyond the 0.02 ms the lab reads as noise" in apart.lie
+    assert "the same time" not in apart.lie and "the lie is the label" in apart.lie
+    kept = lies.compile_rewrite_demo(case, (0.99, 1.0, 1.01), (0.99, 1.0, 1.01), [], [], None, "a test")
+    assert "no rewrite happened here" in kept.lie and "no rewrite" in kept.title
 
 
 def test_the_profiler_view_on_a_cpu(tmp_path):
