@@ -169,6 +169,22 @@ def test_the_table_entry_stays_unless_beaten_by_more_than_noise():
     assert [(e["D"], config.Tiles(**e["tiles"])) for e in entries] == [("=128", now[True]), (128, now[False])]
 
 
+@pytest.mark.parametrize("behind, stays", [(1.009, True), (1.011, False)], ids=["0.9 %", "1.1 %"])
+def test_the_incumbent_stays_within_tie_of_the_best_score_and_goes_beyond_it(behind, stays):
+    best, incumbent = "128x64w8s3", "128x64w4s3"
+    r = frame({best: [1.0, 4.0, 16.0], incumbent: [1.0 * behind, 4.0 * behind, 16.0 * behind]})
+    entries = autotune.pick(r, "sm90", 2, lambda *a: parse_tiles(incumbent))
+    assert [config.Tiles(**e["tiles"]) for e in entries] == [parse_tiles(incumbent if stays else best)]
+
+
+@pytest.mark.parametrize("slower, stays", [(1.009, False), (1.011, True)], ids=["0.9 %", "1.1 %"])
+def test_a_better_score_slower_at_the_longest_n_by_more_than_tie_leaves_the_incumbent(slower, stays):
+    challenger, incumbent = "128x64w8s3", "128x64w4s3"
+    r = frame({challenger: [1.0, 4.0, 16.0 * slower], incumbent: [1.04, 4.16, 16.0]})  # 4 %: no short entry
+    entries = autotune.pick(r, "sm90", 2, lambda *a: parse_tiles(incumbent))
+    assert [config.Tiles(**e["tiles"]) for e in entries] == [parse_tiles(incumbent if stays else challenger)]
+
+
 def test_a_challenger_that_wins_the_score_at_short_n_only_goes_to_short():
     """A case the sweep met: a candidate 9 % faster at N = 1024 but 4 % slower at the sweep's longest N would win the
     geometric-mean score; the incumbent keeps the table and the challenger serves the short N as a SHORT entry.

@@ -210,3 +210,90 @@ def test_the_notebook_renders_through_papermill(use_solutions, tmp_path, monkeyp
     assert all(a.startswith(word) for a in answers), answers
     if not use_solutions:
         assert all("first difference" in a or "shape: yours" in a for a in answers), answers
+
+
+# -- near-right answers: each check's tolerance and chosen cases reject an answer only slightly wrong ----------------
+
+
+def _scaled(fn, factor):
+    return lambda *a: fn(*a) * factor
+
+
+def _in_float32(q, tiles, scale):
+    """The solution computed in float32 from the float64 inputs: right to about 1e-7, not to fp64's precision."""
+    return solutions.online_softmax(q.float(), ((k.float(), v.float()) for k, v in tiles), scale)
+
+
+@pytest.mark.parametrize("answer", [_scaled(solutions.online_softmax, 1 + 1e-5), _in_float32,
+                                    _scaled(solutions.online_softmax, 1 + 3e-9)],
+                         ids=["off by 1e-5 relative", "computed in float32", "off by 3e-9 relative"])
+def test_the_online_softmax_check_holds_an_fp64_answer_to_fp64_precision(answer):
+    """The check's tolerance is rtol 1e-9: an answer three times that far off fails, and so does one in float32."""
+    assert Checks().online_softmax(solutions.online_softmax).ok
+    text = repr(Checks().online_softmax(answer))
+    assert text.startswith("NOT YET") and "on random inputs" in text and "first difference at index [" in text, text
+
+
+@frame.interpreted_jit
+def _off_by_three_ten_thousandths(q, k_ptr, v_ptr, offs_m, N, stride_n, qk_scale, D: tl.constexpr,
+                                  BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, CAUSAL: tl.constexpr):
+    acc, l_i = solutions.attend_block(q, k_ptr, v_ptr, offs_m, N, stride_n, qk_scale, D, BLOCK_M, BLOCK_N, CAUSAL)
+    return acc * 1.0003, l_i
+
+
+def test_the_kernel_check_rejects_an_output_three_times_its_tolerance_off():
+    """The check holds the fp32 kernel to rtol 1e-4 against the fp64 oracle: O off by 3e-4 relative fails."""
+    text = repr(Checks().kernel(_off_by_three_ten_thousandths))
+    assert text.startswith("NOT YET") and "non-causal" in text and "first difference at index [" in text, text
+
+
+def test_the_bytes_check_rejects_an_answer_a_few_bytes_or_one_long_row_case_off():
+    def forgets_q(build, B, H, N, D, dtype, causal):  # Q's read left out: 0.1-0.4 % fewer bytes moved
+        moved, held = solutions.moved_and_held(build, B, H, N, D, dtype, causal)
+        return moved - B * H * N * D * {"float32": 4}.get(dtype, 2), held
+
+    def one_byte_over(*case):
+        moved, held = solutions.moved_and_held(*case)
+        return moved + 1, held
+
+    def one_softmax_read(build, B, H, N, D, dtype, causal):  # S read once at every N, the long row too
+        moved, held = solutions.moved_and_held(build, B, H, N, D, dtype, causal)
+        if build == "materialised" and N > 16384:
+            moved -= B * H * N * N * {"float32": 4}.get(dtype, 2)
+        return moved, held
+
+    text = repr(Checks().bytes(forgets_q))
+    assert "first difference: materialised, B=1 H=16 N=4096" in text and "1 × one Q-sized tensor" in text, text
+    text = repr(Checks().bytes(one_byte_over))
+    assert "bytes moved: yours 2,181,038,081, expected 2,181,038,080" in text and "expected − yours = -1 B" in text
+    text = repr(Checks().bytes(one_softmax_read))
+    assert "first difference: materialised, B=1 H=4 N=32768 D=64 float16 non-causal, bytes moved" in text, text
+    assert "expected − yours = 8,589,934,592 B = 1 × one N×N tensor" in text, text
+
+
+def test_the_causal_check_rejects_an_extra_block_past_n_and_a_flop_count_one_tile_short():
+    def unclamped(m, N, BLOCK_M, BLOCK_N):  # the block's last row taken as (m + 1)·BLOCK_M − 1, even past N
+        return list(range(((m + 1) * BLOCK_M - 1) // BLOCK_N + 1))
+
+    def one_tile_short(B, H, N, D, BLOCK_M, BLOCK_N):
+        return solutions.causal_flops_saved(B, H, N, D, BLOCK_M, BLOCK_N) - B * H * 4 * BLOCK_M * BLOCK_N * D
+
+    text = repr(Checks().causal(unclamped, solutions.causal_flops_saved))
+    assert "key_blocks: N=100 BLOCK_M=32 BLOCK_N=16, query block 3 (rows 96–99): first difference at position 7: " \
+           "yours has 7" in text, text
+    text = repr(Checks().causal(solutions.key_blocks, one_tile_short))
+    assert "yours 2,883,584, expected 3,145,728" in text, text
+
+
+def test_the_ablation_check_rejects_an_output_three_times_its_tolerance_off():
+    """O of the ablated program off by 3e-4 relative (three times the check's rtol): consumed, so not flagged dead,
+    but not the ablated program's output."""
+    verdict = Checks().ablation(_scaled(solutions.no_softmax, 1 + 3e-4))
+    text = repr(verdict)
+    assert not verdict.ok and "not the ablated program's O" in text and "raises no dead-work flag" in text, text
+
+
+def test_the_lies_check_rejects_the_right_rows_with_their_lies_swapped():
+    swapped = {4: "timer", 5: "mixed_ratio", 6: "allocation"}
+    text = repr(Checks().lies(swapped))
+    assert "first difference at row 4 (fused, causal): yours 'timer', expected 'mixed_ratio'" in text, text

@@ -275,6 +275,11 @@ def test_a_host_bound_time_is_flagged():
     assert math.isnan(m.host_ms(lambda: None, torch.device("cpu")))
 
 
+def test_a_call_is_host_bound_from_half_its_measured_time():
+    assert m.timing_note(1.0, 0.51).startswith("host-bound: issuing a call takes 0.51 ms on the host against 1 ms")
+    assert m.timing_note(1.0, 0.49) == ""
+
+
 def test_cpu_is_never_graphed_and_its_checksum_covers_the_timing_phase_only():
     """graphed() is the identity on CPU; the row's checksum is the mean o.sum() of the timed calls (the capture and
     the host-cost probe are not in it), so it equals one call's o.sum()."""

@@ -261,6 +261,22 @@ def test_lessons_come_from_the_newest_gpu_run_and_the_questions_answer_from_it(t
     assert html.count("<details>") == len(qs)
 
 
+def test_the_questions_pick_the_largest_logits_difference_and_the_largest_miss(tmp_path):
+    """Each answer reads its own row: the build furthest from SDPA's logits, and the shape where Amdahl's law misses
+    most (N = 1024: predicted 1 / (0.6 + 0.4 / 4) = 1.43×, measured 5 / 3.6 = 1.39×, off by 2.8 %; N = 8192: 1.72×
+    against 1.75×, off by 1.8 %)."""
+    results = _rows({(24, "materialised"): (5.0, 0.6), (24, "fused"): (3.6, 0.15),
+                     (24, "transformers_eager"): (6.0, 1.0)}, device="cpu")
+    results["logits_maxdiff"] = [0.02, 0.07, 0.03]
+    cpu = ml.Run(tmp_path / "cpu", model_sweep.validate(PARAMS), "cpu", {}, results)
+    les = ml.lessons(cpu, _gpu_run(tmp_path / "outputs" / "h200" / "x-model").parent.parent)
+    qs = {q.question: q.answer for q in ml.questions(cpu, les)}
+    logits = next(a for q, a in qs.items() if q.startswith("How far are our builds' logits"))
+    assert logits.startswith("At most 0.07 (fused, m)") and "up to 0.03" in logits, logits
+    miss = next(a for q, a in qs.items() if "Amdahl's law predict" in q)
+    assert "N = 1024: predicted 1.43×, measured 1.39×" in miss, miss
+
+
 def test_a_failing_cell_gives_a_non_zero_code_and_keeps_the_folder(tmp_path):
     import papermill
 

@@ -17,6 +17,15 @@ def test_verdict_applies_the_issue_bounds():
     assert not selfcheck.verdict(2.006, 1.845, 2.0, 2.0)["ok"]
 
 
+@pytest.mark.parametrize("inside, outside", [((2.0, 2.038, 2.0, 2.0), (2.0, 2.042, 2.0, 2.0)),  # repeat 1.9 / 2.1 %
+                                             ((2.0, 2.0, 2.058, 2.0), (2.0, 2.0, 2.066, 2.0)),  # events 2.8 / 3.2 %
+                                             ((2.0, 2.0, 2.0, 1.943), (2.0, 2.0, 2.0, 1.937))],  # do_bench 2.9 / 3.3 %
+                         ids=["repeat", "vs_events", "vs_do_bench"])
+def test_each_bound_holds_just_inside_and_fails_just_outside(inside, outside):
+    """REPEAT is 2 % between the two measurements, AGREE 3 % against either other timer."""
+    assert selfcheck.verdict(*inside)["ok"] and not selfcheck.verdict(*outside)["ok"]
+
+
 @pytest.mark.skipif(torch.cuda.is_available(), reason="the refusal is for machines without CUDA")
 def test_without_cuda_it_says_so_in_one_line_and_exits_2(capsys):
     assert selfcheck.main([]) == 2

@@ -2,7 +2,7 @@
 import pytest
 import torch
 
-from attnlab import builds, reference
+from attnlab import builds, reference, validate
 from attnlab.triton import launch
 from tests.conftest import rand_qkv
 
@@ -75,3 +75,9 @@ def test_bad_ablation_is_named():
         launch.fused(q, k, v, ablation="no_qk")
     with pytest.raises(ValueError, match=r"ablation must be None, 'no_softmax', 'no_pv' or 'zero_mask'"):
         reference.attend(q, k, v, ablation="no_qk")
+
+
+def test_the_head_dim_limit_admits_256_and_refuses_257():
+    assert validate.check(*rand_qkv(N=4, D=256)).D == 256
+    with pytest.raises(ValueError, match=r"head dim q.shape\[3\] must be between 1 and 256, got 257"):
+        validate.check(*rand_qkv(N=4, D=257))
