@@ -505,8 +505,8 @@ def share_note(results: pd.DataFrame, build: str = "fused", baseline: str = "mat
         for s in g[g["next_share"] < g["share"]].itertuples():
             why = _why_falls(s, build, baseline)
             line += f" It falls from N = {s.N} to N = {s.next_N}: " + ("; ".join(why) + f". {_each(why)} the "
-                    f"forward's time at N = {s.N} is not the GPU's work alone: a cost per call (the host issuing kernels) sets "
-                    "part of it, and f there is a share of that cost." if why else
+                    f"forward's time at N = {s.N} is not the GPU's work alone: a cost per call (the host issuing "
+                    "kernels) sets part of it, and f there is a share of that cost." if why else
                     "no reason shows in these rows (the attention costing more inside the forward than alone, the "
                     "forward growing slower than its tokens, the two forwards alike, the attention alone growing "
                     "slower than its work: none holds).")

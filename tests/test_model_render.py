@@ -102,7 +102,8 @@ def test_a_resumed_render_shows_both_parts_rows_in_every_section(two_parts):
         for build in ("copy_v", "materialised", "fused"):
             assert f"{standin.FORWARD_MS[n][build]:.4f}" in text and f"{standin.ATTENTION_MS[n][build]:.4f}" in text
     # the launch floor, beside the numbers: fused's attention alone flat while its FLOPs grow 4x
-    assert "fused's stays between 0.134 and 0.142 ms from N = 32 to N = 64 (tiny, B = 1) while its FLOPs grow 4×" in text
+    assert ("fused's stays between 0.134 and 0.142 ms from N = 32 to N = 64 (tiny, B = 1) while its FLOPs grow 4×"
+            in text)
     # attention's share, in the figure and the note: it falls, with the reasons the stand-in's numbers carry
     f32 = (standin.FORWARD_MS[32]["materialised"] - standin.FORWARD_MS[32]["copy_v"]) / standin.FORWARD_MS[32][
         "materialised"]
