@@ -8,6 +8,10 @@ across runs of one card. What notebooks/compare_gpus.ipynb calls.
     library_ratios(runs, ours) our build's time against each library row's, one (dtype, causal) group at a time
     memory(runs)               attnlab.report.memory_table of every group of every run, stacked
     figures(runs, kinds)       the side-by-side figures (attnlab.report.figures.*_by_run), per (dtype, causal)
+    curve_shapes(runs), shape_note(runs)   what each speedup curve does with N, beside the bytes per FLOP of both
+                               builds at its ends (the rows' bytes_moved and flops)
+    peak_growth(runs), growth_note(runs)   how each build's peak grows with N (a fitted exponent), beside what it
+                               must hold (the rows' hold_bytes)
 
 A ratio never mixes dtypes or causal settings: every table is computed inside one group of attnlab.report.split,
 and `library_ratio` refuses a frame holding two. A run measured by older code than the newest run (its provenance's
@@ -226,3 +230,145 @@ def figures(runs: list[Run], kinds=KINDS, baseline: str = "materialised", ours: 
             if ratios:
                 out.append(fg.ratio_by_run(ratios))
     return out
+
+
+# -- what the curves and peaks do with N, said from the rows -------------------------------------------------------
+
+def _causal_word(causal: bool) -> str:
+    return "causal" if causal else "non-causal"
+
+
+def _tokens(rows: pd.DataFrame) -> str:
+    """How the rows' shapes change with N: 'B·N = <t> at every N' (tokens fixed), 'B = <b>, H = <h> at every N', or
+    'B·N from <a> to <b>'."""
+    t = rows["B"] * rows["N"]
+    if t.nunique() == 1:
+        return f"B·N = {int(t.iloc[0])} at every N"
+    if rows["B"].nunique() == 1 and rows["H"].nunique() == 1:
+        return f"B = {int(rows['B'].iloc[0])}, H = {int(rows['H'].iloc[0])} at every N"
+    return f"B·N from {int(t.min())} to {int(t.max())}"
+
+
+def _ok_line(group: pd.DataFrame, build: str, D: int) -> pd.DataFrame:
+    """One build's ok rows at one head dim of one group, one row per N (the first where a grid holds two shapes)."""
+    rows = group[(group["build"] == build) & (group["D"] == D) & (group["status"] == "ok")]
+    return rows.sort_values("N").drop_duplicates("N").set_index("N", drop=False)
+
+
+def curve_shapes(runs: list[Run], baseline: str = "materialised", build: str = "fused") -> pd.DataFrame:
+    """Per run, (dtype, causal) group and head dim: `build`'s speedup over `baseline` at the first and the last N
+    and the curve's shape between (attnlab.report.curves.speedup_trend), beside what the rows' byte and FLOP counts
+    say at those N: the bytes each build moves per FLOP, and how many times the baseline's bytes are the build's
+    (the same FLOPs: both compute the same attention)."""
+    from attnlab.report.curves import speedup_trend
+
+    rows = []
+    for r in runs:
+        trend = speedup_trend(r.results, build=build, baseline=baseline)
+        for t in trend.itertuples():
+            group = r.results[(r.results["dtype"].astype(str) == t.dtype) & (r.results["causal"] == t.causal)]
+            b, x = _ok_line(group, baseline, t.D), _ok_line(group, build, t.D)
+            ends = [n for n in (t.first_N, t.last_N) if n in b.index and n in x.index]
+            if len(ends) < 2:
+                continue
+
+            def per_flop(line, n):
+                return line.loc[n, "bytes_moved"] / line.loc[n, "flops"]
+
+            rows.append(dict(
+                run=r.label, card=r.card, dtype=t.dtype, causal=t.causal, D=t.D, shapes=_tokens(x),
+                first_N=t.first_N, first=t.first, last_N=t.last_N, last=t.last, shape=t.shape,
+                base_bytes_per_flop_first=per_flop(b, t.first_N), base_bytes_per_flop_last=per_flop(b, t.last_N),
+                build_bytes_per_flop_first=per_flop(x, t.first_N), build_bytes_per_flop_last=per_flop(x, t.last_N),
+                bytes_ratio_first=b.loc[t.first_N, "bytes_moved"] / x.loc[t.first_N, "bytes_moved"],
+                bytes_ratio_last=b.loc[t.last_N, "bytes_moved"] / x.loc[t.last_N, "bytes_moved"], older=r.older))
+    return pd.DataFrame(rows)
+
+
+def _fit_exponent(ns, values) -> float:
+    """The slope of log(value) against log(N), least squares: how a quantity grows with N (1: linearly, 2: as N²)."""
+    import numpy as np
+
+    x, y = np.log(np.asarray(ns, dtype=float)), np.log(np.asarray(values, dtype=float))
+    return float(np.polyfit(x, y, 1)[0])
+
+
+def peak_growth(runs: list[Run], names=builds.OURS) -> pd.DataFrame:
+    """Per run, (dtype, causal) group, head dim and build (of `names`) with a peak at two N or more: the peak
+    allocation at the first and the last N, their ratio, the exponent of N it grows by (a least-squares fit over
+    every N), and the exponent of what the build must hold (the rows' hold_bytes, attnlab.model.hold_bytes: S and P
+    are B·H·N² elements each, Q, K, V and O B·H·N·D)."""
+    rows = []
+    for r in runs:
+        for (dtype, causal), group in report.split(r.results).items():
+            for D in sorted(group["D"].unique()):
+                for b in names:
+                    line = _ok_line(group, b, D)
+                    line = line[line["peak_bytes"] > 0]
+                    if len(line) < 2:
+                        continue
+                    ns = list(line.index)
+                    rows.append(dict(
+                        run=r.label, card=r.card, dtype=dtype, causal=causal, D=int(D), build=b, shapes=_tokens(line),
+                        first_N=int(ns[0]), last_N=int(ns[-1]), first_peak=line["peak_bytes"].iloc[0],
+                        last_peak=line["peak_bytes"].iloc[-1],
+                        growth=line["peak_bytes"].iloc[-1] / line["peak_bytes"].iloc[0],
+                        exponent=_fit_exponent(ns, line["peak_bytes"]),
+                        held_exponent=_fit_exponent(ns, line["hold_bytes"].astype(float)), older=r.older))
+    return pd.DataFrame(rows)
+
+
+def _readable(x: float) -> str:
+    for unit, size in (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
+        if abs(x) >= size:
+            return f"{x / size:.3g} {unit}"
+    return f"{int(x)} B"
+
+
+def shape_note(runs: list[Run], baseline: str = "materialised", build: str = "fused"):
+    """What each speedup curve does with N, from its rows (curve_shapes): per run and group, per head dim the
+    speedup at the first and last N and its shape, the bytes per FLOP of both builds there, and how the speedup's
+    growth compares with the byte ratio's; where a group holds two head dims or more, the speedup at the last N of
+    each beside the baseline's bytes per FLOP."""
+    from IPython.display import Markdown
+
+    t = curve_shapes(runs, baseline, build)
+    if t.empty:
+        return Markdown(f"*No run holds {build} and {baseline} at two N or more: no curve to describe.*")
+    lines = []
+    for (label, card, dtype, causal, older), g in t.groupby(["run", "card", "dtype", "causal", "older"],
+                                                            sort=False):
+        lines.append(f"- **{card} · {label}**{' (older code)' if older else ''}, {dtype} {_causal_word(causal)}, "
+                     f"{build} over {baseline}:")
+        for r in g.itertuples():
+            lines.append(
+                f"    - D = {r.D} ({r.shapes}): {r.first:.2f}× at N = {r.first_N} → {r.last:.2f}× at N = "
+                f"{r.last_N}, *{r.shape}*. Bytes per FLOP: {baseline} {r.base_bytes_per_flop_first:.3g} → "
+                f"{r.base_bytes_per_flop_last:.3g}, {build} {r.build_bytes_per_flop_first:.3g} → "
+                f"{r.build_bytes_per_flop_last:.3g}; the byte ratio grows "
+                f"{r.bytes_ratio_last / r.bytes_ratio_first:.2f}× where the speedup grows {r.last / r.first:.2f}×.")
+        last = g[g["last_N"] == g["last_N"].max()]
+        if len(last) > 1:
+            lines.append(f"    - At N = {int(last['last_N'].iloc[0])}: " + ", ".join(
+                f"{r.last:.2f}× at D = {r.D} ({baseline}: {r.base_bytes_per_flop_last:.3g} bytes per FLOP)"
+                for r in last.itertuples()) + ".")
+    return Markdown("\n".join(lines))
+
+
+def growth_note(runs: list[Run], names=builds.OURS):
+    """How each build's peak grows with N, from its rows (peak_growth), one line per run, group and head dim."""
+    from IPython.display import Markdown
+
+    t = peak_growth(runs, names)
+    if t.empty:
+        return Markdown("*No run holds a peak allocation at two N or more: nothing to say of how it grows.*")
+    lines = []
+    for (label, card, dtype, causal, D, shapes), g in t.groupby(["run", "card", "dtype", "causal", "D", "shapes"],
+                                                                 sort=False):
+        parts = [f"{r.build} {_readable(r.first_peak)} → {_readable(r.last_peak)} from N = {r.first_N} to {r.last_N} "
+                 f"(×{r.growth:.2f}: as N^{r.exponent + 0:.2f}; what it must hold grows as "
+                 f"N^{r.held_exponent + 0:.2f})"
+                 for r in g.itertuples()]
+        lines.append(f"- **{card} · {label}**, {dtype} {_causal_word(causal)}, D = {D} ({shapes}): "
+                     + "; ".join(parts) + ".")
+    return Markdown("\n".join(lines))

@@ -2,13 +2,20 @@
 measured per build, and the gap between the attention's speedup and the forward's explained by Amdahl's law.
 
     p = params(**cell); run = begin(p)   the parameters cell validated (attnlab.model_sweep), the run folder made
-    sweep(run)                           the grid measured into it (resumable), or a note when transformers is absent
-    les = lessons(run)                   the rows the speed sections read: this run's on a GPU, else the newest
-                                         committed GPU model run (find_runs), else None and a note on making one
+    sweep_run(run)                       the grid measured into it (resumable), run.results replaced by every row
+    lessons(run)                         the rows the speed sections read, resolved from the run when called: its
+                                         own rows measured on a CUDA device (every part of a resumed run), else the
+                                         newest committed GPU model run's (find_runs), else None
+    source_note(run), speed(run), shares(run), speedups(run), memory(run), check_yourself(run)
+                                         the sections: each resolves lessons(run) when it runs, so no cell reads rows
+                                         that a later cell replaces
     amdahl(f, s)                         1 / ((1 − f) + f / s): the forward's speedup when a share f of its time
                                          runs s times faster
     amdahl_table(results)                per model and shape: f, the attention's speedup alone and in the model, the
                                          forward's speedup measured and predicted
+    launch_floor(results)                where one layer's attention alone stays flat while its FLOPs grow: the
+                                         host's time to issue the call, not the kernel's work
+    share_steps(results), share_note     how f moves from one N to the next, and where it falls what the rows show
 
     python -m attnlab.model_lab --params params/model/h200.yaml [--out DIR] [--timeout S]
 
@@ -23,11 +30,12 @@ import json
 import sys
 from dataclasses import dataclass
 from pathlib import Path
+from types import SimpleNamespace
 
 import pandas as pd
 import yaml
 
-from attnlab import hf_attention, lab, model_forward as mf, model_sweep, render, sweep
+from attnlab import builds, hf_attention, lab, model as bd, model_forward as mf, model_sweep, render, sweep
 from attnlab.args import Parser, existing_file, out_dir as out_dir_arg, positive_float
 from attnlab.lab import Question, _bytes, _relative
 from attnlab.lab import setup as lab_setup
@@ -129,12 +137,11 @@ def find_runs(root=None) -> list[Path]:
 
 
 def reference_run(root=None, need=("materialised", "fused")) -> Path | None:
-    """The newest model run measured on a CUDA device with ok rows of every build in `need` and of copy_v."""
+    """The newest model run whose rows were measured on a CUDA device (their `device` column) with ok rows of every
+    build in `need` and of copy_v."""
     for folder in reversed(find_runs(root)):
-        run = load(folder)
-        if not run.gpu or run.results.empty:
-            continue
-        if {*need, mf.ABLATED} <= set(run.results.loc[run.results["status"] == "ok", "build"]):
+        rows = lab.gpu_rows(load(folder).results)
+        if not rows.empty and {*need, mf.ABLATED} <= set(rows.loc[rows["status"] == "ok", "build"]):
             return folder
     return None
 
@@ -147,30 +154,55 @@ class Lessons(lab.Lessons):
     baseline: str = "materialised"
 
 
-def lessons(run: Run, root=None) -> Lessons | None:
-    """This run's rows when it ran on a GPU; else the newest committed GPU model run's; else None."""
+def _device_name(rows: pd.DataFrame, fallback: str) -> str:
+    """The device the rows name (their most common device_name), else `fallback`."""
+    names = rows["device_name"].dropna().astype(str)
+    names = names[names != ""]
+    return str(names.mode().iloc[0]) if len(names) else fallback
+
+
+def lessons(run: Run | Lessons | None, root=None) -> Lessons | None:
+    """The rows the speed sections read, resolved from `run` as it is when called (each section calls this, so no
+    cell reads rows an earlier cell captured before the sweep replaced them): this run's rows measured on a CUDA
+    device (the rows' `device` column), when they hold an ok row of one of our builds (a resumed run: the rows of
+    every part); else the newest committed GPU model run's (reference_run under `root`); else None. A Lessons is
+    returned as it is."""
+    if run is None or isinstance(run, Lessons):
+        return run
     base = run.params.get("baseline", "materialised")
-    if run.gpu and not run.results.empty and (run.results["status"] == "ok").any():
-        return Lessons(run.results, run.out, run.device_name, True, run.provenance, base)
+    mine = lab.gpu_rows(run.results)
+    if not mine.empty and ((mine["status"] == "ok") & mine["build"].isin(builds.OURS)).any():
+        return Lessons(mine, run.out, _device_name(mine, run.device_name), True, run.provenance, base)
     folder = reference_run(root, need=(base, "fused"))
     if folder is None:
         return None
     ref = load(folder)
-    return Lessons(ref.results, folder, ref.device_name, False, ref.provenance,
+    rows = lab.gpu_rows(ref.results)
+    return Lessons(rows, folder, _device_name(rows, ref.device_name), False, ref.provenance,
                    ref.params.get("baseline", base))
 
 
-def source_note(run: Run, les: Lessons | None):
+def source_note(run: Run, les: Lessons | None = None):
+    """Where the speed sections' numbers come from, and why (`les`: lessons(run) unless given)."""
     from IPython.display import Markdown
 
+    les = les or lessons(run)
     if les is None:
         return Markdown(f"**No GPU measurements to draw on:** this run has none, and no committed GPU model run was "
                         f"found under `{_relative(outputs_root())}`. To make one: {MAKE_ONE}.")
     if les.own:
         return Markdown(f"**Measured here:** {les.label}.")
-    return Markdown(f"**From a committed GPU run, not from this machine:** {les.label}. This machine has no GPU: our "
-                    "kernels run in Triton's interpreter here, whose times measure Python, so the speed and memory "
-                    "sections read that run's rows.")
+    why = ("this machine has no GPU: our kernels run in Triton's interpreter here, whose times measure Python"
+           if not run.gpu else "this run has no ok GPU row of our builds (yet)")
+    return Markdown(f"**From a committed GPU run, not from this machine:** {les.label}. Here {why}, so the speed and "
+                    "memory sections read that run's rows.")
+
+
+def _source(les: Lessons):
+    """The one line above a section's numbers that names their rows."""
+    if les.own:
+        return _note(f"*Rows: {les.label}.*")
+    return _note(f"*Rows: from a committed GPU run, not from this machine: {les.label}.*")
 
 
 # -- the models and correctness -----------------------------------------------------------------------------------
@@ -348,6 +380,146 @@ def _no_gpu_rows() -> list:
                   f"under `{_relative(outputs_root())}`). To make one: {MAKE_ONE}.*")]
 
 
+# -- what the rows say about the host and the share ----------------------------------------------------------------
+
+FLAT = 0.20  # attention alone changing by less than this share (max / min − 1) over a stretch of N is flat there
+FLOPS_GROWTH = 4.0  # ... while its FLOPs grow at least this many times: the launch floor
+HOST_OVER_ALONE = 1.5  # the attention costing this many times its time alone inside the forward: not its work alone
+SUBLINEAR = 0.8  # copy_v's forward growing by less than this share of its tokens' growth: a cost per call shows
+SAME_FORWARD = 0.02  # two forwards within this share of each other are the same time
+
+
+def attention_flops(r) -> int:
+    """One layer's attention FLOPs at a row's shape, causal as attnlab.model_forward.attention_alone times it
+    (attnlab.model.flops: 4·B·H·N²·D, halved)."""
+    return bd.flops(SimpleNamespace(B=int(r["B"]), H=int(r["H"]), N=int(r["N"]), D=int(r["D"]), causal=True))
+
+
+def launch_floor(results: pd.DataFrame) -> pd.DataFrame:
+    """Per model, batch and build (copy_v aside: it computes no attention), each longest stretch of consecutive N
+    over which one layer's attention timed alone changes by less than FLAT while its FLOPs grow FLOPS_GROWTH times
+    or more. A time that stays put while the work grows that much is not the work's: it is what the host takes to
+    issue an eager call, the floor under every build's time."""
+    cols = ["model", "B", "build", "first_N", "last_N", "low_ms", "high_ms", "flops_growth"]
+    ok = results[(results["status"] == "ok") & (results["build"] != mf.ABLATED) & (results["attention_ms"] > 0)]
+    rows = []
+    for (model, B, build), g in ok.groupby(["model", "B", "build"], sort=False):
+        g = g.sort_values("N").reset_index(drop=True)
+        ms, flops, ns = list(g["attention_ms"]), [attention_flops(r) for _, r in g.iterrows()], list(g["N"])
+        i = 0
+        while i < len(g) - 1:
+            j = i
+            while j + 1 < len(g) and max(ms[i:j + 2]) / min(ms[i:j + 2]) - 1 < FLAT:
+                j += 1
+            if j > i and flops[j] / flops[i] >= FLOPS_GROWTH:
+                rows.append(dict(model=model, B=int(B), build=build, first_N=int(ns[i]), last_N=int(ns[j]),
+                                 low_ms=min(ms[i:j + 1]), high_ms=max(ms[i:j + 1]), flops_growth=flops[j] / flops[i]))
+                i = j + 1
+            else:
+                i += 1
+    return pd.DataFrame(rows, columns=cols)
+
+
+def _at_floor(floor: pd.DataFrame, model, B, build, N) -> bool:
+    f = floor[(floor["model"] == model) & (floor["B"] == B) & (floor["build"] == build)]
+    return bool(((f["first_N"] <= N) & (N <= f["last_N"])).any())
+
+
+def floor_note(results: pd.DataFrame) -> str:
+    """Where a build's attention alone is the host's launch time (launch_floor), said beside the numbers."""
+    floor = launch_floor(results)
+    if floor.empty:
+        return (f"*No build's attention alone stays within {FLAT:.0%} over a {FLOPS_GROWTH:g}× growth of its FLOPs "
+                "here: none of these times is flat in N, the mark of the host's launch time.*")
+    parts = [f"{r.build}'s stays between {r.low_ms:.3g} and {r.high_ms:.3g} ms from N = {r.first_N} to N = "
+             f"{r.last_N} ({r.model}, B = {r.B}) while its FLOPs grow {r.flops_growth:.0f}×"
+             for r in floor.itertuples()]
+    return ("**The launch floor.** One layer's attention alone: " + "; ".join(parts) + ". A time that stays flat "
+            "while the work grows that much is the host's time to issue the call (Python, transformers' wrapper, "
+            "the launches), not the kernel's work: there a ratio of two builds' times compares their launches, not "
+            "their kernels.")
+
+
+def share_steps(results: pd.DataFrame, build: str = "fused", baseline: str = "materialised") -> pd.DataFrame:
+    """Per model and batch, each step from one N to the next: attention's share f of the baseline's forward at both
+    ends, and what the rows say at the first end: the attention's time inside the forward per layer
+    ((baseline − copy_v) / layers) beside the baseline's attention alone, how much copy_v's forward and the tokens
+    grow over the step, how much the baseline's attention alone and its FLOPs grow, and how far apart `build`'s and
+    the baseline's forwards are."""
+    t = amdahl_table(results, build, baseline)
+    base = _forward(results, baseline)
+    floor = launch_floor(results)
+    heads = results.drop_duplicates(["model"]).set_index("model")[["H", "D"]]
+    rows = []
+    for (model, B), g in t.groupby(["model", "B"], sort=False):
+        g = g.sort_values("N").reset_index(drop=True)
+        for a, b in zip(g.itertuples(), g.iloc[1:].itertuples()):
+            one, two = base.loc[(model, B, a.N)], base.loc[(model, B, b.N)]
+            shape = dict(B=B, H=heads.loc[model, "H"], D=heads.loc[model, "D"])
+            rows.append(dict(
+                model=model, B=int(B), N=int(a.N), next_N=int(b.N), share=a.share, next_share=b.share,
+                in_model_ms=(a.baseline_ms - a.copy_v_ms) / one["layers"], alone_ms=one["attention_ms"],
+                copy_v_growth=b.copy_v_ms / a.copy_v_ms, token_growth=b.N / a.N,
+                alone_growth=two["attention_ms"] / one["attention_ms"],
+                flops_growth=attention_flops({**shape, "N": b.N}) / attention_flops({**shape, "N": a.N}),
+                forwards_apart=abs(a.build_ms / a.baseline_ms - 1), attn_speedup=a.attn_speedup,
+                floor=_at_floor(floor, model, B, baseline, a.N)))
+    return pd.DataFrame(rows)
+
+
+def _why_falls(s, build: str, baseline: str) -> list[str]:
+    """The reasons the rows give for f falling over step `s` (a share_steps row), each computed, none assumed."""
+    why = []
+    if s.in_model_ms > HOST_OVER_ALONE * s.alone_ms:
+        why.append(f"inside the forward {baseline}'s attention costs {s.in_model_ms:.3g} ms a layer at N = {s.N} "
+                   f"({baseline}'s forward − copy_v's, per layer), {s.in_model_ms / s.alone_ms:.1f}× its "
+                   f"{s.alone_ms:.3g} ms timed alone")
+    if s.copy_v_growth < SUBLINEAR * s.token_growth:
+        why.append(f"copy_v's forward grows {s.copy_v_growth:.2f}× for {s.token_growth:g}× the tokens")
+    if s.forwards_apart < SAME_FORWARD:
+        why.append(f"{build}'s forward is within {s.forwards_apart:.1%} of {baseline}'s at N = {s.N}, though "
+                   f"{build}'s attention alone is {s.attn_speedup:.2f}× faster")
+    if s.floor or s.alone_growth < min(s.copy_v_growth, s.flops_growth / 2):
+        why.append(f"{baseline}'s attention alone grows {s.alone_growth:.2f}× while its FLOPs grow "
+                   f"{s.flops_growth:.0f}× and copy_v's forward {s.copy_v_growth:.2f}×"
+                   + (" (it is at the launch floor there)" if s.floor else ""))
+    return why
+
+
+def _each(why: list) -> str:
+    return "Each says" if len(why) > 1 else "This says"
+
+
+def share_note(results: pd.DataFrame, build: str = "fused", baseline: str = "materialised") -> str:
+    """How attention's share f of the baseline's forward moves with N, per model and batch, and where it falls, the
+    reasons the rows give (share_steps): only what the numbers show is said."""
+    steps = share_steps(results, build, baseline)
+    if steps.empty:
+        return "*One N per model and batch: nothing to say of how f moves with N.*"
+    lines, rose = [], False
+    for (model, B), g in steps.groupby(["model", "B"], sort=False):
+        path = " → ".join([f"{g['share'].iloc[0]:.2f} (N = {g['N'].iloc[0]})"]
+                          + [f"{s.next_share:.2f} (N = {s.next_N})" for s in g.itertuples()])
+        line = f"{model}, B = {B}: f = {path}."
+        rose = rose or bool((g["next_share"] > g["share"]).any())
+        for s in g[g["next_share"] < g["share"]].itertuples():
+            why = _why_falls(s, build, baseline)
+            line += f" It falls from N = {s.N} to N = {s.next_N}: " + ("; ".join(why) + f". {_each(why)} the "
+                    f"forward's time at N = {s.N} is not the GPU's work alone: a cost per call (the host issuing "
+                    "kernels) sets part of it, and f there is a share of that cost." if why else
+                    "no reason shows in these rows (the attention costing more inside the forward than alone, the "
+                    "forward growing slower than its tokens, the two forwards alike, the attention alone growing "
+                    "slower than its work: none holds).")
+        lines.append(line)
+    if rose:
+        lines.append("Where f rises it rises as the arithmetic says: attention's FLOPs per token grow with N (each "
+                     "query reads every earlier key), while the projections', the MLP's and the output head's per "
+                     "token stay the same at any N.")
+    return " ".join(lines)
+
+
+# -- the sections ---------------------------------------------------------------------------------------------------
+
 def models(run: Run) -> list:
     """Section: the model configs this run built."""
     if run.results.empty:
@@ -368,13 +540,15 @@ def checks(run: Run) -> list:
     return out
 
 
-def speed(les: Lessons | None) -> list:
-    """Section: each build's forward time and one layer's attention alone, per model and shape (ms)."""
+def speed(run: Run | Lessons | None) -> list:
+    """Section: each build's forward time and one layer's attention alone, per model and shape (ms), of
+    lessons(run) resolved now, with where the attention alone is the host's launch time."""
+    les = lessons(run)
     if les is None:
         return _no_gpu_rows()
-    return [_note("**Forward, ms** (eager, as a user calls `model(...)`):"), forward_table(les.results),
+    return [_source(les), _note("**Forward, ms** (eager, as a user calls `model(...)`):"), forward_table(les.results),
             _note("**One layer's attention alone, ms** (the function transformers calls, eagerly):"),
-            forward_table(les.results, "attention_ms")]
+            forward_table(les.results, "attention_ms"), _note(floor_note(les.results))]
 
 
 def _amdahl_rows(les: Lessons | None, build: str):
@@ -383,34 +557,47 @@ def _amdahl_rows(les: Lessons | None, build: str):
         return None, _no_gpu_rows()
     t = amdahl_table(les.results, build, les.baseline)
     if t.empty:
-        return None, [_note(f"*No shape has ok rows of {build}, {les.baseline} and copy_v.*")]
+        return None, [_source(les), _note(f"*No shape has ok rows of {build}, {les.baseline} and copy_v.*")]
     return t, None
 
 
-def shares(les: Lessons | None, build: str = "fused") -> list:
-    """Section: attention's share of the baseline's forward, by ablation and from the attention timed alone."""
+def shares(run: Run | Lessons | None, build: str = "fused") -> list:
+    """Section: attention's share of the baseline's forward, by ablation and from the attention timed alone, and
+    how it moves with N (share_note)."""
+    les = lessons(run)
     t, notes = _amdahl_rows(les, build)
-    return notes or [share_figure(t), t[["model", "B", "N", "baseline_ms", "copy_v_ms", "share", "share_alone",
-                                         "ceiling"]]]
+    return notes or [_source(les), share_figure(t), t[["model", "B", "N", "baseline_ms", "copy_v_ms", "share",
+                                                       "share_alone", "ceiling"]],
+                     _note(share_note(les.results, build, les.baseline))]
 
 
-def speedups(les: Lessons | None, build: str = "fused") -> list:
+def speedups(run: Run | Lessons | None, build: str = "fused") -> list:
     """Section: the attention's speedup against the forward's, measured and predicted by Amdahl's law."""
+    les = lessons(run)
     t, notes = _amdahl_rows(les, build)
-    return notes or [speedup_figure(t, les.label), t[["model", "B", "N", "share", "attn_speedup",
-                                                      "attn_speedup_in_model", "predicted", "measured", "ceiling"]]]
+    if notes:
+        return notes
+    out = [_source(les), speedup_figure(t, les.label),
+           t[["model", "B", "N", "share", "attn_speedup", "attn_speedup_in_model", "predicted", "measured",
+              "ceiling"]]]
+    if not launch_floor(les.results).empty:
+        out.append(_note(floor_note(les.results)))
+    return out
 
 
-def memory(les: Lessons | None) -> list:
+def memory(run: Run | Lessons | None) -> list:
+    """Section: peak allocation of one forward above the weights, per build."""
+    les = lessons(run)
     if les is None:
         return _no_gpu_rows()
-    return [memory_table(les.results)]
+    return [_source(les), memory_table(les.results)]
 
 
 def interpreter_note(run: Run):
+    """Under the correctness table: where rows were measured off a GPU, that their times measure Python."""
     from IPython.display import Markdown
 
-    if run.gpu:
+    if run.results.empty or len(lab.gpu_rows(run.results)) == len(run.results):
         return Markdown("")
     return Markdown("*These rows were measured on a CPU, our Triton kernels in Triton's interpreter: their times "
                     "measure Python, not kernels, and no ratio of them is a speedup. The logits' differences are "
@@ -423,8 +610,45 @@ def _shape(r) -> str:
     return f"{r['model']} at B = {int(r['B'])}, N = {int(r['N'])}"
 
 
-def questions(run: Run, les: Lessons | None, build: str = "fused") -> list[Question]:
-    """Questions on this run's correctness and on the GPU rows' speedups, each answer computed from the rows."""
+def _memory_question(les: Lessons, build: str) -> Question | None:
+    """At the last shape with both peaks: the two peaks, what separates them against the S and P the baseline
+    holds, and the build's peak against copy_v's (the forward without attention's work)."""
+    peak = forward_table(les.results, "peak_bytes")
+    if not {les.baseline, build} <= set(peak.columns):
+        return None
+    p = peak[[les.baseline, build] + ([mf.ABLATED] if mf.ABLATED in peak.columns else [])].dropna(
+        subset=[les.baseline, build])
+    if p.empty:
+        return None
+    (model, B, N), last = p.index[-1], p.iloc[-1]
+    answer = f"{_bytes(last[les.baseline])} against {_bytes(last[build])}."
+    r = les.results[(les.results["model"] == model)].iloc[0]
+    try:
+        held = bd.holds(les.baseline)
+    except ValueError:  # transformers' own paths: what they hold is not in the byte model
+        held = ""
+    size = 0
+    if held in ("S+P", "P"):
+        tensors = 2 if held == "S+P" else 1
+        size = tensors * bd.nn_bytes(int(B), int(r["H"]), int(N), str(r["dtype"]))
+        gap = last[les.baseline] - last[build]
+        answer += (f" The difference, {_bytes(gap)}, is {gap / size:.2f}× one layer's {held.replace('+', ' and ')} "
+                   f"({tensors}·B·H·N² elements of {r['dtype']}: {_bytes(size)}), which {les.baseline} holds at "
+                   "once, one layer at a time.")
+    if mf.ABLATED in p.columns and pd.notna(last.get(mf.ABLATED)) and last[mf.ABLATED] > 0:
+        extra = last[build] - last[mf.ABLATED]
+        small = size > 0 and abs(extra) < 0.05 * size
+        answer += (f" {build}'s peak is {last[build] / last[mf.ABLATED]:.2f}× copy_v's (the same forward with the "
+                   f"attention replaced by a copy of V): its attention adds {_bytes(extra)} to the peak"
+                   + (f", next to nothing beside {les.baseline}'s {held.replace('+', ' and ')}." if small else "."))
+    return Question(f"At {model}, B = {B}, N = {N}, how much memory does one forward take above the weights with "
+                    f"{les.baseline}, and with {build}?", answer, les.label)
+
+
+def questions(run: Run, les: Lessons | None = None, build: str = "fused") -> list[Question]:
+    """Questions on this run's correctness and on the GPU rows' speedups (`les`: lessons(run) unless given), each
+    answer computed from the rows."""
+    les = les or lessons(run)
     qs = []
     here = f"this run ({_relative(run.out)})"
     if not run.results.empty:
@@ -433,13 +657,16 @@ def questions(run: Run, les: Lessons | None, build: str = "fused") -> list[Quest
         if len(ours) and ours["logits_maxdiff"].notna().any():
             w = ours.loc[ours["logits_maxdiff"].idxmax()]
             eager = t["eager_maxdiff"].max()
+            yardstick = (f"transformers' own eager attention differs from SDPA by up to {eager:.3g} at the same "
+                         "inputs. Two correct attentions in one dtype differ by rounding alone, so a build within a "
+                         "small multiple of eager's difference is as right as transformers' own paths"
+                         if pd.notna(eager) else
+                         "this run measured no transformers_eager row to set it against. Two correct attentions in "
+                         "one dtype differ by rounding alone, by a small fraction of the logits' size")
             qs.append(Question(
                 "How far are our builds' logits from transformers' SDPA path, and is that close?",
-                f"At most {w['logits_maxdiff']:.3g} ({w['build']}, {w['model']}), padded or not; transformers' own "
-                f"eager attention differs from SDPA by up to {eager:.3g} at the same inputs. Two correct attentions "
-                "in one dtype differ by rounding alone, so a build within a small multiple of eager's difference is "
-                "as right as transformers' own paths; a dropped mask or a wrong head mapping shows as a difference "
-                "of the logits' own size.", here))
+                f"At most {w['logits_maxdiff']:.3g} ({w['build']}, {w['model']}), padded or not; {yardstick}; a "
+                "dropped mask or a wrong head mapping shows as a difference of the logits' own size.", here))
         nans = nan_padded(run.results)
         if nans:
             qs.append(Question(
@@ -463,13 +690,17 @@ def questions(run: Run, les: Lessons | None, build: str = "fused") -> list[Quest
         f"{_shape(top)}: f = {top['share']:.2f}, so even an attention that took no time would speed the forward up "
         f"at most 1 / (1 − f) = {top['ceiling']:.2f}×.", les.label))
     big = t.loc[t["attn_speedup"].idxmax()]
+    floor = launch_floor(les.results)
+    floored = [b for b in (build, les.baseline) if _at_floor(floor, big["model"], big["B"], b, big["N"])]
     qs.append(Question(
         f"{build} is up to how many times faster than {les.baseline} at attention alone, and why does the whole "
         "forward gain less?",
         f"{big['attn_speedup']:.2f}× at {_shape(big)}, where the forward gains {big['measured']:.2f}×. Only the "
         f"share f = {big['share']:.2f} of the forward is attention; the projections, the MLP and the output head "
         f"run at the same speed in both. Amdahl: 1 / ((1 − {big['share']:.2f}) + {big['share']:.2f} / "
-        f"{big['attn_speedup']:.2f}) = {big['predicted']:.2f}×.", les.label))
+        f"{big['attn_speedup']:.2f}) = {big['predicted']:.2f}×."
+        + (f" At that shape {' and '.join(floored)}'s attention alone is at the launch floor (section 5): the "
+           "ratio compares the host's launches as much as the kernels." if floored else ""), les.label))
     t["miss"] = t["measured"] / t["predicted"] - 1
     worst = t.loc[t["miss"].abs().idxmax()]
     qs.append(Question(
@@ -481,31 +712,15 @@ def questions(run: Run, les: Lessons | None, build: str = "fused") -> list[Quest
         "the attention's inputs arrive from the projections (not from a warm, separate buffer) and its launches "
         "queue behind other kernels, and the share f is measured with a copy of V standing in for attention, "
         "which itself takes time.", les.label))
-    rows = []
-    for (model, B), g in t.groupby(["model", "B"], sort=False):
-        g = g.sort_values("N")
-        rows.append(f"{model}, B = {B}: f = {g['share'].iloc[0]:.2f} at N = {g['N'].iloc[0]} → "
-                    f"{g['share'].iloc[-1]:.2f} at N = {g['N'].iloc[-1]}")
-    qs.append(Question(
-        "How does attention's share of the forward change with the sequence length, and why?",
-        "; ".join(rows) + ". Per token, attention's work grows with N (each query reads all earlier keys: N² per "
-        "sequence), while the projections, the MLP and the output head cost the same per token at any N; the "
-        f"longer the sequence, the more of the forward attention is, and the more {build}'s speedup reaches the "
-        "whole.", les.label))
-    peak = forward_table(les.results, "peak_bytes")
-    if {les.baseline, build} <= set(peak.columns) and peak[[les.baseline, build]].notna().all(axis=1).any():
-        p = peak[[les.baseline, build]].dropna()
-        (model, B, N) = p.index[-1]
-        qs.append(Question(
-            f"At {model}, B = {B}, N = {N}, how much memory does one forward take above the weights with "
-            f"{les.baseline}, and with {build}?",
-            f"{_bytes(p.iloc[-1][les.baseline])} against {_bytes(p.iloc[-1][build])}: {les.baseline} holds S and "
-            f"P, each B·H·N² elements, for one layer at a time; {build} holds neither, so its peak is the "
-            "activations and the logits.", les.label))
+    qs.append(Question("How does attention's share of the forward change with the sequence length, and why?",
+                       share_note(les.results, build, les.baseline), les.label))
+    memory_q = _memory_question(les, build)
+    if memory_q is not None:
+        qs.append(memory_q)
     return qs
 
 
-def check_yourself(run: Run, les: Lessons | None, build: str = "fused"):
+def check_yourself(run: Run, les: Lessons | None = None, build: str = "fused"):
     from IPython.display import HTML
 
     return HTML("\n".join(q.html() for q in questions(run, les, build)))

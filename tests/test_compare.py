@@ -181,3 +181,92 @@ def test_results_of_every_run_stay_apart(two_runs):
     assert set(t["run"]) == {"h200/2026-12-05-grid", "a100/2026-11-01-grid"}
     both = pd.concat([r.results for r in runs])
     assert len(t) == len(both[both["family"] != "ablation"])  # one row per build, shape, run: none merged
+
+
+def marked_gpu_run(folder: Path, card: str, factor: float, peak: float, started: str) -> Path:
+    """tests/gpu_run's made-up GPU run, marked: materialised `factor` times slower (so every speedup over it is
+    `factor` times gpu_run.SPEEDUP's), every peak `peak` times its hold, the card named `card`."""
+    from attnlab import sweep
+    from tests import gpu_run
+
+    gpu_run.write_gpu_run(folder, started=started)
+    rows = sweep.read_results(folder)
+    mat = rows["build"] == "materialised"
+    rows.loc[mat, "ms"] *= factor
+    rows["peak_bytes"] = rows["hold_bytes"] * peak
+    rows["device_name"] = card
+    (folder / sweep.RESULTS).unlink()
+    for r in rows.to_dict("records"):
+        sweep.append_row(folder / sweep.RESULTS, r)
+    prov = json.loads((folder / sweep.PROVENANCE).read_text())
+    prov["device"]["name"] = card
+    (folder / sweep.PROVENANCE).write_text(json.dumps(prov))
+    return folder
+
+
+MARKS = {"MARKER GPU A": (1.36, 1.0, "2026-01-01T00:00:00+00:00"), "MARKER GPU B": (1.12, 1.5,
+                                                                                  "2026-01-02T00:00:00+00:00")}
+
+
+@pytest.fixture
+def marked(tmp_path):
+    return [marked_gpu_run(tmp_path / "outputs" / card.split()[-1].lower() / "run", card, f, p, s)
+            for card, (f, p, s) in MARKS.items()]
+
+
+def test_the_curves_shape_and_the_peaks_growth_are_read_off_the_rows(marked, tmp_path):
+    from tests import gpu_run
+
+    runs = compare.load(marked, root=tmp_path / "outputs")
+    t = compare.curve_shapes(runs).set_index(["card", "causal", "D"])
+    a = t.loc[("MARKER GPU A", False, 64)]
+    assert (a["first"], a["last"]) == pytest.approx((2.5 * 1.36, 3.3 * 1.36)) and a["shape"] == "rises then flattens"
+    assert t.loc[("MARKER GPU B", True, 128), "shape"] == "still rising"
+    assert a["shapes"] == "B·N = 16384 at every N" and a["bytes_ratio_last"] > a["bytes_ratio_first"]
+    g = compare.peak_growth(runs).set_index(["card", "causal", "D", "build"])
+    mat, fused = g.loc[("MARKER GPU B", False, 64, "materialised")], g.loc[("MARKER GPU B", False, 64, "fused")]
+    assert mat["exponent"] == pytest.approx(1.0) and fused["exponent"] == pytest.approx(0.0, abs=1e-9)  # tokens fixed
+    assert mat["growth"] == pytest.approx(gpu_run.NS[-1] / gpu_run.NS[0]) and mat["held_exponent"] == pytest.approx(1)
+    fixed_b = compare.peak_growth(compare.load([write_run(tmp_path / "h200" / "fixed", ns=(512, 1024, 2048))],
+                                               root=tmp_path))  # peaks of N² at every build
+    assert fixed_b["exponent"].tolist() == pytest.approx([2.0] * len(fixed_b))
+
+
+def test_compare_gpus_shows_two_marked_gpu_runs(marked, tmp_path, monkeypatch):
+    import html
+
+    from tests import gpu_run
+
+    nb = execute(NOTEBOOK, tmp_path / "out.ipynb", {"runs": [str(f) for f in marked]}, monkeypatch)
+    assert not outputs(nb, "error")
+    text = html.unescape("\n".join(str(o.get("data", {}).get(k, "")) for o in outputs(nb)
+                                   for k in ("text/plain", "text/markdown", "text/html")))
+    # the curves' shapes: each run's own marked speedups
+    for card, factor in (("MARKER GPU A", 1.36), ("MARKER GPU B", 1.12)):
+        first, last = 2.5 * factor, 3.3 * factor
+        assert f"**{card} · {card.split()[-1].lower()}/run**, bfloat16 non-causal, fused over materialised:" in text
+        assert (f"D = 64 (B·N = 16384 at every N): {first:.2f}× at N = 512 → {last:.2f}× at N = 2048, "
+                "*rises then flattens*") in text
+        assert f"{2.8 * factor:.2f}× at N = 512 → {4.5 * factor:.2f}× at N = 2048, *still rising*" in text
+    # the peaks' growth: materialised linear in N at fixed tokens, fused flat, B's peaks 1.5 times A's
+    assert ("materialised 1 GiB → 4 GiB from N = 512 to 2048 (×4.00: as N^1.00; what it must hold grows as N^1.00)"
+            in text)
+    assert "materialised 1.5 GiB → 6 GiB from N = 512 to 2048" in text and "fused 96 MiB → 96 MiB" in text
+    assert "fused 64 MiB → 64 MiB from N = 512 to 2048 (×1.00: as N^0.00" in text
+    figures = [o["data"]["application/vnd.plotly.v1+json"] for o in outputs(nb)
+               if "application/vnd.plotly.v1+json" in o.get("data", {})]
+    speedup = next(f for f in figures if f["layout"]["title"]["text"].startswith("speedup over materialised per run "
+                                                                                  "(bfloat16, non-causal"))
+    ys = [_values(t["y"]) for t in speedup["data"] if t["name"] == "fused, D=64"]  # a panel per run, oldest first
+    assert ys == [pytest.approx([s * f for s in gpu_run.SPEEDUP[False].values()]) for f in (1.36, 1.12)]
+
+
+def _values(v) -> list:
+    """A plotly array as a notebook stores it: a list, or base64 bytes of one dtype (plotly >= 6)."""
+    import base64
+
+    import numpy as np
+
+    if isinstance(v, dict) and "bdata" in v:
+        return list(np.frombuffer(base64.b64decode(v["bdata"]), dtype=v["dtype"]))
+    return list(v)

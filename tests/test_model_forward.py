@@ -242,21 +242,24 @@ def _gpu_run(folder):
     return folder
 
 
-def test_lessons_come_from_the_newest_gpu_run_and_the_questions_answer_from_it(tmp_path):
+def test_lessons_come_from_the_newest_gpu_run_and_the_questions_answer_from_it(tmp_path, monkeypatch):
     root = tmp_path / "outputs"
+    monkeypatch.setenv("ATTNLAB_OUTPUTS", str(root))
     cpu = ml.Run(tmp_path / "cpu", model_sweep.validate(PARAMS), "cpu", {})
     assert ml.lessons(cpu, root) is None
-    assert "STEPS=model bash scripts/device.sh" in ml.source_note(cpu, None).data
+    assert "STEPS=model bash scripts/device.sh" in ml.source_note(cpu).data
     gpu = _gpu_run(root / "h200" / "x-model")
     les = ml.lessons(cpu, root)
     assert les.folder == gpu and not les.own and "NVIDIA H200" in les.label
+    note = ml.source_note(cpu).data
+    assert "From a committed GPU run" in note and str(gpu) in note and "no GPU" in note
     qs = {q.question: q.answer for q in ml.questions(cpu, les)}
     largest = next(a for q, a in qs.items() if q.startswith("Where is attention's share"))
     assert "N = 8192" in largest and "f = 0.60" in largest and "2.50×" in largest  # (20 − 8) / 20; 1 / 0.4
     gap = next(a for q, a in qs.items() if "why does the whole forward gain less" in q)
     assert "4.00×" in gap and "1.39×" in gap and "1.43×" in gap  # s = 0.6 / 0.15, 5 / 3.6, 1 / (0.6 + 0.4 / 4)
     trend = next(a for q, a in qs.items() if "change with the sequence length" in q)
-    assert "f = 0.40 at N = 1024 → 0.60 at N = 8192" in trend
+    assert "f = 0.40 (N = 1024) → 0.60 (N = 8192)" in trend and "Where f rises it rises" in trend
     html = ml.check_yourself(cpu, les).data
     assert html.count("<details>") == len(qs)
 
@@ -275,6 +278,50 @@ def test_the_questions_pick_the_largest_logits_difference_and_the_largest_miss(t
     assert logits.startswith("At most 0.07 (fused, m)") and "up to 0.03" in logits, logits
     miss = next(a for q, a in qs.items() if "Amdahl's law predict" in q)
     assert "N = 1024: predicted 1.43×, measured 1.39×" in miss, miss
+
+
+def test_a_runs_own_rows_are_those_its_device_column_puts_on_a_gpu_read_when_asked(tmp_path):
+    root = tmp_path / "outputs"
+    _gpu_run(root / "h200" / "x-model")
+    run = ml.Run(tmp_path / "run", model_sweep.validate({**PARAMS, "baseline": "fused"}), "cpu", {})
+    assert not ml.lessons(run, root).own  # no rows yet: the committed run stands in
+    run.results = _rows({(1024, "copy_v"): (3.0, 0.02), (1024, "fused"): (3.6, 0.15)}, device="cpu")
+    assert not ml.lessons(run, root).own  # a CPU's rows teach no speed, whatever the machine
+    run.results = pd.concat([run.results, _rows({(2048, "copy_v"): (3.0, 0.02), (2048, "fused"): (3.7, 0.1)})])
+    les = ml.lessons(run, root)  # the rows as they are now: a sweep that replaced them is read
+    assert les.own and les.folder == run.out and set(les.results["N"]) == {2048} and les.baseline == "fused"
+    failed = _rows({(1024, "fused"): (3.6, 0.15)})
+    failed["status"] = "oom: 2 GiB"
+    gpu = ml.Run(tmp_path / "gpu", model_sweep.validate({**PARAMS, "device": "cuda"}), "cuda:0", {}, failed)
+    stand_in = ml.lessons(gpu, root)  # a GPU run with no ok row of ours: the committed run stands in, said so
+    assert not stand_in.own
+    assert "this run has no ok GPU row of our builds" in ml.source_note(gpu, stand_in).data
+
+
+def test_the_launch_floor_is_a_flat_time_over_a_fourfold_growth_of_flops():
+    def floor(ms: dict, build="fused"):
+        return ml.launch_floor(_rows({(n, build): (1.0, t) for n, t in ms.items()}))
+
+    t = floor({1024: 0.141, 2048: 0.134, 4096: 0.137, 8192: 0.49})
+    assert list(t[["first_N", "last_N"]].iloc[0]) == [1024, 4096] and t["flops_growth"].iloc[0] == 16
+    assert len(floor({1024: 0.1, 2048: 0.119})) == 1  # 19 % over 4x the FLOPs: flat
+    assert floor({1024: 0.1, 2048: 0.121}).empty  # 21 %: the time follows the work
+    assert floor({1024: 0.1, 1448: 0.1}).empty  # the same time, but the FLOPs grow 2x only
+    assert floor({1024: 0.02, 2048: 0.02}, build="copy_v").empty  # copy_v computes no attention
+    assert "No build's attention alone stays within 20%" in ml.floor_note(_rows({(1024, "fused"): (1.0, 0.1)}))
+
+
+def test_where_f_falls_the_note_gives_only_the_reasons_the_rows_show():
+    falls = {(1024, "materialised"): (5.0, 1.0), (1024, "copy_v"): (3.0, 0.02), (1024, "fused"): (4.0, 0.3),
+             (2048, "materialised"): (9.5, 3.9), (2048, "copy_v"): (6.0, 0.02), (2048, "fused"): (7.0, 1.0)}
+    note = ml.share_note(_rows(falls))  # f: 0.40 -> 0.37; inside = 0.5 ms a layer, alone 1.0; copy_v 2x for 2x
+    assert "f = 0.40 (N = 1024) → 0.37 (N = 2048). It falls" in note
+    assert "no reason shows in these rows" in note and "Where f rises" not in note
+    host = {**falls, (2048, "copy_v"): (4.0, 0.02), (2048, "materialised"): (5.7, 1.2)}  # f: 0.40 -> 0.30
+    note = ml.share_note(_rows(host))
+    assert "copy_v's forward grows 1.33× for 2× the tokens" in note
+    assert "materialised's attention alone grows 1.20× while its FLOPs grow 4×" in note and "Each says" in note
+    assert "no reason shows" not in note
 
 
 def test_a_failing_cell_gives_a_non_zero_code_and_keeps_the_folder(tmp_path):
@@ -313,6 +360,8 @@ def test_the_notebook_renders_the_cpu_run_and_a_committed_gpu_run(tmp_path, monk
     text = "\n".join(str(o.get("data", {}).get("text/plain", "")) + str(o.get("data", {}).get("text/markdown", ""))
                      + str(o.get("data", {}).get("text/html", "")) for o in outputs)
     assert "From a committed GPU run" in text and "NVIDIA H200" in text
+    committed = f"the committed run {tmp_path / 'outputs' / 'h200' / 'x-model'}, measured on NVIDIA H200"
+    assert text.count(f"Rows: from a committed GPU run, not from this machine: {committed}") == 4  # every section
     assert "Triton's interpreter" in text  # the CPU rows are labelled as Python's time
     assert text.count("<details>") >= 5 and "f = 0.60" in text
     figures = [o for o in outputs if "application/vnd.plotly.v1+json" in o.get("data", {})]
