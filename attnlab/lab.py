@@ -538,11 +538,11 @@ def policy_of(results: pd.DataFrame) -> str:
 
 
 def policy_runs(les: Lessons, root=None) -> dict:
-    """The lesson rows and, for each other batch policy, the newest GPU run of the same card and dtype holding our
-    three builds: label → results."""
+    """The lesson rows of their first dtype and, for each other batch policy, the newest GPU run of the same card
+    holding our three builds (its rows of the same dtype, else of its own first dtype): label → rows of one dtype."""
     dtype = les.dtypes[0]
     mine = policy_of(les.results[les.results["dtype"].astype(str) == dtype])
-    runs = {f"{mine} ({_relative(les.folder)})": les.results}
+    runs = {f"{mine} ({dtype}, {_relative(les.folder)})": les.results[les.results["dtype"].astype(str) == dtype]}
     same_card = [f for f in find_runs(root) if f != les.folder
                  and json.loads((f / sweep.PROVENANCE).read_text()).get("device", {}).get("name") == les.device_name]
     seen = {mine}
@@ -551,39 +551,63 @@ def policy_runs(les: Lessons, root=None) -> dict:
             rows = sweep.read_results(folder)
         except (OSError, ValueError):
             continue
-        rows = rows[rows["dtype"].astype(str) == dtype]
+        dtypes = sorted(rows["dtype"].astype(str).unique())
+        if not dtypes:
+            continue
+        theirs = dtype if dtype in dtypes else dtypes[0]
+        rows = rows[rows["dtype"].astype(str) == theirs]
         policy = policy_of(rows)
         if policy not in seen and policy != "mixed" and has_ours(rows):
             seen.add(policy)
-            runs[f"{policy} ({_relative(folder)})"] = rows
+            runs[f"{policy} ({theirs}, {_relative(folder)})"] = rows
     return runs
+
+
+def curve_words(rows: pd.DataFrame, build: str = "fused", baseline: str = "materialised") -> str:
+    """Each (dtype, causal, D) curve of `build` over `baseline` in words: its first, highest and last points and the
+    shape speedup_trend gives it."""
+    parts = []
+    for r in curves.speedup_trend(rows, build=build, baseline=baseline).itertuples():
+        t = report.speedup(report.split(rows)[(r.dtype, r.causal)], baseline=baseline, builds=[build])
+        line = t[t["D"] == r.D].dropna(subset=[f"x_vs_{baseline}"]).sort_values("N")
+        top = line.loc[line[f"x_vs_{baseline}"].idxmax()]
+        peak = (f", highest {top[f'x_vs_{baseline}']:.2f}× at N = {int(top['N'])}"
+                if int(top["N"]) not in (r.first_N, r.last_N) else "")
+        parts.append(f"{'causal' if r.causal else 'non-causal'} D = {r.D}: {r.first:.2f}× at N = {r.first_N}{peak}, "
+                     f"{r.last:.2f}× at N = {r.last_N} ({r.shape})")
+    return "; ".join(parts)
 
 
 @needs_lessons()
 def batch_policy_note(les: Lessons):
+    """What the lesson rows' batch policy is, what their curves did, and the same card's run of the other policy
+    beside them when one is committed: every number from the rows."""
     from IPython.display import Markdown
 
     t = batch_policy(les)
-    policy = policy_of(les.results)
+    runs = policy_runs(les)
+    mine, *others = runs
+    policy = mine.split(" ")[0]
     if policy == "fixed_tokens":
-        text = (f"**fixed tokens** (B·N = {int(t['tokens'].iloc[0])} at every N, H·D = {int(t['width'].iloc[0])}): "
-                "every shape does the same work per token and fills the GPU at every N, so both builds' work grows "
-                "in step and the non-causal speedup flattens early. The seeds hold B and H fixed instead (B = 1, "
-                "H = 32): there the small-N shapes leave most of the GPU idle, and the speedup keeps rising with N "
-                "for longer.")
+        text = (f"**fixed tokens** (B·N = {int(t['tokens'].iloc[0])} and H·D = {int(t['width'].iloc[0])} at every "
+                "N): every call holds the same number of query rows, so every N gives the card the same amount of "
+                "parallel work.")
+        other = "params/seeds-policy.yaml"
     elif policy == "fixed":
         text = (f"**fixed B and H** (B = {int(t['B'].iloc[0])}, H = {int(t['H'].iloc[0])} at every N, the seeds' "
-                "policy): the work per call grows as N², so small N underfills the GPU and the speedup rises with N "
-                "as the GPU fills. FlashAttention's benchmarks hold B·N fixed instead (`batch_policy: "
-                "fixed_tokens`), where every N fills the GPU and the curve flattens sooner.")
+                "policy): a call at small N holds few query rows, so it may leave much of the card idle, and the "
+                "work per call grows as N².")
+        other = "params/<gpu>.yaml (fixed tokens)"
     else:
         text = "**mixed**: B and H change between N in no single pattern; read each curve with its row's B and H."
-    runs = policy_runs(les)
-    if len(runs) > 1:
-        text += " A run of the other policy on the same card is committed: the figure below sets the two side by side."
-    else:
-        text += (" No run of the other policy on this card is committed, so this data cannot show the difference; "
-                 "on the GPU, `attnlab run --params params/h200-fixed-bh.yaml` (the seeds' policy) renders one.")
+        other = "params/seeds-policy.yaml"
+    text += f" Measured here, fused over materialised: {curve_words(runs[mine])}."
+    for label in others:
+        text += (f" On the same card under **{label.split(' ')[0].replace('_', ' ')}** ({label.split('(', 1)[1][:-1]}"
+                 f"): {curve_words(runs[label])}. The figure below sets the two side by side.")
+    if not others:
+        text += (f" No run of another policy on this card is committed, so these rows cannot show what the policy "
+                 f"does; `attnlab run --params {other}` on the same card renders one.")
     return Markdown(f"Batch policy of these rows: {text}")
 
 
@@ -592,7 +616,52 @@ def batch_policy_figures(les: Lessons) -> list:
     """The speedup of fused over materialised for each batch policy a run of this card holds (policy_runs); nothing
     when only one policy was measured."""
     runs = policy_runs(les)
-    return [curves.policy_figure(runs, les.dtypes[0])] if len(runs) > 1 else []
+    return [curves.policy_figure(runs)] if len(runs) > 1 else []
+
+
+def head_dim_words(les: Lessons) -> list[str]:
+    """Per (dtype, causal) with two head dims or more, at the largest N all of them reach: the speedup per D beside
+    S and P's round-trip bytes per FLOP of attention there, which scale as 1/D (S and P hold N² elements a head
+    whatever D is; the FLOPs are 4·N²·D), and whether the curves are ordered as that predicts."""
+    out = []
+    for (dtype, causal), g in groups_of(les).items():
+        if not {"fused", "materialised"} <= set(g["build"]):
+            continue
+        sp = report.speedup(g, builds=["fused"]).dropna(subset=["x_vs_materialised"])
+        dims = sorted(int(d) for d in sp["D"].unique())
+        common = set.intersection(*(set(sp[sp["D"] == d]["N"]) for d in dims)) if dims else set()
+        if len(dims) < 2 or not common:
+            continue
+        n = max(common)
+        at = sp[sp["N"] == n].set_index("D")
+        x = {d: float(at.loc[d, "x_vs_materialised"]) for d in dims}
+        per_flop = {}
+        for d in dims:
+            r = at.loc[d]
+            case = measure.Case("fused", int(r["B"]), int(r["H"]), int(r["Hkv"]), n, d, dtype, causal, "cuda")
+            moved = sum(bd.boundary_bytes(k, case.B, case.H, n, dtype, causal) for k in bd.BOUNDARIES)
+            per_flop[d] = moved / model.flops(case)
+        ordered = all(x[a] >= x[b] for a, b in zip(dims, dims[1:]))
+        out.append(
+            f"At N = {n} ({dtype}, {'causal' if causal else 'non-causal'}) fused over materialised is "
+            + ", ".join(f"{x[d]:.2f}× at D = {d}" for d in dims)
+            + ". S and P's round trips move " + ", ".join(f"{per_flop[d]:.3g} byte per FLOP at D = {d}" for d in dims)
+            + ": 1/D, since S and P hold N² elements a head whatever D is while the FLOPs are 4·N²·D. "
+            + ("So a larger D leaves materialised less extra traffic per unit of work and fused less to win, and "
+               "its curve sits lower, as here." if ordered else
+               "1/D predicts the larger D's curve sits lower; here it does not, so at this N something besides S "
+               "and P's traffic sets the ratio (the ablations below look inside)."))
+    return out
+
+
+@needs_lessons()
+def head_dim_note(les: Lessons):
+    """head_dim_words as a paragraph, or the line that these rows hold one head dim."""
+    from IPython.display import Markdown
+
+    words = head_dim_words(les)
+    return Markdown(" ".join(words) if words else "These rows hold one head dim, so they cannot show how D moves "
+                                                  "the curve.")
 
 
 # -- section 6: memory --------------------------------------------------------------------------------------------
@@ -918,23 +987,41 @@ def _first_over(t: pd.DataFrame, threshold: float) -> str:
     return "; ".join(parts)
 
 
-def _why_there(les: Lessons, sp: pd.DataFrame, x: float) -> str:
+def _traffic_share(les: Lessons, dtype: str, causal: bool, D: int, N: int) -> tuple[float, float, float, float]:
+    """At one shape: S and P's round-trip bytes, their time at the measured copy bandwidth, materialised's time and
+    fused's (net times, as the speedup table divides)."""
+    att = report.attribution(groups_of(les)[(dtype, causal)])
+    at = att[(att["D"] == D) & (att["N"] == N)]
+    found = report.speedup(groups_of(les)[(dtype, causal)], builds=["fused"])
+    f = found[(found["D"] == D) & (found["N"] == N)].iloc[0]
+    return at["bytes"].sum(), at["predicted_ms"].sum(), f["materialised_ms"], f["ms"]
+
+
+def why_there(les: Lessons, sp: pd.DataFrame, x: float) -> str:
     """At the first curve's first N past x: how much of materialised's time S and P's bytes account for at the
-    measured bandwidth, against what fused takes."""
+    measured bandwidth, against what fused takes, and how that share moved from the N before."""
     for (dtype, causal, D), row in sp.iterrows():
         over = [n for n, v in row.items() if pd.notna(v) and v >= x]
         if not over:
             continue
-        att = report.attribution(groups_of(les)[(dtype, causal)])
-        at = att[(att["D"] == D) & (att["N"] == over[0])]
-        found = report.speedup(groups_of(les)[(dtype, causal)], builds=["fused"])
-        f = found[(found["D"] == D) & (found["N"] == over[0])].iloc[0]
-        moved, pred = at["bytes"].sum(), at["predicted_ms"].sum()
-        return (f"At N = {over[0]} ({'causal' if causal else 'non-causal'}, D = {D}) S and P's two round trips move "
-                f"{_bytes(moved)}, {pred:.3g} ms at the measured bandwidth, {pred / f['materialised_ms']:.0%} of "
-                f"materialised's {f['materialised_ms']:.3g} ms, while fused takes {f['ms']:.3g} ms in all: that "
-                "traffic grows as N² per head, while the fixed costs both builds pay (launches, Q, K, V and O) do "
-                "not, so the ratio grows with N until fused's own arithmetic catches up.")
+        n = over[0]
+        moved, pred, mat, fused = _traffic_share(les, dtype, causal, D, n)
+        text = (f"At N = {n} ({'causal' if causal else 'non-causal'}, D = {D}) S and P's two round trips move "
+                f"{_bytes(moved)}, {pred:.3g} ms at the measured bandwidth, {pred / mat:.0%} of materialised's "
+                f"{mat:.3g} ms, while fused takes {fused:.3g} ms in all.")
+        before = [m for m, v in row.items() if m < n and pd.notna(v)]
+        if before:
+            m = before[-1]
+            _, pred0, mat0, _ = _traffic_share(les, dtype, causal, D, m)
+            grew = pred / mat > pred0 / mat0
+            text += (f" At N = {m} that traffic was {pred0 / mat0:.0%} of materialised's time and the ratio "
+                     f"{row[m]:.2f}×: " + ("the share S and P take of materialised's time grew with N, and the "
+                                            "ratio with it." if grew else
+                                            "the share did not grow, so S and P's traffic alone does not explain "
+                                            "the step in the ratio."))
+        else:
+            text += " It is the first N measured: the ratio starts past the threshold."
+        return text
     return "No curve reaches it: S and P's traffic never outweighs fused's whole time by that much here."
 
 
@@ -981,15 +1068,15 @@ def questions(run: Run, les: Lessons | None = None) -> list[Question]:
                                 for r in tr.itertuples())
         qs.append(Question(
             "What shape should the speedup curve have as sequence length grows, and what shape does it have here?",
-            "Rising while materialised's N² traffic of S and P grows faster than fused's work can hide it, then a "
-            f"plateau once fused is bound by its own arithmetic. Measured (fused over materialised): {shape_words}. "
-            "How soon it flattens depends on the batch policy: at fixed tokens every N fills the GPU.",
+            "Predicted: rising while materialised's N² traffic of S and P grows faster than fused's work can hide "
+            f"it, then a plateau once fused is bound by its own arithmetic. Measured (fused over materialised): "
+            f"{shape_words}. " + " ".join(head_dim_words(les)),
             les.label))
         sp = speedup_table(les)
         x = threshold(sp)
         qs.append(Question(
             f"At which N does fused first beat materialised by {x:g}×, and why there?",
-            _first_over(sp, x) + ". " + _why_there(les, sp, x), les.label))
+            _first_over(sp, x) + ". " + why_there(les, sp, x), les.label))
         dt = les.dtypes[0]
         g = groups_of(les)[(dt, False)] if (dt, False) in groups_of(les) else next(iter(groups_of(les).values()))
         att = report.attribution(g)

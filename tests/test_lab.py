@@ -360,7 +360,9 @@ def test_a_run_of_the_other_batch_policy_is_set_beside_the_lessons(outputs):
     assert lab.policy_of(les.results) == "fixed_tokens" and lab.policy_of(rows) == "fixed"
     runs = lab.policy_runs(les)
     assert [k.split(" ")[0] for k in runs] == ["fixed_tokens", "fixed"]
-    assert "the figure below sets the two side by side" in lab.batch_policy_note(les).data
+    note = lab.batch_policy_note(les).data
+    assert "On the same card under **fixed** (bfloat16, " in note and "The figure below sets the two side by side" in note
+    assert "non-causal D = 64: 2.50× at N = 512, 3.30× at N = 2048 (rises then flattens)" in note  # from the rows
     fig = lab.batch_policy_figures(les)[0]
     assert "batch policy" in fig.layout.title.text and fig.layout.xaxis.title.text == "sequence length N (tokens)"
     assert {t.name.split(" ")[0] for t in fig.data} == {"fixed_tokens", "fixed"} and len(fig.data) == 2 * 2 * 2
@@ -368,3 +370,31 @@ def test_a_run_of_the_other_batch_policy_is_set_beside_the_lessons(outputs):
     (alone / sweep.PROVENANCE).write_text((alone / sweep.PROVENANCE).read_text().replace(gpu_run.DEVICE_NAME, "B"))
     one = lab.load(alone)
     assert lab.batch_policy_figures(lab.Lessons(one.results, alone, "B", False, one.provenance)) == []
+
+
+def test_the_curves_words_and_the_head_dim_note_come_from_the_rows(gpu_lessons):
+    """gpu_run: both head dims share one speedup, so 1/D's prediction (the larger D lower) does not hold there and
+    the note says so; with D = 128's materialised made faster, it holds and the note says that instead."""
+    words = lab.head_dim_words(gpu_lessons)
+    assert len(words) == 2 and words[0].startswith("At N = 2048 (bfloat16, non-causal) fused over materialised is "
+                                                   "3.30× at D = 64, 3.30× at D = 128")
+    assert "0.0312 byte per FLOP at D = 64, 0.0156 byte per FLOP at D = 128" in words[0]  # 2 bytes · 4N² / 4N²D
+    assert "as here" in words[0]  # equal ratios are ordered as 1/D predicts (not above it)
+    rows = gpu_lessons.results.copy()
+    low = (rows["build"] == "materialised") & (rows["D"] == 64)
+    rows.loc[low, "ms"] = rows.loc[low, "ms"] * 0.5  # D = 64 now below D = 128: against 1/D
+    flipped = lab.head_dim_words(lab.Lessons(rows, gpu_lessons.folder, "G", True, gpu_lessons.provenance))
+    assert "here it does not" in flipped[0] and "1.65× at D = 64, 3.30× at D = 128" in flipped[0]
+    one = rows[rows["D"] == 64]
+    assert "one head dim" in lab.head_dim_note(lab.Lessons(one, gpu_lessons.folder, "G", True, {})).data
+    curve = lab.curve_words(gpu_lessons.results)
+    assert "causal D = 64: 2.80× at N = 512, 4.50× at N = 2048 (still rising)" in curve
+
+
+def test_the_why_there_answer_compares_the_traffic_share_with_the_n_before(gpu_lessons):
+    sp = lab.speedup_table(gpu_lessons)
+    text = lab.why_there(gpu_lessons, sp, 3.0)
+    assert text.startswith("At N = 1024 (non-causal, D = 64)") and "At N = 512 that traffic was" in text
+    assert "and the ratio 2.50×" in text
+    assert "It is the first N measured" in lab.why_there(gpu_lessons, sp, 2.0)
+    assert lab.why_there(gpu_lessons, sp, 9.0).startswith("No curve reaches it")

@@ -144,3 +144,17 @@ def test_a_roofline_refuses_rows_of_two_runs():
                                    bytes_moved=1.0, tflops=1.0))
     with pytest.raises(ValueError, match="one pair of measured ceilings"):
         roofline.roofline_table(df, "float16")
+
+
+def test_the_trend_judges_the_last_doubling_of_n_whatever_the_grid_step():
+    """A grid in steps of 512 is judged from N/2 to N, as one in powers of two: 3.0 at 4096 → 3.3 at 8192 is +10 %
+    over the last doubling, though the last step (7680 → 8192) moves it under 1 %."""
+    n = list(range(512, 8193, 512))
+    x = [2.0 + 0.1 * i for i in range(7)] + [3.0 + 0.3 * i / 8 for i in range(1, 9)] + [3.3]
+    x = x[:len(n)]
+    first, last = curves.doubling_changes(n, x)
+    assert first == pytest.approx(x[1] / x[0] - 1)  # 512 → 1024
+    assert last == pytest.approx(x[-1] / x[n.index(4096)] - 1) and last > curves.FLAT
+    assert x[-1] / x[-2] - 1 < 0.01
+    assert curves.doubling_changes([512, 1024, 2048], [1.0, 2.0, 2.1]) == pytest.approx((1.0, 0.05))
+    assert all(math.isnan(v) for v in curves.doubling_changes([512], [1.0]))

@@ -5,7 +5,7 @@
                                               one colour per build, one dash per head dim
     speedup_trend(results, build, baseline)   the curve's shape per (dtype, causal, D): rises then flattens, still
                                               rising, flat or falls (what the walkthrough's hypothesis is judged by)
-    policy_figure(runs, dtype)                one build's speedup against N for several runs (one per batch policy)
+    policy_figure(runs)                       one build's speedup against N for several runs (one per batch policy)
     attribution_figure(group)                 per removed boundary and head dim: the time the step saved, measured,
                                               beside its bytes at the measured bandwidth (and with the QKᵀ pass the
                                               step adds or removes)
@@ -112,7 +112,7 @@ def attribution_figure(group) -> go.Figure:
     return fig
 
 
-FLAT = 0.05  # a step of N that changes the speedup by less than this share leaves it flat
+FLAT = 0.05  # a doubling of N that changes the speedup by less than this share leaves it flat
 RISE = 0.10  # the speedup must change by more than this share from the first N to the last to have risen or fallen
 
 
@@ -127,10 +127,22 @@ def _shape(first: float, last: float, last_step: float, points: int) -> str:
     return "still rising" if last_step > FLAT else "rises then flattens"
 
 
+def doubling_changes(n: list, x: list) -> tuple[float, float]:
+    """The relative change of x over the first doubling of N (n[0] to the first N at least twice it) and over the
+    last (from the largest N at most half the last to the last): the grid's step where no N is that far apart, so a
+    grid in steps of 512 is judged over the same span of N as one in powers of two."""
+    if len(x) < 2:
+        return math.nan, math.nan
+    up = next((i for i, v in enumerate(n) if v >= 2 * n[0]), len(n) - 1)
+    down = next((i for i in range(len(n) - 1, -1, -1) if n[i] <= n[-1] / 2), 0)
+    return x[max(up, 1)] / x[0] - 1, x[-1] / x[min(down, len(x) - 2)] - 1
+
+
 def speedup_trend(results, build: str = "fused", baseline: str = "materialised") -> pd.DataFrame:
     """Per (dtype, causal, D): `build`'s speedup over `baseline` at the first and last N measured, its change over
-    the first and the last step of N, and the curve's shape: 'rises then flattens' (up by more than RISE overall,
-    by at most FLAT over the last step), 'still rising', 'flat', 'falls' or 'one N only'."""
+    the first and the last doubling of N (doubling_changes: first_step, last_step), and the curve's shape: 'rises
+    then flattens' (up by more than RISE overall, by at most FLAT over the last doubling), 'still rising', 'flat',
+    'falls' or 'one N only'."""
     rows = []
     ratio = f"x_vs_{baseline}"
     for (dtype, causal), g in split(results).items():
@@ -140,7 +152,7 @@ def speedup_trend(results, build: str = "fused", baseline: str = "materialised")
         for d, line in t.groupby("D"):
             line = line.sort_values("N")
             x, n = list(line[ratio]), list(line["N"])
-            steps = [b / a - 1 for a, b in zip(x, x[1:])] or [math.nan]
+            steps = doubling_changes(n, x)
             rows.append({"dtype": dtype, "causal": causal, "D": int(d), "first_N": int(n[0]), "first": x[0],
                          "last_N": int(n[-1]), "last": x[-1], "first_step": steps[0], "last_step": steps[-1],
                          "shape": _shape(x[0], x[-1], steps[-1], len(x))})
@@ -148,19 +160,21 @@ def speedup_trend(results, build: str = "fused", baseline: str = "materialised")
                                        "last_step", "shape"])
 
 
-def policy_figure(runs: dict, dtype: str, build: str = "fused", baseline: str = "materialised") -> go.Figure:
-    """`build`'s speedup over `baseline` against N for several runs of one dtype (`runs`: label → results, e.g. one
-    run per batch policy): one colour per run, one dash per head dim, a panel per causal value."""
-    causals = sorted({bool(c) for r in runs.values() for c in r[r["dtype"].astype(str) == dtype]["causal"]})
-    if not causals:
-        raise ValueError(f"no run holds rows of dtype {dtype!r}")
+def policy_figure(runs: dict, build: str = "fused", baseline: str = "materialised") -> go.Figure:
+    """`build`'s speedup over `baseline` against N for several runs (`runs`: label → results of one dtype each, e.g.
+    one run per batch policy): one colour per run, one dash per head dim, a panel per causal value."""
+    dtypes = {label: sorted(r["dtype"].astype(str).unique()) for label, r in runs.items()}
+    several = [label for label, d in dtypes.items() if len(d) != 1]
+    if several:
+        raise ValueError(f"runs must hold one dtype each: {several[0]!r} holds {dtypes[several[0]] or 'none'}")
+    causals = sorted({bool(c) for r in runs.values() for c in r["causal"]})
     fig = make_subplots(rows=1, cols=len(causals), shared_yaxes=True,
                         subplot_titles=[f"{_causal_word(c)}: {build} over {baseline}" for c in causals])
     ratio = f"x_vs_{baseline}"
     dims = sorted({int(d) for r in runs.values() for d in r["D"]})
     for i, (label, results) in enumerate(runs.items()):
         for col, causal in enumerate(causals, start=1):
-            g = split(results[results["dtype"].astype(str) == dtype]).get((dtype, causal))
+            g = split(results).get((dtypes[label][0], causal))
             if g is None:
                 continue
             t = speedup(g, baseline=baseline, builds=[build])
@@ -174,6 +188,7 @@ def policy_figure(runs: dict, dtype: str, build: str = "fused", baseline: str = 
                               row=1, col=col)
     fig.update_xaxes(type="log", title_text="sequence length N (tokens)")
     fig.update_yaxes(title_text=f"× faster than {baseline} (ratio of times)", col=1)
-    fig.update_layout(title=f"How the batch policy shapes the curve: {build} over {baseline} ({dtype})",
+    fig.update_layout(title=f"How the batch policy shapes the curve: {build} over {baseline} "
+                            f"({', '.join(sorted({d[0] for d in dtypes.values()}))})",
                       template="plotly_white", legend_title_text="run, head dim")
     return fig
