@@ -1,6 +1,6 @@
 """The README's two pictures, drawn from a run folder with the walkthrough's own figure and table functions:
 
-    python scripts/readme_images.py outputs/h200/2026-12-04-render     ->  docs/img/speedup.png, docs/img/memory.png
+    python scripts/readme_images.py outputs/h200/2026-12-06-render     ->  docs/img/speedup.png, docs/img/memory.png
 
 The speedup curve is attnlab.report.curves.speedup_curves (section 5 of the walkthrough) for our three builds and
 the SDPA backends; the memory table is attnlab.lab.memory's peak allocations (section 6) at the non-causal shapes.
@@ -39,4 +39,4 @@ def main(folder: str) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main(sys.argv[1] if len(sys.argv) > 1 else "outputs/h200/2026-12-04-render"))
+    sys.exit(main(sys.argv[1] if len(sys.argv) > 1 else "outputs/h200/2026-12-06-render"))

@@ -48,3 +48,14 @@ def test_every_run_of_record_has_provenance_and_a_row_in_its_index():
         assert {"PROVENANCE.md", "provenance.json"} & {p.name for p in folder.iterdir()}, folder
         index = (folder.parent / "README.md").read_text()
         assert f"| `{folder.name}/` |" in index, f"{folder} has no row in {folder.parent}/README.md"
+
+
+def test_every_committed_walkthrough_page_shows_its_own_rows():
+    """Each run of record whose folder holds a rendered walkthrough and GPU rows of our builds: its page's numbers are
+    its own results.csv's (attnlab.page_check)."""
+    from attnlab import page_check
+
+    pages = sorted((ROOT / "outputs").glob(f"*/*/{page_check.NOTEBOOK}"))
+    assert pages
+    for page in pages:
+        assert page_check.check(page.parent) == [], page.parent

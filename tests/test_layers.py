@@ -29,7 +29,7 @@ LAYERS = [
     ("report", ["attnlab.report", "attnlab.report.*"]),
     ("CLI and notebooks", ["attnlab", "attnlab.bench", "attnlab.cli", "attnlab.lab", "attnlab.lies", "attnlab.render",
                            "attnlab.explore", "attnlab.compare", "attnlab.exercises", "attnlab.exercises.*",
-                           "attnlab.model_lab"]),
+                           "attnlab.model_lab", "attnlab.page_check"]),
 ]
 
 

@@ -163,3 +163,20 @@ def test_the_stand_in_replaces_only_what_a_gpu_measures(tmp_path, monkeypatch):
     assert row["device"] == "cuda:0" and row["device_name"] == standin.DEVICE_NAME
     assert row["ms"] == standin.times(64, False)["fused"] and row["ceiling_tbps"] == standin.CEILINGS["tbps"]
     assert measure.measure is not real_measure
+
+
+def test_the_page_check_passes_the_stand_in_page_and_fails_it_under_other_rows(two_parts, tmp_path):
+    from attnlab import page_check
+
+    _, part2, _, _ = two_parts
+    assert page_check.check(part2.out) == []
+    other = gpu_run.write_gpu_run(tmp_path / "other")  # another run's rows under this page
+    (other / page_check.NOTEBOOK).write_bytes((part2.out / page_check.NOTEBOOK).read_bytes())
+    problems = page_check.check(other)
+    assert any("source note" in p and gpu_run.DEVICE_NAME in p for p in problems)
+    assert any(p.startswith("the speedup table shows") for p in problems)
+    assert any("the experiment record lacks the rows' non-causal D = 64 curve, 2.50× → 3.30×" in p for p in problems)
+    assert any(f"{gpu_run.TBPS:.3g} TB/s" in p for p in problems) and any("rows of results.csv" in p for p in problems)
+    assert page_check.main([str(other)]) == 1 and page_check.main([str(part2.out)]) == 0
+    with pytest.raises(ValueError, match="holds no attention_lab.ipynb"):
+        page_check.check(tmp_path)
