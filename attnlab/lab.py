@@ -817,8 +817,8 @@ def pv_by_head_dim(les: Lessons, base: str = "fused"):
     text += (f" Why D changes it: PV is 2·N²·D FLOPs a head, as QKᵀ is, so the two matmuls do 4·N²·D FLOPs against "
              f"N² exponentials, one a score: {per}.")
     if set(t["kernel_kind"]) != {"gluon"}:
-        return Markdown(text + f" Not every {base} kernel here is warp-specialised (their tiles), so these rows give "
-                               "no reason to read the small saving as PV hidden under the softmax.")
+        return Markdown(text + f" Not every {base} kernel here records Gluon tiles (warp-specialised), so these rows "
+                               "give no reason to read the small saving as PV hidden under the softmax.")
     ratio = " and ".join(f"{4 * d / HOPPER_FLOPS_PER_EXP:g}× its exponential's time at D = {d}" for d in dims)
     return Markdown(text + f" A Hopper SM does {HOPPER_FLOPS_PER_EXP} dense 16-bit matmul FLOPs in the time its MUFU "
                            f"units compute one exponential, so a score's two matmuls take {ratio}. Near 1× the "

@@ -129,3 +129,26 @@ def test_the_tables_ablations_are_the_build_tables():
     from attnlab import builds
 
     assert ablation.VARIANTS == tuple(builds.ABLATIONS) and ablation.OURS == builds.OURS
+
+
+def test_stage_savings_name_the_kernel_that_runs_each_stage_and_its_kind():
+    """fused runs both stages in one kernel, Gluon here; qk_softmax's PV has a kernel of its own; a row without tiles
+    says ''. PV's FLOPs are one of fused's two N×N×D products: half its count."""
+    from attnlab import model
+    from attnlab.measure import Case
+
+    flops = model.flops(Case("fused", 1, 8, 8, 1000, 64, "float16", False, "cuda:0"))
+    g = '{"fused": {"gluon": true}}'
+    t = ablation.stage_savings(frame(*(row(b, ms, tiles=g, flops=flops) for b, ms in
+                                       (("fused", 2.0), ("fused-no_softmax", 1.5), ("fused-no_pv", 2.1),
+                                        ("fused-zero_mask", 2.2)))))
+    assert list(t.columns) == [*"dtype causal D N B H Hkv".split(), *ablation.STAGE_COLUMNS]
+    soft, pv = t.to_dict("records")
+    assert (soft["stage"], soft["saving_ms"], soft["share"], soft["kernel"], soft["kernel_kind"]) == \
+        ("softmax", 0.5, 0.25, "fused", "gluon")
+    assert math.isnan(soft["flop_share"]) and pv["flop_share"] == 0.5
+    assert (pv["saving_ms"], pv["share"], pv["kernel"]) == (pytest.approx(-0.1), pytest.approx(-0.05), "fused")
+    qk = ablation.stage_savings(frame(row("qk_softmax", 2.0), row("qk_softmax-no_softmax", 1.9),
+                                      row("qk_softmax-no_pv", 1.95), row("qk_softmax-zero_mask", 2.2)), base="qk_softmax")
+    assert [(r["stage"], r["kernel"], r["kernel_kind"]) for r in qk.to_dict("records")] == \
+        [("softmax", "qk_softmax", ""), ("pv", "", "")]
