@@ -767,31 +767,84 @@ def dominant(les: Lessons) -> pd.DataFrame:
                          aggfunc="first")[[b for b in OURS if b in set(t["base"])]]
 
 
-SMALL_SHARE = 0.05  # a stage whose removal saves less than this share of its build's time is read as hidden
+SMALL_SHARE = 0.05  # a stage whose removal saves less than this share of its build's time is a finding to explain
+# On Hopper an SM does 4096 dense 16-bit matmul FLOPs a clock and 16 exponentials (its MUFU units): H100 SXM's 989
+# TFLOP/s of matmul against 3.9 TFLOP/s of exponentials (FlashAttention-3, section 3). Warp-specialised (Gluon)
+# kernels run only on Hopper here, so this ratio is read only beside them.
+HOPPER_FLOPS_PER_EXP = 256
+
+
+def _stage_rows(les: Lessons, base: str) -> pd.DataFrame:
+    """attnlab.report.ablation.stage_savings over every (dtype, causal) group that ablates `base`."""
+    from attnlab.report.ablation import stage_savings
+
+    parts = [stage_savings(g, base=base) for g in groups_of(les).values()
+             if any(b.startswith(f"{base}-") for b in g["build"])]
+    return pd.concat(parts, ignore_index=True) if parts else pd.DataFrame()
+
+
+def _n_list(ns, every) -> str:
+    """N values as 'N = a–b' when they run unbroken through `every` (the N the group measured), else listed."""
+    ns, every = sorted(set(ns)), sorted(set(every))
+    i = every.index(ns[0])
+    if len(ns) > 2 and every[i:i + len(ns)] == ns:
+        return f"N = {ns[0]}–{ns[-1]}"
+    return "N = " + ", ".join(str(n) for n in ns)
+
+
+def _pct(x: float, digits: int = 0) -> str:
+    """A share as a percent with `digits` decimals, never '-0%'."""
+    return f"{round(x * 100, digits) + 0:.{digits}f}%"
+
+
+def _share_range(shares, digits: int = 0) -> str:
+    lo, hi = _pct(min(shares), digits), _pct(max(shares), digits)
+    return lo if lo == hi else f"{lo} to {hi}"
+
+
+def _why_small(stage: str, rows: pd.DataFrame, base: str) -> str:
+    """Why a stage's removal saved little, as far as the rows support it: overlap is offered as the likely cause only
+    where the kernel running the stage beside other stages is warp-specialised (its tiles say gluon)."""
+    name = "PV" if stage == "pv" else stage
+    kernel = rows["kernel"].iloc[0]
+    kinds = set(rows["kernel_kind"])
+    if not kernel:
+        return (f"In {base} the {name} has a kernel of its own, with no other stage to run under, so these rows give "
+                "no reason to read it as overlap.")
+    if kinds == {"triton"}:
+        return (f"The {kernel} kernel's tiles here say Triton, not a warp-specialised Gluon kernel, so these rows give "
+                "no reason to read it as overlap.")
+    if kinds != {"gluon"}:
+        return (f"These rows record no tiles for the {kernel} kernel, so whether it is warp-specialised is unknown, "
+                "and they give no reason to read it as overlap.")
+    flops = rows["flop_share"].dropna()
+    evidence = (f"its matmul is {_share_range(flops)} of {base}'s counted FLOPs, yet removing it saves less than "
+                f"{SMALL_SHARE:.0%} of the time" if len(flops) else f"removing it saves less than {SMALL_SHARE:.0%}")
+    return (f"Likely cause: the {name} runs under other work. The evidence: {evidence}; and the {kernel} kernel is "
+            "warp-specialised (its tiles say gluon): a loader warp feeds consumer warpgroups whose matmuls run "
+            "asynchronously on the tensor cores while the softmax runs on the CUDA cores, so one stage can run while "
+            "another computes, off the critical path.")
 
 
 def overlap_findings(les: Lessons, base: str = "fused") -> list[str]:
-    """Each ablation of `base` that saved less than SMALL_SHARE of its time, or made it slower, said as what it is:
-    a finding about overlap (the stage ran under another one) or about the stand-in's own cost, not noise."""
+    """The ablations of `base` that saved less than SMALL_SHARE of its time or made it slower, one line per (stage,
+    kind of kernel) naming the shapes, with why as far as the rows support it (_why_small)."""
+    t = _stage_rows(les, base)
+    if t.empty:
+        return []
+    t = t[t["share"].notna() & (t["share"] < SMALL_SHARE)]
+    measured = {k: list(g["N"]) for k, g in groups_of(les).items()}
     out = []
-    for (dtype, causal), g in groups_of(les).items():
-        if not any(b.startswith(f"{base}-") for b in g["build"]):
-            continue
-        t = ablation_table(g, base=base)
-        for r in t.itertuples():
-            for stage, col in (("softmax", "softmax_saving_ms"), ("PV", "pv_saving_ms")):
-                saved, total = getattr(r, col), r.base_ms
-                if not (math.isfinite(saved) and math.isfinite(total)) or saved >= SMALL_SHARE * total:
-                    continue
-                where = f"{dtype}, {'causal' if causal else 'non-causal'}, D = {r.D}, N = {r.N}"
-                if saved < 0:
-                    out.append(f"{where}: removing {stage} made {base} slower by {-saved:.3g} ms of {total:.3g}: "
-                               f"the stand-in that still consumes its input costs more than the {stage} it replaces, "
-                               f"and the {stage} itself ran under other work (overlap), so it was not on the critical "
-                               "path.")
-                else:
-                    out.append(f"{where}: removing {stage} saved {saved:.3g} ms of {total:.3g} ({saved / total:.0%}): "
-                               f"the {stage} is hidden under other work, so it is not what bounds {base} here.")
+    for (stage, _), rows in t.groupby(["stage", "kernel_kind"], sort=False):
+        name = "PV" if stage == "pv" else stage
+        where = "; ".join(f"{dt} {'causal' if c else 'non-causal'} D = {d} at {_n_list(g['N'], measured[(dt, c)])}"
+                          for (dt, c, d), g in rows.groupby(["dtype", "causal", "D"], sort=False))
+        slower = rows[rows["saving_ms"] < -rows["noise_ms"]]
+        ran = (f"; in {len(slower)} of them it ran slower by more than the noise, so its stand-in costs more than "
+               f"the {name} it replaces" if len(slower) else "")
+        out.append(f"{name}, in {len(rows)} shape(s) ({where}): removing it saved {_share_range(rows['share'], 1)} "
+                   f"of {base}'s time" + (" (negative: it ran slower)" if rows["share"].min() < 0 else "") + f"{ran}. "
+                   + _why_small(stage, rows, base))
     return out
 
 
@@ -803,8 +856,44 @@ def overlap(les: Lessons, base: str = "fused"):
     lines = overlap_findings(les, base)
     if not lines:
         return Markdown(f"No ablation of {base} saved less than {SMALL_SHARE:.0%} of its time or made it slower.")
-    return Markdown(f"{len(lines)} ablation(s) of {base} saved less than {SMALL_SHARE:.0%} or made it slower "
+    return Markdown(f"Ablations of {base} that saved less than {SMALL_SHARE:.0%} of its time or made it slower "
                     f"({les.label}):\n\n" + "\n".join(f"- {x}" for x in lines))
+
+
+@needs_lessons()
+def pv_by_head_dim(les: Lessons, base: str = "fused"):
+    """What removing PV saves at each head dim, from the rows, and why D changes it as far as they support: PV's
+    FLOPs grow with D as QKᵀ's do, while the exponentials stay one per score, so at small D the softmax bounds a
+    warp-specialised kernel and PV runs under it."""
+    from IPython.display import Markdown
+
+    t = _stage_rows(les, base)
+    t = t[(t["stage"] == "pv") & t["share"].notna()] if not t.empty else t
+    if t.empty:
+        return Markdown(f"No row here removes PV from {base}.")
+    by_d = {int(d): g for d, g in t.groupby("D")}
+    med = {d: float(g["share"].median()) for d, g in by_d.items()}
+    said = " and ".join(f"{_pct(med[d])} at D = {d} ({_share_range(g['share'])} over {len(g)} shapes)"
+                        for d, g in by_d.items())
+    text = (f"Removing PV saves a median {said} of {base}'s time"
+            + (" (negative: the ablation ran slower)" if min(med.values()) < 0 else "") + f"; {les.label}.")
+    dims = sorted(by_d)
+    if len(dims) < 2:
+        return Markdown(text + " This run measured one head dim, so it cannot show how D changes the saving.")
+    if not all(med[a] < med[b] for a, b in zip(dims, dims[1:])) or med[dims[-1]] - med[dims[0]] < SMALL_SHARE:
+        return Markdown(text + f" The saving does not grow with D by {SMALL_SHARE:.0%} or more in these rows.")
+    per = " and ".join(f"one per {4 * d} matmul FLOPs at D = {d}" for d in dims)
+    text += (f" Why D changes it: PV is 2·N²·D FLOPs a head, as QKᵀ is, so the two matmuls do 4·N²·D FLOPs against "
+             f"N² exponentials, one a score: {per}.")
+    if set(t["kernel_kind"]) != {"gluon"}:
+        return Markdown(text + f" Not every {base} kernel here records Gluon tiles (warp-specialised), so these rows "
+                               "give no reason to read the small saving as PV hidden under the softmax.")
+    ratio = " and ".join(f"{4 * d / HOPPER_FLOPS_PER_EXP:g}× its exponential's time at D = {d}" for d in dims)
+    return Markdown(text + f" A Hopper SM does {HOPPER_FLOPS_PER_EXP} dense 16-bit matmul FLOPs in the time its MUFU "
+                           f"units compute one exponential, so a score's two matmuls take {ratio}. Near 1× the "
+                           f"softmax is the likely bound, and {base}'s kernel here, warp-specialised (its tiles say "
+                           "gluon), runs PV on the tensor cores under it; as D grows the matmuls outgrow the "
+                           "exponentials, and PV's time shows.")
 
 
 # -- section 8: roofline ------------------------------------------------------------------------------------------
@@ -1134,6 +1223,31 @@ def check_yourself(run: Run, les: Lessons | None = None):
 
 # -- section 12: the experiment record ----------------------------------------------------------------------------
 
+def _n_span(ns) -> str:
+    lo, hi = int(min(ns)), int(max(ns))
+    return f"N = {lo}" if lo == hi else f"N = {lo}–{hi}"
+
+
+def _qk_tradeoff(les: Lessons) -> str:
+    """What qk_softmax pays in QKᵀ for dropping S, over every group's S step (report.attribution's qk_passes): a
+    second pass only where its rows say it ran two; none where one pass held the row on chip."""
+    att = pd.concat([report.attribution(g) for g in groups_of(les).values()], ignore_index=True)
+    s = att[att["boundary"] == "S round trip"]
+    two, one, unknown = s[s["qk_passes"] == 2], s[s["qk_passes"] == 1], s[s["qk_passes"].isna()]
+    parts = []
+    if len(two):
+        parts.append(f"qk_softmax pays for dropping S with a second QKᵀ pass in the {len(two)} of {len(s)} shapes "
+                     f"where it ran two passes ({_n_span(two['N'])}; up to "
+                     f"{-two['qk_removed_ms'].min():.3g} ms at the matmul ceiling)")
+    if len(one):
+        parts.append(f"{'it' if len(two) else 'qk_softmax'} pays no second QKᵀ pass in the {len(one)} of {len(s)} "
+                     f"shapes where it ran one (N ≤ {one['N'].max()}), the row held on chip")
+    if len(unknown):
+        parts.append(f"in {len(unknown)} of {len(s)} shapes qk_softmax's rows do not record whether it ran one QKᵀ "
+                     "pass or two")
+    return "; ".join(parts)
+
+
 def experiment_record(run: Run, les: Lessons | None = None) -> pd.DataFrame:
     """Hypothesis, controlled change, observed effect, tradeoff and verdict, each filled from the data (`les`:
     lessons(run) unless given)."""
@@ -1150,8 +1264,6 @@ def experiment_record(run: Run, les: Lessons | None = None) -> pd.DataFrame:
     big = les.results[les.results["status"] == "ok"]
     n_max = int(big["N"].max())
     hold = big[(big["N"] == n_max) & big["build"].isin(OURS)].groupby("build")["hold_bytes"].max()
-    qk = report.attribution(next(iter(groups_of(les).values())))
-    extra = qk[(qk["boundary"] == "S round trip")]["qk_removed_ms"]
     err = big[big["build"].isin(OURS)].groupby("build")["err"].max()
     record = [
         ("hypothesis", "fused's speedup over materialised grows with N, then flattens (refuted if it falls, is flat "
@@ -1164,8 +1276,7 @@ def experiment_record(run: Run, les: Lessons | None = None) -> pd.DataFrame:
                     + ", ".join(f"{k}: {n}" for k, n in verdicts.items())),
         ("tradeoff", f"at N = {n_max} fused must hold {_bytes(hold.get('fused'))} against materialised's "
                      f"{_bytes(hold.get('materialised'))}, but keeps no P to inspect or reuse and no stage a "
-                     f"profiler can time; qk_softmax pays for dropping S with a second QKᵀ pass (up to "
-                     f"{-extra.min():.3g} ms at the matmul ceiling); worst error against the fp64 oracle: "
+                     f"profiler can time; {_qk_tradeoff(les)}; worst error against the fp64 oracle: "
                      + ", ".join(f"{b} {err.get(b, math.nan):.3g}" for b in OURS)),
     ]
     return pd.DataFrame(record, columns=["entry", "record"])

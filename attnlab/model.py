@@ -42,7 +42,8 @@ What each fusion step removes, predicted from our kernels' data flow (attnlab/tr
     S round trip      materialised → qk_softmax
       bytes           S written once + S read by the softmax kernel: once for N ≤ SOFTMAX_ROW_MAX, twice beyond
                       (a longer row is streamed once for its max and sum, once more to write P)
-      and             qk_softmax *adds* one QKᵀ pass: it recomputes the scores rather than write S
+      and             qk_softmax *adds* one QKᵀ pass where it runs two: it recomputes the scores rather than write
+                      S (none where a row fits on chip and one pass writes P: its row's tiles say one_pass)
 
     P round trip      qk_softmax → fused
       bytes           P written once (full) + P read by the PV kernel: full, or half when causal (PV skips tiles past
@@ -86,7 +87,9 @@ BOUNDARIES = {  # boundary → (the build that has it, the build without it), in
     "S round trip": ("materialised", "qk_softmax"),
     "P round trip": ("qk_softmax", "fused"),
 }
-QK_PASSES_REMOVED = {"S round trip": -1, "P round trip": +1}  # QKᵀ passes each step removes (−1: adds one)
+# QKᵀ passes each step removes where qk_softmax runs two passes (−1: adds one); where it runs one, neither step
+# changes the QKᵀ work (the qk_softmax row's recorded tiles say which: one_pass)
+QK_PASSES_REMOVED = {"S round trip": -1, "P round trip": +1}
 
 
 def itemsize(dtype: str) -> int:

@@ -54,7 +54,7 @@ def test_ties_and_no_saving_name_no_dominant_stage():
                                     *fused_family(2.0, 2.0, 2.25, 2.0, N=2000)))
     assert t["dominant"].tolist() == ["", ""]
     assert t["note"][0].startswith("tie between softmax and pv: their savings differ by 0 ms")
-    assert "no ablation saves time" in t["note"][1] and "no_pv ran slower than fused" in t["note"][1]
+    assert "no ablation saves time" in t["note"][1] and "no_pv ran 0.25 ms slower than fused" in t["note"][1]
 
 
 def test_causal_saving_is_a_difference_with_its_meaning_never_a_ratio():
@@ -81,7 +81,12 @@ def test_a_slower_ablation_is_explained_not_hidden():
                              row("materialised-no_pv", 2.2), row("materialised-zero_mask", 2.1)), base="materialised")
     assert t.loc[0, "pv_saving_ms"] == pytest.approx(-0.2)
     assert t.loc[0, "dominant"] == "softmax"
-    assert "no_pv ran slower than materialised" in t.loc[0, "note"]
+    # base − ablation is the stage less its stand-in: −0.2 ms says the PV costs at least 0.2 ms less than the
+    # stand-in, and bounds the PV's own cost from neither side otherwise
+    note = t.loc[0, "note"]
+    assert "no_pv ran 0.2 ms slower than materialised" in note
+    assert "the pv costs at least 0.2 ms less than the stand-in" in note
+    assert "does not bound" in note and "at most" not in note
 
 
 def test_an_ablation_with_other_tiles_is_noted():
@@ -124,3 +129,26 @@ def test_the_tables_ablations_are_the_build_tables():
     from attnlab import builds
 
     assert ablation.VARIANTS == tuple(builds.ABLATIONS) and ablation.OURS == builds.OURS
+
+
+def test_stage_savings_name_the_kernel_that_runs_each_stage_and_its_kind():
+    """fused runs both stages in one kernel, Gluon here; qk_softmax's PV has a kernel of its own; a row without tiles
+    says ''. PV's FLOPs are one of fused's two N×N×D products: half its count."""
+    from attnlab import model
+    from attnlab.measure import Case
+
+    flops = model.flops(Case("fused", 1, 8, 8, 1000, 64, "float16", False, "cuda:0"))
+    g = '{"fused": {"gluon": true}}'
+    t = ablation.stage_savings(frame(*(row(b, ms, tiles=g, flops=flops) for b, ms in
+                                       (("fused", 2.0), ("fused-no_softmax", 1.5), ("fused-no_pv", 2.1),
+                                        ("fused-zero_mask", 2.2)))))
+    assert list(t.columns) == [*"dtype causal D N B H Hkv".split(), *ablation.STAGE_COLUMNS]
+    soft, pv = t.to_dict("records")
+    assert (soft["stage"], soft["saving_ms"], soft["share"], soft["kernel"], soft["kernel_kind"]) == \
+        ("softmax", 0.5, 0.25, "fused", "gluon")
+    assert math.isnan(soft["flop_share"]) and pv["flop_share"] == 0.5
+    assert (pv["saving_ms"], pv["share"], pv["kernel"]) == (pytest.approx(-0.1), pytest.approx(-0.05), "fused")
+    qk = ablation.stage_savings(frame(row("qk_softmax", 2.0), row("qk_softmax-no_softmax", 1.9),
+                                      row("qk_softmax-no_pv", 1.95), row("qk_softmax-zero_mask", 2.2)), base="qk_softmax")
+    assert [(r["stage"], r["kernel"], r["kernel_kind"]) for r in qk.to_dict("records")] == \
+        [("softmax", "qk_softmax", ""), ("pv", "", "")]

@@ -43,6 +43,28 @@ def test_memory_and_ablation_figures_carry_the_measured_values():
     assert list(softmax.y) == pytest.approx([0.3, 1.2])
 
 
+def test_the_mask_bar_is_drawn_apart_from_what_removing_a_stage_saves():
+    """zero_mask adds a stage the base program lacks: its bar is a cost, so it sits on an axis of its own, never on the
+    axis of savings; the savings' axis holds the two stages removed and nothing else."""
+    ab = figures.ablation_figure(frame(*_results().query("not causal").to_dict("records")))  # D = 64 and 128
+
+    def y_title(trace):  # a panel's own title, or that of the axis it shares (the panel row's first)
+        axis = ab.layout[f"yaxis{trace.yaxis[1:]}"]
+        return axis.title.text or ab.layout[f"yaxis{axis.matches[1:]}"].title.text
+
+    assert {t.name: y_title(t) for t in ab.data} == {"softmax (→ copy)": "what removing each stage saves (ms)",
+                                                     "PV (dropped)": "what removing each stage saves (ms)",
+                                                     "mask": "what applying an all-zero mask adds (ms)"}
+    assert len({(t.name, y_title(t)) for t in ab.data}) == 3  # the same in every panel
+    saves = {ab.layout[f"yaxis{t.yaxis[1:]}"].domain for t in ab.data if t.name != "mask"}
+    adds = {ab.layout[f"yaxis{t.yaxis[1:]}"].domain for t in ab.data if t.name == "mask"}
+    assert len(saves) == len(adds) == 1 and not saves & adds  # two rows of panels, the mask's below
+    mask = [t for t in ab.data if t.name == "mask"][0]
+    assert list(mask.y) == pytest.approx([0.2, 0.4])  # D = 64: zero_mask − fused, an added cost, drawn positive
+    colours = {t.name: {u.marker.color for u in ab.data if u.name == t.name} for t in ab.data}
+    assert all(len(c) == 1 for c in colours.values()) and len({next(iter(c)) for c in colours.values()}) == 3
+
+
 def test_the_page_draws_offline():
     page = figures.to_html([figures.speedup_figure(_group()), figures.memory_figure(_group())])
     assert page.count("Plotly.newPlot") == 2
@@ -87,8 +109,9 @@ def _results():
 
 
 def _by_panel(fig, name):
-    """{D: (x, y)} of the traces called `name`, one per panel (D = 64 in the first, 128 in the second)."""
-    panel = {"x": 64, "x2": 128}
+    """{D: (x, y)} of the traces called `name`, one per panel (D = 64 in the first column, 128 in the second; the
+    ablation figure's mask row below: x3, x4)."""
+    panel = {"x": 64, "x2": 128, "x3": 64, "x4": 128}
     return {panel[t.xaxis]: (list(t.x), list(t.y)) for t in fig.data if t.name == name}
 
 
@@ -111,12 +134,15 @@ def test_the_report_draws_for_each_group_the_speedup_memory_and_ablation_figures
         assert speed.layout.title.text.startswith(f"speedup over {baseline} ({dtype}, {kind};")
         assert memory.layout.title.text.startswith(f"peak allocation per call ({dtype}, {kind})")
         assert ablation.layout.title.text.startswith(f"what removing each stage of fused saves ({dtype}, {kind})")
-        for fig in (speed, memory, ablation):
+        for fig in (speed, memory):
             assert [a.text for a in fig.layout.annotations] == ["D = 64", "D = 128"]
+        assert [a.text for a in ablation.layout.annotations] == ["D = 64", "D = 128", "D = 64, all-zero mask",
+                                                                 "D = 128, all-zero mask"]
         assert speed.layout.xaxis.title.text == memory.layout.xaxis.title.text == "sequence length N (tokens)"
         assert speed.layout.yaxis.title.text == f"× faster than {baseline} (ratio of times)"
         assert memory.layout.yaxis.title.text == "peak allocation (bytes)"
-        assert ablation.layout.yaxis.title.text == "time saved or added (ms)"
+        assert ablation.layout.yaxis.title.text == "what removing each stage saves (ms)"
+        assert ablation.layout.yaxis3.title.text == "what applying an all-zero mask adds (ms)"
         assert {t.name for t in speed.data} == builds
         assert {t.name for t in memory.data} == builds | {f"{b} must hold" for b in builds}
         table = speedup(group, baseline=baseline)

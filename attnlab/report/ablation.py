@@ -11,7 +11,10 @@ Each ablation (attnlab.builds.ABLATIONS) is the same kernel with one stage chang
                 group both rows are causal, so it is the mask cost on the tiles a causal build visits.
 
 The dominant stage of a shape is the one whose removal saves the most time; the mask is not a candidate (it is not a
-stage of the base program). What stays when both are removed (QKᵀ, the memory round trips) is not ablated here: see
+stage of the base program). `stage_savings` gives the same savings one row per (shape, stage), with what a reader
+needs to judge a small one: the stage's share of the base's counted FLOPs, and the kernel that runs the stage beside
+other work, Gluon (warp-specialised: a loader warp and consumer warpgroups, the matmuls issued asynchronously, so one
+stage can run while another computes) or Triton, as the base row's recorded tiles say. What stays when both are removed (QKᵀ, the memory round trips) is not ablated here: see
 attnlab.report.boundary_time. `causal_saving` puts a build's causal and non-causal rows side by side as a difference
 of times, never a ratio.
 """
@@ -21,6 +24,7 @@ import math
 
 import pandas as pd
 
+from attnlab import model, schema
 from attnlab.report import groups
 
 OURS = ("materialised", "qk_softmax", "fused")
@@ -74,8 +78,7 @@ def ablation_table(results: pd.DataFrame, base: str = "fused") -> pd.DataFrame:
         whys += [f"{base}-{ab} ran in {ms[ab] / base_ms:.0%} of {base}'s time: more than removing one stage can save; "
                  "check that its output is consumed (work a compiler dropped looks like this)"
                  for ab in ms if ms[ab] < DROPPED_SHARE * base_ms]
-        whys += [f"{ab} ran slower than {base}: its stand-in costs more than the {stage} it replaces, so the "
-                 f"{stage} costs at most what this saving says" for stage, ab in STAGES.items() if saving[stage] < -noise]
+        whys += [_slower(base, ab, stage, -saving[stage]) for stage, ab in STAGES.items() if saving[stage] < -noise]
         rows.append({
             **groups.leading(dtype, causal, shape), "base": base, "base_ms": base_ms,
             **{f"{ab}_ms": v for ab, v in ms.items()},
@@ -88,6 +91,54 @@ def ablation_table(results: pd.DataFrame, base: str = "fused") -> pd.DataFrame:
                                  *_other_tiles(found, base, shape)),
         })
     return pd.DataFrame(rows, columns=[*groups.LEADING, *COLUMNS])
+
+
+def _slower(base: str, ablation: str, stage: str, extra_ms: float) -> str:
+    """The note for an ablation slower than its base by extra_ms. base − ablation is the stage's cost less its
+    stand-in's, so a negative saving bounds the stage from one side only: it costs at least extra_ms less than the
+    stand-in. The stand-in is not timed alone, so nothing bounds the stage's own cost from above."""
+    return (f"{ablation} ran {extra_ms:.3g} ms slower than {base}: its stand-in costs more than the {stage} it "
+            f"replaces, so the {stage} costs at least {extra_ms:.3g} ms less than the stand-in; what the {stage} "
+            "itself costs this row does not bound")
+
+
+# The kernel that runs a stage beside other stages, per base: fused runs both in one kernel, qk_softmax its softmax
+# in its P kernel (beside QKᵀ and P's stores). A stage not named here has a kernel of its own (qk_softmax's PV,
+# materialised's softmax and PV), where no other stage can hide it.
+STAGE_KERNEL = {"fused": {"softmax": "fused", "pv": "fused"}, "qk_softmax": {"softmax": "qk_softmax"}}
+
+STAGE_COLUMNS = {
+    "base": "the build ablated", "stage": "the stage removed ('softmax' or 'pv')",
+    "base_ms": "the base build's median ms", "saving_ms": "base_ms − the ablation's ms (negative: it ran slower)",
+    "share": "saving_ms / base_ms", "noise_ms": "the smallest difference read as real (groups.noise_ms)",
+    "flop_share": "the stage's matmul FLOPs over the base row's counted FLOPs (pv: one N×N×D product; NaN for the "
+                  "softmax, whose arithmetic the count leaves out, or where the row has no FLOP count)",
+    "kernel": "the kernel that runs the stage beside other stages ('' where it has a kernel of its own)",
+    "kernel_kind": "'gluon' (warp-specialised) or 'triton', from the base row's recorded tiles; '' where unrecorded",
+}
+
+
+def stage_savings(results: pd.DataFrame, base: str = "fused") -> pd.DataFrame:
+    """One row per (shape, stage) of one (dtype, causal) group: ablation_table's savings, with the stage's FLOP share
+    and the kind of kernel that runs it (STAGE_COLUMNS)."""
+    t = ablation_table(results, base=base)
+    dtype, causal = groups.one_group(results, ("ms",))
+    found = groups.cases(results)
+    rows = []
+    for r in t.to_dict("records"):
+        shape = tuple(int(r[c]) for c in groups.SHAPE)
+        row = found.get((base, shape))
+        flops = float(row.get("flops", math.nan)) if row is not None else math.nan
+        for stage in STAGES:
+            kernel = STAGE_KERNEL.get(base, {}).get(stage, "")
+            kind = schema.kernel_label(row.get("tiles"), kernel) if kernel and row is not None else ""
+            stage_flops = model.qk_pass_flops(*shape[:2], *shape[3:], causal) if stage == "pv" else math.nan
+            rows.append({**groups.leading(dtype, causal, shape), "base": base, "stage": stage,
+                         "base_ms": r["base_ms"], "saving_ms": r[f"{stage}_saving_ms"],
+                         "share": r[f"{stage}_saving_ms"] / r["base_ms"], "noise_ms": r["noise_ms"],
+                         "flop_share": stage_flops / flops if flops > 0 else math.nan,
+                         "kernel": kernel, "kernel_kind": kind})
+    return pd.DataFrame(rows, columns=[*groups.LEADING, *STAGE_COLUMNS])
 
 
 def _other_tiles(found: dict, base: str, shape: tuple) -> list[str]:

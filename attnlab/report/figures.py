@@ -2,7 +2,8 @@
 
     speedup_figure(group, baseline)   x_vs_<baseline> against N, one line per build, one panel per head dim
     memory_figure(group)              peak allocation against N, one line per build, predicted holds dashed
-    ablation_figure(group, base)      what removing each stage saves, per N, one panel per head dim
+    ablation_figure(group, base)      what removing each stage saves, per N, one panel per head dim; below,
+                                      apart, what applying an all-zero mask adds
 
 Side by side, one panel per run (cards, or runs of one card), each panel one run's rows of one (dtype, causal) group:
 
@@ -74,20 +75,27 @@ def memory_figure(group, builds=None) -> go.Figure:
 
 
 def ablation_figure(group, base: str = "fused") -> go.Figure:
+    """Two rows of panels, one column per head dim: above, what removing each stage saves; below, apart on an axis of
+    its own, what applying an all-zero mask adds (a stage the base program does not have, so a cost, never a
+    saving). Each bar keeps the colour of its ablation in every panel."""
     dtype, causal = one_group(group)
     t = ablation_table(group, base=base)
     dims = sorted(t["D"].unique())
-    fig = _panels(dims, f"what removing each stage of {base} saves ({dtype}, "
-                        f"{'causal' if causal else 'non-causal'}); the mask bar is what applying one costs")
-    bars = (("softmax_saving_ms", "softmax (→ copy)"), ("pv_saving_ms", "PV (dropped)"), ("mask_cost_ms", "mask"))
+    fig = make_subplots(rows=2, cols=len(dims), shared_yaxes=True, vertical_spacing=0.22,
+                        subplot_titles=[f"D = {d}" for d in dims] + [f"D = {d}, all-zero mask" for d in dims])
+    fig.update_layout(title=f"what removing each stage of {base} saves ({dtype}, "
+                            f"{'causal' if causal else 'non-causal'}); below, what applying a mask adds",
+                      template="plotly_white", legend_title_text="ablation", barmode="group", height=640)
+    bars = ((1, "softmax_saving_ms", "softmax (→ copy)"), (1, "pv_saving_ms", "PV (dropped)"),
+            (2, "mask_cost_ms", "mask"))
     for col, d in enumerate(dims, start=1):
         rows = t[t["D"] == d].sort_values("N")
-        for i, (column, label) in enumerate(bars):
+        for i, (panel, column, label) in enumerate(bars):
             fig.add_trace(go.Bar(x=rows["N"].astype(str), y=rows[column], name=label, legendgroup=label,
-                                 showlegend=col == 1, marker_color=_color(i)), row=1, col=col)
-    fig.update_xaxes(type="category")
-    fig.update_yaxes(title_text="time saved or added (ms)", col=1)
-    fig.update_layout(barmode="group")
+                                 showlegend=col == 1, marker_color=_color(i)), row=panel, col=col)
+    fig.update_xaxes(type="category", title_text="sequence length N (tokens)", row=2)
+    fig.update_yaxes(title_text="what removing each stage saves (ms)", row=1, col=1)
+    fig.update_yaxes(title_text="what applying an all-zero mask adds (ms)", row=2, col=1)
     return fig
 
 
