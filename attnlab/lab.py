@@ -207,7 +207,7 @@ def _facts(prov: dict, dtype: str, out) -> list[tuple[str, str]]:
     return [
         ("device", f"{dev.get('name')} ({dev.get('device')})"),
         ("compute capability", dev.get("capability") or "none (CPU)"),
-        ("memory", _bytes(dev["total_memory"]) if dev.get("total_memory") else "n/a"),
+        ("memory", readable_bytes(dev["total_memory"]) if dev.get("total_memory") else "n/a"),
         ("driver / CUDA", f"{dev.get('driver_version') or 'n/a'} / {sw.get('cuda') or 'n/a'}"),
         ("torch / triton / python", f"{sw.get('torch')} / {sw.get('triton')} / {sw.get('python')}"),
         ("Triton interpreter", "on: our kernels run as Python, so their timings measure Python"
@@ -218,7 +218,7 @@ def _facts(prov: dict, dtype: str, out) -> list[tuple[str, str]]:
         ("copy bandwidth, measured", f"{c.get('tbps', math.nan):.4g} TB/s (read + written; {c.get('timer')})"),
         ("matmul rate, measured", f"{c.get('tflops', math.nan):.4g} TFLOP/s ({c.get('matmul_n')}³)"),
         ("ridge point", f"{c['tflops'] / c['tbps']:.3g} FLOP/byte" if c.get("tbps") else "n/a"),
-        ("folder", _relative(out)),
+        ("folder", relative_path(out)),
     ]
 
 
@@ -383,7 +383,7 @@ class Lessons:
 
     @property
     def label(self) -> str:
-        where = _relative(self.folder)
+        where = relative_path(self.folder)
         if self.own:
             return f"this run, measured on {self.device_name} ({where})"
         commit = self.provenance.get("git", {}).get("commit") or "commit not recorded"
@@ -395,7 +395,7 @@ class Lessons:
         return sorted(self.results["dtype"].astype(str).unique())
 
 
-def _relative(folder: Path) -> str:
+def relative_path(folder: Path) -> str:
     try:
         return str(Path(folder).resolve().relative_to(provenance.REPO))
     except ValueError:
@@ -441,7 +441,7 @@ def source_note(run: Run, les: Lessons | None = None):
     les = les or lessons(run)
     if les is None:
         return Markdown("**No GPU measurements to draw on:** this run has none and no committed GPU run was found "
-                        f"under `{_relative(outputs_root())}`. Render this notebook on a GPU (`make run`) to fill the "
+                        f"under `{relative_path(outputs_root())}`. Render this notebook on a GPU (`make run`) to fill the "
                         "speed and memory sections.")
     if les.own:
         return Markdown(f"**Measured here:** {les.label}.")
@@ -458,7 +458,7 @@ def no_lessons():
     from IPython.display import Markdown
 
     return Markdown(f"*Nothing to show: no GPU rows (this run has none, and no committed GPU run was found under "
-                    f"`{_relative(outputs_root())}`).*")
+                    f"`{relative_path(outputs_root())}`).*")
 
 
 def needs_lessons(many: bool = False):
@@ -542,7 +542,7 @@ def policy_runs(les: Lessons, root=None) -> dict:
     holding our three builds (its rows of the same dtype, else of its own first dtype): label → rows of one dtype."""
     dtype = les.dtypes[0]
     mine = policy_of(les.results[les.results["dtype"].astype(str) == dtype])
-    runs = {f"{mine} ({dtype}, {_relative(les.folder)})": les.results[les.results["dtype"].astype(str) == dtype]}
+    runs = {f"{mine} ({dtype}, {relative_path(les.folder)})": les.results[les.results["dtype"].astype(str) == dtype]}
     same_card = [f for f in find_runs(root) if f != les.folder
                  and json.loads((f / sweep.PROVENANCE).read_text()).get("device", {}).get("name") == les.device_name]
     seen = {mine}
@@ -559,7 +559,7 @@ def policy_runs(les: Lessons, root=None) -> dict:
         policy = policy_of(rows)
         if policy not in seen and policy != "mixed" and has_ours(rows):
             seen.add(policy)
-            runs[f"{policy} ({theirs}, {_relative(folder)})"] = rows
+            runs[f"{policy} ({theirs}, {relative_path(folder)})"] = rows
     return runs
 
 
@@ -666,7 +666,7 @@ def head_dim_note(les: Lessons):
 
 # -- section 6: memory --------------------------------------------------------------------------------------------
 
-def _bytes(x) -> str:
+def readable_bytes(x) -> str:
     if x is None or (isinstance(x, float) and not math.isfinite(x)):
         return "n/a"
     for unit, size in (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
@@ -679,7 +679,7 @@ def _readable(t: pd.DataFrame, columns=None) -> pd.DataFrame:
     """Byte counts as KiB / MiB / GiB: `columns`, or those whose name ends in 'bytes'."""
     t = t.copy()
     for c in columns if columns is not None else [c for c in t.columns if c.endswith("bytes")]:
-        t[c] = t[c].map(_bytes)
+        t[c] = t[c].map(readable_bytes)
     return t
 
 
@@ -693,7 +693,7 @@ def memory(les: Lessons, dtype: str | None = None, causal: bool = False) -> list
     wide = peaks.pivot_table(index=["D", "N", "B", "H"], columns="build", values="peak_bytes", aggfunc="first")
     wide = wide[list(dict.fromkeys(peaks["build"]))]
     wide.insert(0, "S or P (predicted)", peaks.groupby(["D", "N", "B", "H"])["s_bytes"].first())
-    wide = wide.map(_bytes)
+    wide = wide.map(readable_bytes)
     wide.columns.name = "peak allocation"
     odd = peaks[(peaks["peak_over_hold"] < 1) | (peaks["peak_over_hold"] > 1.5) | (peaks["note"] != "")]
     odd = odd[["D", "N", "build", "holds", "peak_bytes", "hold_bytes", "peak_over_hold", "note"]]
@@ -726,9 +726,9 @@ def groups_of(les: Lessons) -> dict:
 @needs_lessons()
 def attribution(les: Lessons, dtype: str | None = None, causal: bool = False) -> pd.DataFrame:
     g = groups_of(les)[(dtype or les.dtypes[0], causal)]
-    cols = ["D", "N", "boundary", "delta_ms", "bytes", "predicted_ms", "measured_over_predicted", "qk_removed_ms",
-            "measured_over_with_qk", "note"]
-    return report.attribution(g)[cols]
+    cols = ["D", "N", "boundary", "delta_ms", "bytes", "predicted_ms", "measured_over_predicted", "qk_passes",
+            "qk_removed_ms", "measured_over_with_qk", "note"]
+    return _readable(report.attribution(g)[cols], ["bytes"])
 
 
 @needs_lessons()
@@ -991,7 +991,7 @@ def profile_report(prof: dict) -> list:
 
     c = prof["case"]
     shape = f"B = {c.B}, H = {c.H}, N = {c.N}, D = {c.D}, {c.dtype}, {'causal' if c.causal else 'non-causal'}"
-    traces = ", ".join(f"`{_relative(t)}`" for t in prof["traces"].values())
+    traces = ", ".join(f"`{relative_path(t)}`" for t in prof["traces"].values())
     out = []
     if prof["device"] == "cuda":
         out.append(Markdown(f"torch.profiler over three calls of each build at {shape}: the device kernels each one "
@@ -1096,7 +1096,7 @@ def why_there(les: Lessons, sp: pd.DataFrame, x: float) -> str:
         n = over[0]
         moved, pred, mat, fused = _traffic_share(les, dtype, causal, D, n)
         text = (f"At N = {n} ({'causal' if causal else 'non-causal'}, D = {D}) S and P's two round trips move "
-                f"{_bytes(moved)}, {pred:.3g} ms at the measured bandwidth, {pred / mat:.0%} of materialised's "
+                f"{readable_bytes(moved)}, {pred:.3g} ms at the measured bandwidth, {pred / mat:.0%} of materialised's "
                 f"{mat:.3g} ms, while fused takes {fused:.3g} ms in all.")
         before = [m for m, v in row.items() if m < n and pd.notna(v)]
         if before:
@@ -1119,7 +1119,7 @@ def questions(run: Run, les: Lessons | None = None) -> list[Question]:
     the gate and byte model of `run`, the speed rows of `les` (lessons(run) unless given)."""
     les = les or lessons(run)
     qs = []
-    here = f"this run ({_relative(run.out)})"
+    here = f"this run ({relative_path(run.out)})"
     k = _kernels()
     # the seeds' questions, answered with the data at hand
     dom = dominant(les) if les is not None else pd.DataFrame()
@@ -1175,12 +1175,12 @@ def questions(run: Run, les: Lessons | None = None) -> list[Question]:
             f"At N = {n_max}, which removed boundary saves more time, and how does each compare with its bytes at "
             "the measured bandwidth?",
             "; ".join(f"D = {r.D}, {r.boundary}: saved {r.delta_ms:.3g} ms against {r.predicted_ms:.3g} ms for its "
-                      f"{_bytes(r.bytes)} at the copy bandwidth (×{r.measured_over_predicted:.2f})"
+                      f"{readable_bytes(r.bytes)} at the copy bandwidth (×{r.measured_over_predicted:.2f})"
                       for r in last.itertuples()) + ".", les.label))
         find = overlap_findings(les)
         qs.append(Question(
             "Does any ablation of fused save almost nothing, or make it slower? What does that tell you?",
-            (f"Yes, {len(find)} case(s): " + " ".join(find[:3]) + (" …" if len(find) > 3 else ""))
+            ("Yes. " + " ".join(find[:3]) + (f" (and {len(find) - 3} more findings)" if len(find) > 3 else ""))
             if find else "No: every ablation of fused saved at least 5 % of its time in these rows.", les.label))
     cases = _shapes(run)
     big = max(cases, key=lambda c: (c.N, c.D))
@@ -1188,9 +1188,9 @@ def questions(run: Run, les: Lessons | None = None) -> list[Question]:
     qs.append(Question(
         f"At this run's largest shape (B = {big.B}, H = {big.H}, N = {big.N}, D = {big.D}, {big.dtype}), how many "
         "bytes must materialised hold at once, and how many must fused?",
-        f"materialised: {_bytes(model.hold_bytes(mk['materialised']))} (S and P, each "
-        f"{_bytes(bd.nn_bytes(big.B, big.H, big.N, big.dtype))}); qk_softmax: "
-        f"{_bytes(model.hold_bytes(mk['qk_softmax']))} (P and O); fused: {_bytes(model.hold_bytes(mk['fused']))} "
+        f"materialised: {readable_bytes(model.hold_bytes(mk['materialised']))} (S and P, each "
+        f"{readable_bytes(bd.nn_bytes(big.B, big.H, big.N, big.dtype))}); qk_softmax: "
+        f"{readable_bytes(model.hold_bytes(mk['qk_softmax']))} (P and O); fused: {readable_bytes(model.hold_bytes(mk['fused']))} "
         f"(O only): {model.hold_bytes(mk['materialised']) / model.hold_bytes(mk['fused']):.0f}× less.",
         here + " (the byte model at its shapes)"))
     if len(run.gate):
@@ -1209,7 +1209,7 @@ def questions(run: Run, les: Lessons | None = None) -> list[Question]:
         qs.append(Question(
             "At the copy bandwidth this run measured, how long would the S round trip take at its largest shape, "
             "and what is the ridge point of this device?",
-            f"{_bytes(s_bytes)} at {c['tbps']:.3g} TB/s: {bd.ms_at(s_bytes, c['tbps']):.3g} ms. The ridge point is "
+            f"{readable_bytes(s_bytes)} at {c['tbps']:.3g} TB/s: {bd.ms_at(s_bytes, c['tbps']):.3g} ms. The ridge point is "
             f"{c['tflops'] / c['tbps']:.3g} FLOP/byte ({c['tflops']:.3g} TFLOP/s over {c['tbps']:.3g} TB/s): a "
             "kernel doing fewer FLOPs per byte moved is bound by memory here.", here + " (its measured ceilings)"))
     return qs
@@ -1274,8 +1274,8 @@ def experiment_record(run: Run, les: Lessons | None = None) -> pd.DataFrame:
         ("observed effect", f"{effect} ({les.label})"),
         ("verdict", f"supported in {supported} of {len(tr)} (causal, D) curves; "
                     + ", ".join(f"{k}: {n}" for k, n in verdicts.items())),
-        ("tradeoff", f"at N = {n_max} fused must hold {_bytes(hold.get('fused'))} against materialised's "
-                     f"{_bytes(hold.get('materialised'))}, but keeps no P to inspect or reuse and no stage a "
+        ("tradeoff", f"at N = {n_max} fused must hold {readable_bytes(hold.get('fused'))} against materialised's "
+                     f"{readable_bytes(hold.get('materialised'))}, but keeps no P to inspect or reuse and no stage a "
                      f"profiler can time; {_qk_tradeoff(les)}; worst error against the fp64 oracle: "
                      + ", ".join(f"{b} {err.get(b, math.nan):.3g}" for b in OURS)),
     ]

@@ -37,7 +37,7 @@ import yaml
 
 from attnlab import builds, hf_attention, lab, model as bd, model_forward as mf, model_sweep, render, sweep
 from attnlab.args import Parser, existing_file, out_dir as out_dir_arg, positive_float
-from attnlab.lab import Question, _bytes, _relative
+from attnlab.lab import Question, readable_bytes, relative_path
 from attnlab.lab import setup as lab_setup
 from attnlab.runs import outputs_root, started
 
@@ -106,7 +106,7 @@ def sweep_run(run: Run, progress: bool = True):
     model_sweep.run(run.params, run.out, progress=progress)
     _read(run)
     ok = int((run.results["status"] == "ok").sum())
-    return Markdown(f"{len(run.results)} rows ({ok} ok) in `{_relative(run.out / model_sweep.RESULTS)}`, provenance "
+    return Markdown(f"{len(run.results)} rows ({ok} ok) in `{relative_path(run.out / model_sweep.RESULTS)}`, provenance "
                     f"in `{model_sweep.PROVENANCE}` beside it.")
 
 
@@ -189,7 +189,7 @@ def source_note(run: Run, les: Lessons | None = None):
     les = les or lessons(run)
     if les is None:
         return Markdown(f"**No GPU measurements to draw on:** this run has none, and no committed GPU model run was "
-                        f"found under `{_relative(outputs_root())}`. To make one: {MAKE_ONE}.")
+                        f"found under `{relative_path(outputs_root())}`. To make one: {MAKE_ONE}.")
     if les.own:
         return Markdown(f"**Measured here:** {les.label}.")
     why = ("this machine has no GPU: our kernels run in Triton's interpreter here, whose times measure Python"
@@ -366,7 +366,7 @@ def forward_table(results: pd.DataFrame, column: str = "forward_ms") -> pd.DataF
 
 def memory_table(results: pd.DataFrame) -> pd.DataFrame:
     """Peak allocation of one forward above the weights, per model, shape and build, readable."""
-    return forward_table(results, "peak_bytes").map(_bytes)
+    return forward_table(results, "peak_bytes").map(readable_bytes)
 
 
 def _note(text: str):
@@ -377,7 +377,7 @@ def _note(text: str):
 
 def _no_gpu_rows() -> list:
     return [_note(f"*Nothing to show: no GPU model rows (this run has none, and no committed GPU model run was found "
-                  f"under `{_relative(outputs_root())}`). To make one: {MAKE_ONE}.*")]
+                  f"under `{relative_path(outputs_root())}`). To make one: {MAKE_ONE}.*")]
 
 
 # -- what the rows say about the host and the share ----------------------------------------------------------------
@@ -621,7 +621,7 @@ def _memory_question(les: Lessons, build: str) -> Question | None:
     if p.empty:
         return None
     (model, B, N), last = p.index[-1], p.iloc[-1]
-    answer = f"{_bytes(last[les.baseline])} against {_bytes(last[build])}."
+    answer = f"{readable_bytes(last[les.baseline])} against {readable_bytes(last[build])}."
     r = les.results[(les.results["model"] == model)].iloc[0]
     try:
         held = bd.holds(les.baseline)
@@ -632,14 +632,14 @@ def _memory_question(les: Lessons, build: str) -> Question | None:
         tensors = 2 if held == "S+P" else 1
         size = tensors * bd.nn_bytes(int(B), int(r["H"]), int(N), str(r["dtype"]))
         gap = last[les.baseline] - last[build]
-        answer += (f" The difference, {_bytes(gap)}, is {gap / size:.2f}× one layer's {held.replace('+', ' and ')} "
-                   f"({tensors}·B·H·N² elements of {r['dtype']}: {_bytes(size)}), which {les.baseline} holds at "
+        answer += (f" The difference, {readable_bytes(gap)}, is {gap / size:.2f}× one layer's {held.replace('+', ' and ')} "
+                   f"({tensors}·B·H·N² elements of {r['dtype']}: {readable_bytes(size)}), which {les.baseline} holds at "
                    "once, one layer at a time.")
     if mf.ABLATED in p.columns and pd.notna(last.get(mf.ABLATED)) and last[mf.ABLATED] > 0:
         extra = last[build] - last[mf.ABLATED]
         small = size > 0 and abs(extra) < 0.05 * size
         answer += (f" {build}'s peak is {last[build] / last[mf.ABLATED]:.2f}× copy_v's (the same forward with the "
-                   f"attention replaced by a copy of V): its attention adds {_bytes(extra)} to the peak"
+                   f"attention replaced by a copy of V): its attention adds {readable_bytes(extra)} to the peak"
                    + (f", next to nothing beside {les.baseline}'s {held.replace('+', ' and ')}." if small else "."))
     return Question(f"At {model}, B = {B}, N = {N}, how much memory does one forward take above the weights with "
                     f"{les.baseline}, and with {build}?", answer, les.label)
@@ -650,7 +650,7 @@ def questions(run: Run, les: Lessons | None = None, build: str = "fused") -> lis
     answer computed from the rows."""
     les = les or lessons(run)
     qs = []
-    here = f"this run ({_relative(run.out)})"
+    here = f"this run ({relative_path(run.out)})"
     if not run.results.empty:
         t = correctness(run.results)
         ours = t[t["build"].isin(hf_attention.REGISTERED)]
@@ -743,7 +743,7 @@ def render_notebook(params_path, out=None, *, timeout: float | None = None, exec
                                         execute=execute)
     html = render.export_html(nb_out) if nb_out.exists() else None
     rows = len(model_sweep.read_results(out)) if (out / model_sweep.RESULTS).exists() else 0
-    where = _relative(out)
+    where = relative_path(out)
     if code:
         message = f"{NOTEBOOK.name} stopped: {message}. Kept in {where}: the partial notebook and {rows} row(s)"
     else:

@@ -163,7 +163,7 @@ def test_questions_answer_from_the_data(tmp_path, outputs, gpu_lessons):
     assert "non-causal D = 64: 2.50× at N = 512 → 3.30× at N = 2048 (rises then flattens)" in shape.answer
     assert "causal D = 64: 2.80× at N = 512 → 4.50× at N = 2048 (still rising)" in shape.answer
     overlap = next(q for k, q in qs.items() if k.startswith("Does any ablation of fused"))
-    assert overlap.answer.startswith("Yes, 1 case(s): PV, in 12 shape(s)") and "-2.0%" in overlap.answer  # no_pv: 2 %
+    assert overlap.answer.startswith("Yes. PV, in 12 shape(s)") and "-2.0%" in overlap.answer  # no_pv: 2 %
     # slower everywhere
     held = next(q for k, q in qs.items() if "how many bytes must materialised hold" in k)
     assert "materialised: 4 KiB" in held.answer and "fused: 2 KiB" in held.answer  # 2·(1·2·16²·4); O = 1·2·16·16·4
@@ -182,7 +182,7 @@ def test_experiment_record_is_filled_from_the_data(tmp_path, gpu_lessons):
     assert "supported in 2 of 4 (causal, D) curves" in rec["verdict"] and "still rising" in rec["verdict"]
     assert "non-causal D = 64: 2.50× → 3.30×" in rec["observed effect"]
     hold = model.hold_bytes(Case("fused", 8, 32, 32, 2048, 64, "bfloat16"))
-    assert f"fused must hold {lab._bytes(hold)}" in rec["tradeoff"]
+    assert f"fused must hold {lab.readable_bytes(hold)}" in rec["tradeoff"]
     # the made-up run records no tiles: whether qk_softmax computed QKᵀ once or twice is not guessed
     assert "in 12 of 12 shapes qk_softmax's rows do not record whether it ran one QKᵀ pass or two" in rec["tradeoff"]
     assert "second QKᵀ pass" not in rec["tradeoff"]
