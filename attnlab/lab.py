@@ -597,7 +597,7 @@ def batch_policy_note(les: Lessons):
         text = (f"**fixed B and H** (B = {int(t['B'].iloc[0])}, H = {int(t['H'].iloc[0])} at every N, the seeds' "
                 "policy): a call at small N holds few query rows, so it may leave much of the card idle, and the "
                 "work per call grows as N².")
-        other = "params/<gpu>.yaml (fixed tokens)"
+        other = "params/<gpu>.yaml"  # the card's own params hold tokens fixed
     else:
         text = "**mixed**: B and H change between N in no single pattern; read each curve with its row's B and H."
         other = "params/seeds-policy.yaml"
