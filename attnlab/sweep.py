@@ -378,8 +378,10 @@ def run(params, out_dir=None, *, progress: bool = True) -> pd.DataFrame:
     _repair(results)
     cases = grid(p, device)
     todo = [c for c in cases if c.case_id not in done]
+    # each session names its own commit and code: a resumed run's rows may come from more than one
     session = dict(started=provenance.now(), ended=None, params=p, cases=len(cases), already_measured=len(cases)
-                   - len(todo), measured=0, interrupted=None, clocks_start=_clocks(device))
+                   - len(todo), measured=0, interrupted=None, clocks_start=_clocks(device), git=here.get("git"),
+                   code=here.get("code"))
     ceilings = prov.get("ceilings", {}).get(p["dtype"])
     if ceilings is None:
         ceilings = measure_ceilings(device, p["dtype"])
