@@ -163,7 +163,7 @@ def deal(cases: list, jobs: int) -> list[int]:
     return [order.setdefault(family(c), len(order)) % jobs for c in cases]
 
 
-def _in_parallel(argv: list[str], jobs: int, owners: list[int]) -> list[dict]:
+def in_parallel(argv: list[str], jobs: int, owners: list[int]) -> list[dict]:
     """The gate's rows from `jobs` child processes, child k taking the shapes i with owners[i] == k (deal; each with
     the seed a single process would give it, so the rows are the ones one process writes). A child that dies loses
     only the shapes it had not finished (its CSV is rewritten per shape): each of those gets one FAIL row saying so,
@@ -282,7 +282,7 @@ def main(argv: list[str] | None = None) -> int:
     t0 = time.time()
     if args.jobs > 1:
         child_argv = _without(list(argv if argv is not None else sys.argv[1:]), ("--jobs", "--out"))
-        rows = _in_parallel(child_argv, args.jobs, deal(cases, args.jobs))
+        rows = in_parallel(child_argv, args.jobs, deal(cases, args.jobs))
         for r in rows:
             if str(r["status"]).startswith("FAIL"):
                 _print_fail(r, f"shape {r['shape']}")

@@ -294,14 +294,14 @@ def gate(run: Run, progress: bool = True, jobs: int | None = None) -> pd.DataFra
 def gate_in_processes(run: Run, small: list, names: list[str], jobs: int) -> list[dict]:
     """The gate's rows for `small` ((index, run's case, checked case) triples) from `jobs` processes of `attnlab
     check --cases` (attnlab.gate), each shape dealt by family and seeded as the single process seeds it; a process
-    that dies leaves FAIL rows for the shapes it had not finished (gate._in_parallel)."""
+    that dies leaves FAIL rows for the shapes it had not finished (gate.in_parallel)."""
     from attnlab import gate as gate_mod
 
     cases = run.out / "gate_cases.json"
     cases.write_text(json.dumps([{k: getattr(c, k) for k in gate_mod.CASE_KEYS} for _, _, c in small]))
     argv = ["--device", str(run.device), "--builds", ",".join(names), "--cases", str(cases)]
     t0 = time.perf_counter()
-    rows = gate_mod._in_parallel(argv, jobs, gate_mod.deal([c for _, _, c in small], jobs))
+    rows = gate_mod.in_parallel(argv, jobs, gate_mod.deal([c for _, _, c in small], jobs))
     cases.unlink()
     print(f"gate: {len(small)} shapes in {jobs} processes, {time.perf_counter() - t0:.0f} s")
     # the file's position p is the shape's seed offset there: give each row the run's own index and batch, and a
@@ -949,11 +949,11 @@ def profile(run: Run, builds_: tuple = ("materialised", "fused"), calls: int = 3
     for name in builds_:
         attend = builds.get(name).attend
         attend(q, k, v, causal=case.causal)  # compiled and warm before the profiler starts
-        measure._sync(dev)
+        measure.sync(dev)
         with lies.quiet_stderr(), torch_profile(activities=activities) as prof:
             for _ in range(calls):
                 attend(q, k, v, causal=case.causal)
-            measure._sync(dev)
+            measure.sync(dev)
         trace = run.out / f"trace_{name}.json"
         prof.export_chrome_trace(str(trace))
         out["traces"][name] = trace

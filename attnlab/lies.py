@@ -106,7 +106,7 @@ def _inductor(counter: str) -> int:
     return int(counters["inductor"][counter])
 
 
-def _row(build: str, ms: float, case) -> dict:
+def timed_row(build: str, ms: float, case) -> dict:
     """A results row of `build` at case's shape, timed `ms`: what the report tables take."""
     row = measure.blank_row()
     base, _, ablation = build.partition("-")
@@ -146,8 +146,8 @@ def dropped_output_note(case, kept_ms: float, dead_ms: float) -> str:
     """What ablation_table says of an ablation timed `dead_ms` against its base's `kept_ms` at case's shape: its
     dropped-output clause, or '' when the guard stays quiet."""
     table = ablation_table(report.split(pd.DataFrame([
-        _row("materialised", kept_ms, case), _row("materialised-no_softmax", dead_ms, case),
-        _row("materialised-no_pv", kept_ms, case), _row("materialised-zero_mask", kept_ms, case)]))[
+        timed_row("materialised", kept_ms, case), timed_row("materialised-no_softmax", dead_ms, case),
+        timed_row("materialised-no_pv", kept_ms, case), timed_row("materialised-zero_mask", kept_ms, case)]))[
         (case.dtype, False)], base="materialised")
     found = re.search(r"materialised-no_softmax ran in [^;]*; check that its output is consumed[^)]*\)",
                       table["note"].iloc[0])
@@ -338,7 +338,7 @@ def recompile_limit() -> Demo:
                 strict(torch.randn(n, n))
             except Exception as e:  # noqa: BLE001 - the refusal is the point
                 refused = (f"at N = {n}: {type(e).__name__}; attnlab.measure records such a case as an error row "
-                           f"({'recognised' if measure._is_recompile_limit(e) else 'NOT recognised'} as the "
+                           f"({'recognised' if measure.is_recompile_limit(e) else 'NOT recognised'} as the "
                            "recompile-limit fallback)")
                 break
     torch._dynamo.reset()

@@ -151,20 +151,20 @@ def oom_status(e: BaseException, hold: int) -> str:
 
 def failure_status(e: BaseException, hold: int) -> str:
     """The status of a case that raised: 'oom: ...' when the allocator gave out, else 'error: <type>: <message>'."""
-    return oom_status(e, hold) if _is_oom(e) else one_line(f"error: {type(e).__name__}: {e}")
+    return oom_status(e, hold) if is_oom(e) else one_line(f"error: {type(e).__name__}: {e}")
 
 
-def _is_oom(e: BaseException) -> bool:
+def is_oom(e: BaseException) -> bool:
     return isinstance(e, torch.OutOfMemoryError) or "can't allocate memory" in str(e)  # CPU's allocator
 
 
-def _is_recompile_limit(e: BaseException) -> bool:
+def is_recompile_limit(e: BaseException) -> bool:
     return type(e).__name__ == "FailOnRecompileLimitHit" or "recompile_limit" in str(e)
 
 
 # -- timing -------------------------------------------------------------------------------------------------------
 
-def _sync(dev: torch.device):
+def sync(dev: torch.device):
     if dev.type == "cuda":
         torch.cuda.synchronize(dev)
 
@@ -213,7 +213,7 @@ def _time_call(step, acc: torch.Tensor, calls: list, dev: torch.device, **timing
     run = None
     try:
         run, why = graphed(step, dev, graphs)
-        _sync(dev)
+        sync(dev)
         acc.zero_()  # the capturing call counted, but ran no kernels
         calls[0] = 0
 
@@ -236,10 +236,10 @@ def _time(step, dev: torch.device, *, warmup_ms: float, reps_ms: float, min_reps
 
         # A slow case (sdpa_math at N = 16384: 0.16 s a call) gets a window for at least min_reps repetitions,
         # sized from one synced call, rather than a second do_bench after a first one too short to use.
-        _sync(dev)
+        sync(dev)
         t0 = time.perf_counter()
         step()
-        _sync(dev)
+        sync(dev)
         rep = max(reps_ms, 1.2 * min_reps * (time.perf_counter() - t0) * 1e3)
         times = triton.testing.do_bench(step, warmup=warmup_ms, rep=rep, return_mode="all")
         if len(times) < min_reps:  # do_bench's own estimate (with its flush) came out slower: give it room
@@ -290,7 +290,7 @@ def timing_note(ms: float, host: float) -> str:
     return ""
 
 
-def _pct(times: list, p: float) -> float:
+def percentile(times: list, p: float) -> float:
     """Linear-interpolated percentile (what numpy.percentile does by default)."""
     s = sorted(times)
     x = (len(s) - 1) * p / 100
@@ -357,10 +357,10 @@ COMPILED_S = 0.2  # a first call at least this slow compiled something, and the 
 def cold_call(call, dev: torch.device) -> tuple[float, object]:
     """(seconds, output) of the first call, synced on both sides: its own figure, never a warm one. A call that
     compiled (COMPILED_S) is followed by spin_up, so the warm timing that comes next starts at the working clock."""
-    _sync(dev)
+    sync(dev)
     t0 = time.perf_counter()
     out = call()
-    _sync(dev)
+    sync(dev)
     seconds = time.perf_counter() - t0
     if seconds > COMPILED_S:
         spin_up(dev)
@@ -448,7 +448,7 @@ def _error(case: Case, build, q, k, v, o, budget: int) -> dict:
     try:
         verdict = judge_slice(case, b, h, o, q, k, v, build.ablation)
     except Exception as e:  # the reference failing says nothing about the build's timing
-        why = oom_status(e, 0) if _is_oom(e) else f"{type(e).__name__}: {e}"
+        why = oom_status(e, 0) if is_oom(e) else f"{type(e).__name__}: {e}"
         return dict(err_note=one_line("; ".join(notes + [f"reference failed: {why}"])))
     if not verdict.ok:
         notes.append(f"FAILS accuracy rule: err {verdict.err:.3g} > limit {verdict.limit:.3g}")
@@ -496,7 +496,8 @@ def measure(case: Case, *, ceilings: dict, reps_ms: float = 100.0, warmup_ms: fl
             row.update(load.window(t0, time.time()))
         graphed_ok = row["timer"].endswith("+graph")
         row["checksum"] = acc.item() / calls[0]  # the one read of acc
-        row.update(ms=statistics.median(times), ms_p20=_pct(times, 20), ms_p80=_pct(times, 80), reps=len(times))
+        row.update(ms=statistics.median(times), ms_p20=percentile(times, 20), ms_p80=percentile(times, 80),
+                   reps=len(times))
         # what issuing one call eagerly costs (a user calling from Python pays it); a few calls suffice past 1 ms,
         # where the probe's sync would otherwise wait on 20 slow calls (40 s of the H200 sweep)
         row["host_ms"] = host_ms(step, dev, calls=20 if row["ms"] < 1 else 3)
@@ -516,7 +517,7 @@ def measure(case: Case, *, ceilings: dict, reps_ms: float = 100.0, warmup_ms: fl
     except Unsupported as e:
         row["status"] = one_line(f"unsupported: {e}")
     except Exception as e:
-        if _is_recompile_limit(e) and not _is_oom(e):
+        if is_recompile_limit(e) and not is_oom(e):
             row["status"] = one_line(f"error: {type(e).__name__}: torch._dynamo hit its recompile limit")
             row["compile_note"] = one_line(f"recompile-limit fallback to eager refused (the row would have timed "
                                            f"eager code): {e}")

@@ -268,7 +268,7 @@ def attention_alone(model, spec: ModelSpec, build_name: str, B: int, N: int, see
 
 
 def _failure(e: BaseException) -> str:
-    if measure._is_oom(e):
+    if measure.is_oom(e):
         status = measure.oom_status(e, 0)
         return status if "failed allocation" in status else "oom: the allocator named no size"
     return measure.one_line(f"error: {type(e).__name__}: {e}")
@@ -290,8 +290,8 @@ def measure_forward(model, spec: ModelSpec, build_name: str, B: int, N: int, *, 
 
         row["cold_s"], logits = measure.cold_call(call, dev)
         times, row["reps"], row["timer"] = _windows(call, dev, windows=windows, reps_ms=reps_ms, min_reps=min_reps)
-        row.update(forward_ms=statistics.median(times), forward_p20=measure._pct(times, 20),
-                   forward_p80=measure._pct(times, 80))
+        row.update(forward_ms=statistics.median(times), forward_p20=measure.percentile(times, 20),
+                   forward_p80=measure.percentile(times, 80))
         row["peak_bytes"], row["peak_note"], _ = measure.peak_pass(call, dev)
         if build_name == REFERENCE:
             notes.append("the reference: every other row's logits are compared with this build's")

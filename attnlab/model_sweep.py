@@ -54,7 +54,6 @@ DEFAULTS = dict(device="auto", batches=[1], max_tokens=None, builds=["transforme
                 baseline="materialised", windows=3, reps_ms=100.0, min_reps=3, seed=0, out_dir=None, name="")
 REQUIRED = ("dtype", "models", "seq_lens")
 MODEL_KEYS = ("name", "model_type", *mf.SPEC_KEYS)
-_MISSING = sweep._MISSING
 
 
 # -- params -------------------------------------------------------------------------------------------------------
@@ -81,11 +80,11 @@ def _spec(i: int, raw) -> mf.ModelSpec:
         raise ParamsError(f"{key}.{unknown[0]}", raw[unknown[0]], f"is not a model key; known: {', '.join(MODEL_KEYS)}")
     missing = [k for k in ("name", *mf.SPEC_KEYS) if k not in raw]
     if missing:
-        raise ParamsError(f"{key}.{missing[0]}", _MISSING, "is required")
+        raise ParamsError(f"{key}.{missing[0]}", sweep.MISSING, "is required")
     if not isinstance(raw["name"], str) or not raw["name"] or "|" in raw["name"]:
         raise ParamsError(f"{key}.name", raw["name"], "must be a non-empty string without '|'")
     for k in mf.SPEC_KEYS:
-        sweep._number(f"{key}.{k}", raw[k], integer=True)
+        sweep.valid_number(f"{key}.{k}", raw[k], integer=True)
     try:
         return mf.ModelSpec(**raw)
     except ValueError as e:
@@ -118,7 +117,7 @@ def validate(raw: dict) -> dict:
             raise ParamsError(key, raw[key], f"is not a params key; known: {', '.join(known)}")
     for key in REQUIRED:
         if key not in raw:
-            raise ParamsError(key, _MISSING, "is required")
+            raise ParamsError(key, sweep.MISSING, "is required")
     p = {**DEFAULTS, **raw}
     if p["dtype"] not in ("bfloat16", "float16", "float32"):
         raise ParamsError("dtype", p["dtype"], "must be one of bfloat16, float16, float32 (the dtypes our builds take)")
@@ -129,10 +128,10 @@ def validate(raw: dict) -> dict:
     if len(set(names)) != len(names):
         raise ParamsError("models", names, "must name each model config once")
     p["models"] = [asdict(s) for s in specs]
-    p["seq_lens"] = sweep._ints("seq_lens", p["seq_lens"], 1)
-    p["batches"] = sweep._ints("batches", p["batches"], 1)
+    p["seq_lens"] = sweep.valid_ints("seq_lens", p["seq_lens"], 1)
+    p["batches"] = sweep.valid_ints("batches", p["batches"], 1)
     if p["max_tokens"] is not None:
-        p["max_tokens"] = sweep._number("max_tokens", p["max_tokens"], integer=True)
+        p["max_tokens"] = sweep.valid_number("max_tokens", p["max_tokens"], integer=True)
         smallest = min(p["seq_lens"]) * min(p["batches"])
         if smallest > p["max_tokens"]:
             raise ParamsError("max_tokens", p["max_tokens"], f"leaves no shape: the smallest B·N is {smallest}")
@@ -141,10 +140,10 @@ def validate(raw: dict) -> dict:
     p["builds"] = _builds(p["builds"])
     if p["baseline"] not in p["builds"]:
         raise ParamsError("baseline", p["baseline"], f"must be one of the builds measured: {', '.join(p['builds'])}")
-    p["windows"] = sweep._number("windows", p["windows"], integer=True)
-    p["min_reps"] = sweep._number("min_reps", p["min_reps"], integer=True)
-    p["reps_ms"] = float(sweep._number("reps_ms", p["reps_ms"]))
-    p["seed"] = sweep._number("seed", p["seed"], integer=True, sign=">= 0")
+    p["windows"] = sweep.valid_number("windows", p["windows"], integer=True)
+    p["min_reps"] = sweep.valid_number("min_reps", p["min_reps"], integer=True)
+    p["reps_ms"] = float(sweep.valid_number("reps_ms", p["reps_ms"]))
+    p["seed"] = sweep.valid_number("seed", p["seed"], integer=True, sign=">= 0")
     if p["out_dir"] is not None and not isinstance(p["out_dir"], str):
         raise ParamsError("out_dir", p["out_dir"], "must be a path (a string)")
     if not isinstance(p["name"], str):
@@ -177,7 +176,7 @@ def append_row(path: Path, row: dict) -> None:
     writer = csv.writer(buf, lineterminator="\n")
     if not path.exists() or path.stat().st_size == 0:
         writer.writerow(mf.COLUMNS)
-    writer.writerow([sweep._cell(row[c]) for c in mf.COLUMNS])
+    writer.writerow([sweep.csv_cell(row[c]) for c in mf.COLUMNS])
     with open(path, "a", encoding="utf-8") as f:
         f.write(buf.getvalue())
         f.flush()
@@ -189,7 +188,7 @@ def read_results(path) -> pd.DataFrame:
     path = Path(path)
     if path.is_dir():
         path = path / RESULTS
-    text = sweep._complete_text(path)
+    text = sweep.complete_text(path)
     if not text:
         return pd.DataFrame({c: pd.Series(dtype={"str": object, "float": float, "int": "int64"}[mf.TYPES[c]])
                              for c in mf.COLUMNS})
@@ -233,14 +232,14 @@ def run(params, out_dir=None, *, progress: bool = True) -> pd.DataFrame:
     if prov and prov.get("device", {}).get("name") not in (None, here["device"]["name"]):
         raise ParamsError("out_dir", str(out), f"holds a run measured on {prov['device']['name']!r}, this is "
                                                f"{here['device']['name']!r}: use another out_dir")
-    sweep._repair(results)
+    sweep.repair(results)
     todo = [c for c in grid(p) if mf.case_id(c[0], c[1], c[2], p["dtype"], c[3]) not in done]
     session = dict(started=provenance.now(), ended=None, params=p, rows=len(grid(p)), already_measured=len(grid(p))
                    - len(todo), measured=0, interrupted=None)
     prov = {**here, "software": software(), "run_id": out.name, "results": RESULTS, "params": prov.get("params", p),
             "started": prov.get("started", session["started"]), "ended": None,
             "sessions": [*prov.get("sessions", []), session]}
-    sweep._write_json(prov_path, prov)
+    sweep.write_json(prov_path, prov)
     finished = False
     try:
         from tqdm.auto import tqdm
@@ -269,7 +268,7 @@ def run(params, out_dir=None, *, progress: bool = True) -> pd.DataFrame:
     finally:
         session.update(ended=provenance.now(), interrupted=not finished)
         prov["ended"] = session["ended"]
-        sweep._write_json(prov_path, prov)
+        sweep.write_json(prov_path, prov)
     df = read_results(results)
     df.attrs["out_dir"] = str(out)
     return df

@@ -54,7 +54,7 @@ DEFAULTS = dict(device="auto", causal=[False, True], group=1, warmup_ms=25.0, re
 REQUIRED = ("dtype", "seq_lens", "head_dims", "batch_policy", "builds")
 KNOWN = (*REQUIRED, *DEFAULTS, *(k for keys in POLICIES.values() for k in keys))
 FAMILIES = {"ours": "ours", "ablation": "ablation", "ablations": "ablation", "library": "library"}
-_MISSING = object()
+MISSING = object()
 
 
 class ParamsError(ValueError):
@@ -64,7 +64,7 @@ class ParamsError(ValueError):
         self.key, self.value, self.constraint = key, value, constraint
         if key is None:
             msg = f"params file {str(value)!r}: {constraint}"
-        elif value is _MISSING:
+        elif value is MISSING:
             msg = f"params key {key!r}: {constraint}"
         else:
             msg = f"params key {key!r}: value {value!r} {constraint}"
@@ -90,7 +90,7 @@ def load_params(path) -> dict:
     return validate(raw)
 
 
-def _ints(key, value, lo, hi=None) -> list[int]:
+def valid_ints(key, value, lo, hi=None) -> list[int]:
     values = value if isinstance(value, list) else [value]
     if not values:
         raise ParamsError(key, value, "must list at least one value")
@@ -104,7 +104,7 @@ def _ints(key, value, lo, hi=None) -> list[int]:
     return list(dict.fromkeys(values))
 
 
-def _number(key, value, *, integer=False, sign="> 0"):
+def valid_number(key, value, *, integer=False, sign="> 0"):
     """An int (or any real, unless `integer`) satisfying `sign`: '> 0', '>= 0' or '' for any."""
     kind = "an integer" if integer else "a number"
     if isinstance(value, bool) or not isinstance(value, int if integer else (int, float)) or not math.isfinite(value):
@@ -139,12 +139,12 @@ def validate(raw: dict) -> dict:
             raise ParamsError(key, raw[key], f"is not a params key; known: {', '.join(KNOWN)}")
     for key in REQUIRED:
         if key not in raw:
-            raise ParamsError(key, _MISSING, "is required")
+            raise ParamsError(key, MISSING, "is required")
     p = {**DEFAULTS, **raw}
     if p["dtype"] not in [str(d).removeprefix("torch.") for d in DTYPES]:
         raise ParamsError("dtype", p["dtype"], "must be one of bfloat16, float16, float32 (the dtypes our builds take)")
-    p["seq_lens"] = _ints("seq_lens", p["seq_lens"], 1)
-    p["head_dims"] = _ints("head_dims", p["head_dims"], 1, MAX_HEAD_DIM)
+    p["seq_lens"] = valid_ints("seq_lens", p["seq_lens"], 1)
+    p["head_dims"] = valid_ints("head_dims", p["head_dims"], 1, MAX_HEAD_DIM)
     causal = p["causal"] if isinstance(p["causal"], list) else [p["causal"]]
     if not causal or any(not isinstance(c, bool) for c in causal):
         raise ParamsError("causal", p["causal"], "must be a list of booleans (true/false)")
@@ -152,7 +152,7 @@ def validate(raw: dict) -> dict:
     device = p["device"]
     if not isinstance(device, str) or not re.fullmatch(r"auto|cpu|cuda(:\d+)?", device):
         raise ParamsError("device", device, "must be 'auto', 'cpu', 'cuda' or 'cuda:<index>'")
-    p["group"] = _number("group", p["group"], integer=True)
+    p["group"] = valid_number("group", p["group"], integer=True)
     policy = p["batch_policy"]
     if policy not in POLICIES:
         raise ParamsError("batch_policy", policy, f"must be one of {', '.join(POLICIES)}")
@@ -162,8 +162,8 @@ def validate(raw: dict) -> dict:
                 raise ParamsError(key, raw[key], f"belongs to batch_policy {other!r}, not {policy!r}")
             if other == policy:
                 if key not in raw:
-                    raise ParamsError(key, _MISSING, f"is required by batch_policy {policy!r}")
-                p[key] = _number(key, raw[key], integer=True)
+                    raise ParamsError(key, MISSING, f"is required by batch_policy {policy!r}")
+                p[key] = valid_number(key, raw[key], integer=True)
     if policy == "fixed_tokens":
         for n in p["seq_lens"]:
             if p["tokens"] < n:
@@ -177,11 +177,11 @@ def validate(raw: dict) -> dict:
         if h % p["group"]:
             raise ParamsError("group", p["group"], f"must divide the number of query heads, got H={h}")
     p["builds"] = _builds(p["builds"])
-    p["warmup_ms"] = float(_number("warmup_ms", p["warmup_ms"], sign=">= 0"))
+    p["warmup_ms"] = float(valid_number("warmup_ms", p["warmup_ms"], sign=">= 0"))
     for key in ("reps_ms", "ref_budget_gib"):
-        p[key] = float(_number(key, p[key]))
-    p["min_reps"] = _number("min_reps", p["min_reps"], integer=True)
-    p["seed"] = _number("seed", p["seed"], integer=True, sign=">= 0")
+        p[key] = float(valid_number(key, p[key]))
+    p["min_reps"] = valid_number("min_reps", p["min_reps"], integer=True)
+    p["seed"] = valid_number("seed", p["seed"], integer=True, sign=">= 0")
     if p["out_dir"] is not None and not isinstance(p["out_dir"], str):
         raise ParamsError("out_dir", p["out_dir"], "must be a path (a string)")
     if not isinstance(p["name"], str):
@@ -258,7 +258,7 @@ def grid(params: dict, device: str) -> list[_measure.Case]:
 
 # -- the results file ---------------------------------------------------------------------------------------------
 
-def _cell(value) -> str:
+def csv_cell(value) -> str:
     if isinstance(value, float):
         return "nan" if math.isnan(value) else repr(value)
     return " ".join(str(value).split()) if isinstance(value, str) else str(value)
@@ -272,23 +272,23 @@ def append_row(path: Path, row: dict) -> None:
     writer = csv.writer(buf, lineterminator="\n")
     if not path.exists() or path.stat().st_size == 0:
         writer.writerow(COLUMNS)
-    writer.writerow([_cell(row[c]) for c in COLUMNS])
+    writer.writerow([csv_cell(row[c]) for c in COLUMNS])
     with open(path, "a", encoding="utf-8") as f:
         f.write(buf.getvalue())
         f.flush()
         os.fsync(f.fileno())
 
 
-def _complete_text(path: Path) -> str:
+def complete_text(path: Path) -> str:
     """The file's text up to its last newline: a line cut short by a crash is not part of the results."""
     data = path.read_bytes() if path.exists() else b""
     return data[: data.rfind(b"\n") + 1].decode("utf-8")
 
 
-def _repair(path: Path) -> None:
+def repair(path: Path) -> None:
     """Cut a partial last line off before appending after it (it would otherwise glue onto the next row)."""
     if path.exists():
-        keep = len(_complete_text(path).encode("utf-8"))
+        keep = len(complete_text(path).encode("utf-8"))
         if keep != path.stat().st_size:
             with open(path, "r+b") as f:
                 f.truncate(keep)
@@ -303,7 +303,7 @@ def read_results(path, *, appendable: bool = False) -> pd.DataFrame:
     path = Path(path)
     if path.is_dir():
         path = path / RESULTS
-    text = _complete_text(path)
+    text = complete_text(path)
     if not text:
         return pd.DataFrame({c: pd.Series(dtype=_PANDAS[TYPES[c]]) for c in COLUMNS})
     records = list(csv.reader(io.StringIO(text)))
@@ -337,7 +337,7 @@ _PANDAS = {"str": object, "float": float, "int": "int64", "bool": bool}
 
 # -- provenance ---------------------------------------------------------------------------------------------------
 
-def _write_json(path: Path, data: dict) -> None:
+def write_json(path: Path, data: dict) -> None:
     """Whole or not at all: write beside, fsync, rename over."""
     tmp = path.with_name(path.name + ".tmp")
     with open(tmp, "w", encoding="utf-8") as f:
@@ -368,14 +368,14 @@ def run(params, out_dir=None, *, progress: bool = True) -> pd.DataFrame:
     prov = json.loads(prov_path.read_text()) if prov_path.exists() else {}
     here = provenance.collect(device)
     name = here["device"]["name"]
-    if prov and prov.get("device", {}).get("name") not in (None, name):  # before _repair: refuse, write nothing
+    if prov and prov.get("device", {}).get("name") not in (None, name):  # before repair: refuse, write nothing
         raise ParamsError("out_dir", str(out), f"holds a run measured on {prov['device']['name']!r}, this is "
                                                f"{name!r}: use another out_dir")
     changed = _changed_params(prov.get("params"), p)
     if changed:
         raise ParamsError("out_dir", str(out), f"holds a run measured with other params ({changed}): resume it with "
                                                "the params it was started with, or use another out_dir")
-    _repair(results)
+    repair(results)
     cases = grid(p, device)
     todo = [c for c in cases if c.case_id not in done]
     # each session names its own commit and code: a resumed run's rows may come from more than one
@@ -389,7 +389,7 @@ def run(params, out_dir=None, *, progress: bool = True) -> pd.DataFrame:
             "started": prov.get("started", session["started"]), "ended": None,
             "ceilings": {**prov.get("ceilings", {}), p["dtype"]: ceilings},
             "sessions": [*prov.get("sessions", []), session]}
-    _write_json(prov_path, prov)
+    write_json(prov_path, prov)
 
     finished = False
     try:
@@ -416,7 +416,7 @@ def run(params, out_dir=None, *, progress: bool = True) -> pd.DataFrame:
     finally:
         session.update(ended=provenance.now(), interrupted=not finished, clocks_end=_clocks(device))
         prov["ended"] = session["ended"]
-        _write_json(prov_path, prov)
+        write_json(prov_path, prov)
     df = read_results(results)
     df.attrs["out_dir"] = str(out)
     return df

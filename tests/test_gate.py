@@ -69,7 +69,7 @@ def test_jobs_share_the_shapes_and_write_the_rows_one_process_writes(tmp_path, c
 def test_a_process_that_dies_fails_the_shapes_it_had_left():
     """A child that exits before writing its rows (here: a dtype its grid lacks, exit 2) leaves one FAIL row per
     shape it owned, naming the part and its exit status; nothing is silently missing."""
-    rows = gate._in_parallel(["--device", "cpu", "--quick", "--dtypes", "float64"], jobs=2, owners=[0, 1, 0])
+    rows = gate.in_parallel(["--device", "cpu", "--quick", "--dtypes", "float64"], jobs=2, owners=[0, 1, 0])
     assert [r["shape"] for r in rows] == [0, 1, 2]
     assert all(r["status"].startswith("FAIL: part") and "exited with 2" in r["status"] for r in rows)
     assert [r["status"].split()[2] for r in rows] == ["0/2", "1/2", "0/2"]

@@ -1,4 +1,5 @@
-"""The package's layers point one way, and no two modules import each other, directly or round a loop.
+"""The package's layers point one way, no two modules import each other, directly or round a loop, and no module
+reaches for another's _private names.
 
 Every import is read from the source (also those inside functions, which run later but bind the modules as tightly),
 so a module added without a place in LAYERS fails here until it is given one.
@@ -46,6 +47,19 @@ def layer_of(module: str) -> int:
     raise LookupError(module)
 
 
+def is_module(name: str) -> bool:
+    return (ROOT.parent / name.replace(".", "/")).with_suffix(".py").exists() \
+        or (ROOT.parent / name.replace(".", "/") / "__init__.py").exists()
+
+
+def imported_from(node: ast.ImportFrom, package: str) -> str:
+    """The absolute module a `from ... import` names, relative imports resolved against `package`."""
+    base = node.module or ""
+    if node.level:
+        base = ".".join(package.split(".")[: len(package.split(".")) - node.level + 1] + ([base] if base else []))
+    return base
+
+
 def imports(path: Path) -> set[str]:
     """The attnlab modules a file imports, anywhere in it; `from attnlab.x import y` counts y when y is a module."""
     found = set()
@@ -54,15 +68,12 @@ def imports(path: Path) -> set[str]:
         if isinstance(node, ast.Import):
             found |= {a.name for a in node.names if a.name.startswith("attnlab")}
         elif isinstance(node, ast.ImportFrom):
-            base = node.module or ""
-            if node.level:
-                base = ".".join(package.split(".")[: len(package.split(".")) - node.level + 1] + ([base] if base else []))
+            base = imported_from(node, package)
             if not base.startswith("attnlab"):
                 continue
             for a in node.names:
                 sub = f"{base}.{a.name}"
-                found.add(sub if (ROOT.parent / sub.replace(".", "/")).with_suffix(".py").exists()
-                          or (ROOT.parent / sub.replace(".", "/") / "__init__.py").exists() else base)
+                found.add(sub if is_module(sub) else base)
     return found
 
 
@@ -129,3 +140,55 @@ def test_the_checker_sees_an_upward_import_and_a_circle(tmp_path):
     finally:
         GRAPH = saved
     assert "attnlab.triton.hopper.common" in GRAPH["attnlab.triton.hopper.fused"]  # the parser follows real imports
+
+
+def private_uses(source: str, module: str, is_package: bool = False) -> list[str]:
+    """The other attnlab modules' _private names `module` reaches for: `m._name` where m is bound to an attnlab module
+    (`import attnlab.m as m`, `from attnlab import m`, or the dotted path itself), and `from attnlab.m import _name`."""
+    package = module if is_package else module.rpartition(".")[0]
+    tree = ast.parse(source)
+    bound = {}  # local name -> the attnlab module it stands for
+    found = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            for a in node.names:
+                if a.name.startswith("attnlab"):
+                    bound[a.asname or a.name.split(".")[0]] = a.name if a.asname else a.name.split(".")[0]
+        elif isinstance(node, ast.ImportFrom):
+            base = imported_from(node, package)
+            if not base.startswith("attnlab"):
+                continue
+            for a in node.names:
+                if is_module(f"{base}.{a.name}"):
+                    bound[a.asname or a.name] = f"{base}.{a.name}"
+                elif a.name.startswith("_") and not a.name.startswith("__") and base != module:
+                    found.append(f"from {base} import {a.name}")
+
+    def dotted(node) -> str | None:
+        if isinstance(node, ast.Name):
+            return bound.get(node.id)
+        if isinstance(node, ast.Attribute):
+            head = dotted(node.value)
+            return f"{head}.{node.attr}" if head else None
+        return None
+
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Attribute) and node.attr.startswith("_") and not node.attr.startswith("__"):
+            owner = dotted(node.value)
+            if owner and owner != module and is_module(owner):
+                found.append(f"{owner}.{node.attr}")
+    return sorted(set(found))
+
+
+@pytest.mark.parametrize("path", sorted(ROOT.rglob("*.py")), ids=lambda p: module_name(p))
+def test_no_module_uses_another_modules_private_names(path):
+    assert private_uses(path.read_text(), module_name(path), path.name == "__init__.py") == []
+
+
+def test_the_private_name_checker_sees_each_way_of_reaching_in():
+    source = ("import attnlab.measure\nfrom attnlab import gate as g\nfrom attnlab.sweep import _cell, ok\n"
+              "from . import measure\n"
+              "def f(x):\n    attnlab.measure._hidden(x); g._in_parallel(); measure._sync(x); x._fine(); g.fine()\n")
+    assert private_uses(source, "attnlab.lies") == ["attnlab.gate._in_parallel", "attnlab.measure._hidden",
+                                                     "attnlab.measure._sync", "from attnlab.sweep import _cell"]
+    assert private_uses("from attnlab.lies import _own\nimport attnlab.lies as me\nme._x\n", "attnlab.lies") == []

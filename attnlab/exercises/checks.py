@@ -159,11 +159,11 @@ def ablation_note(base_ms: float, ablated_ms: float) -> str:
     """What attnlab.report.ablation_table notes of a materialised no_softmax ablation timed `ablated_ms` beside its
     base's `base_ms` (the other ablations given the base's time, so only this one can be flagged)."""
     from attnlab import report
-    from attnlab.lies import _row
+    from attnlab.lies import timed_row
 
     case = SimpleNamespace(**ABLATION_SHAPE, Hkv=ABLATION_SHAPE["H"], dtype="float32", causal=False)
-    rows = [_row("materialised", base_ms, case), _row("materialised-no_softmax", ablated_ms, case),
-            _row("materialised-no_pv", base_ms, case), _row("materialised-zero_mask", base_ms, case)]
+    rows = [timed_row("materialised", base_ms, case), timed_row("materialised-no_softmax", ablated_ms, case),
+            timed_row("materialised-no_pv", base_ms, case), timed_row("materialised-zero_mask", base_ms, case)]
     return str(report.ablation_table(pd.DataFrame(rows), base="materialised")["note"].iloc[0])
 
 
