@@ -28,9 +28,17 @@ LAYERS = [
     ("sweep and commands over cases", ["attnlab.sweep", "attnlab.runs", "attnlab.gate", "attnlab.warm", "attnlab.autotune",
                                        "attnlab.selfcheck", "attnlab.model_sweep"]),
     ("report", ["attnlab.report", "attnlab.report.*"]),
-    ("CLI and notebooks", ["attnlab", "attnlab.bench", "attnlab.cli", "attnlab.lab", "attnlab.lies", "attnlab.render",
-                           "attnlab.explore", "attnlab.compare", "attnlab.exercises", "attnlab.exercises.*",
-                           "attnlab.model_lab", "attnlab.page_check"]),
+    ("CLI and notebooks", ["attnlab", "attnlab.bench", "attnlab.cli", "attnlab.lab", "attnlab.lab.*", "attnlab.lies",
+                           "attnlab.render", "attnlab.explore", "attnlab.compare", "attnlab.exercises",
+                           "attnlab.exercises.*", "attnlab.model_lab", "attnlab.page_check"]),
+]
+
+# Within the walkthrough's package, bottom to top: a module imports from its own level and those below.
+LAB_LEVELS = [
+    ["attnlab.lab.run", "attnlab.lab.notebook"],  # the run's lifecycle; the first cell's setup
+    ["attnlab.lab.source"],  # where the lesson rows come from, and the formatters every section shares
+    ["attnlab.lab.sections", "attnlab.lab.profiler_view"],
+    ["attnlab.lab.answers"],  # check yourself and the experiment record, computed from the sections
 ]
 
 
@@ -94,6 +102,14 @@ def test_no_module_imports_a_layer_above_its_own(module):
     assert above == [], f"{module} ({LAYERS[mine][0]}) imports from above: {above}"
 
 
+def test_the_lab_package_points_one_way():
+    level = {m: i for i, ms in enumerate(LAB_LEVELS) for m in ms}
+    inside = sorted(m for m in GRAPH if m.startswith("attnlab.lab."))
+    assert sorted(level) == inside, "give each module of attnlab.lab a place in LAB_LEVELS"
+    above = sorted(f"{m} imports {w}" for m in inside for w in GRAPH[m] if level.get(w, -1) > level[m])
+    assert above == []
+
+
 def test_no_import_circles():
     """Tarjan's strongly connected components over the import graph: any component of two or more is a circle."""
     index, low, stack, on, circles = {}, {}, [], set(), []
@@ -137,6 +153,9 @@ def test_the_checker_sees_an_upward_import_and_a_circle(tmp_path):
             test_no_module_imports_a_layer_above_its_own("attnlab.model")
         with pytest.raises(AssertionError):
             test_no_import_circles()
+        GRAPH = {m: set() for ms in LAB_LEVELS for m in ms} | {"attnlab.lab.run": {"attnlab.lab.answers"}}
+        with pytest.raises(AssertionError, match="attnlab.lab.run imports attnlab.lab.answers"):
+            test_the_lab_package_points_one_way()
     finally:
         GRAPH = saved
     assert "attnlab.triton.hopper.common" in GRAPH["attnlab.triton.hopper.fused"]  # the parser follows real imports
