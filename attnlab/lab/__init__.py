@@ -11,12 +11,7 @@ lives in one module of this package, which imports the ones below it only:
     profiler_view   section 9: the profiler view
     answers         sections 11 and 12: check yourself and the experiment record
 
-    p = params(**cell)          the notebook's parameters cell (the params files' keys + out_dir), validated
-    run = begin(p)              device, output folder (a new outputs/<gpu-or-cpu>/<time>/, or out_dir to resume),
-                                provenance with the ceilings measured once for the run
-    gate(run)                   every build of the grid against the fp64 oracle at every shape of the run
-    sweep_run(run)              the timed grid, a progress bar, appended row by row (resumable into the same folder)
-    run = load(folder)          a finished run: results, provenance, gate rows
+The order a notebook calls the run's steps in is in attnlab.lab.run.
 
 Where the speed and memory lessons come from (`lessons(run)`): this run's own rows when it ran on a CUDA GPU and
 measured our three builds; otherwise the newest committed GPU run (`reference_run`: the newest outputs/<gpu>/<run>/
