@@ -37,7 +37,7 @@ pytestmark = [pytest.mark.xdist_group("browser"),
               pytest.mark.skipif(bool(REASON) and not bw.MUST_RUN, reason=f"browser tests: {REASON}")]
 
 VIEWPORT = {"width": 1600, "height": 1000}
-COMMITTED = bw.ROOT / "outputs" / "h200" / "2026-12-04-render" / "attention_lab.html"
+COMMITTED = bw.ROOT / "outputs" / "h200" / "2026-12-06-render" / "attention_lab.html"
 EXPLORER_FIGURE = f"{bw.PANEL} .jp-OutputArea .widget-vbox .js-plotly-plot"  # the FigureWidget in the explorer's box
 
 

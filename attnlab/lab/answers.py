@@ -130,7 +130,7 @@ def questions(run: Run, les: Lessons | None = None) -> list[Question]:
             "What shape should the speedup curve have as sequence length grows, and what shape does it have here?",
             "Predicted: rising while materialised's N² traffic of S and P grows faster than fused's work can hide "
             f"it, then a plateau once fused is bound by its own arithmetic. Measured (fused over materialised): "
-            f"{shape_words}. " + " ".join(head_dim_words(les)),
+            " ".join([f"{shape_words}.", *head_dim_words(les)]),
             les.label))
         sp = speedup_table(les)
         x = threshold(sp)
