@@ -39,6 +39,8 @@ from plotly.subplots import make_subplots
 from attnlab import builds, compare, model, runs, validate
 from attnlab.accuracy import judge
 from attnlab.builds import Unsupported
+from attnlab.report.curves import PALETTE
+from attnlab.report.units import byte_axis, byte_label
 from attnlab.measure import (CompileWatch, Case, cold_call, eager_ms, judge_slice, make_inputs, peak_pass,
                              ref_slice, release)
 
@@ -50,16 +52,20 @@ DEFAULT = dict(N=2048, D=64, B=4, H=16, Hkv=16, causal=False, dtype="bfloat16",
 CHECK_N = 64  # the correctness check's longest sequence in Triton's interpreter (slow: seconds a build past this)
 CHECK_GROUP = 4  # the most query heads per key/value head the check keeps
 LIVE_REF_BUDGET = 256 << 20  # fp64 scores the live check's reference may hold before it runs on a slice
-PANELS = {  # the figure's three panels: (title, y-axis title) in each mode
-    "live": (("time per call, eager back to back", "time per call (ms, CUDA events)"),
-             ("peak allocation; must hold (dotted, model)", "memory (bytes)"),
-             ("achieved rate: model FLOPs / time", "achieved rate (TFLOP/s)")),
-    "teach": (("bytes each build moves (model)", "moved per call (bytes, model)"),
-              ("bytes each build holds at once (model)", "held at once (bytes, model)"),
-              ("committed GPU run (not this machine)", "time per call (ms, CUDA-graph replay)")),
+PANELS = {  # the figure's three panels: (title, y-axis title, whether the axis counts bytes) in each mode
+    "live": (("time per call, eager back to back", "time per call (ms, CUDA events)", False),
+             ("peak allocation; must hold (dotted, model)", "memory (bytes)", True),
+             ("achieved rate: model FLOPs / time", "achieved rate (TFLOP/s)", False)),
+    "teach": (("bytes each build moves (model)", "moved per call (bytes, model)", True),
+              ("bytes each build holds at once (model)", "held at once (bytes, model)", True),
+              ("committed GPU run (not this machine)", "time per call (ms, CUDA-graph replay)", False)),
 }
+# Where each panel sits: two side by side, the third under them at their joint width. Three in a row need 1100 px; a
+# notebook cell at 1280 px with JupyterLab's file browser open is about 850. No width is set: plotly's FigureWidget
+# sizes itself before it is in the page and so draws at plotly's default 700 px (it does not follow its cell,
+# plotly.py issue 5208), which fits; the legend goes under the panels.
+PANEL_CELLS = ((1, 1), (1, 2), (2, 1))
 X_TITLE = "sequence length N (tokens)"
-FIGURE_WIDTH = 1100  # px: three panels side by side, each wide enough for its title
 
 
 # -- shapes and cases ---------------------------------------------------------------------------------------------
@@ -238,9 +244,13 @@ def controls(**values) -> dict:
     v = {**DEFAULT, **values}
     wide = dict(style={"description_width": "initial"}, layout=widgets.Layout(width="auto"))
     return {
+        # a slider's track has no width of its own: under width 'auto' in a column that shrinks to its content it
+        # collapses to nothing and only the handle shows, so the slider gets the row's width (up to 40em)
         "N": widgets.SelectionSlider(options=sorted({*N_OPTIONS, int(v["N"])}), value=int(v["N"]),
                                      description="N (sequence length)", continuous_update=False,
-                                     tooltip="tokens per sequence: S and P grow as N², Q, K, V and O as N", **wide),
+                                     tooltip="tokens per sequence: S and P grow as N², Q, K, V and O as N",
+                                     style={"description_width": "initial"},
+                                     layout=widgets.Layout(width="100%", max_width="40em")),
         "D": widgets.Dropdown(options=sorted({*D_OPTIONS, int(v["D"])}), value=int(v["D"]),
                               description="D (head dim)", tooltip="features per head", **wide),
         "B": widgets.BoundedIntText(value=int(v["B"]), min=1, max=65536, description="B (batch)",
@@ -290,18 +300,19 @@ class Explorer:
         self.banner = widgets.HTML(self._banner())
         self.messages = widgets.HTML()
         self.table = widgets.HTML()
-        self.figure = go.FigureWidget(make_subplots(rows=1, cols=3, horizontal_spacing=0.08,
-                                                    subplot_titles=[t for t, _ in PANELS[self.mode]]))
-        # three panels need the cell's width, not plotly's 700 px default; the legend goes under them
-        self.figure.update_layout(template="plotly_white", width=FIGURE_WIDTH, height=520, legend_title_text="build",
-                                  legend=dict(orientation="h", x=0, y=-0.22, yanchor="top"),
-                                  margin=dict(l=60, r=20, t=90, b=150))
-        for i, (_, y_title) in enumerate(PANELS[self.mode], start=1):
-            self.figure.update_xaxes(type="log", title_text=X_TITLE, row=1, col=i)
-            self.figure.update_yaxes(type="log", title_text=y_title, row=1, col=i)
+        self.figure = go.FigureWidget(make_subplots(rows=2, cols=2, specs=[[{}, {}], [{"colspan": 2}, None]],
+                                                    horizontal_spacing=0.12, vertical_spacing=0.16,
+                                                    subplot_titles=[t for t, _, _ in PANELS[self.mode]]))
+        self.figure.update_layout(template="plotly_white", height=820, legend_title_text="build",
+                                  legend=dict(orientation="h", x=0, y=-0.1, yanchor="top"),
+                                  margin=dict(l=70, r=20, t=100, b=40))
+        for (_, y_title, _), (row, col) in zip(PANELS[self.mode], PANEL_CELLS):
+            self.figure.update_xaxes(type="log", title_text=X_TITLE, row=row, col=col)
+            self.figure.update_yaxes(type="log", title_text=y_title, row=row, col=col)
         c = self.controls
-        knobs = widgets.HBox([widgets.VBox([c["N"], c["D"], c["dtype"], c["causal"]]),
-                              widgets.VBox([c["B"], c["H"], c["Hkv"]]), c["builds"]])
+        knobs = widgets.VBox([c["N"], widgets.HBox([widgets.VBox([c["D"], c["dtype"], c["causal"]]),
+                                                    widgets.VBox([c["B"], c["H"], c["Hkv"]]), c["builds"]],
+                                                   layout=widgets.Layout(flex_flow="row wrap"))])
         self.widget = widgets.VBox([self.banner, knobs, widgets.HBox([self.progress, self.status]), self.figure,
                                     self.messages, self.table])  # what a notebook cell shows
         for w in self.controls.values():
@@ -333,7 +344,7 @@ class Explorer:
             with self.figure.batch_update():  # an empty trace a panel keeps its axes (plotly hides a bare subplot)
                 self.figure.data = ()
                 self.figure.add_traces([go.Scatter(x=[], y=[], showlegend=False, hoverinfo="skip")] * 3,
-                                       rows=[1, 1, 1], cols=[1, 2, 3])
+                                       rows=[r for r, _ in PANEL_CELLS], cols=[c for _, c in PANEL_CELLS])
             self.table.value = ""
             return
         todo = []
@@ -397,9 +408,16 @@ class Explorer:
         with self.figure.batch_update():
             self.figure.data = ()
             self.figure.add_traces(traces)
-            self.figure.layout.title.text = (
-                f"{shape.where}: " + ("measured live, eager" if self.live else
-                                      "model and committed run; no time measured on this machine"))
+            for i, (_, _, in_bytes) in enumerate(PANELS[self.mode], start=1):  # ticks for the values now shown
+                axis = "" if i == 1 else str(i)
+                self.figure.layout[f"xaxis{axis}"].update(n_axis([x for t in traces if t.xaxis == f"x{axis}"
+                                                                  for x in t.x]))
+                if in_bytes:  # KiB … TiB at powers of two
+                    self.figure.layout[f"yaxis{axis}"].update(byte_axis([y for t in traces if t.yaxis == f"y{axis}"
+                                                                         for y in t.y]))
+            self.figure.layout.title.text = (  # two lines: one would run past a narrow cell
+                f"{shape.where}:<br>" + ("measured live, eager" if self.live else
+                                         "model and committed run; no time measured on this machine"))
         self.messages.value = _html_list(self.notes(shape))
         self.table.value = self.table_frame(shape).to_html(index=False, na_rep="", escape=True)
 
@@ -421,26 +439,25 @@ class Explorer:
                 continue
             ns = [n for n, _ in pts]
             marks = [12 if n == shape.N else 6 for n in ns]
-            color = _color(i)
-            traces.append(_line(ns, [r["ms"] for _, r in pts], build, color, 1, marks, legend=True))
-            traces.append(_line(ns, [r["peak_bytes"] for _, r in pts], build, color, 2, marks))
+            traces.append(_line(ns, [r["ms"] for _, r in pts], build, build, 1, marks, legend=True))
+            traces.append(_line(ns, [r["peak_bytes"] for _, r in pts], build, build, 2, marks, in_bytes=True))
             cases = [Case(build, shape.B, shape.H, shape.Hkv, n, shape.D, shape.dtype, shape.causal) for n in ns]
-            traces.append(_line(ns, [model.hold_bytes(c) for c in cases], f"{build} must hold (model)", color, 2,
-                                marks, dash="dot"))
+            traces.append(_line(ns, [model.hold_bytes(c) for c in cases], f"{build} must hold (model)", build, 2,
+                                marks, dotted=True, in_bytes=True))
             traces.append(_line(ns, [model.flops(c) / (r["ms"] * 1e9) for c, (_, r) in zip(cases, pts)], build,
-                                color, 3, marks))
+                                build, 3, marks))
         return traces
 
     def _teach_traces(self, shape: Shape) -> list:
         traces = []
         ns = sorted({*N_OPTIONS, shape.N})
         marks = [12 if n == shape.N else 5 for n in ns]
-        for i, build in enumerate(self.selected()):
+        for build in self.selected():
             cases = [Case(build, shape.B, shape.H, shape.Hkv, n, shape.D, shape.dtype, shape.causal) for n in ns]
-            color = _color(i)
-            traces.append(_line(ns, [model.bytes_moved(c) for c in cases], f"{build} (model)", color, 1, marks,
-                                legend=True))
-            traces.append(_line(ns, [model.hold_bytes(c) for c in cases], f"{build} (model)", color, 2, marks))
+            traces.append(_line(ns, [model.bytes_moved(c) for c in cases], f"{build} (model)", build, 1, marks,
+                                legend=True, in_bytes=True))
+            traces.append(_line(ns, [model.hold_bytes(c) for c in cases], f"{build} (model)", build, 2, marks,
+                                in_bytes=True))
             if self.reference is not None:
                 curve = committed_curve(self.reference.results, shape, build)
                 if not curve.empty:
@@ -448,10 +465,12 @@ class Explorer:
                     traces.append(go.Scatter(x=list(curve["N"]), y=list(curve["ms"]), mode="lines+markers",
                                              name=f"{build} ({self.reference.card}, committed)",
                                              legendgroup=build, showlegend=False, hovertext=hover,
-                                             line=dict(color=color, dash="dash"), xaxis="x3", yaxis="y3"))
+                                             line=line_style(build), xaxis="x3", yaxis="y3"))
         if self.reference is not None and self.reference.total_memory:
-            traces.append(go.Scatter(x=[ns[0], ns[-1]], y=[self.reference.total_memory] * 2, mode="lines",
+            memory = self.reference.total_memory
+            traces.append(go.Scatter(x=[ns[0], ns[-1]], y=[memory] * 2, mode="lines",
                                      name=f"{self.reference.card} memory (committed run's provenance)",
+                                     customdata=[byte_label(memory)] * 2, hovertemplate="%{customdata}",
                                      line=dict(color="grey", dash="dot"), xaxis="x2", yaxis="y2"))
         return traces
 
@@ -513,23 +532,47 @@ class Explorer:
         return pd.DataFrame(rows)
 
 
-def _line(x, y, name, color, panel: int, marks, legend=False, dash="solid") -> go.Scatter:
+def _line(x, y, name, build, panel: int, marks, legend=False, dotted=False, in_bytes=False) -> go.Scatter:
+    """One build's line on one panel, in the build's colour and weight (line_style), dotted for the model's must
+    hold; a byte count's hover reads in KiB … TiB (attnlab.report.units), not SI."""
     axis = "" if panel == 1 else str(panel)
+    line = {**line_style(build), **({"dash": "dot"} if dotted else {})}
+    hover = dict(customdata=[byte_label(v) for v in y], hovertemplate="N=%{x}: %{customdata}") if in_bytes else {}
     return go.Scatter(x=list(x), y=list(y), mode="lines+markers", name=name, legendgroup=name.split(" ")[0],
-                      showlegend=legend, marker=dict(size=list(marks)), line=dict(color=color, dash=dash),
-                      xaxis=f"x{axis}", yaxis=f"y{axis}")
+                      showlegend=legend, marker=dict(size=list(marks)), line=line, xaxis=f"x{axis}",
+                      yaxis=f"y{axis}", **hover)
+
+
+def n_axis(ns, most: int = 6) -> dict:
+    """Keyword arguments of update_xaxes for a log axis of N: the powers of two from the smallest N to the largest,
+    every second, fourth … so that at most `most` remain, written out ('1024', not plotly's '1k')."""
+    ns = [n for n in ns if isinstance(n, (int, float)) and n > 0]
+    if not ns:
+        return {}
+    lo, hi = math.ceil(math.log2(min(ns))), math.floor(math.log2(max(ns)))
+    step = next(s for s in (1, 2, 4, 8, 16, 32) if (hi - lo) // s + 1 <= most or s == 32)
+    ticks = [2 ** e for e in range(lo, hi + 1, step)] or [min(ns)]
+    return dict(tickmode="array", tickvals=ticks, ticktext=[str(t) for t in ticks])
 
 
 def _html_list(items) -> str:
     return "<ul>" + "".join(f"<li>{html.escape(i)}</li>" for i in items) + "</ul>" if items else ""
 
 
-_PALETTE = ("#1f77b4", "#d62728", "#2ca02c", "#ff7f0e", "#9467bd", "#8c564b", "#e377c2", "#7f7f7f", "#bcbd22",
-            "#17becf")
+# One colour per build, the same whatever else is selected: the report's palette (attnlab.report.curves) in the
+# order of builds.names() without the ablations, which take their base's colour, dashed. Ours are drawn heavier
+# than the library rows, so a library line lying on one of ours leaves it in view.
+COLOURED = [b for b in builds.names() if not builds.get(b).ablation]
 
 
-def _color(i: int) -> str:
-    return _PALETTE[i % len(_PALETTE)]
+def colour(build: str) -> str:
+    return PALETTE[COLOURED.index(builds.get(build).base) % len(PALETTE)]
+
+
+def line_style(build: str) -> dict:
+    b = builds.get(build)
+    return dict(color=colour(build), dash="dash" if b.ablation else "solid",
+                width=1.5 if b.family == "library" else 3)
 
 
 # -- the static view ----------------------------------------------------------------------------------------------
@@ -547,18 +590,20 @@ def static_view(reference="auto", names=None) -> go.Figure:
         ok = run.results[(run.results["status"] == "ok") & run.results["build"].isin(names)]
         keys = sorted({(str(r.dtype), int(r.D), bool(r.causal)) for r in ok.itertuples()})
         left = "time per call (ms, CUDA-graph replay)"
-        right = "memory (bytes; solid: peak allocation, dotted: must hold)"
-        title = f"committed run {run.label} on {run.card}: move the slider to change dtype, head dim and causal"
+        right = "memory (bytes)"
+        title = f"committed run {run.label} on {run.card}:<br>move the slider to change dtype, head dim and causal"
     else:
         keys = [(DEFAULT["dtype"], d, c) for d in D_OPTIONS for c in (False, True)]
         left, right = "moved per call (bytes, model)", "held at once (bytes, model)"
-        title = (f"the model (attnlab.model) at B={DEFAULT['B']} H={DEFAULT['H']}: no committed GPU run found; "
+        title = (f"the model (attnlab.model) at B={DEFAULT['B']} H={DEFAULT['H']}: no committed GPU run found;<br>"
                  "move the slider to change head dim and causal")
-    fig = make_subplots(rows=1, cols=2, subplot_titles=["time" if run else "bytes moved", "memory"])
+    fig = make_subplots(rows=1, cols=2, horizontal_spacing=0.12,
+                        subplot_titles=["time" if run else "bytes moved",
+                                        "peak (solid), must hold (dotted)" if run else "memory"])
+    in_bytes = (2,) if run is not None else (1, 2)  # the panels whose axis counts bytes
     owner = []  # the slider step each trace belongs to
     for step, (dtype, D, causal) in enumerate(keys):
-        for i, build in enumerate(names):
-            color = _color(i)
+        for build in names:
             if run is not None:
                 rows = ok[(ok["build"] == build) & (ok["dtype"] == dtype) & (ok["D"] == D)
                           & (ok["causal"] == causal)].sort_values("N")
@@ -575,9 +620,12 @@ def static_view(reference="auto", names=None) -> go.Figure:
                 series = ((1, [model.bytes_moved(c) for c in cases], "solid", True, build),
                           (2, [model.hold_bytes(c) for c in cases], "solid", False, build))
             for col, y, dash, legend, name in series:
+                hover = (dict(customdata=[byte_label(v) for v in y], hovertemplate="N=%{x}: %{customdata}")
+                         if col in in_bytes else {})
                 fig.add_trace(go.Scatter(x=list(ns), y=list(y), mode="lines+markers", name=name, legendgroup=build,
-                                         showlegend=legend, visible=step == 0, line=dict(color=color, dash=dash)),
-                              row=1, col=col)
+                                         showlegend=legend, visible=step == 0,
+                                         line={**line_style(build), **({"dash": dash} if dash != "solid" else {})},
+                                         **hover), row=1, col=col)
                 owner.append(step)
     labels = [f"{dtype} D={D} {'causal' if causal else 'non-causal'}" for dtype, D, causal in keys]
     fig.update_layout(
@@ -590,4 +638,9 @@ def static_view(reference="auto", names=None) -> go.Figure:
     fig.update_yaxes(type="log")
     fig.update_yaxes(title_text=left, row=1, col=1)
     fig.update_yaxes(title_text=right, row=1, col=2)
+    for col in (1, 2):  # N as numbers, not "2k"; bytes in KiB … TiB, not plotly's SI "1T", over every step's values
+        axis = "" if col == 1 else str(col)
+        fig.update_xaxes(n_axis([x for t in fig.data if t.xaxis == f"x{axis}" for x in t.x]), row=1, col=col)
+        if col in in_bytes:
+            fig.update_yaxes(byte_axis([y for t in fig.data if t.yaxis == f"y{axis}" for y in t.y]), row=1, col=col)
     return fig

@@ -172,6 +172,62 @@ def test_the_explorer_redraws_its_data_on_a_slider_and_a_dropdown_and_refuses_an
         assert not bw.errors(page)
 
 
+# What overflows the notebook's outputs: per output area of the shown notebook, its scroll and client widths, and
+# each drawn part (a figure's svg, its legend and title, a widget box, a slider, a table) whose box runs past the
+# area's left or right edge; and the N slider's track width.
+FIT_JS = """panel => {
+    const root = document.querySelector(panel);
+    const parts = 'svg.main-svg, g.legend, g.g-gtitle, .widget-box, .widget-slider, table';
+    const areas = [...root.querySelectorAll('.jp-OutputArea-output')].map(area => {
+        const a = area.getBoundingClientRect();
+        const over = [...area.querySelectorAll(parts)].map(el => [el, el.getBoundingClientRect()])
+            .filter(([el, r]) => r.width > 0 && (r.right > a.right + 1 || r.left < a.left - 1))
+            .map(([el, r]) => `${el.tagName}.${el.getAttribute('class')}: ${r.left}-${r.right} in ${a.left}-${a.right}`);
+        return {scroll: area.scrollWidth, client: area.clientWidth, over};
+    });
+    const track = root.querySelector('.widget-slider .noUi-base');
+    return {areas, track: track ? track.getBoundingClientRect().width : 0};
+}"""
+# The tick labels of a plotly figure's y axes, by axis ('y', 'y2', …), as drawn.
+TICKS_JS = """el => Object.fromEntries(['y', 'y2', 'y3'].map(a => [a,
+    [...el.querySelectorAll(`g.${a}tick text`)].map(t => t.textContent)]))"""
+NARROW = {"width": 1280, "height": 900}  # JupyterLab with its file browser open leaves the cells about 850 px
+SI = re.compile(r"^-?[\d.]+[kMGTPB]$")  # plotly's own tick labels on a byte axis: "1T", "100B"
+
+
+def test_the_explorer_fits_its_cell_at_1280_px_with_a_slider_track_and_byte_ticks(lab, chromium, shots):
+    page = chromium.new_context(viewport=NARROW).new_page()
+    page.set_default_timeout(60_000)
+    try:
+        with shots.kept(page):
+            bw.open_notebook(page, lab, "explore_shapes.ipynb")
+            bw.run_all(page, lab, 240_000)
+            assert not bw.errors(page)
+            page.wait_for_selector(f"{EXPLORER_FIGURE} svg.main-svg g.trace")
+            static = f"{bw.PANEL} .jp-RenderedPlotly.js-plotly-plot"
+            page.wait_for_selector(f"{static} svg.main-svg g.trace")
+            control(page, "widget-slider", explore.controls()["N"].description).scroll_into_view_if_needed()
+            shots.take(page, "explorer-controls-1280")
+            for name, selector in (("explorer-figure", EXPLORER_FIGURE), ("static-view", static)):
+                page.locator(selector).scroll_into_view_if_needed()
+                shots.take(page, f"{name}-1280")
+
+            fit = page.evaluate(FIT_JS, bw.PANEL)
+            assert fit["areas"] and all(a["scroll"] <= a["client"] for a in fit["areas"]), fit
+            assert not [o for a in fit["areas"] for o in a["over"]], fit
+            assert fit["track"] >= 100, fit  # the slider's track, not a handle alone
+
+            # byte axes: binary units, never plotly's SI ("1T" for a trillion bytes, "100B" for 100 billion)
+            bytes_axes = ((EXPLORER_FIGURE, ("y", "y2")), (static, ("y2",)))  # teach mode: moved, held; memory
+            for selector, axes in bytes_axes:
+                ticks = page.eval_on_selector(selector, TICKS_JS)
+                for a in axes:
+                    assert ticks[a] and all(t.endswith("iB") or t.endswith(" B") for t in ticks[a]), ticks
+                    assert not [t for t in ticks[a] if SI.match(t)], ticks
+    finally:
+        page.context.close()
+
+
 @pytest.fixture(scope="module")
 def walkthrough(chromium, lab, served, request, tmp_path_factory):
     """The walkthrough run in the browser (Run All) and saved: the page, still open, and the run's folder."""

@@ -200,3 +200,48 @@ def test_explore_shapes_runs_top_to_bottom_and_keeps_a_moving_view_for_exports(r
               if "application/vnd.plotly.v1+json" in o.get("data", {})]
     assert len(static) == 1 and len(static[0]["layout"]["sliders"][0]["steps"]) == 4
     assert "grid on NVIDIA H200" in static[0]["layout"]["title"]["text"]
+
+
+def test_every_byte_axis_reads_in_binary_units_and_spans_what_it_shows(reference):
+    from attnlab.report.units import byte_label
+
+    for ex, panels in ((live()[0], ("2",)), (explore.Explorer("cpu", reference=reference, check=False), ("", "2"))):
+        for i in panels:
+            axis = ex.figure.layout[f"yaxis{i}"]
+            shown = [y for t in ex.figure.data if t.yaxis == f"y{i}" for y in t.y]
+            assert axis.tickmode == "array" and list(axis.ticktext) == [byte_label(v) for v in axis.tickvals]
+            assert min(axis.tickvals) <= min(shown) and max(axis.tickvals) >= max(shown)
+            assert all(t.customdata and t.hovertemplate for t in ex.figure.data if t.yaxis == f"y{i}")
+        ex.controls["N"].value = 65536  # larger shapes: the ticks follow the values
+        shown = [y for t in ex.figure.data if t.yaxis == "y2" for y in t.y]
+        assert max(ex.figure.layout.yaxis2.tickvals) >= max(shown)
+    for fig in (explore.static_view(reference), explore.static_view(None)):
+        assert all(label.endswith("B") for label in fig.layout.yaxis2.ticktext)
+
+
+def test_a_build_keeps_its_colour_whatever_else_is_shown_and_ours_are_drawn_heavier():
+    def lines(names):  # the model's traces of the first panel, without a GPU
+        ex = explore.Explorer("cpu", reference=None, check=False, builds=names)
+        return {t.name.removesuffix(" (model)"): t.line for t in ex.figure.data if t.xaxis == "x"}
+
+    one = lines(("fused", "sdpa_flash"))
+    two = lines(("materialised", "qk_softmax", "fused", "sdpa_flash", "fused-no_pv"))
+    assert one["fused"].color == two["fused"].color and one["sdpa_flash"].color == two["sdpa_flash"].color
+    colours = {n: two[n].color for n in ("materialised", "qk_softmax", "fused", "sdpa_flash")}
+    assert len(set(colours.values())) == 4  # one colour a build
+    assert two["fused-no_pv"].color == two["fused"].color and two["fused-no_pv"].dash == "dash"  # its base's, dashed
+    assert two["fused"].width > two["sdpa_flash"].width
+    from attnlab.report.curves import PALETTE
+    assert set(colours.values()) <= set(PALETTE)  # the report's palette, not one of the explorer's own
+
+
+def test_n_ticks_are_powers_of_two_written_out_and_few_enough_for_a_narrow_panel(reference):
+    assert explore.n_axis([512, 1024, 2048, 4096, 8192])["ticktext"] == ["512", "1024", "2048", "4096", "8192"]
+    wide = explore.n_axis(explore.N_OPTIONS)
+    assert wide["ticktext"] == ["64", "256", "1024", "4096", "16384", "65536"]  # every second power: six at most
+    assert explore.n_axis([1000])["tickvals"] == [1000] and explore.n_axis([]) == {}
+    ex = explore.Explorer("cpu", reference=reference, check=False)
+    for i in ("", "2", "3"):
+        shown = [x for t in ex.figure.data if t.xaxis == f"x{i}" for x in t.x]
+        ticks = ex.figure.layout[f"xaxis{i}"].tickvals
+        assert min(shown) <= min(ticks) and max(ticks) <= max(shown) and len(ticks) <= 6

@@ -1,12 +1,13 @@
-"""What a check answers: passed or not, and where the answer first differs from what was expected.
+"""What a check answers: passed or not, and for an answer not yet right, where it first goes wrong and a hint at why.
 
 A check never raises and never says a bare "wrong": a failing Verdict names the input it tried, the first place the
-answer differs (an index, the value there, the value expected) and how far off the rest is, so the student can
-look at one number and start from there. papermill fails a notebook on any error output, so a check that failed
-must still return normally: its answer is the Verdict's text.
+answer differs (an index and the value yours has there) and how far off it is, then what is most likely wrong. It
+never prints the value it expected: the student finds that. papermill fails a notebook on any error output, so a
+check that failed must still return normally: its answer is the Verdict's text.
 """
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 
 import torch
@@ -36,7 +37,8 @@ def fmt(x) -> str:
 
 def tensor_difference(yours, expected: torch.Tensor, *, rtol: float, atol: float) -> str | None:
     """None when `yours` matches `expected` elementwise within rtol/atol, else where it first differs (row-major
-    order): the index, both values, how many elements differ and the largest difference."""
+    order) with your value there, how many elements differ and the farthest one's distance in tolerances; never an
+    expected value."""
     if not isinstance(yours, torch.Tensor):
         return f"yours is a {type(yours).__name__}, expected a tensor of shape {tuple(expected.shape)}"
     if tuple(yours.shape) != tuple(expected.shape):
@@ -46,26 +48,18 @@ def tensor_difference(yours, expected: torch.Tensor, *, rtol: float, atol: float
     if not bad.any():
         return None
     first = tuple(int(i) for i in bad.nonzero()[0])
-    gap = (y - e).abs().nan_to_num(nan=float("inf"))
-    worst = tuple(int(i) for i in torch.unravel_index(gap.argmax(), gap.shape))
-    return (f"first difference at index {list(first)}: yours {fmt(y[first].item())}, expected "
-            f"{fmt(e[first].item())}; {int(bad.sum())} of {bad.numel()} elements differ (tolerance {atol:g} + "
-            f"{rtol:g}·|expected|), the largest at {list(worst)}: yours {fmt(y[worst].item())}, expected "
-            f"{fmt(e[worst].item())}")
+    off = ((y - e).abs() / (atol + rtol * e.abs())).nan_to_num(nan=float("inf"))
+    worst = tuple(int(i) for i in torch.unravel_index(off.argmax(), off.shape))
+    far = ("not finite" if not math.isfinite(y[worst].item()) else f"about {off[worst].item():.0e} × the tolerance")
+    return (f"first difference at index {list(first)}: yours {fmt(y[first].item())}; {int(bad.sum())} of "
+            f"{bad.numel()} elements differ (tolerance {atol:g} + {rtol:g}·|expected|), the farthest at "
+            f"{list(worst)}: yours {fmt(y[worst].item())}, {far}")
 
 
-def sequence_difference(yours, expected: list) -> str | None:
-    """None when the two sequences are equal, else the first position where they differ and both values there."""
-    try:
-        yours = list(yours)
-    except TypeError:
-        return f"yours is a {type(yours).__name__}, expected a list like {expected}"
-    for i, (y, e) in enumerate(zip(yours, expected)):
-        if y != e:
-            return (f"first difference at position {i}: yours {fmt(y)}, expected {fmt(e)} (yours {yours}, expected "
-                    f"{expected})")
-    if len(yours) != len(expected):
-        i = min(len(yours), len(expected))
-        extra = f"yours has {fmt(yours[i])}" if len(yours) > i else f"expected {fmt(expected[i])}, yours ends"
-        return f"first difference at position {i}: {extra} (yours {yours}, expected {expected})"
-    return None
+def relative_error(yours: torch.Tensor, expected: torch.Tensor) -> float:
+    """max |yours − expected| over max |expected|: how far off an answer is as a whole (inf where yours is not
+    finite)."""
+    y, e = yours.detach().to("cpu", torch.float64), expected.detach().to("cpu", torch.float64)
+    if not torch.isfinite(y).all():
+        return math.inf
+    return float((y - e).abs().max() / e.abs().max().clamp_min(1e-300))
