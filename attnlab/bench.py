@@ -362,14 +362,13 @@ def main(argv: list[str] | None = None) -> int:
             print(f"attnlab bench: error: argument --group: every shape's H must be a multiple of {args.group}; "
                   f"H = {', '.join(map(str, odd))} is not", file=sys.stderr)
             return 2
-    if args.tiles:
-        from attnlab.triton import config
+    from attnlab.triton import plan
 
-        try:
-            config.load_overrides(args.tiles)
-        except ValueError as e:
-            print(f"attnlab bench: error: argument --tiles: {e}", file=sys.stderr)
-            return 2
+    try:
+        overrides = plan.read_overrides(args.tiles) if args.tiles else plan.NONE
+    except ValueError as e:
+        print(f"attnlab bench: error: argument --tiles: {e}", file=sys.stderr)
+        return 2
     if not torch.cuda.is_available():
         print("attnlab bench: error: needs a CUDA GPU (timing the interpreter measures Python)", file=sys.stderr)
         return 2
@@ -381,7 +380,8 @@ def main(argv: list[str] | None = None) -> int:
         autotune.run(args.kernels, getattr(torch, args.dtypes[0]), args.tune_ns or autotune.TUNE_NS, args.out,
                      args.candidates)
         return 0
-    df = run(args)
+    with plan.overriding(overrides):
+        df = run(args)
     r = ratios(df)
     print(report(df))
     bad = df[(df.get("accurate") == False)]  # noqa: E712 - NaN for library rows
