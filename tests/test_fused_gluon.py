@@ -120,6 +120,21 @@ def test_a_fused_build_and_all_its_ablations_run_one_kernel(hopper_dispatch, D):
         assert all(replace(c[4], o_tma=want.o_tma) == want for c in hopper_dispatch)
 
 
+def test_a_descriptor_made_from_a_plans_box_is_the_one_tritons_constructor_makes():
+    """common.described fills a TensorDescriptor in without its constructor's checks, which tma_ready and the box
+    (checked once, when the plan is made) stand for: the same descriptor, for q's (B, H, N, D) view and P's rows."""
+    from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
+
+    q = torch.randn(2, 64, 4, 128, dtype=torch.bfloat16).transpose(1, 2)
+    p = torch.empty(2, 4, 100, 128, dtype=torch.bfloat16)[..., :100]
+    for x, rows, cols in ((q, 64, None), (p, 64, 128)):
+        box = common.box(tuple(x.shape), x.dtype, rows, cols)
+        checked = TensorDescriptor(x, list(x.shape), list(x.stride()), [1, 1, rows, cols or x.shape[-1]], box[1])
+        assert common.described(x, box) == checked == common.descriptor(x, rows, cols)
+    with pytest.raises((AssertionError, ValueError)):  # a box Triton refuses is refused when the plan is made
+        common.box((2, 4, 100, 128), torch.bfloat16, 100)
+
+
 def test_tma_takes_strided_views_and_copies_only_what_it_cannot_read():
     base = torch.randn(2, 64, 4, 128, dtype=torch.bfloat16)
     view = base.transpose(1, 2)  # (B, H, N, D) over a (B, N, H, D) tensor: 16-byte strides, read in place

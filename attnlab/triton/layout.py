@@ -96,8 +96,8 @@ def row_stride(x: torch.Tensor, spec: Spec, name: str) -> int:
 
 def tma_readable(x: torch.Tensor) -> bool:
     """Whether TMA can read or write x as it lies: unit last stride, 16-byte aligned base and other strides."""
-    return x.stride(-1) == 1 and x.data_ptr() % 16 == 0 and all((s * x.element_size()) % 16 == 0
-                                                                for s in x.stride()[:-1])
+    strides, size = x.stride(), x.element_size()
+    return strides[-1] == 1 and x.data_ptr() % 16 == 0 and all(s * size % 16 == 0 for s in strides[:-1])
 
 
 def tma_can_read(mask: torch.Tensor) -> bool:

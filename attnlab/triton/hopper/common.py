@@ -242,19 +242,28 @@ def mask_rows(tiles) -> int:
 
 def box(x_shape: tuple, dtype: torch.dtype, block_rows: int, block_cols: int | None = None) -> tuple:
     """(block, layout) of a TMA descriptor over a (B, H, rows, cols) tensor of this shape and dtype: a (1, 1,
-    block_rows, block_cols) box (block_cols: the whole last dim by default) and its swizzled shared-memory layout. It
-    depends on no pointer, so a plan keeps it (attnlab.triton.plan)."""
+    block_rows, block_cols) box (block_cols: the whole last dim by default), checked as TensorDescriptor checks it,
+    and its swizzled shared-memory layout. It depends on no pointer, so a plan keeps it (attnlab.triton.plan)."""
+    from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
+
     block = (1, 1, block_rows, x_shape[-1] if block_cols is None else block_cols)
-    return list(block), _smem_layout(block, dtype)
+    meta = torch.empty(block, dtype=dtype, device="meta")  # the box alone, for its constructor's checks of the box
+    d = TensorDescriptor(meta, list(block), list(meta.stride()), list(block), _smem_layout(block, dtype))
+    return d.block_shape, d.layout
 
 
 def described(x: torch.Tensor, box: tuple):
     """A TMA descriptor over a (B, H, rows, cols) tensor — q, k, v, o as (B, H, N, D), or qk_softmax's P as
     (B, H, N, N) — with a box from `box`: a box never crosses into the next head, elements past the edges read as
-    zeros and are dropped on store."""
+    zeros and are dropped on store. x must be tma_readable (tma_ready makes it so): the checks TensorDescriptor's
+    constructor repeats at every call (alignment, strides, the box's shape) are that and `box`'s, so the descriptor is
+    filled in without them, a third of a Gluon launch's own host time."""
     from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
 
-    return TensorDescriptor(x, list(x.shape), list(x.stride()), *box)
+    d = object.__new__(TensorDescriptor)
+    d.base, d.shape, d.strides, d.padding = x, list(x.shape), list(x.stride()), "zero"
+    d.block_shape, d.layout = box
+    return d
 
 
 def descriptor(x: torch.Tensor, block_rows: int, block_cols: int | None = None):
