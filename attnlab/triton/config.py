@@ -14,13 +14,17 @@ LOG2E = 1.4426950408889634  # exp(x) = exp2(x · log2 e): exp2 is the cheaper in
 
 @dataclass(frozen=True)
 class Tiles:
+    """A kernel's tiles and flags as a result row records them (attnlab.triton.launch.tile_config), every kernel's
+    fields in one record; each plan (attnlab.triton.plan) holds its own kernel's. What chose each value:
+    docs/hopper.md."""
+
     BLOCK_M: int
     BLOCK_N: int
     num_warps: int = 4
     num_stages: int = 2
     # fused, and the Gluon qk_softmax and PV kernels: launch the query blocks last-first (persistent Gluon kernels:
     # in heavy/light pairs). Under a causal mask the last block does the most work; started last (the default
-    # order), it runs alone at the end of the grid (up to 8 % at N = 16384).
+    # order), it runs alone at the end of the grid.
     heavy_first: bool = False
     # fused kernel only: each program owns two blocks of BLOCK_M rows that share every K/V tile, so one block's
     # softmax overlaps the other's PV matmul. The grid then has cdiv(N, 2·BLOCK_M) programs.
@@ -30,12 +34,10 @@ class Tiles:
     # warpgroups, a program covers 2·BLOCK_M, and num_warps is 4 (one warpgroup a partition).
     gluon: bool = False
     # Gluon kernel only: the loader warp brings each mask tile by TMA with K, instead of each consumer loading it in
-    # its loop (the zero_mask ablation's cost at D = 128, N = 4096: 1.21 → 0.25 ms; masks TMA cannot read keep the
-    # loads).
+    # its loop (masks TMA cannot read keep the loads).
     mask_tma: bool = False
     # Gluon qk_softmax kernel only: Q as the register operand of QKᵀ, loaded from shared memory once a pass, so each
-    # matmul reads only its K tile there (alone −0.9 to +1.1 % on the H200; with fixed_reference the table's D = 64
-    # non-causal and D = 128 causal entries set it; label suffix `r`).
+    # matmul reads only its K tile there (label suffix `r`).
     q_registers: bool = False
     # Gluon kernels: one program an SM (two with one_consumer), each taking the work items (2·BLOCK_M rows of a
     # head) in turn, so that the next item's Q, K and V load while this one finishes (label suffix `c`).
@@ -45,8 +47,7 @@ class Tiles:
     # (a 2-byte mask by TMA at D = 128) the plain stores stay (label suffix `o`).
     o_tma: bool = False
     # Gluon kernels: one consumer warpgroup a program (BLOCK_M rows) instead of two, so that two programs share an SM
-    # and one's start and end run under the other's work (label suffix `u`). In the qk_softmax kernel it pays the
-    # same way, under a causal mask at short N (not at non-causal long N, where it was aimed).
+    # and one's start and end run under the other's work (label suffix `u`).
     one_consumer: bool = False
     # Gluon qk_softmax kernel only: pass 1 sums each row's exponentials against a fixed reference, the max of its
     # first key tile, instead of a running max (no max, no rescale in the loop, so a tile's exponentials need not
@@ -59,7 +60,7 @@ class Tiles:
     # the two consumers split the key tiles and swap their rows' (max, sum) before P is written. Persistent by
     # construction, two consumers; masked calls and rows that do not fit run the two-pass kernel, persistent, with
     # the same tiles otherwise (hopper.qk_softmax.as_run; label suffix `a`). The autotune lets such tiles compete for
-    # SHORT entries only, below ROW_MAX + 1 (attnlab.autotune.pick).
+    # short-N entries only, below ROW_MAX + 1 (attnlab.autotune.pick).
     one_pass: bool = False
     # Gluon PV kernel only: Oᵀ = Vᵀ Pᵀ, so that at D = 64 each wgmma is 64 × BLOCK_M (BLOCK_M up to 256) instead of
     # BLOCK_M × 64, and Oᵀ goes out through shared memory (label suffix `y`).

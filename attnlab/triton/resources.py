@@ -160,7 +160,7 @@ def _gluon_info(kernel: str, D: int, causal: bool, tiles: config.Tiles, mask_kin
         sig["M"] = "*u8" if mask_kind == 1 else f"*{dtype}"
     flags = dict(flags)
     no_softmax, no_pv = bool(flags.pop("NO_SOFTMAX", False)), bool(flags.pop("NO_PV", False))
-    # each kernel's constexprs come from its own module's `constexprs`, the function its launch calls
+    # each kernel's constexprs come from its own module's `constexprs`, the function its plan calls
     if kernel == "pv":
         fn = pv_gluon.pv_gluon_kernel
         p = torch.empty(1, ints["H"], ints["N"], ints["N"], dtype=tdtype)

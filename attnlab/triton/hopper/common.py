@@ -29,8 +29,8 @@ def compiles_for(dtype: torch.dtype, D: int) -> bool:
 
 
 def check_case(tiles, dtype: torch.dtype, D: int, kernel: str = "") -> None:
-    """ValueError unless the Gluon kernels compile for this dtype and head dim (compiles_for): a table entry for one
-    is keyed "=64" or "=128", forced tiles can ask for anything. `kernel` names it in the message (fused's says
+    """ValueError unless the Gluon kernels compile for this dtype and head dim (compiles_for): the rules choose them
+    only there, forced tiles can ask for anything. `kernel` names it in the message (fused's says
     none)."""
     if not compiles_for(dtype, D):
         raise ValueError(f"tiles {tiles}: the Gluon {kernel + ' ' if kernel else ''}kernel needs fp16 or bf16 and "
@@ -218,7 +218,7 @@ MAXNREG_ONE = 128
 
 
 def partitions(tiles) -> tuple[int, int]:
-    """(consumer warpgroups a program, the launch's maxnreg) for these tiles: what `launch` passes and what
+    """(consumer warpgroups a program, the launch's maxnreg) for these tiles: what the plan holds and what
     attnlab.triton.resources compiles offline."""
     return (1, MAXNREG_ONE) if tiles.one_consumer else (ROWS_PER_PROGRAM.value, MAXNREG)
 

@@ -1,7 +1,8 @@
 """The fused build's Hopper kernel, written in Gluon (Triton's lower-level dialect): warp specialised, one loader warp
-and two consumer warpgroups. It compiles for D = 64 and 128 exactly; the tile table uses it at both, persistent with O
-stored by TMA from tiles of its own, causal items taken in heavy/light pairs, and for short causal sequences
-(config.SHORT, below N = 724 at D = 128 and 1448 at D = 64) with one consumer a program, two programs an SM.
+and two consumer warpgroups. It compiles for D = 64 and 128 exactly; the plans' rules use it at both, persistent with
+O stored by TMA from tiles of its own, causal items taken in heavy/light pairs, and for short causal sequences
+(plan.FUSED_ONE_CONSUMER_BELOW: below N = 724 at D = 128 and 1448 at D = 64) with one consumer a program, two
+programs an SM.
 
 Why a second kernel: stock Triton 3.6 compiles our fused loop (attnlab.triton.fused) so that it waits for every QKᵀ
 matmul at once and all eight warps move in step (CTA-wide barriers around every load); its own warp-specialisation

@@ -204,7 +204,7 @@ def run(plan, p, v, o, N, H, group, inv_n) -> None:
 
 
 def constexprs(tiles, *, D: int, causal: bool, no_pv: bool = False) -> dict:
-    """The kernel's constexpr arguments for these tiles and this call: what `launch` passes and what
+    """The kernel's constexpr arguments for these tiles and this call: what the plan holds and what
     attnlab.triton.resources compiles offline, from one place so that the two cannot drift apart. heavy_first counts
     only under a causal mask (without one every row does the same work)."""
     return dict(D=D, BLOCK_M=tiles.BLOCK_M, BLOCK_N=tiles.BLOCK_N, STAGES=tiles.num_stages, CAUSAL=causal,

@@ -299,7 +299,7 @@ def run(plan, q, k, p, N, H, group, qk_scale) -> None:
 
 
 def constexprs(tiles, *, D: int, N: int, itemsize: int, causal: bool, no_softmax: bool = False) -> dict:
-    """The kernel's constexpr arguments: what `launch` passes and what attnlab.triton.resources compiles offline."""
+    """The kernel's constexpr arguments: what the plan holds and what attnlab.triton.resources compiles offline."""
     return dict(D=D, BLOCK_M=tiles.BLOCK_M, BLOCK_N=tiles.BLOCK_N, STAGES=tiles.num_stages,
                 ROW_TILES=triton.cdiv(N, tiles.BLOCK_N), ROW_BUFS=row_buffers(tiles, N, D, itemsize), CAUSAL=causal,
                 NO_SOFTMAX=no_softmax, HEAVY_FIRST=tiles.heavy_first, CONSUMER_REGS=P_CONSUMER_REGS)
