@@ -1,17 +1,17 @@
-"""The opt-in autotune sweep that chooses attnlab.triton.config.TABLE's sm90 entries (`attnlab bench --autotune`).
+"""The opt-in autotune sweep that chooses the sm90 rungs of attnlab.triton.plan's rules (`attnlab bench --autotune`).
 
 For each kernel (fused, qk_softmax, pv), head dim D ∈ {64, 128} and causal or not, every candidate tile configuration
 is timed at several N in FlashAttention's convention (B·N = 16384, H·D = 2048) with the benchmark's own timer
 (attnlab.measure.time_case: do_bench's median over CUDA-graph replays). A candidate's score is the geometric mean over N
 of its time over the best candidate's time at that N (1.0: best everywhere); the lowest score over the N at or above
-config.SHORT_N wins, so one configuration serves them all (TABLE is keyed by D, causal and dtype); the table's entry
+plan.SHORT_N wins, so one configuration serves them all (a rule reads D, causal and dtype); the rules' choice
 stays unless a candidate beats its score by more than TIE (noise) and is no slower than it, beyond TIE, at the
-sweep's longest N. At the sweep's smallest N a different configuration gets a short-N entry (config.SHORT) only
+sweep's longest N. At the sweep's smallest N a different configuration gets a short-N entry only
 where it beats that winner by more than SHORT_GAIN at each of them, up to a bound of its own (the case that needs
 one: the persistent fused kernel under a causal mask at small N, where one consumer a program wins). A candidate
 that fails at any N (out of shared memory, a compile error, a wrong answer) is out. When the winner is a Gluon
 configuration, which compiles for D = 64 and 128 exactly, the best Triton one also gets an entry for the rest of D's
-bucket (e.g. D = 65…127), as the table has. Results: printed, and with --out written as autotune.csv (every candidate
+bucket (e.g. D = 65…127), as the rules have. Results: printed, and with --out written as autotune.csv (every candidate
 at every N) and tiles.json (the winners, loadable with `--tiles` by bench and gate).
 """
 from __future__ import annotations
@@ -81,7 +81,7 @@ def candidates(kernel: str) -> list[Tiles]:
 
 
 TIE = 0.01  # scores closer than this are noise (repeat runs of one candidate differ by about as much)
-SHORT_GAIN = 0.05  # a short-N entry must beat the TABLE entry there by more than this (N = 512 noise: ±3 %)
+SHORT_GAIN = 0.05  # a short-N entry must beat the long-sequence entry there by more than this (N = 512 noise: ±3 %)
 
 
 def _scores(r):
@@ -94,15 +94,15 @@ def _scores(r):
 
 
 def pick(results, family: str, itemsize: int, incumbent=None) -> list[dict]:
-    """The table entries a results frame (columns kernel, D, causal, N, tiles: a Tiles, ms: inf when it failed)
-    chooses: one per (kernel, D, causal), plus the best Triton one under a Gluon winner (see the module's text),
-    scored over the N at or above config.SHORT_N; then a short-N entry (`short`: True, `below`: its bound;
-    config.SHORT) where another candidate beats that winner by more than SHORT_GAIN at the smallest N (_short_entry).
-    `incumbent(kernel, D, causal, gluon, N)`: the table's entry now (gluon=False: its Triton one; N: at that N, so
+    """The entries (tiles.json's, plan.read_overrides') a results frame (columns kernel, D, causal, N, tiles: a
+    Tiles, ms: inf when it failed) chooses: one per (kernel, D, causal), plus the best Triton one under a Gluon winner (see the module's text),
+    scored over the N at or above plan.SHORT_N; then a short-N entry (`short`: True, `below`: its bound)
+    where another candidate beats that winner by more than SHORT_GAIN at the smallest N (_short_entry).
+    `incumbent(kernel, D, causal, gluon, N)`: the rules' choice now (gluon=False: its Triton one; N: at that N, so
     a short one below its bound); it stays unless a candidate's score beats its own by more than TIE, so a re-run
-    does not churn the table on noise, or the candidate is slower than it by more than TIE at the longest N (_best).
+    does not churn the rules on noise, or the candidate is slower than it by more than TIE at the longest N (_best).
     Each entry carries its score and its ms at every N."""
-    from attnlab.triton.config import SHORT_N
+    from attnlab.triton.plan import SHORT_N
 
     def entry(kernel, D, causal, t, score, ms_by_n, short=False):
         return dict(kernel=kernel, family=family, D=f"={D}" if t.gluon else int(D), causal=bool(causal),
@@ -138,10 +138,10 @@ def pick(results, family: str, itemsize: int, incumbent=None) -> list[dict]:
 
 def _best(score, keep, longest=None):
     """The best-scored candidate, or `keep` (the incumbent) when it scores within TIE of it, or when the best is
-    slower than it by more than TIE at the sweep's longest N (`longest`: each candidate's ms there). The table's entry
-    is what long sequences run: a candidate that wins the score at short N only belongs in SHORT (the qk_softmax
-    kernel with one consumer a program, 9 % faster at D = 128 causal N = 1024 and 4 % slower at 8192, wins the
-    score)."""
+    slower than it by more than TIE at the sweep's longest N (`longest`: each candidate's ms there). The long entry
+    is what long sequences run: a candidate that wins the score at short N only belongs in a short-N entry (the
+    qk_softmax kernel with one consumer a program, 9 % faster at D = 128 causal N = 1024 and 4 % slower at 8192, wins
+    the score)."""
     top = score.index[0]
     if keep not in score.index:
         return top
@@ -197,17 +197,17 @@ def run(kernels: list[str], dtype: torch.dtype, ns: list[int], out: str | None =
     import pandas as pd
 
     from attnlab.measure import TOKENS, WIDTH, bench_case, make_inputs, oracle_check, spin_up, time_case
-    from attnlab.triton import config
+    from attnlab.triton import config, plan
 
     # the build each kernel is timed in: pv in the qk_softmax build it serves, not under qk_softmax-no_softmax, whose
     # P kernel is cheaper (a sweep timed that way disagreed with a build-level comparison at D = 64 and under a
     # causal mask)
-    plan = {"fused": "fused", "qk_softmax": "qk_softmax", "pv": "qk_softmax"}
+    timed_in = {"fused": "fused", "qk_softmax": "qk_softmax", "pv": "qk_softmax"}
     rows = []
     dev = torch.device("cuda")
     spin_up(dev, 1.0)
     for kernel in kernels:
-        build = plan[kernel]
+        build = timed_in[kernel]
         cands = only if only is not None else candidates(kernel)
         for case, (D, causal, N) in enumerate(itertools.product((64, 128), (False, True), ns)):
             q, k, v = make_inputs(bench_case(build, TOKENS // N, WIDTH // D, N, D, dtype, causal))
@@ -215,7 +215,7 @@ def run(kernels: list[str], dtype: torch.dtype, ns: list[int], out: str | None =
             for t in rotated(cands, case):
                 if t.heavy_first and not causal:  # every block does the same work: the order cannot matter
                     continue
-                with config.forced(kernel, t):
+                with plan.forced(kernel, t):
                     timed = time_case(build, q, k, v, causal)
                 ok = timed["status"] == "ok"
                 if ok and not oracle_check(build, timed["o"], q, k, v, causal).ok:
@@ -233,7 +233,7 @@ def run(kernels: list[str], dtype: torch.dtype, ns: list[int], out: str | None =
                 pd.DataFrame(rows).drop(columns="tiles").to_csv(os.path.join(out, "autotune.csv"), index=False)
     fam = config.family(dev)
     entries = pick(pd.DataFrame(rows), fam, dtype.itemsize,
-                   lambda kernel, D, causal, gluon, n: config.lookup(kernel, fam, D, causal, dtype.itemsize, gluon, n))
+                   lambda kernel, D, causal, gluon, n: plan.lookup(kernel, fam, D, causal, dtype.itemsize, gluon, n))
     for e in entries:
         which = f"Gluon, D = {e['D'][1:]} exactly" if isinstance(e["D"], str) else f"D's bucket {e['D']}"
         if e.get("short"):

@@ -1,7 +1,7 @@
 """Kernel benchmark: our builds against FlashAttention-2 (sdpa_flash), cuDNN (sdpa_cudnn) and compiled FlexAttention.
 
     attnlab bench [--quick] [--repeats K] [--out DIR]   FlashAttention's convention: B·N = 16384, H·D = 2048
-    attnlab bench --autotune [--out DIR]                re-run the sweep that chose attnlab.triton.config.TABLE
+    attnlab bench --autotune [--out DIR]                re-run the sweep that chose attnlab.triton.plan's tiles
     attnlab bench --read DIR                            print a finished bench's tables again from its bench.csv
 
 Each case: the first call timed alone (compile), then triton.testing.do_bench's median (device events, L2 flushed
@@ -162,7 +162,7 @@ def ratios(df):
     tf = df.pivot_table(index=key, columns="build", values="tflops")
     out = pd.DataFrame(index=ms.index)
     if "tiles" in df:  # the Gluon kernel (sm90, 16-bit, some D and N) or the Triton one, from the row's tiles,
-        # and its tile label (the table's entry can change with N: config.SHORT): fused's kernel, qk_softmax's P
+        # and its tile label (the rules' tiles can change with N: attnlab.triton.plan): fused's kernel, qk_softmax's P
         # kernel and the PV kernel it shares with materialised
         for ours, kernel in (("fused", "fused"), ("qk_softmax", "qk_softmax"), ("qk_softmax", "pv")):
             rows = df[df.build == ours].set_index(key)
@@ -255,7 +255,7 @@ def summary(r) -> str:
     return "\n".join(lines)
 
 
-LINE_MIN_N = 2048  # below it other entries write P (config.SHORT: the one-pass kernel to N = 1024) and read it
+LINE_MIN_N = 2048  # below it other tiles write P (the one-pass kernel to N = 1024: attnlab.triton.plan) and read it
 
 
 def floor_lines(df) -> str:
@@ -362,14 +362,13 @@ def main(argv: list[str] | None = None) -> int:
             print(f"attnlab bench: error: argument --group: every shape's H must be a multiple of {args.group}; "
                   f"H = {', '.join(map(str, odd))} is not", file=sys.stderr)
             return 2
-    if args.tiles:
-        from attnlab.triton import config
+    from attnlab.triton import plan
 
-        try:
-            config.load_overrides(args.tiles)
-        except ValueError as e:
-            print(f"attnlab bench: error: argument --tiles: {e}", file=sys.stderr)
-            return 2
+    try:
+        overrides = plan.read_overrides(args.tiles) if args.tiles else plan.NONE
+    except ValueError as e:
+        print(f"attnlab bench: error: argument --tiles: {e}", file=sys.stderr)
+        return 2
     if not torch.cuda.is_available():
         print("attnlab bench: error: needs a CUDA GPU (timing the interpreter measures Python)", file=sys.stderr)
         return 2
@@ -381,7 +380,8 @@ def main(argv: list[str] | None = None) -> int:
         autotune.run(args.kernels, getattr(torch, args.dtypes[0]), args.tune_ns or autotune.TUNE_NS, args.out,
                      args.candidates)
         return 0
-    df = run(args)
+    with plan.overriding(overrides):
+        df = run(args)
     r = ratios(df)
     print(report(df))
     bad = df[(df.get("accurate") == False)]  # noqa: E712 - NaN for library rows

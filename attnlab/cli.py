@@ -16,15 +16,15 @@ interpreter is switched on before any kernel module is imported (kernels are bou
 from __future__ import annotations
 
 import argparse
-import os
 import re
 import sys
 from pathlib import Path
 
 import torch
 
-if not torch.cuda.is_available():
-    os.environ.setdefault("TRITON_INTERPRET", "1")
+from attnlab import environment
+
+environment.configure()  # before any kernel module is imported
 
 PARAMS = Path(__file__).resolve().parent.parent / "params"
 DELEGATED = {"check": ("attnlab.gate", "the correctness gate alone: every build against the fp64 oracle"),

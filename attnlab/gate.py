@@ -95,12 +95,10 @@ SEED0 = 1000  # shape i of the grid draws its inputs with seed SEED0 + i (and it
 
 def check_case(case, names: list[str], device, seed: int) -> list[dict]:
     """Run every named build on one fresh input set (the harness's: random normal, never zeros); one row each. Our
-    builds run twice, each time into a NaN-filled `out`: the second call is judged (under ATTNLAB_LAUNCH=direct the
-    direct launch every repeated call takes, each launch checked against Triton's own binding: dispatch.verifying)
-    and must equal the first bit for bit."""
+    builds run twice, each time into a NaN-filled `out`: the second call, which finds every plan the first made
+    (attnlab.triton.plan), is judged and must equal the first bit for bit."""
     from attnlab import accuracy, builds, reference
     from attnlab.measure import make_inputs, one_line
-    from attnlab.triton import dispatch
 
     q, k, v = make_inputs(case, seed)
     refs = {}
@@ -115,10 +113,9 @@ def check_case(case, names: list[str], device, seed: int) -> list[dict]:
             kw = {"out": torch.full_like(q, float("nan"))} if ours else {}
             o = b.attend(q, k, v, causal=case.causal, **kw)
             first = None
-            if ours:  # judge the repeated call: under ATTNLAB_LAUNCH=direct the direct launch (attnlab.triton.dispatch),
-                first, kw = o, {"out": torch.full_like(q, float("nan"))}  # its launches checked against Triton's
-                with dispatch.verifying():
-                    o = b.attend(q, k, v, causal=case.causal, **kw)
+            if ours:  # judge the repeated call: the one a user's loop makes, from the plans the first call made
+                first, kw = o, {"out": torch.full_like(q, float("nan"))}
+                o = b.attend(q, k, v, causal=case.causal, **kw)
             if oracle not in refs:
                 refs[oracle] = reference.attend(q, k, v, causal=case.causal, ablation=oracle)
             v_ = accuracy.judge(o, q, k, v, causal=case.causal, ablation=oracle, ref=refs[oracle])
@@ -251,16 +248,15 @@ def main(argv: list[str] | None = None) -> int:
     device = torch.device("cuda" if args.device == "auto" and torch.cuda.is_available() else
                           ("cpu" if args.device == "auto" else args.device))
     if device.type == "cpu":
-        import os
+        from attnlab import environment
 
-        os.environ.setdefault("TRITON_INTERPRET", "1")
+        environment.use_interpreter()  # before the kernels are defined
     from attnlab import builds
-    from attnlab.triton import config
+    from attnlab.triton import plan
 
     try:
         names = [builds.get(n).name for n in args.builds.split(",")] if args.builds else default_builds(device)
-        if args.tiles:
-            config.load_overrides(args.tiles)
+        overrides = plan.read_overrides(args.tiles) if args.tiles else plan.NONE
     except ValueError as e:
         print(f"attnlab check: error: --builds/--tiles: {e}", file=sys.stderr)
         return 2
@@ -276,6 +272,12 @@ def main(argv: list[str] | None = None) -> int:
                   file=sys.stderr)
             return 2
         cases = [c for c in cases if c.dtype in args.dtypes]
+    with plan.overriding(overrides):
+        return _run(args, argv, cases, names, device, part)
+
+
+def _run(args, argv, cases: list, names: list[str], device: torch.device, part: tuple[int, int]) -> int:
+    """Check the cases, in this process or in --jobs children; print and write the rows; 1 where any failed."""
     print(f"correctness gate on {device} ({torch.cuda.get_device_name(device) if device.type == 'cuda' else 'CPU'}):"
           f" {len(cases)} shapes x {len(names)} builds" + (f", {args.jobs} processes" if args.jobs > 1 else "") +
           (f", part {part[0]}/{part[1]}" if args.part else ""), flush=True)

@@ -12,8 +12,9 @@ also registered with transformers' SDPA mask function, so the model hands it wha
     no padding     attention_mask None and the module's is_causal: our causal flag (the kernels skip future tiles)
     padding        a boolean (B, 1, N, N) mask, True = attend, causality already in it: our attn_mask, causal off
 
-A row with no key left to attend to (a left-padded position) gives zeros in our builds, as in SDPA. What a build
-cannot take (dropout, a softcap, a query shorter than its keys, as in decoding with a KV cache) raises Unsupported
+Our builds run as the torch.library ops of attnlab.builds.ops (torch.ops.attnlab.fused, …), so a model compiled with
+torch.compile traces each layer's attention without a graph break; the library rows call their functions. A row with
+no key left to attend to (a left-padded position) gives zeros in our builds, as in SDPA. What a build cannot take (dropout, a softcap, a query shorter than its keys, as in decoding with a KV cache) raises Unsupported
 before any kernel runs. transformers is optional (the `model` extra): `require()` names the install command.
 """
 from __future__ import annotations
@@ -68,13 +69,23 @@ def _refuse(query, key, dropout, kwargs) -> None:
 
 
 def attention_function(build: str):
-    """The transformers attention function running `build` (a name in REGISTERED)."""
+    """The transformers attention function running `build` (a name in REGISTERED): our builds by their torch op."""
     b = builds.get(build)
+    if b.family == "ours":
+        from attnlab.builds import ops
+
+        op = ops.get(build)
+
+        def run(query, key, value, causal, attention_mask, scaling):
+            return op(query, key, value, attention_mask, causal, None if scaling is None else float(scaling))
+    else:
+        def run(query, key, value, causal, attention_mask, scaling):
+            return b.attend(query, key, value, causal=causal, attn_mask=attention_mask, scale=scaling)
 
     def attend(module, query, key, value, attention_mask, scaling=None, dropout=0.0, is_causal=None, **kwargs):
         _refuse(query, key, dropout, kwargs)
         causal = _causal_flag(module, query, attention_mask, is_causal)
-        o = b.attend(query, key, value, causal=causal, attn_mask=attention_mask, scale=scaling)  # (B, H, N, D)
+        o = run(query, key, value, causal, attention_mask, scaling)  # (B, H, N, D)
         return o.transpose(1, 2).contiguous(), None  # (B, N, H, D), no attention weights
 
     attend.__name__ = impl_name(build)

@@ -10,7 +10,7 @@ os.environ.setdefault("TRITON_INTERPRET", "1")
 import pytest  # noqa: E402
 import torch  # noqa: E402
 
-from attnlab.triton import config  # noqa: E402
+from attnlab.triton import config, plan  # noqa: E402
 from tests.offline import Pool  # noqa: E402
 from tests.browser import SHOTS  # noqa: E402
 
@@ -83,17 +83,25 @@ def poisoned_out(q):
     return torch.full_like(q, float("nan"))
 
 
+@pytest.fixture
+def fresh_plans():
+    """Plans (attnlab.triton.plan) made before the test, or under a constant it patches, are dropped before and after
+    it: a plan is kept per call key, which holds no such constant."""
+    plan.forget()
+    yield
+    plan.forget()
+
+
 @pytest.fixture(params=["single", "paired"])
-def small_tiles(monkeypatch, request):
+def small_tiles(request):
     """Tiles of 32×16 so short sequences cross many blocks (ragged tails, diagonal tiles, multi-tile loops); every
     test that asks for them runs twice, the second time with the fused kernel's paired loop (two 32-row blocks per
     program sharing each K/V tile, Tiles.paired; BLOCK_M = 2·BLOCK_N as in the H200's table, so a block's diagonal,
     and A's all-masked tiles, span two key tiles), so that loop meets every case the single one does."""
-    small = {key: config.Tiles(32, 16) for key in config.TABLE}
-    if request.param == "paired":
-        small = {key: (config.Tiles(32, 16, paired=True) if key[0] == "fused" else t) for key, t in small.items()}
-    monkeypatch.setattr(config, "TABLE", small)
-    yield
+    fused = config.Tiles(32, 16, paired=request.param == "paired")
+    small = ((k, fused if k == "fused" else config.Tiles(32, 16)) for k in ("fused", "qk_softmax", "scores", "pv"))
+    with plan.overriding(plan.Overrides(forced=tuple(small))):
+        yield
 
 
 @pytest.hookimpl(hookwrapper=True)

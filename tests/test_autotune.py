@@ -7,7 +7,7 @@ import pandas as pd
 import pytest
 
 from attnlab import autotune, bench
-from attnlab.triton import config
+from attnlab.triton import config, plan
 from attnlab.triton.resources import label, parse_tiles
 
 
@@ -53,23 +53,23 @@ def test_each_kernel_d_and_causal_gets_its_own_entries_and_they_load_as_override
                                                                      ("pv", 128, False)]
     path = tmp_path / "tiles.json"
     path.write_text(json.dumps([{k: v for k, v in e.items() if k not in ("score", "ms")} for e in entries]))
-    saved = config.TABLE
-    try:
-        config.load_overrides(str(path))
-        assert config.lookup("pv", "interpreter", 128, False, 4) == parse_tiles("64x64w4s3")
-        assert config.lookup("fused", "interpreter", 64, True, 4) == parse_tiles("128x64w8s3")
-    finally:
-        config.TABLE = saved
+    with plan.overriding(plan.read_overrides(str(path))):
+        assert plan.lookup("pv", "interpreter", 128, False, 4) == parse_tiles("64x64w4s3")
+        assert plan.lookup("fused", "interpreter", 64, True, 4) == parse_tiles("128x64w8s3")
+    assert plan.lookup("pv", "interpreter", 128, False, 4) != parse_tiles("64x64w4s3")
 
 
-def test_candidate_lists_hold_the_table_entries_they_chose():
-    """The sweep can only re-choose the tables if every sm90 entry of a tuned kernel (TABLE's and SHORT's) is among
-    its candidates."""
-    short = [(key, t) for key, (t, below) in config.SHORT.items()]
-    for (kernel, fam, D, causal, size), t in [*config.TABLE.items(), *short]:
-        if fam == "sm90" and kernel in ("fused", "qk_softmax", "pv") and D in (64, 128, "=64", "=128"):
-            cands = autotune.candidates(kernel)
-            assert t in cands or (not causal and t.heavy_first), (kernel, D, causal, t)
+def test_candidate_lists_hold_the_tiles_the_rules_chose():
+    """The sweep can only re-choose the rules' tiles if every sm90 choice of a tuned kernel (at D = 64 and 128, short
+    and long N, one wave or not) is among its candidates."""
+    for kernel in ("fused", "qk_softmax", "pv"):
+        cands = autotune.candidates(kernel)
+        for D in (64, 128):
+            for causal in (False, True):
+                for N, heads in ((None, None), (512, 64), (723, 64), (1024, 1), (1447, 64), (2048, 64), (8192, 64)):
+                    for gluon in (True, False):
+                        t = plan.lookup(kernel, "sm90", D, causal, 2, gluon, N, heads, 132)
+                        assert t in cands or (not causal and t.heavy_first), (kernel, D, causal, N, t)
 
 
 def test_bad_autotune_arguments_get_one_clear_error(capsys, monkeypatch):
@@ -108,7 +108,7 @@ def test_the_sweep_loop_records_failures_and_writes_every_candidate(tmp_path, mo
     good, slow, broken, wrong = (parse_tiles(x) for x in ("128x64w8s3", "64x64w4s3", "128x128w8s3", "64x32w4s2"))
 
     def time_case(build, q, k, v, causal):
-        t = config.tiles("fused", torch.device("cpu"), q.shape[-1], causal, q.dtype)
+        t = plan.lookup("fused", config.family(q.device), q.shape[-1], causal, q.dtype.itemsize)
         if t == broken:
             return dict(status="error: out of shared memory", ms=float("nan"), o=None)
         return dict(status="ok", ms={good: 1.0, slow: 0.9 if q.shape[2] == 512 else 2.0}.get(t, 0.5), o=t)
@@ -139,7 +139,7 @@ def test_each_case_times_the_candidates_in_a_turned_order(tmp_path, monkeypatch)
     order = []
 
     def time_case(build, q, k, v, causal):
-        order.append(config.tiles("fused", torch.device("cpu"), q.shape[-1], causal, q.dtype))
+        order.append(plan.lookup("fused", config.family(q.device), q.shape[-1], causal, q.dtype.itemsize))
         return dict(status="ok", ms=1.0, o=None)
 
     _gpu_stand_ins(monkeypatch, time_case, accurate=lambda o: True)
@@ -248,42 +248,43 @@ def test_a_short_entry_serves_up_to_the_last_n_it_wins_at_clearly():
 
 
 def test_short_entries_serve_below_their_bound_are_forced_away_and_follow_an_override_file(tmp_path, monkeypatch):
-    """config.lookup takes SHORT's entry below its bound and TABLE's from it (and without N); config.forced replaces
-    both for its kernel; an autotune file's entries replace SHORT's entries for the kernels it tunes, each below its
-    own bound (SHORT_N for a file written before bounds)."""
+    """plan.lookup takes the short causal tiles below their bound and the long ones from it (and without N);
+    plan.forced replaces both for its kernel; an autotune file's entries replace the rules for the keys it tunes,
+    each short one below its own bound (SHORT_N for a file written before bounds)."""
     monkeypatch.setattr(config, "gluon_verified", lambda: True)
-    long_t = config.lookup("fused", "sm90", 128, True, 2)
-    short_t, below = config.SHORT[("fused", "sm90", "=128", True, 2)]
+    long_t = plan.lookup("fused", "sm90", 128, True, 2)
+    below = plan.FUSED_ONE_CONSUMER_BELOW[128]
+    short_t = plan.lookup("fused", "sm90", 128, True, 2, N=below - 1)
     assert long_t != short_t and short_t.one_consumer and long_t.persistent
-    assert config.lookup("fused", "sm90", 128, True, 2, N=below - 1) == short_t
-    assert config.lookup("fused", "sm90", 128, True, 2, N=below) == long_t
-    assert config.lookup("fused", "sm90", 96, True, 2, N=512) == config.lookup("fused", "sm90", 96, True, 2)  # Triton
-    assert config.lookup("fused", "sm90", 128, True, 2, gluon=False, N=512) == config.lookup(
+    assert plan.lookup("fused", "sm90", 128, True, 2, N=below - 1) == short_t
+    assert plan.lookup("fused", "sm90", 128, True, 2, N=below) == long_t
+    assert plan.lookup("fused", "sm90", 96, True, 2, N=512) == plan.lookup("fused", "sm90", 96, True, 2)  # Triton
+    assert plan.lookup("fused", "sm90", 128, True, 2, gluon=False, N=512) == plan.lookup(
         "fused", "sm90", 128, True, 2, gluon=False)
     forced = parse_tiles("64x64w4s3")
-    with config.forced("fused", forced):
-        assert config.lookup("fused", "sm90", 128, True, 2, N=512) == forced
-    assert config.lookup("fused", "sm90", 128, True, 2, N=512) == short_t
+    with plan.forced("fused", forced):
+        assert plan.lookup("fused", "sm90", 128, True, 2, N=512) == forced
+    assert plan.lookup("fused", "sm90", 128, True, 2, N=512) == short_t
     entry = dict(kernel="fused", family="sm90", D="=128", causal=True, itemsize=2)
     path = tmp_path / "tiles.json"
     path.write_text(json.dumps([dict(entry, tiles=parse_tiles("64x128w4s2hgm").as_dict())]))
-    monkeypatch.setattr(config, "TABLE", config.TABLE)
-    monkeypatch.setattr(config, "SHORT", config.SHORT)
-    config.load_overrides(str(path))
-    # the file tunes fused and has no short entry: fused's go, the kernels it does not tune keep theirs
-    assert {key[0] for key in config.SHORT} == {"qk_softmax", "pv"}
-    assert config.lookup("fused", "sm90", 128, True, 2, N=512) == parse_tiles("64x128w4s2hgm")
+    qk = plan.lookup("qk_softmax", "sm90", 128, True, 2, N=512)
+    with plan.overriding(plan.read_overrides(str(path))):
+        # the file tunes fused's key and has no short entry: its tiles at every N; the kernels it does not tune keep
+        # the rules'
+        assert plan.lookup("fused", "sm90", 128, True, 2, N=512) == parse_tiles("64x128w4s2hgm")
+        assert plan.lookup("qk_softmax", "sm90", 128, True, 2, N=512) == qk
     path.write_text(json.dumps([dict(entry, tiles=parse_tiles("64x128w4s2hgm").as_dict()),
                                 dict(entry, tiles=parse_tiles("64x64w4s2hgmu").as_dict(), short=True)]))
-    config.load_overrides(str(path))
-    assert config.lookup("fused", "sm90", 128, True, 2, N=512) == parse_tiles("64x64w4s2hgmu")
-    assert config.lookup("fused", "sm90", 128, True, 2, N=config.SHORT_N - 1) == parse_tiles("64x64w4s2hgmu")
-    assert config.lookup("fused", "sm90", 128, True, 2, N=config.SHORT_N) == parse_tiles("64x128w4s2hgm")
+    with plan.overriding(plan.read_overrides(str(path))):
+        assert plan.lookup("fused", "sm90", 128, True, 2, N=512) == parse_tiles("64x64w4s2hgmu")
+        assert plan.lookup("fused", "sm90", 128, True, 2, N=plan.SHORT_N - 1) == parse_tiles("64x64w4s2hgmu")
+        assert plan.lookup("fused", "sm90", 128, True, 2, N=plan.SHORT_N) == parse_tiles("64x128w4s2hgm")
     path.write_text(json.dumps([dict(entry, tiles=parse_tiles("64x128w4s2hgm").as_dict()),
                                 dict(entry, tiles=parse_tiles("64x64w4s2hgmu").as_dict(), short=True, below=1448)]))
-    config.load_overrides(str(path))
-    assert config.lookup("fused", "sm90", 128, True, 2, N=1447) == parse_tiles("64x64w4s2hgmu")
-    assert config.lookup("fused", "sm90", 128, True, 2, N=1448) == parse_tiles("64x128w4s2hgm")
+    with plan.overriding(plan.read_overrides(str(path))):
+        assert plan.lookup("fused", "sm90", 128, True, 2, N=1447) == parse_tiles("64x64w4s2hgmu")
+        assert plan.lookup("fused", "sm90", 128, True, 2, N=1448) == parse_tiles("64x128w4s2hgm")
 
 
 def test_a_one_pass_candidate_competes_for_the_short_entry_alone_and_serves_only_where_its_row_fits():

@@ -3,7 +3,7 @@ import pytest
 import torch
 
 from attnlab import accuracy, builds, reference
-from attnlab.triton import config, launch, layout
+from attnlab.triton import config, launch, layout, plan
 from tests.conftest import poisoned_out, rand_qkv
 
 OURS = builds.OURS
@@ -134,12 +134,13 @@ def test_fully_masked_rows_give_zeros_not_nan(name, kind, small_tiles):
     assert_accurate(name, o, q, k, v, attn_mask=m)
 
 
-def test_softmax_streams_rows_longer_than_one_block(monkeypatch):
+def test_softmax_streams_rows_longer_than_one_block(monkeypatch, fresh_plans):
     """The materialised softmax reads a row once when it fits a block, else in two streamed passes: test both."""
     q, k, v = rand_qkv(B=1, H=2, N=100, D=32, seed=6)
     m = _masks(1, 2, 100, 2)["add_NN_neginf"]
     one = run_ours("materialised", q, k, v, attn_mask=m)
-    monkeypatch.setattr(launch, "SOFTMAX_ROW_MAX", 32)
+    monkeypatch.setattr(plan, "SOFTMAX_ROW_MAX", 32)
+    plan.forget()
     two = run_ours("materialised", q, k, v, attn_mask=m)
     assert_accurate("materialised", two, q, k, v, attn_mask=m)
     torch.testing.assert_close(one, two, rtol=1e-5, atol=1e-6)
@@ -300,8 +301,8 @@ def test_which_row_lengths_the_launcher_vouches_for():
     rows_pad: where rows end inside a vector, and only for rows with room for the rest of that vector before the next
     row (scores_buffer's), never a caller's contiguous ones, a misaligned view, or one whose last row's room lies
     outside its storage."""
-    assert [n for n in (8, 16, 24, 40, 100, 3000, 4096, 3001) if launch.rows_16b(n, torch.bfloat16)] == [8, 24, 40, 3000]
-    assert [n for n in (4, 8, 100, 3000, 4096, 3001) if launch.rows_16b(n, torch.float32)] == [4, 8, 100, 3000]
+    assert [n for n in (8, 16, 24, 40, 100, 3000, 4096, 3001) if layout.rows_16b(n, torch.bfloat16)] == [8, 24, 40, 3000]
+    assert [n for n in (4, 8, 100, 3000, 4096, 3001) if layout.rows_16b(n, torch.float32)] == [4, 8, 100, 3000]
     for N, dtype, ragged in ((2999, torch.bfloat16, True), (3000, torch.bfloat16, False), (100, torch.float16, True),
                              (99, torch.float32, True), (100, torch.float32, False)):
         assert layout.ragged_rows(N, dtype.itemsize) is ragged
@@ -325,7 +326,7 @@ def test_which_row_lengths_the_launcher_vouches_for():
 def test_rows_only_the_launcher_knows_are_aligned_give_the_same_result(name, N, dtype):
     """There the S/P kernels get N in a form the compiler sees is 16-byte aligned (attnlab.triton.tiles.row_length):
     the same value, so the same result, poisoned output fully written."""
-    assert launch.rows_16b(N, dtype)
+    assert layout.rows_16b(N, dtype)
     q, k, v = rand_qkv(N=N, D=64, dtype=dtype)
     for causal in (False, True):
         o = run_ours(name, q, k, v, causal=causal)

@@ -11,7 +11,7 @@ import pytest
 import torch
 
 from attnlab import schema
-from attnlab.triton import config, launch
+from attnlab.triton import config, launch, plan
 from attnlab.triton.hopper import common
 from attnlab.triton.hopper import fused as fused_gluon
 from attnlab.triton.resources import parse_tiles
@@ -22,18 +22,18 @@ from tests.offline import compiles
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16, torch.float32])
 @pytest.mark.parametrize("D", [64, 80, 96, 128])
 def test_only_calls_the_gluon_kernel_compiles_for_take_it_on_hopper(D, dtype):
-    """Whatever the table holds: a Gluon entry serves only 16-bit D = 64 or 128 (its TMA boxes are exactly D wide,
-    its matmuls wgmma), at every N, causal or not; no other GPU family and not the interpreter ever gets one; a
-    short-N entry is the TABLE entry's from the first N at or above its bound on."""
+    """Whatever the rules say: the Gluon kernel serves only 16-bit D = 64 or 128 (its TMA boxes are exactly D wide,
+    its matmuls wgmma), at every N, causal or not; no other GPU family and not the interpreter ever gets it; the
+    short causal tiles give way to the long-sequence ones from their bound on."""
     for causal in (False, True):
-        entry = config.lookup("fused", "sm90", D, causal, dtype.itemsize)
+        entry = plan.lookup("fused", "sm90", D, causal, dtype.itemsize)
+        below = plan.FUSED_ONE_CONSUMER_BELOW.get(D, 0) if causal and entry.gluon else 0
         for N in (1, 64, 512, 723, 724, 1447, 1448, 4096, 16384):
-            t = config.lookup("fused", "sm90", D, causal, dtype.itemsize, N=N)
+            t = plan.lookup("fused", "sm90", D, causal, dtype.itemsize, N=N)
             assert not t.gluon or common.compiles_for(dtype, D), (D, dtype, causal, N, t)
-            short = [below for key, (tiles, below) in config.SHORT.items() if key[0] == "fused" and tiles == t]
-            assert t == entry or any(N < below for below in short), (D, causal, N, t)
-        assert not config.lookup("fused", "sm80", D, causal, dtype.itemsize).gluon  # TMA/wgmma: Hopper only
-        assert not config.lookup("fused", "interpreter", D, causal, dtype.itemsize).gluon
+            assert t == entry or (N < below and t.one_consumer), (D, causal, N, t)
+        assert not plan.lookup("fused", "sm80", D, causal, dtype.itemsize).gluon  # TMA/wgmma: Hopper only
+        assert not plan.lookup("fused", "interpreter", D, causal, dtype.itemsize).gluon
 
 
 @pytest.mark.parametrize("nprog", [1, 3, 132, 264])
@@ -66,18 +66,18 @@ def test_an_unchecked_triton_release_runs_the_triton_kernel(monkeypatch):
     on (3.6 here); on another the table's next entry (the Triton kernel) serves D = 128."""
     import triton
 
-    assert config.lookup("fused", "sm90", 128, False, 2).gluon  # this environment's Triton is a checked one
+    assert plan.lookup("fused", "sm90", 128, False, 2).gluon  # this environment's Triton is a checked one
     monkeypatch.setattr(triton, "__version__", "3.7.0")
-    t = config.lookup("fused", "sm90", 128, False, 2)
+    t = plan.lookup("fused", "sm90", 128, False, 2)
     assert not t.gluon and t.paired  # D = 128's Triton entry
-    assert not config.lookup("fused", "sm90", 128, True, 2).gluon
+    assert not plan.lookup("fused", "sm90", 128, True, 2).gluon
 
 
 def test_the_recorded_tiles_say_which_kernel_ran():
     """Result rows carry tile_config(): a Gluon row must be told apart from a Triton one."""
-    t = config.lookup("fused", "sm90", 128, False, 2)
+    t = plan.lookup("fused", "sm90", 128, False, 2)
     assert t.as_dict()["gluon"] is True
-    assert config.lookup("fused", "sm90", 80, True, 2).as_dict()["gluon"] is False
+    assert plan.lookup("fused", "sm90", 80, True, 2).as_dict()["gluon"] is False
 
 
 @pytest.fixture
@@ -85,15 +85,16 @@ def hopper_dispatch(monkeypatch):
     """Pretend the CPU tensors sit on an sm90 GPU, and record which kernel the fused launcher would start."""
     calls = []
 
-    def gluon_launch(q, k, v, o, mask, mask_strides, mask_kind, **kw):
-        calls.append(("gluon", mask_kind, kw["no_softmax"], kw["no_pv"], kw["tiles"]))
+    def gluon_run(p, *args):
+        c = p.constexprs
+        calls.append(("gluon", c["MASK_KIND"], c["NO_SOFTMAX"], c["NO_PV"], p.tiles))
 
     class TritonKernel:
         def __getitem__(self, grid):
             return lambda *a, **kw: calls.append(("triton", kw["MASK_KIND"], kw["NO_SOFTMAX"], kw["NO_PV"], None))
 
     monkeypatch.setattr(config, "family", lambda device: "sm90")
-    monkeypatch.setattr(fused_gluon, "launch", gluon_launch)
+    monkeypatch.setattr(fused_gluon, "run", gluon_run)
     monkeypatch.setattr(launch._fused, "fused_kernel", TritonKernel())
     return calls
 
@@ -105,7 +106,7 @@ def test_a_fused_build_and_all_its_ablations_run_one_kernel(hopper_dispatch, D):
     table names for the call."""
     if not config.interpreting():
         pytest.skip("CPU tensors reach the launcher only under the interpreter")
-    kernel = "gluon" if config.lookup("fused", "sm90", D, True, 2, N=64).gluon else "triton"
+    kernel = "gluon" if plan.lookup("fused", "sm90", D, True, 2, N=64).gluon else "triton"
     q, k, v = (torch.randn(1, 2, 64, D, dtype=torch.bfloat16) for _ in range(3))
     zero = torch.zeros(64, 64, dtype=torch.bfloat16)
     for ablation, mask in ((None, None), ("no_softmax", None), ("no_pv", None), (None, zero),
@@ -114,8 +115,24 @@ def test_a_fused_build_and_all_its_ablations_run_one_kernel(hopper_dispatch, D):
     assert {c[0] for c in hopper_dispatch} == {kernel}
     assert [c[1:4] for c in hopper_dispatch] == [(0, False, False), (0, True, False), (0, False, True),
                                                  (2, False, False), (1, False, False)]
-    if kernel == "gluon":  # N = 64: the entry for the call's N, for the build and every ablation
-        assert all(c[4] == config.lookup("fused", "sm90", D, True, 2, N=64) for c in hopper_dispatch)
+    if kernel == "gluon":  # N = 64: the tiles for the call's N, for the build and every ablation (O's store as the
+        want = plan.lookup("fused", "sm90", D, True, 2, N=64)  # mask leaves room for it)
+        assert all(replace(c[4], o_tma=want.o_tma) == want for c in hopper_dispatch)
+
+
+def test_a_descriptor_made_from_a_plans_box_is_the_one_tritons_constructor_makes():
+    """common.described fills a TensorDescriptor in without its constructor's checks, which tma_ready and the box
+    (checked once, when the plan is made) stand for: the same descriptor, for q's (B, H, N, D) view and P's rows."""
+    from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
+
+    q = torch.randn(2, 64, 4, 128, dtype=torch.bfloat16).transpose(1, 2)
+    p = torch.empty(2, 4, 100, 128, dtype=torch.bfloat16)[..., :100]
+    for x, rows, cols in ((q, 64, None), (p, 64, 128)):
+        box = common.box(tuple(x.shape), x.dtype, rows, cols)
+        checked = TensorDescriptor(x, list(x.shape), list(x.stride()), [1, 1, rows, cols or x.shape[-1]], box[1])
+        assert common.described(x, box) == checked == common.descriptor(x, rows, cols)
+    with pytest.raises((AssertionError, ValueError)):  # a box Triton refuses is refused when the plan is made
+        common.box((2, 4, 100, 128), torch.bfloat16, 100)
 
 
 def test_tma_takes_strided_views_and_copies_only_what_it_cannot_read():
@@ -173,7 +190,7 @@ def test_gluon_tiles_refuse_what_the_kernel_cannot_do(hopper_dispatch):
         pytest.skip("CPU tensors reach the launcher only under the interpreter")
     for D, dtype in ((96, torch.bfloat16), (128, torch.float32)):
         q = torch.randn(1, 2, 64, D, dtype=dtype)
-        with config.forced("fused", config.Tiles(64, 128, 4, 2, gluon=True)):
+        with plan.forced("fused", config.Tiles(64, 128, 4, 2, gluon=True)):
             with pytest.raises(ValueError, match="Gluon kernel needs fp16 or bf16 and D = 64 or 128"):
                 launch.fused(q, q, q)
     assert hopper_dispatch == []
@@ -217,24 +234,29 @@ def test_the_mask_by_tma_variant_compiles_within_limits(offline):
 
 @pytest.fixture
 def gluon_launches(monkeypatch):
-    """The Gluon kernel stood in for on a 132-SM GPU: each launch appends (grid, its arguments and keywords by name)."""
+    """The Gluon kernel stood in for: each launch appends (grid, its arguments and keywords by name)."""
     launched = []
     monkeypatch.setattr(fused_gluon, "fused_gluon_kernel", KernelStandIn(
         lambda grid, call: launched.append((grid, call)), fused_gluon.fused_gluon_kernel.arg_names))
-    monkeypatch.setattr(fused_gluon, "sm_count", lambda device: 132)
     return launched
 
 
-def test_a_persistent_launch_has_one_program_an_sm_and_counts_every_item(gluon_launches):
+def run_tiles(q, tiles, causal):
+    """The Gluon kernel's launch with these tiles on q as q, k, v and O's shape, no mask."""
+    B, H, N, D = q.shape
+    p = plan.plan_fused(B * H, N, D, q.dtype, causal, None, q.device, tiles=tiles)
+    fused_gluon.run(p, q, q, q, torch.empty_like(q), q, (0, 0, 0, 0), N, H, 1, 1.0, 1.0, 1.0)
+
+
+def test_a_persistent_launch_has_one_program_an_sm_and_counts_every_item(monkeypatch, gluon_launches):
     """Tiles.persistent: the grid is the SM count (or the items, when fewer), and the kernel is told how many work
     items there are, so that each program can take pid, pid + grid, … up to the last; otherwise one program an
     item."""
+    monkeypatch.setattr(config, "sm_count", lambda device: 132)
     B, H, D = 2, 16, 128
     for N, persistent in ((512, False), (512, True), (1000, True), (64, True)):
         q = torch.zeros(B, H, N, D, dtype=torch.bfloat16)
-        t = config.Tiles(64, 128, 4, 2, gluon=True, persistent=persistent)
-        fused_gluon.launch(q, q, q, torch.empty_like(q), q, (0, 0, 0, 0), 0, N=N, H=H, group=1, qk_scale=1.0,
-                           mask_scale=1.0, inv_n=1.0, causal=False, tiles=t)
+        run_tiles(q, config.Tiles(64, 128, 4, 2, gluon=True, persistent=persistent), causal=False)
     # items: cdiv(N, 2·64) row blocks of each of B·H = 32 heads
     launched = [(grid, a["total"], a["PERSISTENT"], a["O_TMA"]) for grid, a in gluon_launches]
     assert launched == [((128,), 128, False, False), ((128,), 128, True, False), ((132,), 8 * 32, True, False),
@@ -276,7 +298,7 @@ def test_the_persistent_kernel_with_o_by_tma_compiles_within_limits(offline):
 def test_rows_record_the_o_store_path_the_launch_takes(monkeypatch, gluon_launches, D, causal, N):
     """Lab guard: the zero_mask ablation's 2-byte mask by TMA leaves no room for O's own tiles at D = 128 with
     two consumers a program, so there O goes out by plain stores while fused stores it by TMA; a one-consumer program
-    (causal at short N: config.SHORT) has room in its half of the SM. The row's tiles must say what the launch ran
+    (causal at short N) has room in its half of the SM. The row's tiles must say what the launch ran
     (the ablation report then notes the different tiles), here checked against the kernel's O_TMA, ROWS and
     BLOCK_N."""
     from attnlab import builds
@@ -291,7 +313,7 @@ def test_rows_record_the_o_store_path_the_launch_takes(monkeypatch, gluon_launch
         given = gluon_launches[-1][1]
         assert (recorded["o_tma"], recorded["one_consumer"], recorded["BLOCK_N"]) == (
             given["O_TMA"], given["ROWS"] == 1, given["BLOCK_N"]), (name, recorded)
-    entry = config.lookup("fused", "sm90", D, causal, 2, N=N)
+    entry = plan.lookup("fused", "sm90", D, causal, 2, N=N)
     # the build by TMA where its tiles ask for it; its zero_mask ablation, whose 2-byte mask by TMA takes room, only
     # where O's tiles still fit: at D = 64, or in a one-consumer program's half of the SM (at D = 128 with two
     # consumers: 256 KiB of 227)
@@ -300,8 +322,7 @@ def test_rows_record_the_o_store_path_the_launch_takes(monkeypatch, gluon_launch
     assert {a["ROWS"] for _, a in gluon_launches} == {common.partitions(entry)[0]}
 
 
-FUSED_SHORT = [(int(key[2].lstrip("=")), key[3], below) for key, (t, below) in config.SHORT.items()
-               if key[:2] == ("fused", "sm90") and key[4] == 2 and t.gluon]
+FUSED_SHORT = [(D, True, below) for D, below in plan.FUSED_ONE_CONSUMER_BELOW.items()]
 
 
 @pytest.mark.parametrize("D,causal,below", FUSED_SHORT, ids=[f"{d}-{c}" for d, c, _ in FUSED_SHORT])
@@ -312,7 +333,7 @@ def test_the_fused_build_takes_a_short_entry_below_its_bound_only(monkeypatch, g
     from attnlab import builds
 
     monkeypatch.setattr(config, "family", lambda device: "sm90")
-    short, entry = config.SHORT[("fused", "sm90", f"={D}", causal, 2)][0], config.lookup("fused", "sm90", D, causal, 2)
+    short, entry = plan.lookup("fused", "sm90", D, causal, 2, N=below - 1), plan.lookup("fused", "sm90", D, causal, 2)
     assert short != entry
     for N in (below - 1, below):
         q = torch.zeros(1, 2, N, D, dtype=torch.bfloat16)
@@ -320,7 +341,7 @@ def test_the_fused_build_takes_a_short_entry_below_its_bound_only(monkeypatch, g
             builds.get("fused").attend(q, q, q, causal=c)
             given = gluon_launches[-1][1]
             recorded = config.Tiles(**launch.tile_config("fused", launch.check(q, q, q, causal=c))["fused"])
-            want = short if (c == causal and N < below) else config.lookup("fused", "sm90", D, c, 2)
+            want = short if (c == causal and N < below) else plan.lookup("fused", "sm90", D, c, 2)
             assert (given["ROWS"], given["BLOCK_N"]) == (common.partitions(want)[0], want.BLOCK_N), (N, c)
             assert replace(recorded, o_tma=want.o_tma) == want, (N, c, recorded)
 
@@ -333,9 +354,10 @@ def test_the_fused_build_takes_the_short_entry_where_its_grid_is_one_wave(monkey
 
     monkeypatch.setattr(config, "family", lambda device: "sm90")
     monkeypatch.setattr(config, "sm_count", lambda device: 132)
-    short, entry = config.SHORT[("fused", "sm90", "=128", True, 2)][0], config.lookup("fused", "sm90", 128, True, 2)
+    short = plan.lookup("fused", "sm90", 128, True, 2, N=plan.FUSED_ONE_CONSUMER_BELOW[128] - 1)
+    entry = plan.lookup("fused", "sm90", 128, True, 2)
     for B, H, causal, want in ((1, 16, True, short), (2, 8, True, short), (1, 17, True, entry),
-                               (1, 16, False, config.lookup("fused", "sm90", 128, False, 2))):
+                               (1, 16, False, plan.lookup("fused", "sm90", 128, False, 2))):
         q = torch.zeros(B, H, 1024, 128, dtype=torch.bfloat16)
         builds.get("fused").attend(q, q, q, causal=causal)
         given = gluon_launches[-1][1]
@@ -344,16 +366,15 @@ def test_the_fused_build_takes_the_short_entry_where_its_grid_is_one_wave(monkey
         assert replace(recorded, o_tma=want.o_tma) == want, (B, H, causal, recorded)
 
 
-def test_one_consumer_programs_launch_an_item_of_block_m_rows_and_two_fit_an_sm(gluon_launches):
+def test_one_consumer_programs_launch_an_item_of_block_m_rows_and_two_fit_an_sm(monkeypatch, gluon_launches):
     """Tiles.one_consumer: a program is one consumer warpgroup and the loader (8 warps at
     launch), so its items are BLOCK_M rows and its launch asks for 128 registers a thread: two programs fill an SM's
     64 Ki. Persistent, the grid is then two programs an SM."""
+    monkeypatch.setattr(config, "sm_count", lambda device: 132)
     B, H, N, D = 2, 16, 1000, 128
     q = torch.zeros(B, H, N, D, dtype=torch.bfloat16)
     for one, persistent in ((False, False), (True, False), (True, True)):
-        t = config.Tiles(64, 64, 4, 2, gluon=True, persistent=persistent, one_consumer=one)
-        fused_gluon.launch(q, q, q, torch.empty_like(q), q, (0, 0, 0, 0), 0, N=N, H=H, group=1, qk_scale=1.0,
-                           mask_scale=1.0, inv_n=1.0, causal=True, tiles=t)
+        run_tiles(q, config.Tiles(64, 64, 4, 2, gluon=True, persistent=persistent, one_consumer=one), causal=True)
     launched = [(grid, a["total"], a["ROWS"], a["maxnreg"]) for grid, a in gluon_launches]
     assert launched == [((8 * 32,), 8 * 32, 2, common.MAXNREG), ((16 * 32,), 16 * 32, 1, 128),
                         ((264,), 16 * 32, 1, 128)]

@@ -1,5 +1,5 @@
 """The offline compile checks the kernels a launch runs: for the same tiles and call, the constexpr arguments each
-Gluon kernel's `launch` hands it equal those attnlab.triton.resources compiles (whose shared memory, registers and
+Gluon kernel's plan (attnlab.triton.plan) has its `run` hand it equal those attnlab.triton.resources compiles (whose shared memory, registers and
 spills tests/test_resources.py checks for every table entry), and they follow the tiles and the call (its head dim,
 mask, causal flag and ablation) as the kernel's own docs say. Without a GPU: the kernels are replaced by stand-ins
 that record what a launch hands them, on CPU tensors (a TMA descriptor is only a record of shape, strides and box),
@@ -7,11 +7,12 @@ and the offline compile is stopped where it hands its source to Triton."""
 import pytest
 import torch
 
-from attnlab.triton import launch, resources
+from attnlab.triton import config, launch, plan, resources
 from attnlab.triton.hopper import fused as fused_gluon
 from attnlab.triton.hopper import pv as pv_gluon
 from attnlab.triton.hopper import qk_softmax as qk_softmax_gluon
 from attnlab.triton.hopper import qk_softmax_row
+from attnlab.triton.layout import mask_layout
 from attnlab.triton.resources import parse_tiles
 from attnlab.validate import check
 from tests.conftest import KernelStandIn
@@ -43,7 +44,7 @@ def offline_constexprs(monkeypatch, kernel, D, causal, label, mask_kind=0, n=256
 def _record(monkeypatch, module, name):
     got = []
     monkeypatch.setattr(module, name, KernelStandIn(lambda grid, kw: got.append(kw)))
-    monkeypatch.setattr(module, "sm_count", lambda device: 132)  # a persistent grid on "an H200"
+    monkeypatch.setattr(config, "sm_count", lambda device: 132)  # a persistent grid on "an H200"
     return got
 
 
@@ -65,9 +66,10 @@ def test_fused_launch_passes_exactly_its_constexprs(monkeypatch, label, mask_kin
     got = _record(monkeypatch, fused_gluon, "fused_gluon_kernel")
     q, k, v = _qkv(64)
     mask = _mask() if mask_kind else None
-    fused_gluon.launch(q, k, v, torch.empty_like(q), mask, (0, 0, 256, 1) if mask_kind else (0, 0, 0, 0), mask_kind,
-                       N=256, H=4, group=1, qk_scale=0.1, mask_scale=1.0, inv_n=1 / 256, causal=True, tiles=tiles,
-                       **ablation)
+    pf = plan.plan_fused(8, 256, 64, q.dtype, True, mask_layout(mask, mask_kind), q.device, next(iter(ablation), None),
+                         tiles=tiles)
+    fused_gluon.run(pf, q, k, v, torch.empty_like(q), mask, (0, 0, 256, 1) if mask_kind else (0, 0, 0, 0), 256, 4, 1,
+                    0.1, 1.0, 1 / 256)
     flags = {name.upper(): True for name in ablation}
     (kw,) = got
     params = PARAMS["fused_gluon_kernel"]
@@ -92,9 +94,10 @@ def test_qk_softmax_launch_passes_exactly_its_constexprs(monkeypatch, label, mas
     p = torch.empty(2, 2, 256, 256, dtype=q.dtype)
     mask = _mask(H=2, dtype=q.dtype) if mask_kind else None
     flags = torch.empty(2 * 2 * 256, dtype=torch.int8)
-    qk_softmax_gluon.launch(q, k, p, mask, (0, 0, 256, 1) if mask_kind else (0, 0, 0, 0), mask_kind, N=256, H=2,
-                            group=1, qk_scale=0.1, mask_scale=1.0, causal=False, tiles=tiles, no_softmax=no_softmax,
-                            flags=flags)
+    pp = plan.plan_qk_softmax(4, 256, 128, q.dtype, False, mask_layout(mask, mask_kind), q.device,
+                              "no_softmax" if no_softmax else None, tiles=tiles)
+    qk_softmax_gluon.run(pp, q, k, p, mask, (0, 0, 256, 1) if mask_kind else (0, 0, 0, 0), 256, 2, 1, 0.1, 1.0,
+                         flags)
     (kw,) = got
     params = PARAMS["qk_softmax_gluon_kernel"]
     assert {name: kw[name] for name in params} == {name: offline[name] for name in params}
@@ -109,19 +112,20 @@ def test_qk_softmax_launch_passes_exactly_its_constexprs(monkeypatch, label, mas
 @pytest.mark.parametrize("N, D", [(256, 64), (1024, 128), (1001, 64)])
 @pytest.mark.parametrize("causal, no_softmax", [(False, False), (True, False), (False, True)])
 def test_one_pass_launch_passes_exactly_its_constexprs(monkeypatch, label, N, D, causal, no_softmax):
-    """The one-pass P kernel (qk_softmax_row, the table's entry below N = 1025): its row's tiles and row buffers are
+    """The one-pass P kernel (qk_softmax_row, the rules' choice below N = 1025): its row's tiles and row buffers are
     constants of N, so a launch at another N must hand the kernel the N-dependent ones."""
     tiles = parse_tiles(label)
     if not qk_softmax_row.fits(tiles, N, D, 2):
-        pytest.skip(f"{label} does not fit N = {N}, D = {D}")  # launch refuses it (tests/test_qk_softmax_gluon.py)
+        pytest.skip(f"{label} does not fit N = {N}, D = {D}")  # its plan refuses it (tests/test_qk_softmax_gluon.py)
     # the offline compile describes an unpadded P, which TMA can take only with 16-byte rows (N % 8 == 0)
     offline = offline_constexprs(monkeypatch, "qk_softmax", D, causal, label, 0, n=N, NO_SOFTMAX=no_softmax) if (
         N % 8 == 0) else None
     got = _record(monkeypatch, qk_softmax_row, "qk_softmax_row_kernel")
     q, k, v = _qkv(D, N=N, H=2)
     p = launch.scores_buffer(check(q, k, v))  # the build's P: rows on lines, which TMA takes at any N
-    qk_softmax_row.launch(q, k, p, N=N, H=2, group=1, qk_scale=0.1, causal=causal, tiles=tiles,
-                          no_softmax=no_softmax)
+    pp = plan.plan_qk_softmax(4, N, D, q.dtype, causal, None, q.device, "no_softmax" if no_softmax else None,
+                              tiles=tiles)
+    qk_softmax_row.run(pp, q, k, p, N, 2, 1, 0.1)
     (kw,) = got
     params = PARAMS["qk_softmax_row_kernel"]
     assert offline is None or {name: kw[name] for name in params} == {name: offline[name] for name in params}
@@ -137,7 +141,8 @@ def test_pv_launch_passes_exactly_its_constexprs(monkeypatch, label, causal):
     got = _record(monkeypatch, pv_gluon, "pv_gluon_kernel")
     v = torch.randn(2, 4, 256, 64, dtype=torch.bfloat16)
     p = torch.empty(2, 4, 256, 256, dtype=v.dtype)
-    pv_gluon.launch(p, v, torch.empty_like(v), N=256, H=4, group=1, inv_n=1 / 256, causal=causal, tiles=tiles)
+    pv_gluon.run(plan.plan_pv(8, 256, 64, v.dtype, causal, v.device, tiles=tiles), p, v, torch.empty_like(v), 256, 4,
+                 1, 1 / 256)
     (kw,) = got
     params = PARAMS["pv_gluon_kernel"]
     assert {name: kw[name] for name in params} == {name: offline[name] for name in params}

@@ -15,13 +15,15 @@ ROOT = Path(__file__).resolve().parent.parent / "attnlab"
 
 # Bottom to top: a module imports from its own layer and those below, never from one above.
 LAYERS = [
-    ("validate, schema, provenance", ["attnlab.validate", "attnlab.schema", "attnlab.provenance", "attnlab.args"]),
+    ("validate, schema, provenance", ["attnlab.validate", "attnlab.schema", "attnlab.provenance", "attnlab.args",
+                                      "attnlab.environment"]),
     ("reference and model", ["attnlab.reference", "attnlab.accuracy", "attnlab.model", "attnlab.load",
                              "attnlab.ceilings"]),
-    ("kernel support", ["attnlab.triton", "attnlab.triton.config", "attnlab.triton.layout", "attnlab.triton.dispatch"]),
+    ("kernel support", ["attnlab.triton", "attnlab.triton.config", "attnlab.triton.layout"]),
     ("teaching kernels", ["attnlab.triton.tiles", "attnlab.triton.materialised", "attnlab.triton.qk_softmax",
                           "attnlab.triton.pv", "attnlab.triton.fused"]),
     ("Hopper kernels", ["attnlab.triton.hopper", "attnlab.triton.hopper.*"]),
+    ("plans", ["attnlab.triton.plan"]),
     ("launchers", ["attnlab.triton.launch", "attnlab.triton.resources"]),
     ("builds", ["attnlab.builds", "attnlab.builds.*", "attnlab.hf_attention"]),
     ("measure", ["attnlab.measure", "attnlab.profiler", "attnlab.model_forward"]),

@@ -89,17 +89,17 @@ def test_a_registration_that_drops_the_causal_mask_is_caught(tiny, monkeypatch):
 
 
 def test_the_model_hands_our_build_the_causal_flag_or_the_padding_mask_and_kv_heads_unrepeated(tiny, monkeypatch):
-    from attnlab import builds
+    from attnlab.builds import ops
 
     seen = []
-    real = builds.BUILDS["fused"]
+    real, real_get = ops.get("fused"), ops.get
 
-    def spy(q, k, v, *, causal=False, attn_mask=None, scale=None):
+    def spy(q, k, v, attn_mask, causal, scale):  # the op, as hf_attention calls it
         seen.append((q.shape[1], k.shape[1], causal, None if attn_mask is None else (tuple(attn_mask.shape),
                                                                                     attn_mask.dtype)))
-        return real.attend(q, k, v, causal=causal, attn_mask=attn_mask, scale=scale)
+        return real(q, k, v, attn_mask, causal, scale)
 
-    monkeypatch.setitem(builds.BUILDS, "fused", builds.Build("fused", spy, "ours", "fused", None, ""))
+    monkeypatch.setattr(ops, "get", lambda name: spy if name == "fused" else real_get(name))
     hf_attention.register()
     ids = mf.token_ids(TINY, 2, 24, 0, "cpu")
     _logits(tiny, "fused", ids)

@@ -9,7 +9,7 @@ import contextlib
 import pytest
 import torch
 
-from attnlab.triton import config, launch
+from attnlab.triton import config, launch, plan
 from attnlab.triton.hopper import common
 from attnlab.triton.hopper import pv as pv_gluon
 from attnlab.triton.resources import parse_tiles
@@ -25,13 +25,13 @@ def pv_dispatch(monkeypatch):
     which these tests do not ask about, run nowhere)."""
     calls = []
     monkeypatch.setattr(config, "family", lambda device: "sm90")
-    monkeypatch.setattr(pv_gluon, "launch", lambda p, v, o, **kw: calls.append(("gluon", kw["no_pv"], kw["tiles"])))
+    monkeypatch.setattr(pv_gluon, "run", lambda pp, *a: calls.append(("gluon", pp.constexprs["NO_PV"], pp.tiles)))
     monkeypatch.setattr(launch._pv_mod, "pv_kernel",
                         KernelStandIn(lambda grid, kw: calls.append(("triton", kw["NO_PV"], kw["BLOCK_M"]))))
     for module, name in ((launch._qks, "qk_softmax_kernel"), (launch._mat, "scores_kernel"),
                          (launch._mat, "softmax_kernel")):
         monkeypatch.setattr(module, name, KernelStandIn())
-    monkeypatch.setattr(launch, "write_p", lambda *a, **kw: None)  # qk_softmax's P kernel, Gluon or Triton
+    monkeypatch.setattr(launch, "_write_p", lambda *a, **kw: None)  # qk_softmax's P kernel, Gluon or Triton
     return calls
 
 
@@ -53,8 +53,8 @@ def test_a_build_and_its_no_pv_ablation_run_one_pv_kernel(pv_dispatch, build, N,
         pytest.skip("CPU tensors reach the launcher only under the interpreter")
     q, k, v = _inputs(N, D, dtype)
     fn = getattr(launch, build)
-    tiles = GLUON_PV if entry == "forced" else config.lookup("pv", "sm90", D, False, dtype.itemsize, N=N)
-    with config.forced("pv", GLUON_PV) if entry == "forced" else contextlib.nullcontext():
+    tiles = GLUON_PV if entry == "forced" else plan.lookup("pv", "sm90", D, False, dtype.itemsize, N=N)
+    with plan.forced("pv", GLUON_PV) if entry == "forced" else contextlib.nullcontext():
         for ablation in (None, "no_pv"):
             fn(q, k, v, ablation=ablation)
     if tiles.gluon:  # forced, or where the table's entry is a Gluon one
@@ -70,7 +70,7 @@ def test_forced_gluon_pv_tiles_refuse_a_case_the_kernel_cannot_compile(pv_dispat
     if not config.interpreting():
         pytest.skip("CPU tensors reach the launcher only under the interpreter")
     q, k, v = _inputs(512, D, dtype)
-    with config.forced("pv", GLUON_PV), pytest.raises(ValueError, match="Gluon PV kernel needs fp16 or bf16 and D = 64"):
+    with plan.forced("pv", GLUON_PV), pytest.raises(ValueError, match="Gluon PV kernel needs fp16 or bf16 and D = 64"):
         launch.qk_softmax(q, k, v)
     assert pv_dispatch == []
 
@@ -82,7 +82,7 @@ def test_the_rows_record_the_pv_kernel_that_ran(pv_dispatch):
 
     triton_pv = config.Tiles(64, 64, 4, 2)
     for tiles, N, gluon in ((GLUON_PV, 1024, True), (GLUON_PV, 1020, True), (triton_pv, 1020, False)):
-        with config.forced("pv", tiles):
+        with plan.forced("pv", tiles):
             q, k, v = _inputs(N)
             spec = check(q, k, v)
             for build in ("qk_softmax", "materialised"):
@@ -124,15 +124,15 @@ def test_a_launch_counts_every_item_and_a_persistent_one_has_one_program_an_sm(m
     launched = []
     monkeypatch.setattr(pv_gluon, "pv_gluon_kernel", KernelStandIn(lambda grid, call: launched.append((grid, call)),
                                                                    pv_gluon.pv_gluon_kernel.arg_names))
-    monkeypatch.setattr(pv_gluon, "sm_count", lambda device: 132)
+    monkeypatch.setattr(config, "sm_count", lambda device: 132)
     B, H, D = 2, 16, 128
     cases = ((512, "128x64w4s4gc", False), (512, "128x64w4s4hgc", True), (1000, "64x128w4s3g", False),
              (8192, "64x128w4s2hgcu", True), (64, "128x64w4s4gc", False))
     for N, tiles, causal in cases:  # meta tensors: shapes and strides are all a launch reads of them here
         p = torch.empty(B, H, N, N, dtype=torch.bfloat16, device="meta")
         v = torch.empty(B, H, N, D, dtype=torch.bfloat16, device="meta")
-        pv_gluon.launch(p, v, torch.empty_like(v), N=N, H=H, group=1, inv_n=1.0 / N, causal=causal,
-                        tiles=parse_tiles(tiles))
+        pp = plan.plan_pv(B * H, N, D, v.dtype, causal, v.device, tiles=parse_tiles(tiles))
+        pv_gluon.run(pp, p, v, torch.empty_like(v), N, H, 1, 1.0 / N)
     got = [(grid, c["total"], c["PERSISTENT"], c["ROWS"], c["HEAVY_FIRST"], c["BLOCK_M"], c["STAGES"])
            for grid, c in launched]
     assert got == [((64,), 64, True, 2, False, 128, 4),  # 2 row blocks of 256 × 32 heads: fewer than the SMs

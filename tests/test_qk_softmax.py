@@ -4,7 +4,7 @@ tile is the whole row: one QKᵀ, no statistics pass)."""
 import pytest
 import torch
 
-from attnlab.triton import config, launch
+from attnlab.triton import config, launch, plan
 from tests.conftest import rand_qkv
 
 TWO_PASSES = config.Tiles(32, 16)  # N = 100: seven key tiles a row, a ragged last one
@@ -77,14 +77,14 @@ def test_p_matches_an_fp32_softmax(tiles, one_tile, variant, one_tile_flags):
 
 @pytest.mark.parametrize("variant,span", [("plain", 4096), ("causal", 4096), ("bool", 4096), ("plain", 64),
                                           ("causal", 64)])
-def test_the_repair_rewrites_the_blocks_of_flagged_rows_and_only_those(variant, span, monkeypatch):
+def test_the_repair_rewrites_the_blocks_of_flagged_rows_and_only_those(variant, span, monkeypatch, fresh_plans):
     """Tiles.fixed_reference: the Gluon kernel's pass 1 flags the rows its fixed reference leaves wrong, and this
     kernel (REPAIR) re-writes every block with a flagged row. Here a flagged row's block holds NaN and must come out
-    right; a block with no flag holds a sentinel and must keep it. A program reads the flags of launch.REPAIR_SPAN
+    right; a block with no flag holds a sentinel and must keep it. A program reads the flags of plan.REPAIR_SPAN
     rows: with 64 of them, N = 100 takes two programs a head and head 1's flagged block is the second one's."""
     if not config.interpreting():
         pytest.skip("CPU tensors reach the kernel only under the interpreter")
-    monkeypatch.setattr(launch, "REPAIR_SPAN", span)
+    monkeypatch.setattr(plan, "REPAIR_SPAN", span)
     N, H = 100, 2
     q, k, v = rand_qkv(B=1, H=H, Hkv=H, N=N, D=32, dtype=torch.float16, seed=3)
     causal, mask = variant == "causal", _mask(variant, N)
@@ -95,18 +95,18 @@ def test_the_repair_rewrites_the_blocks_of_flagged_rows_and_only_those(variant, 
         flags[h * N + row] = 1
         block = slice(row // 32 * 32, min(N, row // 32 * 32 + 32))
         p[0, h, block] = float("nan")
-    launch._triton_p(c, p, launch.row_stride(p, c.spec, "P"), TWO_PASSES, config.LOG2E, False, flags)
+    s = c.spec
+    repair = plan.plan_qk_softmax(H, N, 32, q.dtype, causal, c.layout, q.device, tiles=TWO_PASSES,
+                                  rows_pad=launch.rows_pad(N, p), repair=True)
+    launch._triton_p(c, p, launch.row_stride(p, s, "P"), repair, s.scale * config.LOG2E, FLAGS=flags)
     ref = reference_p(q, k, causal, mask, False)
     for h, block in ((0, slice(0, 32)), (1, slice(96, 100))):
         torch.testing.assert_close(p[0, h, block].float(), ref[0, h, block], rtol=2e-3, atol=1e-5)
     assert (p[0, 0, 32:] == 7.0).all() and (p[0, 1, :96] == 7.0).all(), "a block without a flagged row was written"
 
 
-def test_a_repair_span_its_blocks_do_not_divide_is_one_clear_error(monkeypatch):
-    monkeypatch.setattr(launch, "REPAIR_SPAN", 48)
-    q, k, v = rand_qkv(B=1, H=1, Hkv=1, N=64, D=16, dtype=torch.float32, seed=1)
-    c = launch._prepare(q, k, v, False, None, None, None)
-    p = torch.zeros(1, 1, 64, 64)
+def test_a_repair_span_its_blocks_do_not_divide_is_one_clear_error(monkeypatch, fresh_plans):
+    monkeypatch.setattr(plan, "REPAIR_SPAN", 48)
     with pytest.raises(ValueError, match="a re-write's BLOCK_M must divide REPAIR_SPAN = 48"):
-        launch._triton_p(c, p, 64, TWO_PASSES, config.LOG2E, False, torch.zeros(64, dtype=torch.int8))
+        plan.plan_qk_softmax(1, 64, 16, torch.float32, False, None, torch.device("cpu"), tiles=TWO_PASSES, repair=True)
 

@@ -9,10 +9,12 @@ from dataclasses import replace
 import pytest
 import torch
 
-from attnlab.triton import config, launch
+from attnlab.triton import config, launch, plan
 from attnlab.triton.hopper import common
 from attnlab.triton.hopper import pv as pv_gluon
 from attnlab.triton.hopper import qk_softmax as qk_softmax_gluon
+from attnlab.triton.hopper import qk_softmax_row
+from attnlab.triton.layout import mask_layout
 from attnlab.triton.resources import parse_tiles
 from attnlab.validate import check
 from tests.conftest import KernelStandIn
@@ -24,19 +26,27 @@ GLUON_TILES = config.Tiles(64, 128, 4, 2, gluon=True)
 @pytest.fixture
 def hopper_dispatch(monkeypatch):
     """Pretend the CPU tensors sit on an sm90 GPU; record which P kernel the launcher starts (the PV kernel, which
-    both share, is not run: neither the Triton one nor, where the table takes it, the Gluon one)."""
+    both share, is not run: neither the Triton one nor, where the rules take it, the Gluon one)."""
     calls = []
 
-    def gluon_launch(q, k, p, mask, mask_strides, mask_kind, **kw):
-        calls.append(("gluon", mask_kind, kw["no_softmax"], kw["tiles"], kw.get("flags")))
+    def gluon_run(p, *args):  # either Gluon P kernel: the two-pass one gets flags last, where it has a pass 1
+        flags = args[-1] if len(args) == 11 else None
+        calls.append(("gluon", p.constexprs.get("MASK_KIND", 0), p.constexprs["NO_SOFTMAX"], p.tiles, flags))
 
     monkeypatch.setattr(config, "family", lambda device: "sm90")
-    monkeypatch.setattr(qk_softmax_gluon, "launch", gluon_launch)
+    monkeypatch.setattr(qk_softmax_gluon, "run", gluon_run)
+    monkeypatch.setattr(qk_softmax_row, "run", gluon_run)
     monkeypatch.setattr(launch._qks, "qk_softmax_kernel", KernelStandIn(
         lambda grid, kw: calls.append(("triton", kw["MASK_KIND"], kw["NO_SOFTMAX"], None, kw.get("FLAGS")))))
     monkeypatch.setattr(launch._pv_mod, "pv_kernel", KernelStandIn())
-    monkeypatch.setattr(pv_gluon, "launch", lambda *a, **kw: None)
+    monkeypatch.setattr(pv_gluon, "run", lambda *a, **kw: None)
     return calls
+
+
+def p_plan(q, tiles, causal=False, mask=None, mask_kind=0):
+    """The P kernel's plan with these tiles for q's shape (q, k alike), the mask's layout from the view given."""
+    B, H, N, D = q.shape
+    return plan.plan_qk_softmax(B * H, N, D, q.dtype, causal, mask_layout(mask, mask_kind), q.device, tiles=tiles)
 
 
 def _inputs(N, D=128, dtype=torch.bfloat16):
@@ -56,7 +66,7 @@ def test_the_build_and_all_its_ablations_run_one_p_kernel(hopper_dispatch, N):
         pytest.skip("CPU tensors reach the launcher only under the interpreter")
     q, k, v = _inputs(N)
     zero = torch.zeros(N, N, dtype=torch.bfloat16)
-    with config.forced("qk_softmax", GLUON_TILES):
+    with plan.forced("qk_softmax", GLUON_TILES):
         for ablation, mask in ((None, None), ("no_softmax", None), ("no_pv", None), (None, zero),
                                (None, torch.ones(N, N, dtype=torch.bool))):
             launch.qk_softmax(q, k, v, causal=True, attn_mask=mask, ablation=ablation)
@@ -74,14 +84,14 @@ def test_the_build_and_all_its_ablations_run_one_p_kernel(hopper_dispatch, N):
 
 def test_a_fixed_reference_hands_its_flags_to_the_triton_kernels_rewrite(hopper_dispatch):
     """Tiles.fixed_reference: the Gluon kernel gets a B·H·N int8 tensor for its rows' verdicts, and the Triton
-    kernel then re-writes the flagged rows' blocks from the same tensor (REPAIR, with launch.REPAIR_TILES); under
+    kernel then re-writes the flagged rows' blocks from the same tensor (REPAIR, with plan.REPAIR_TILES); under
     no_softmax (no pass 1) the Gluon kernel runs alone and gets none."""
     if not config.interpreting():
         pytest.skip("CPU tensors reach the launcher only under the interpreter")
     q, k, v = _inputs(1024)
     mask = torch.zeros(1024, 1024, dtype=q.dtype)
     fixed = replace(GLUON_TILES, fixed_reference=True)
-    with config.forced("qk_softmax", fixed):
+    with plan.forced("qk_softmax", fixed):
         for ablation, m in ((None, None), (None, mask), ("no_softmax", None)):
             launch.qk_softmax(q, k, v, causal=False, ablation=ablation, attn_mask=m)
     # written straight with those tiles and a mask (the build's masked call runs without them: as_run)
@@ -100,8 +110,8 @@ def test_a_fixed_reference_without_flags_is_one_clear_error():
     q = torch.zeros(1, 2, 1024, 128, dtype=torch.bfloat16)
     p = torch.zeros(1, 2, 1024, 1024, dtype=torch.bfloat16)
     with pytest.raises(ValueError, match="needs flags, a B·H·N = 2048 int8 tensor, got None"):
-        qk_softmax_gluon.launch(q, q, p, p, (0, 0, 0, 0), 0, N=1024, H=2, group=1, qk_scale=1.0, mask_scale=1.0,
-                                causal=False, tiles=replace(GLUON_TILES, fixed_reference=True))
+        qk_softmax_gluon.run(p_plan(q, replace(GLUON_TILES, fixed_reference=True)), q, q, p, p, (0, 0, 0, 0), 1024,
+                             2, 1, 1.0, 1.0)
 
 
 def _run_and_record(q, k, v, causal, names):
@@ -134,7 +144,7 @@ def test_a_masked_call_runs_the_tiles_as_run_gives_and_the_row_says_so(hopper_di
     one-pass entries: the next test)."""
     if not config.interpreting():
         pytest.skip("CPU tensors reach the launcher only under the interpreter")
-    entry = config.lookup("qk_softmax", "sm90", D, causal, 2, N=N)
+    entry = plan.lookup("qk_softmax", "sm90", D, causal, 2, N=N)
     if entry.one_pass or not entry.gluon:
         pytest.skip(f"the table's entry at D = {D}, N = {N} is {entry}: not the two-pass Gluon kernel")
     persistent = entry.persistent
@@ -153,8 +163,8 @@ def test_a_masked_call_runs_the_tiles_as_run_gives_and_the_row_says_so(hopper_di
     assert ran[0] == ran[2] == entry
 
 
-ONE_PASS_SHORT = [(key[2], key[3], below) for key, (t, below) in config.SHORT.items()
-                  if key[:2] == ("qk_softmax", "sm90") and key[4] == 2 and t.one_pass]
+ONE_PASS_SHORT = [(D, causal, qk_softmax_row.ROW_MAX + 1) for D in (64, 128) for causal in (False, True)
+                  if plan.lookup("qk_softmax", "sm90", D, causal, 2, N=qk_softmax_row.ROW_MAX).one_pass]
 
 
 @pytest.mark.parametrize("D,causal,below", ONE_PASS_SHORT, ids=[f"{d}-{c}" for d, c, _ in ONE_PASS_SHORT])
@@ -167,18 +177,16 @@ def test_a_one_pass_entry_runs_its_kernel_where_the_row_fits_and_a_mask_runs_the
     than its base). From the bound on the key's TABLE entry serves, and no row is longer than ROW_MAX on chip. Every
     one-pass SHORT entry of the table, at the shortest N its Gluon kernel takes and the longest below its bound."""
     for N in sorted({qk_softmax_gluon.MIN_N, (below - 1) // 16 * 16}):
-        _one_pass_entry_case(hopper_dispatch, int(D.lstrip("=")), causal, N)
+        _one_pass_entry_case(hopper_dispatch, D, causal, N)
         hopper_dispatch.clear()
 
 
 def _one_pass_entry_case(hopper_dispatch, D, causal, N):
     if not config.interpreting():
         pytest.skip("CPU tensors reach the launcher only under the interpreter")
-    from attnlab.triton.hopper import qk_softmax_row
-
-    entry = config.lookup("qk_softmax", "sm90", D, causal, 2, N=N)
+    entry = plan.lookup("qk_softmax", "sm90", D, causal, 2, N=N)
     assert entry.one_pass and qk_softmax_row.fits(entry, N, D, 2)  # a one-pass entry serves only where its row fits
-    assert not config.lookup("qk_softmax", "sm90", D, causal, 2, N=qk_softmax_row.ROW_MAX + 1).one_pass
+    assert not plan.lookup("qk_softmax", "sm90", D, causal, 2, N=qk_softmax_row.ROW_MAX + 1).one_pass
     recorded = _run_and_record(*_inputs(N, D), causal, ("qk_softmax", "qk_softmax-no_softmax", "qk_softmax-no_pv",
                                                         "qk_softmax-zero_mask"))
     ran = [c[3] for c in hopper_dispatch]
@@ -194,8 +202,6 @@ def test_one_pass_tiles_where_the_row_does_not_fit_run_the_two_pass_kernel():
     """qk_softmax_gluon.as_run: one-pass tiles at an N past ROW_MAX, or whose ring and row buffer overflow a program's
     shared memory (4 stages of 128 keys at D = 128 and N = 1024), run the two-pass kernel, persistent, with the same
     tiles otherwise; without N (the entry as it stands) they stay."""
-    from attnlab.triton.hopper import qk_softmax_row
-
     t = config.Tiles(64, 128, 4, 4, gluon=True, one_pass=True)
     two_pass = replace(t, one_pass=False, persistent=True)
     assert qk_softmax_gluon.as_run(t, None, 64, 2, 1024) == t
@@ -208,16 +214,13 @@ def test_one_pass_tiles_where_the_row_does_not_fit_run_the_two_pass_kernel():
 
 
 def test_the_one_pass_kernel_refuses_tiles_that_do_not_fit_with_one_clear_error():
-    from attnlab.triton.hopper import qk_softmax_row
-
     q = torch.zeros(1, 2, 1024, 128, dtype=torch.bfloat16)
-    p = torch.zeros(1, 2, 1024, 1024, dtype=torch.bfloat16)
     t = config.Tiles(64, 128, 4, 4, gluon=True, one_pass=True)
     with pytest.raises(ValueError, match=r"keeps a row of N ≤ 1024 keys .* N = 1024 needs \d+ bytes of the \d+"):
-        qk_softmax_row.launch(q, q, p, N=1024, H=2, group=1, qk_scale=1.0, causal=False, tiles=t)
+        p_plan(q, t)
+    mask = torch.zeros(1024, 1024, dtype=q.dtype).expand(1, 2, 1024, 1024)
     with pytest.raises(ValueError, match="the one-pass P kernel takes no mask"):
-        qk_softmax_gluon.launch(q, q, p, p, (0, 0, 0, 0), 2, N=1024, H=2, group=1, qk_scale=1.0, mask_scale=1.0,
-                                causal=False, tiles=replace(t, num_stages=2))
+        p_plan(q, replace(t, num_stages=2), mask=mask, mask_kind=2)
 
 
 def test_gluon_tiles_refuse_what_the_kernel_cannot_do(hopper_dispatch):
@@ -226,7 +229,7 @@ def test_gluon_tiles_refuse_what_the_kernel_cannot_do(hopper_dispatch):
         pytest.skip("CPU tensors reach the launcher only under the interpreter")
     for D, dtype in ((96, torch.bfloat16), (128, torch.float32)):
         q, k, v = _inputs(64, D, dtype)
-        with config.forced("qk_softmax", GLUON_TILES):
+        with plan.forced("qk_softmax", GLUON_TILES):
             with pytest.raises(ValueError, match="Gluon qk_softmax kernel needs fp16 or bf16 and D = 64 or 128"):
                 launch.qk_softmax(q, k, v)
     assert hopper_dispatch == []
@@ -239,10 +242,10 @@ def test_only_calls_the_gluon_kernel_compiles_for_take_it_on_hopper(D, dtype):
     wide), at every N, causal or not; every other GPU family and the interpreter get the Triton kernel."""
     for causal in (False, True):
         for N in (None, 512, 1024, 1025, 4096):
-            t = config.lookup("qk_softmax", "sm90", D, causal, dtype.itemsize, N=N)
+            t = plan.lookup("qk_softmax", "sm90", D, causal, dtype.itemsize, N=N)
             assert not t.gluon or common.compiles_for(dtype, D), (D, dtype, causal, N, t)
-        assert not config.lookup("qk_softmax", "sm80", D, causal, dtype.itemsize).gluon
-        assert not config.lookup("qk_softmax", "interpreter", D, causal, dtype.itemsize).gluon
+        assert not plan.lookup("qk_softmax", "sm80", D, causal, dtype.itemsize).gluon
+        assert not plan.lookup("qk_softmax", "interpreter", D, causal, dtype.itemsize).gluon
 
 
 def test_a_p_whose_rows_tma_cannot_reach_is_one_clear_error():
@@ -254,9 +257,9 @@ def test_a_p_whose_rows_tma_cannot_reach_is_one_clear_error():
     q, k, v = _inputs(N)
     p = torch.empty(1, 2, N, N, dtype=torch.bfloat16)
     o = torch.empty_like(q)
-    calls = (lambda: qk_softmax_gluon.launch(q, k, p, None, (0, 0, 0, 0), 0, N=N, H=2, group=1, qk_scale=1.0,
-                                             mask_scale=1.0, causal=False, tiles=GLUON_TILES),
-             lambda: pv_gluon.launch(p, v, o, N=N, H=2, group=1, inv_n=1 / N, causal=False, tiles=GLUON_TILES))
+    pv = plan.plan_pv(2, N, 128, q.dtype, False, q.device, tiles=GLUON_TILES)
+    calls = (lambda: qk_softmax_gluon.run(p_plan(q, GLUON_TILES), q, k, p, None, (0, 0, 0, 0), N, 2, 1, 1.0, 1.0),
+             lambda: pv_gluon.run(pv, p, v, o, N, 2, 1, 1 / N))
     for call in calls:
         with pytest.raises(ValueError, match=r"P must have .* 16-byte aligned base and row stride .* strides "
                                              r"\(2080800, 1040400, 1020, 1\)"):
@@ -272,24 +275,20 @@ def test_p_is_stored_through_its_rows_padding_where_the_pv_kernel_reads_it(monke
     """Where a row of P ends inside a 16-byte vector (launch.rows_pad), both Gluon P kernels store P through a
     descriptor over layout.padded_view, so that the vector's columns past N get the kernel's 0 (its keys there are
     masked): the Triton PV kernel reads them as they lie. Elsewhere the descriptor is exactly N wide."""
-    from attnlab.triton.hopper import qk_softmax_row
-
     widths = []
 
-    def descriptor(x, block_rows, block_cols=None):
+    def described(x, box):
         widths.append(x.shape[-1])
         return x
 
     for mod in (qk_softmax_gluon, qk_softmax_row):
-        monkeypatch.setattr(mod, "descriptor", descriptor)
-        monkeypatch.setattr(mod, "sm_count", lambda device: 132)
+        monkeypatch.setattr(mod, "described", described)
+    monkeypatch.setattr(config, "sm_count", lambda device: 132)
     monkeypatch.setattr(qk_softmax_gluon, "qk_softmax_gluon_kernel", KernelStandIn())
     monkeypatch.setattr(qk_softmax_row, "qk_softmax_row_kernel", KernelStandIn())
     q, k, v = _inputs(N, D=64)
-    p = launch.scores_buffer(check(q, k, v))
-    tiles = replace(GLUON_TILES, one_pass=one_pass, persistent=one_pass)
-    qk_softmax_gluon.launch(q, k, p, q, (0, 0, 0, 0), 0, N=N, H=2, group=1, qk_scale=1.0, mask_scale=1.0,
-                            causal=False, tiles=tiles)
+    c = launch._prepare(q, k, v, False, None, None, None)
+    launch.write_p(c, launch.scores_buffer(c.spec), replace(GLUON_TILES, one_pass=one_pass, persistent=one_pass))
     assert widths[2] == width and widths[:2] == [64, 64]  # q, k, then P
 
 
@@ -345,7 +344,7 @@ def test_a_mask_tma_cannot_read_runs_the_consumers_loads(hopper_dispatch):
     N = 512
     q, k, v = _inputs(N, 64)
     tiles = config.Tiles(64, 128, 4, 3, gluon=True, persistent=True)
-    with config.forced("qk_softmax", tiles):
+    with plan.forced("qk_softmax", tiles):
         for dtype in (torch.float32, torch.bfloat16):
             launch.qk_softmax(q, k, v, attn_mask=torch.zeros(N, N, dtype=dtype))
     assert [c[3] for c in hopper_dispatch] == [replace(tiles, persistent=False), replace(tiles, mask_tma=True)]
@@ -369,12 +368,13 @@ def test_as_run_brings_a_mask_by_tma_in_the_stages_that_fit(tiles, D, mask_dtype
     mask = torch.empty(N, N, dtype=mask_dtype, device="meta").expand(2, 16, N, N)
     if mask_dtype == torch.bool:
         mask = mask.view(torch.uint8)
+    mask = mask_layout(mask, 1 if mask_dtype == torch.bool else 2)
     ran = qk_softmax_gluon.as_run(tiles, mask, D, 2)
     if stages is None:
         assert ran == replace(tiles, mask_tma=False, persistent=False)
     else:
         assert ran == replace(tiles, mask_tma=True, num_stages=stages)
-    ragged = torch.empty(1000, 1000, dtype=torch.uint8, device="meta").expand(2, 16, 1000, 1000)
+    ragged = mask_layout(torch.empty(1000, 1000, dtype=torch.uint8, device="meta").expand(2, 16, 1000, 1000), 1)
     assert qk_softmax_gluon.as_run(tiles, ragged, D, 2) == replace(tiles, mask_tma=False, persistent=False)
     assert qk_softmax_gluon.as_run(tiles, None, D, 2) == tiles
     fixed = replace(tiles, q_registers=True, fixed_reference=True)  # measured unmasked only: a mask drops them

@@ -6,10 +6,11 @@ the interpreter), exactly as a user's `python -m attnlab.triton.resources` does.
 import pytest
 import torch
 
-from attnlab.triton import config, resources
+from attnlab.triton import config, plan, resources
 from attnlab.triton.hopper import common
 from attnlab.triton.hopper import qk_softmax as qk_softmax_gluon
 from attnlab.triton.hopper import qk_softmax_row
+from attnlab.triton.layout import mask_layout
 from tests.conftest import offline_compile
 from tests.offline import compiles
 
@@ -73,66 +74,67 @@ wgmma instructions reading accumulator registers of  a wgmma between start and e
     assert resources.read_ptxas(c7514)["wgmma_serialised"] is True
 
 
-def _serves(below=None) -> int:
-    """An N the entry serves: the benchmark's 4096 for TABLE's, the longest multiple of 16 below a SHORT entry's
-    bound (a one-pass entry's row then fills the most shared memory it can) for SHORT's."""
-    return 4096 if below is None else min(4096, (below - 1) // 16 * 16)
+# The N at which the rules' sm90 choices are compiled: the benchmark's 4096 for the long-sequence ones, else the
+# longest multiple of 16 below a bound the rules read (a one-pass choice's row then fills the most shared memory it
+# can): the first of these that gives the choice; None, the long-sequence choice wherever it starts (the Gluon PV
+# kernel's at D = 64 causal, from 8192), at 4096
+SERVED_NS = (4096, 4080, 2032, 1440, 1024, 720, None)
 
 
-def _table_compiles() -> list:
-    """For every sm90 16-bit entry of fused, qk_softmax and pv in TABLE and SHORT, at a D and N it serves: the
-    compiles of what the lab's calls run with it. A Gluon entry: the build unmasked and its ablations (no_softmax,
-    no_pv: the PV kernel's flag), the zero_mask ablation's additive mask and a user's boolean one (for qk_softmax the
-    tiles qk_softmax_gluon.as_run gives a masked call: the one-pass kernel and the fixed reference take no mask). A
-    Triton entry: the build and its zero_mask ablation."""
-    out = []
-    entries = [(key, t, None) for key, t in config.TABLE.items()]
-    entries += [(key, t, below) for key, (t, below) in config.SHORT.items()]
-    for (kernel, fam, bucket, causal, size), t, below in entries:
-        if fam != "sm90" or size != 2 or kernel not in ("fused", "qk_softmax", "pv"):
-            continue
-        n = _serves(below)
-        if t.gluon:
-            dims = [int(bucket.lstrip("="))]
-        elif bucket == "any":
-            dims = [64, 128]
-        else:  # a Triton entry serves its bucket but for the Gluon kernel's exact D
-            dims = [bucket * 3 // 4]
-        for D in dims:
-            for c in ((False, True) if causal == "any" else (causal,)):
-                label = resources.label(t)
-                if kernel == "pv":
-                    out += compiles("pv", D, c, label, n=n)
-                    if t.gluon:
-                        out += compiles("pv", D, c, label, n=n, flags={"NO_PV": True})
-                    continue
-                out += compiles(kernel, D, c, label, n=n)
-                if t.gluon:  # the Triton entries: the build and its zero_mask ablation
-                    out += compiles(kernel, D, c, label, n=n, flags={"NO_SOFTMAX": True})
-                if kernel == "fused" and t.gluon:
-                    out += compiles(kernel, D, c, label, n=n, flags={"NO_PV": True})
-                for mask_kind, dtype in ((1, torch.uint8), (2, torch.bfloat16))[0 if t.gluon else 1:]:
-                    mask = torch.empty(n, n, dtype=dtype, device="meta").expand(1, 2048 // D, n, n)
-                    ran = qk_softmax_gluon.as_run(t, mask, D, 2, n) if kernel == "qk_softmax" and t.gluon else t
-                    out += compiles(kernel, D, c, resources.label(ran), masks=mask_kind, n=n)
+def _rules_compiles() -> list:
+    """For every sm90 16-bit choice of fused, qk_softmax and pv the rules make (attnlab.triton.plan: at D = 64 and 128,
+    the Triton P kernel's there too, which runs below the Gluon one's N, and at D = 48, 96 and fused's 192 for their
+    buckets) at an N it serves (SERVED_NS, the first that gives it): the compiles of what the lab's calls run with
+    it. A Gluon choice: the build unmasked and its ablations (no_softmax, no_pv: the PV kernel's flag), the
+    zero_mask ablation's additive mask and a user's boolean one (for qk_softmax the tiles qk_softmax_gluon.as_run gives
+    a masked call: the one-pass kernel and the fixed reference take no mask). A Triton choice: the build and its
+    zero_mask ablation."""
+    out, seen = [], set()
+    for kernel in ("fused", "qk_softmax", "pv"):
+        dims = [(64, True), (128, True), (48, True), (96, True)]
+        dims += [(64, False), (128, False)] if kernel == "qk_softmax" else [(192, True)] if kernel == "fused" else []
+        for D, gluon in dims:
+            for c in (False, True):
+                for n in SERVED_NS:
+                    t = plan.lookup(kernel, "sm90", D, c, 2, gluon, n)
+                    n = n or 4096
+                    if (kernel, D, c, t) in seen:
+                        continue
+                    seen.add((kernel, D, c, t))
+                    label = resources.label(t)
+                    if kernel == "pv":
+                        out += compiles("pv", D, c, label, n=n)
+                        if t.gluon:
+                            out += compiles("pv", D, c, label, n=n, flags={"NO_PV": True})
+                        continue
+                    out += compiles(kernel, D, c, label, n=n)
+                    if t.gluon:  # the Triton choices: the build and its zero_mask ablation
+                        out += compiles(kernel, D, c, label, n=n, flags={"NO_SOFTMAX": True})
+                    if kernel == "fused" and t.gluon:
+                        out += compiles(kernel, D, c, label, n=n, flags={"NO_PV": True})
+                    for mask_kind, dtype in ((1, torch.uint8), (2, torch.bfloat16))[0 if t.gluon else 1:]:
+                        mask = torch.empty(n, n, dtype=dtype, device="meta").expand(1, 2048 // D, n, n)
+                        ran = qk_softmax_gluon.as_run(t, mask_layout(mask, mask_kind), D, 2, n) if (
+                            kernel == "qk_softmax" and t.gluon) else t
+                        out += compiles(kernel, D, c, resources.label(ran), masks=mask_kind, n=n)
     return out
 
 
-TABLE_COMPILES = _table_compiles()
+RULES_COMPILES = _rules_compiles()
 
 
-@pytest.mark.parametrize("offline", [TABLE_COMPILES], ids=["sm90"], indirect=True)
-def test_every_sm90_entry_of_the_tables_compiles_within_limits_on_every_path_the_lab_runs(offline):
-    """Whatever TABLE and SHORT hold, each sm90 16-bit entry of fused, qk_softmax and pv compiles for sm_90a within a
+@pytest.mark.parametrize("offline", [RULES_COMPILES], ids=["sm90"], indirect=True)
+def test_every_sm90_choice_of_the_rules_compiles_within_limits_on_every_path_the_lab_runs(offline):
+    """Whatever the rules say, each sm90 16-bit choice of fused, qk_softmax and pv compiles for sm_90a within a
     program's share of shared memory (one-consumer programs: half an SM, so two share it) on every path the lab runs
-    it (_table_compiles). The Gluon entries, tuned on the H200, also keep their matmuls asynchronous (no
+    it (_rules_compiles). The Gluon choices, tuned on the H200, also keep their matmuls asynchronous (no
     C7514/C7515) and spill nothing without a mask (the benchmark's path) but for the persistent fused kernel's few
     bytes under a causal mask at D = 128 and its no_softmax ablation's at most 256; a mask costs the fused kernel at
-    most 704 bytes (the consumers' 64-bit mask pointers), the P kernel 128. A one-pass entry's row buffers fit
+    most 704 bytes (the consumers' 64-bit mask pointers), the P kernel 128. A one-pass choice's row buffers fit
     beside its ring at the N it serves (qk_softmax_row.fits)."""
-    assert len(offline) == len(TABLE_COMPILES) > 0
+    assert len(offline) == len(RULES_COMPILES) > 0
     wrong = []
-    for c, r in zip(TABLE_COMPILES, offline):
+    for c, r in zip(RULES_COMPILES, offline):
         t = resources.parse_tiles(r["tiles"])
         if not r["fits"] or (t.one_consumer and r["smem_kib"] * 1024 > common.smem_limit(t)):
             wrong.append(f"{c}: {r['smem_kib']:.0f} KiB does not fit")
@@ -148,7 +150,7 @@ def test_every_sm90_entry_of_the_tables_compiles_within_limits_on_every_path_the
             wrong.append(f"{c}: {r['spill_stores']} bytes spilled (at most {allowed}), wgmma serialised: "
                          f"{r['wgmma_serialised']}")
     assert not wrong, "\n".join(wrong)
-    for c in TABLE_COMPILES:
+    for c in RULES_COMPILES:
         t = resources.parse_tiles(c.tiles)
         if t.one_pass and not c.mask_kind:
             assert qk_softmax_row.fits(t, c.n, c.D, 2), c

@@ -24,7 +24,9 @@ def setup() -> dict:
     @triton.jit function is bound to the interpreter when it is decorated, so this runs first), and wide tables."""
     import pandas as pd
 
-    os.environ["TRITON_INTERPRET"] = "1"
+    from attnlab import environment
+
+    environment.use_interpreter()
     pd.set_option("display.width", 200)
     pd.set_option("display.max_columns", 20)
     return {"TRITON_INTERPRET": os.environ["TRITON_INTERPRET"]}

@@ -21,26 +21,11 @@ wrongly; the tensors here are float32, whose dots it computes exactly.
 """
 from __future__ import annotations
 
-import contextlib
-import os
-
 import torch
 import triton
 import triton.language as tl
 
-
-@contextlib.contextmanager
-def interpreted():
-    """TRITON_INTERPRET=1 for the block, as it was after: functions decorated inside run in the interpreter."""
-    saved = os.environ.get("TRITON_INTERPRET")
-    os.environ["TRITON_INTERPRET"] = "1"
-    try:
-        yield
-    finally:
-        if saved is None:
-            os.environ.pop("TRITON_INTERPRET", None)
-        else:
-            os.environ["TRITON_INTERPRET"] = saved
+from attnlab.environment import interpreted
 
 
 def interpreted_jit(fn):

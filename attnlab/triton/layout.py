@@ -1,8 +1,11 @@
-"""How S and P lie in device memory: rows that start on 128-byte lines (scores_buffer), and the 16-byte vector past
-N that the row-by-row kernels (scores, softmax, PV) may read and write where N · itemsize is not a multiple of 16
-bytes (rows_pad, padded_view). Shared by the launchers and the Hopper P kernels.
+"""How S, P and a mask lie in device memory: rows that start on 128-byte lines (scores_buffer), the 16-byte vector
+past N that the row-by-row kernels (scores, softmax, PV) may read and write where N · itemsize is not a multiple of 16
+bytes (rows_pad, padded_view), and what of a mask's layout decides how a kernel reads it (MaskLayout: whether TMA can).
+Shared by the launchers, the plans and the Hopper kernels.
 """
 from __future__ import annotations
+
+from dataclasses import dataclass
 
 import torch
 
@@ -89,3 +92,36 @@ def row_stride(x: torch.Tensor, spec: Spec, name: str) -> int:
                          f"stride and rows evenly spaced (strides (H·N·r, N·r, r, 1), r ≥ N; scores_buffer makes "
                          f"one), got {x.dtype} {tuple(x.shape)} with strides {x.stride()}")
     return row
+
+
+def tma_readable(x: torch.Tensor) -> bool:
+    """Whether TMA can read or write x as it lies: unit last stride, 16-byte aligned base and other strides."""
+    strides, size = x.stride(), x.element_size()
+    return strides[-1] == 1 and x.data_ptr() % 16 == 0 and all(s * size % 16 == 0 for s in strides[:-1])
+
+
+def tma_can_read(mask: torch.Tensor) -> bool:
+    """Whether TMA can read a (B, H, N, N)-strided mask view: 1- or 2-byte elements, unit column stride, 16-byte-aligned
+    base and row stride, and batch and head strides that are 0 (broadcast) or 16-byte multiples: tma_readable's rule
+    (a stride of 0 is a multiple of 16 bytes), for small elements and rows that are not broadcast."""
+    return mask.element_size() <= 2 and mask.stride(2) != 0 and tma_readable(mask)
+
+
+@dataclass(frozen=True)
+class MaskLayout:
+    """What of a (B, H, N, N)-strided mask view decides how a kernel reads it, and so enters a plan's key: its kind
+    (1 boolean, read as uint8; 2 additive), its element size, whether TMA can read it as it lies (tma_can_read), and
+    whether it varies over batch and over heads (a broadcast dim has stride 0)."""
+
+    kind: int
+    itemsize: int
+    tma: bool
+    vary_b: bool
+    vary_h: bool
+
+
+def mask_layout(mask: torch.Tensor | None, kind: int) -> MaskLayout | None:
+    """The MaskLayout of a (B, H, N, N)-strided mask view of this kind; None without a mask (kind 0)."""
+    if not kind:
+        return None
+    return MaskLayout(kind, mask.element_size(), tma_can_read(mask), mask.stride(0) != 0, mask.stride(1) != 0)

@@ -46,8 +46,8 @@ def compile_info(kernel: str, D: int, causal: bool, tiles: config.Tiles, mask_ki
     if kernel in ("fused", "qk_softmax", "pv") and tiles.gluon:
         return _gluon_info(kernel, D, causal, tiles, mask_kind, dtype, n, **flags)
     # the launcher's rules: the compile is the one a call makes (on scores_buffer's rows, which have room to pad)
-    from attnlab.triton.launch import REPAIR_SPAN
     from attnlab.triton.layout import line_row, ragged_rows, rows_16b
+    from attnlab.triton.plan import REPAIR_SPAN
 
     fn = _kernel(kernel)
     if not isinstance(fn, triton.runtime.jit.JITFunction):
@@ -145,6 +145,7 @@ def _gluon_info(kernel: str, D: int, causal: bool, tiles: config.Tiles, mask_kin
     from attnlab.triton.hopper import fused as fused_gluon
     from attnlab.triton.hopper import pv as pv_gluon
     from attnlab.triton.hopper import qk_softmax as qk_softmax_gluon
+    from attnlab.triton.layout import mask_layout
 
     tdtype = DTYPES[dtype]
     ints = _int_args(D, mask_kind, N=n)
@@ -154,11 +155,12 @@ def _gluon_info(kernel: str, D: int, causal: bool, tiles: config.Tiles, mask_kin
     if mask_kind:
         m = torch.empty(ints["N"], ints["N"], dtype=torch.uint8 if mask_kind == 1 else tdtype).expand(
             1, ints["H"], ints["N"], ints["N"])
+    layout = mask_layout(m, mask_kind)
     if kernel != "pv":
         sig["M"] = "*u8" if mask_kind == 1 else f"*{dtype}"
     flags = dict(flags)
     no_softmax, no_pv = bool(flags.pop("NO_SOFTMAX", False)), bool(flags.pop("NO_PV", False))
-    # each kernel's constexprs come from its own module's `constexprs`, the function its launch calls
+    # each kernel's constexprs come from its own module's `constexprs`, the function its plan calls
     if kernel == "pv":
         fn = pv_gluon.pv_gluon_kernel
         p = torch.empty(1, ints["H"], ints["N"], ints["N"], dtype=tdtype)
@@ -183,10 +185,9 @@ def _gluon_info(kernel: str, D: int, causal: bool, tiles: config.Tiles, mask_kin
         sig["k_desc"] = mangle_type(common.descriptor(x, tiles.BLOCK_N))
         p = torch.empty(1, ints["H"], ints["N"], ints["N"], dtype=tdtype)
         sig["p_desc"] = mangle_type(common.descriptor(p, tiles.BLOCK_M, tiles.BLOCK_N))
-        md = common.mask_path(tiles, m, mask_kind)  # with Tiles.mask_tma the mask comes by TMA
-        sig["mask_desc"] = mangle_type(md[0]) if md else sig["q_desc"]
-        values = qk_softmax_gluon.constexprs(tiles, D=D, causal=causal, mask_kind=mask_kind, md=md,
-                                             no_softmax=no_softmax)
+        values = qk_softmax_gluon.constexprs(tiles, D=D, causal=causal, mask=layout, no_softmax=no_softmax)
+        sig["mask_desc"] = mangle_type(common.mask_descriptor(m, common.mask_rows(tiles), tiles.BLOCK_N)[0]) if (
+            values["MASK_TMA"]) else sig["q_desc"]  # with Tiles.mask_tma the mask comes by TMA
         sig["flags"] = "*i8" if values["REF1"] else f"*{dtype}"  # else the placeholder the launcher passes: P
         floats = ("qk_scale", "mask_scale")
     else:
@@ -196,10 +197,11 @@ def _gluon_info(kernel: str, D: int, causal: bool, tiles: config.Tiles, mask_kin
             sig[a] = mangle_type(common.descriptor(x, rows))
         sig["o_ptr"] = f"*{dtype}"
         run_as = replace(tiles, mask_tma=bool(flags.pop("MASK_TMA", tiles.mask_tma)))
-        md, o_tma = fused_gluon.paths(run_as, m, mask_kind, D, tdtype.itemsize)
-        sig["mask_desc"] = mangle_type(md[0]) if md else sig["q_desc"]  # else the placeholder the launcher passes
-        values = fused_gluon.constexprs(run_as, D=D, causal=causal, mask_kind=mask_kind, md=md, o_tma=o_tma,
+        values = fused_gluon.constexprs(run_as, D=D, causal=causal, mask=layout,
+                                        o_tma=fused_gluon.o_tma(run_as, layout, D, tdtype.itemsize),
                                         no_softmax=no_softmax, no_pv=no_pv)
+        sig["mask_desc"] = mangle_type(common.mask_descriptor(m, common.mask_rows(run_as), run_as.BLOCK_N)[0]) if (
+            values["MASK_TMA"]) else sig["q_desc"]  # else the placeholder the launcher passes
         floats = ("qk_scale", "mask_scale", "inv_n")
     ints_named = ("sob", "soh", "son", "N", "H", "GROUP") if kernel == "pv" else ("N", "H", "GROUP") if (
         fn is qk_softmax_row.qk_softmax_row_kernel) else (
@@ -247,20 +249,11 @@ def _int_args(D: int, mask_kind: int, N: int = 4096, width: int = 2048) -> dict:
     return out
 
 
-# A tile label's suffix letters, in the order they are written: "128x64w8s3hp" is heavy-first and paired.
-LABEL_FLAGS = (("h", "heavy_first", "heavy-first"), ("p", "paired", "paired rows"),
-               ("g", "gluon", "the Gluon kernel"), ("m", "mask_tma", "its mask by TMA"),
-               ("r", "q_registers", "Q in registers"), ("c", "persistent", "one program an SM"),
-               ("o", "o_tma", "O by TMA from its own tiles"),
-               ("u", "one_consumer", "one consumer a program"),
-               ("f", "fixed_reference", "pass 1 against a fixed reference"),
-               ("a", "one_pass", "one pass, the row on chip"),
-               ("y", "o_transposed", "Oᵀ = Vᵀ Pᵀ"))
+LABEL_FLAGS = config.LABEL_FLAGS
 
 
 def label(t: config.Tiles) -> str:
-    return f"{t.BLOCK_M}x{t.BLOCK_N}w{t.num_warps}s{t.num_stages}" + "".join(
-        letter for letter, field, _ in LABEL_FLAGS if getattr(t, field))
+    return t.label
 
 
 def parse_tiles(text: str) -> config.Tiles:
@@ -277,18 +270,19 @@ def parse_tiles(text: str) -> config.Tiles:
 
 def main(argv=None) -> int:
     from attnlab import args as cli
+    from attnlab.triton import plan
 
     ap = cli.Parser(prog="python -m attnlab.triton.resources", description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--kernels", default="fused,qk_softmax,pv")
     ap.add_argument("--head-dims", default="64,128")
     ap.add_argument("--tiles", default=None, help="comma-separated, e.g. 128x64w8s3,128x128w8s3 (default: the "
-                                                  "sm90 table's entry for each case)")
+                                                  "rules' sm90 tiles for each case, attnlab.triton.plan)")
     ap.add_argument("--causal", default="0,1", help="0, 1 or 0,1")
     ap.add_argument("--masks", default="0,2", help="mask kinds: 0 none, 1 boolean, 2 additive (pv has none)")
     ap.add_argument("--flags", default=None, help="other constexprs, e.g. NO_PV=1 (the ablation)")
     ap.add_argument("--n", type=cli.positive_int, default=4096, help="sequence length the compile is specialised for (and, without "
-                    "--tiles, the table entry for it: config.SHORT's below its bound)")
+                    "--tiles, the rules' tiles for it)")
     ap.add_argument("--json", action="store_true", help="print the rows as JSON")
     argv = sys.argv[1:] if argv is None else list(argv)
     try:
@@ -318,7 +312,7 @@ def main(argv=None) -> int:
         for D in (int(d) for d in args.head_dims.split(",")):
             for causal in (bool(int(c)) for c in args.causal.split(",")):
                 for mask_kind in ((int(m) for m in args.masks.split(",")) if kernel != "pv" else (0,)):
-                    for t in cands or [config.lookup(kernel, "sm90", D, causal, 2, N=args.n)]:  # H100/H200, bf16
+                    for t in cands or [plan.lookup(kernel, "sm90", D, causal, 2, N=args.n)]:  # H100/H200, bf16
                         rows.append({**compile_info(kernel, D, causal, t, mask_kind, n=args.n, **flags), **flags})
     if args.json:
         print(json.dumps(rows))

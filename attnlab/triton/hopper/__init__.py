@@ -1,5 +1,5 @@
 """Our Hopper (sm90) kernels, written in Gluon, Triton's lower-level dialect: warp-specialised, TMA-fed versions of the
-teaching kernels one directory up, flag for flag the same arithmetic. The tile table (attnlab.triton.config) picks
+teaching kernels one directory up, flag for flag the same arithmetic. The plans' rules (attnlab.triton.plan) pick
 them on an H100/H200 at D = 64 and 128 in fp16/bf16, under the Triton release they were checked on; everywhere else
 the teaching kernels run. docs/hopper.md describes their design and the tile labels.
 

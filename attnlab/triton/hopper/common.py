@@ -14,12 +14,12 @@ from triton.experimental import gluon
 from triton.experimental.gluon import language as gl
 from triton.experimental.gluon.language.nvidia.hopper import fence_async_shared, mbarrier, tma
 
-from attnlab.triton.config import programs_per_sm, sm_count  # noqa: F401 - sm_count: the kernel modules take it here
+from attnlab.triton.config import HEAD_DIMS, programs_per_sm
+from attnlab.triton.layout import tma_can_read, tma_readable  # noqa: F401 - the kernel modules take them here
 
 ROWS_PER_PROGRAM = gl.constexpr(2)  # consumer warpgroups, each BLOCK_M rows
 
 
-HEAD_DIMS = (64, 128)  # D it compiles for: wgmma tiles and TMA boxes exactly D wide, no padding
 
 
 def compiles_for(dtype: torch.dtype, D: int) -> bool:
@@ -29,8 +29,8 @@ def compiles_for(dtype: torch.dtype, D: int) -> bool:
 
 
 def check_case(tiles, dtype: torch.dtype, D: int, kernel: str = "") -> None:
-    """ValueError unless the Gluon kernels compile for this dtype and head dim (compiles_for): a table entry for one
-    is keyed "=64" or "=128", forced tiles can ask for anything. `kernel` names it in the message (fused's says
+    """ValueError unless the Gluon kernels compile for this dtype and head dim (compiles_for): the rules choose them
+    only there, forced tiles can ask for anything. `kernel` names it in the message (fused's says
     none)."""
     if not compiles_for(dtype, D):
         raise ValueError(f"tiles {tiles}: the Gluon {kernel + ' ' if kernel else ''}kernel needs fp16 or bf16 and "
@@ -218,7 +218,7 @@ MAXNREG_ONE = 128
 
 
 def partitions(tiles) -> tuple[int, int]:
-    """(consumer warpgroups a program, the launch's maxnreg) for these tiles: what `launch` passes and what
+    """(consumer warpgroups a program, the launch's maxnreg) for these tiles: what the plan holds and what
     attnlab.triton.resources compiles offline."""
     return (1, MAXNREG_ONE) if tiles.one_consumer else (ROWS_PER_PROGRAM.value, MAXNREG)
 
@@ -228,22 +228,47 @@ def smem_limit(tiles) -> int:
     return SMEM_SM // programs_per_sm(tiles) - SMEM_RESERVED
 
 
-def mask_path(tiles, mask, mask_kind: int):
-    """mask_descriptor's answer for the mask a launch with these tiles brings by TMA (a box of the program's rows by
-    BLOCK_N), None where the consumers load it (no mask, no Tiles.mask_tma, or one TMA cannot read): the rule of the
-    fused and qk_softmax Gluon kernels' launches and of their offline compile."""
-    return mask_descriptor(mask, partitions(tiles)[0] * tiles.BLOCK_M, tiles.BLOCK_N) if (
-        mask_kind and tiles.mask_tma) else None
+def mask_by_tma(tiles, mask) -> bool:
+    """Whether a launch with these tiles brings the mask (its attnlab.triton.layout.MaskLayout; None without one) by
+    TMA, a box of mask_rows(tiles) by BLOCK_N: Tiles.mask_tma and a mask TMA can read; else the consumers load it. The
+    rule of the fused and qk_softmax Gluon kernels' plans and of their offline compile."""
+    return mask is not None and tiles.mask_tma and mask.tma
+
+
+def mask_rows(tiles) -> int:
+    """The rows of a mask box brought by TMA: all of a program's consumers' rows."""
+    return partitions(tiles)[0] * tiles.BLOCK_M
+
+
+def box(x_shape: tuple, dtype: torch.dtype, block_rows: int, block_cols: int | None = None) -> tuple:
+    """(block, layout) of a TMA descriptor over a (B, H, rows, cols) tensor of this shape and dtype: a (1, 1,
+    block_rows, block_cols) box (block_cols: the whole last dim by default), checked as TensorDescriptor checks it,
+    and its swizzled shared-memory layout. It depends on no pointer, so a plan keeps it (attnlab.triton.plan)."""
+    from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
+
+    block = (1, 1, block_rows, x_shape[-1] if block_cols is None else block_cols)
+    meta = torch.empty(block, dtype=dtype, device="meta")  # the box alone, for its constructor's checks of the box
+    d = TensorDescriptor(meta, list(block), list(meta.stride()), list(block), _smem_layout(block, dtype))
+    return d.block_shape, d.layout
+
+
+def described(x: torch.Tensor, box: tuple):
+    """A TMA descriptor over a (B, H, rows, cols) tensor — q, k, v, o as (B, H, N, D), or qk_softmax's P as
+    (B, H, N, N) — with a box from `box`: a box never crosses into the next head, elements past the edges read as
+    zeros and are dropped on store. x must be tma_readable (tma_ready makes it so): the checks TensorDescriptor's
+    constructor repeats at every call (alignment, strides, the box's shape) are that and `box`'s, so the descriptor is
+    filled in without them, a third of a Gluon launch's own host time."""
+    from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
+
+    d = object.__new__(TensorDescriptor)
+    d.base, d.shape, d.strides, d.padding = x, list(x.shape), list(x.stride()), "zero"
+    d.block_shape, d.layout = box
+    return d
 
 
 def descriptor(x: torch.Tensor, block_rows: int, block_cols: int | None = None):
-    """A TMA descriptor over a (B, H, rows, cols) tensor — q, k, v, o as (B, H, N, D), or qk_softmax's P as
-    (B, H, N, N) — with a (1, 1, block_rows, block_cols) box (block_cols: the whole last dim by default): a box never
-    crosses into the next head, elements past the edges read as zeros and are dropped on store."""
-    from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
-
-    block = [1, 1, block_rows, x.shape[-1] if block_cols is None else block_cols]
-    return TensorDescriptor(x, list(x.shape), list(x.stride()), block, _smem_layout(tuple(block), x.dtype))
+    """described(x, box(...)): a descriptor over x with a (1, 1, block_rows, block_cols) box."""
+    return described(x, box(tuple(x.shape), x.dtype, block_rows, block_cols))
 
 
 @functools.lru_cache(maxsize=None)
@@ -251,12 +276,6 @@ def _smem_layout(block: tuple, dtype: torch.dtype):
     """The swizzled shared-memory layout of a TMA box (cached: computing it was most of the launch's host time, which
     at N = 512 exceeds the kernel's)."""
     return gl.NVMMASharedLayout.get_default_for(list(block), getattr(gl, str(dtype).split(".")[-1]))
-
-
-def tma_readable(x: torch.Tensor) -> bool:
-    """Whether TMA can read or write x as it lies: unit last stride, 16-byte aligned base and other strides."""
-    return x.stride(-1) == 1 and x.data_ptr() % 16 == 0 and all((s * x.element_size()) % 16 == 0
-                                                                for s in x.stride()[:-1])
 
 
 def tma_ready(x: torch.Tensor) -> torch.Tensor:
@@ -272,13 +291,6 @@ def check_p_rows(p: torch.Tensor) -> None:
         raise ValueError(f"P must have unit last stride and a 16-byte aligned base and row stride for the Gluon "
                          f"kernels' TMA (attnlab.triton.launch.scores_buffer makes one at any N), got strides "
                          f"{tuple(p.stride())} of {p.element_size()}-byte elements at address {p.data_ptr():#x}")
-
-
-def tma_can_read(mask: torch.Tensor) -> bool:
-    """Whether TMA can read a (B, H, N, N)-strided mask view: 1- or 2-byte elements, unit column stride, 16-byte-aligned
-    base and row stride, and batch and head strides that are 0 (broadcast) or 16-byte multiples: tma_readable's rule
-    (a stride of 0 is a multiple of 16 bytes), for small elements and rows that are not broadcast."""
-    return mask.element_size() <= 2 and mask.stride(2) != 0 and tma_readable(mask)
 
 
 def mask_descriptor(mask: torch.Tensor, rows: int, cols: int):

@@ -1,7 +1,8 @@
 """The fused build's Hopper kernel, written in Gluon (Triton's lower-level dialect): warp specialised, one loader warp
-and two consumer warpgroups. It compiles for D = 64 and 128 exactly; the tile table uses it at both, persistent with O
-stored by TMA from tiles of its own, causal items taken in heavy/light pairs, and for short causal sequences
-(config.SHORT, below N = 724 at D = 128 and 1448 at D = 64) with one consumer a program, two programs an SM.
+and two consumer warpgroups. It compiles for D = 64 and 128 exactly; the plans' rules use it at both, persistent with
+O stored by TMA from tiles of its own, causal items taken in heavy/light pairs, and for short causal sequences
+(plan.FUSED_ONE_CONSUMER_BELOW: below N = 724 at D = 128 and 1448 at D = 64) with one consumer a program, two
+programs an SM.
 
 Why a second kernel: stock Triton 3.6 compiles our fused loop (attnlab.triton.fused) so that it waits for every QKᵀ
 matmul at once and all eight warps move in step (CTA-wide barriers around every load); its own warp-specialisation
@@ -25,15 +26,13 @@ the gate (`attnlab check`).
 from __future__ import annotations
 
 
-import triton
 from triton.experimental import gluon
 from triton.experimental.gluon import language as gl
 from triton.experimental.gluon.language.nvidia.hopper import (fence_async_shared, mbarrier, tma, warpgroup_mma,
                                                               warpgroup_mma_wait)
 
-from attnlab.triton import dispatch
-from attnlab.triton.hopper.common import (CONSUMER_REGS, ROWS_PER_PROGRAM, SMEM_SPARE, descriptor, items, mask_path,
-                                          partitions, program, programs_per_sm, sm_count, smem_limit, softmax_tile,
+from attnlab.triton.hopper.common import (CONSUMER_REGS, ROWS_PER_PROGRAM, SMEM_SPARE, described, items,
+                                          mask_by_tma, mask_descriptor, partitions, program, smem_limit, softmax_tile,
                                           step_item, tma_ready, warpgroup_mask)
 
 
@@ -388,47 +387,36 @@ def o_by_tma(tiles, D: int, itemsize: int, mask_itemsize: int) -> bool:
     return tiles_bytes + mask_bytes + SMEM_SPARE <= smem_limit(tiles)
 
 
-def paths(tiles, mask, mask_kind: int, D: int, itemsize: int):
-    """How a launch with these tiles brings the mask and stores O: mask_descriptor's answer for the mask (None where
-    the consumers load it: no mask, no Tiles.mask_tma, or one TMA cannot read) and the kernel's O_TMA (o_by_tma, which
-    a mask by TMA can leave without room). `launch`, the offline compile (attnlab.triton.resources) and the rows'
-    record (attnlab.triton.launch.tile_config) all take it from here."""
-    md = mask_path(tiles, mask, mask_kind)
-    return md, o_by_tma(tiles, D, itemsize, mask.element_size() if md else 0)
+def o_tma(tiles, mask, D: int, itemsize: int) -> bool:
+    """Whether a launch with these tiles stores O by TMA (the kernel's O_TMA): o_by_tma, with the mask ring where the
+    mask (its attnlab.triton.layout.MaskLayout, None without one) comes by TMA (common.mask_by_tma). The plan
+    (attnlab.triton.plan), the offline compile (attnlab.triton.resources) and so the rows' record take it from here."""
+    return o_by_tma(tiles, D, itemsize, mask.itemsize if mask_by_tma(tiles, mask) else 0)
 
 
-def constexprs(tiles, *, D: int, causal: bool, mask_kind: int, md, o_tma: bool, no_softmax: bool = False,
+def constexprs(tiles, *, D: int, causal: bool, mask, o_tma: bool, no_softmax: bool = False,
                no_pv: bool = False) -> dict:
-    """The kernel's constexpr arguments for these tiles and this call (md, o_tma: `paths`' answer): what `launch`
-    passes and what attnlab.triton.resources compiles offline, from one place so that the two cannot drift apart."""
-    vary_b, vary_h = md[1:] if md else (0, 0)
+    """The kernel's constexpr arguments for these tiles and this call (mask: its layout.MaskLayout or None; o_tma:
+    o_tma's answer): what the plan holds and what attnlab.triton.resources compiles offline, from one place so that
+    the two cannot drift apart."""
+    by_tma = mask_by_tma(tiles, mask)
     return dict(D=D, BLOCK_M=tiles.BLOCK_M, BLOCK_N=tiles.BLOCK_N, STAGES=tiles.num_stages, CAUSAL=causal,
-                MASK_KIND=mask_kind, NO_SOFTMAX=no_softmax, NO_PV=no_pv, HEAVY_FIRST=tiles.heavy_first,
-                MASK_TMA=md is not None, MASK_B=vary_b, MASK_H=vary_h, CONSUMER_REGS=CONSUMER_REGS,
-                PERSISTENT=tiles.persistent, O_TMA=o_tma, ROWS=partitions(tiles)[0])
+                MASK_KIND=mask.kind if mask else 0, NO_SOFTMAX=no_softmax, NO_PV=no_pv, HEAVY_FIRST=tiles.heavy_first,
+                MASK_TMA=by_tma, MASK_B=int(by_tma and mask.vary_b), MASK_H=int(by_tma and mask.vary_h),
+                CONSUMER_REGS=CONSUMER_REGS, PERSISTENT=tiles.persistent, O_TMA=o_tma, ROWS=partitions(tiles)[0])
 
 
-def launch(q, k, v, o, mask, mask_strides, mask_kind, *, N, H, group, qk_scale, mask_scale, inv_n, causal, tiles,
-           no_softmax=False, no_pv=False) -> None:
-    """Run the kernel on checked (B, H, N, D) tensors (attnlab.triton.launch.fused calls it for Tiles.gluon). With
-    Tiles.mask_tma a mask TMA can read comes through the loader warp, else by the consumers' loads.
-    Tiles.persistent: one program an SM, each taking work items in turn, with O by TMA under Tiles.o_tma where
-    o_by_tma says it fits."""
-    BM, BN = tiles.BLOCK_M, tiles.BLOCK_N
-    q, k, v = (tma_ready(x) for x in (q, k, v))
+def run(plan, q, k, v, o, mask, mask_strides, N, H, group, qk_scale, mask_scale, inv_n) -> None:
+    """Run the kernel as `plan` (attnlab.triton.plan.FusedGluonPlan) says on checked (B, H, N, D) tensors
+    (attnlab.triton.launch.fused calls it). Under its MASK_TMA the mask comes through the loader warp, else by the
+    consumers' loads; q, k, v and o where TMA cannot read them as they lie go through aligned copies."""
+    q, k, v = tma_ready(q), tma_ready(k), tma_ready(v)
     o_t = tma_ready(o)
-    q_desc = descriptor(q, BM)
-    rows, maxnreg = partitions(tiles)
-    md, o_tma = paths(tiles, mask, mask_kind, q.shape[-1], q.element_size())
-    total = triton.cdiv(N, rows * BM) * q.shape[0] * H
-    grid = (min(total, sm_count(q.device) * programs_per_sm(tiles)) if tiles.persistent else total,)
-    dispatch.run(fused_gluon_kernel, grid, q_desc, descriptor(k, BN), descriptor(v, BN), descriptor(o_t, BM), o_t,
-                 *o_t.stride()[:3], mask, *mask_strides, md[0] if md else q_desc, N, H, group, total,
-                 qk_scale, mask_scale, inv_n,
-                 **constexprs(tiles, D=q.shape[-1], causal=causal, mask_kind=mask_kind, md=md, o_tma=o_tma,
-                              no_softmax=no_softmax, no_pv=no_pv),
-                 num_warps=4, maxnreg=maxnreg)
+    q_box, kv_box, o_box = plan.boxes
+    q_desc = described(q, q_box)
+    mask_desc = mask_descriptor(mask, plan.mask_rows, plan.BLOCK_N)[0] if plan.constexprs["MASK_TMA"] else q_desc
+    fused_gluon_kernel[plan.grid](q_desc, described(k, kv_box), described(v, kv_box), described(o_t, o_box), o_t,
+                                  *o_t.stride()[:3], mask, *mask_strides, mask_desc, N, H, group, plan.total,
+                                  qk_scale, mask_scale, inv_n, **plan.constexprs, **plan.options)
     if o_t is not o:
         o.copy_(o_t)
-
-

@@ -19,15 +19,13 @@ difference against the same program. Gluon has no CPU interpreter: CI compiles t
 """
 from __future__ import annotations
 
-import triton
 from triton.experimental import gluon
 from triton.experimental.gluon import language as gl
 from triton.experimental.gluon.language.nvidia.hopper import (fence_async_shared, mbarrier, tma, warpgroup_mma,
                                                              warpgroup_mma_wait)
 
-from attnlab.triton import dispatch
-from attnlab.triton.hopper.common import (CONSUMER_REGS, check_p_rows, descriptor, items, partitions, programs_per_sm,
-                                          sm_count, step_item, tma_ready)
+from attnlab.triton.hopper.common import (CONSUMER_REGS, check_p_rows, described, items, partitions, step_item,
+                                          tma_ready)
 
 
 @gluon.jit
@@ -196,22 +194,17 @@ def pv_gluon_kernel(p_desc, v_desc, o_ptr, sob, soh, son, N, H, GROUP, total, in
         ], [4, 1], [CONSUMER_REGS, 24])
 
 
-def launch(p, v, o, *, N, H, group, inv_n, causal, tiles, no_pv=False) -> None:
-    """Run the kernel on a (B, H, N, N) P (rows 16-byte aligned, common.check_p_rows: layout.scores_buffer's)
-    and a checked (B, Hkv, N, D) V into O (B, H, N, D), with Tiles' BLOCK_M (rows a consumer), BLOCK_N, num_stages,
-    one_consumer, persistent and heavy_first (causal: the longest rows first)."""
+def run(plan, p, v, o, N, H, group, inv_n) -> None:
+    """Run the kernel as `plan` (attnlab.triton.plan.PvGluonPlan) says on a (B, H, N, N) P (rows 16-byte aligned,
+    common.check_p_rows: layout.scores_buffer's) and a checked (B, Hkv, N, D) V into O (B, H, N, D)."""
     check_p_rows(p)
-    BM, BN = tiles.BLOCK_M, tiles.BLOCK_N
-    rows, maxnreg = partitions(tiles)
-    total = triton.cdiv(N, rows * BM) * p.shape[0] * H
-    grid = min(total, sm_count(p.device) * programs_per_sm(tiles)) if tiles.persistent else total
-    dispatch.run(pv_gluon_kernel, (grid,), descriptor(p, BM, BN), descriptor(tma_ready(v), BN), o, *o.stride()[:3],
-                 N, H, group, total, inv_n, **constexprs(tiles, D=v.shape[-1], causal=causal, no_pv=no_pv),
-                 num_warps=4, maxnreg=maxnreg)
+    p_box, v_box = plan.boxes
+    pv_gluon_kernel[plan.grid](described(p, p_box), described(tma_ready(v), v_box), o, *o.stride()[:3], N, H, group,
+                               plan.total, inv_n, **plan.constexprs, **plan.options)
 
 
 def constexprs(tiles, *, D: int, causal: bool, no_pv: bool = False) -> dict:
-    """The kernel's constexpr arguments for these tiles and this call: what `launch` passes and what
+    """The kernel's constexpr arguments for these tiles and this call: what the plan holds and what
     attnlab.triton.resources compiles offline, from one place so that the two cannot drift apart. heavy_first counts
     only under a causal mask (without one every row does the same work)."""
     return dict(D=D, BLOCK_M=tiles.BLOCK_M, BLOCK_N=tiles.BLOCK_N, STAGES=tiles.num_stages, CAUSAL=causal,

@@ -26,17 +26,15 @@ from __future__ import annotations
 from dataclasses import replace
 
 import torch
-import triton
 from triton.experimental import gluon
 from triton.experimental.gluon import language as gl
 from triton.experimental.gluon.language.nvidia.hopper import (fence_async_shared, mbarrier, tma, warpgroup_mma,
                                                               warpgroup_mma_wait)
 
-from attnlab.triton import dispatch
-from attnlab.triton.hopper.common import (P_CONSUMER_REGS, ROWS_PER_PROGRAM, SMEM_SPARE, check_p_rows, descriptor,
-                                          items, load_k_tile, mask_path, needs_masks, p_bias, partitions, program,
-                                          programs_per_sm, scores, sm_count, smem_limit, softmax_tile, step_item,
-                                          tma_can_read, tma_ready, warpgroup_mask)
+from attnlab.triton.hopper.common import (P_CONSUMER_REGS, ROWS_PER_PROGRAM, SMEM_SPARE, check_p_rows, described,
+                                          items, load_k_tile, mask_by_tma, mask_descriptor, needs_masks, p_bias,
+                                          partitions, program, scores, smem_limit, softmax_tile, step_item,
+                                          tma_ready, warpgroup_mask)
 from attnlab.triton.layout import padded_view
 
 PBUF = gl.constexpr(2)  # P buffers per consumer: one being filled while the other's store drains
@@ -462,15 +460,15 @@ def mask_fits(tiles, stages: int, D: int, itemsize: int, mask_itemsize: int) -> 
 
 
 def as_run(tiles, mask, D: int, itemsize: int, N: int | None = None):
-    """The tiles a call at sequence length N runs with, given its (B, H, N, N) mask view (None: no mask; a meta tensor
-    will do):
-      * Tiles.one_pass without a mask where the row fits on chip (attnlab.triton.hopper.qk_softmax_row.fits; N = None: the
-        entry as it stands): as they are; else the two-pass kernel, persistent, as below;
+    """The tiles a call at sequence length N runs with, given its mask's layout (attnlab.triton.layout.MaskLayout;
+    None: no mask):
+      * Tiles.one_pass without a mask where the row fits on chip (attnlab.triton.hopper.qk_softmax_row.fits; N = None:
+        the entry as it stands): as they are; else the two-pass kernel, persistent, as below;
       * no mask: `tiles` as they are;
       * any mask: without Tiles.fixed_reference and Tiles.q_registers (options for unmasked calls; beside a mask's
         tiles they spill, offline for sm_90a 40–424 bytes a thread where the same kernels without them spill 0–56),
         and then:
-      * a mask the loader can bring by TMA (common.tma_can_read: 1- or 2-byte elements, 16-byte-aligned rows):
+      * a mask the loader can bring by TMA (layout.tma_can_read: 1- or 2-byte elements, 16-byte-aligned rows):
         mask_tma, its tiles arriving with K's in as many stages as fit (mask_fits; at most the entry's, at least 2):
         with two consumers, D = 128 and a 2-byte mask, 2 of the entry's 3;
       * any other mask, or no room even for 2 stages (one consumer at D = 128): the consumers load it, one item a
@@ -485,9 +483,9 @@ def as_run(tiles, mask, D: int, itemsize: int, N: int | None = None):
     if mask is None:
         return tiles
     tiles = replace(tiles, fixed_reference=False, q_registers=False)
-    if tma_can_read(mask):
+    if mask.tma:
         for stages in range(tiles.num_stages, 1, -1):
-            if mask_fits(tiles, stages, D, itemsize, mask.element_size()):
+            if mask_fits(tiles, stages, D, itemsize, mask.itemsize):
                 return replace(tiles, mask_tma=True, num_stages=stages)
     return replace(tiles, mask_tma=False, persistent=False)
 
@@ -499,52 +497,38 @@ def takes(N: int) -> bool:
     return N >= MIN_N
 
 
-def launch(q, k, p, mask, mask_strides, mask_kind, *, N, H, group, qk_scale, mask_scale, causal, tiles,
-           no_softmax=False, flags=None) -> None:
-    """Write P for checked (B, H, N, D) q and k into the (B, H, N, N) p (attnlab.triton.launch.qk_softmax
-    calls it for Tiles.gluon when `takes(N)`, with as_run's tiles). Tiles.mask_tma: a mask TMA can read comes
-    through the loader warp with K, else by the consumers' loads. Tiles.fixed_reference (not under
-    no_softmax, which has no pass 1): pass 1 against a fixed reference, each row's verdict into `flags` (B·H·N int8,
-    the caller's: 1 where the row's P is wrong and must be re-written, attnlab.triton.launch.write_p). P's rows must
-    start 16 bytes apart (common.check_p_rows), as layout.scores_buffer's do at any N. Where their padding
-    reaches the next 16-byte vector past N (layout.rows_pad), P's descriptor spans it (layout.padded_view), so that
-    the kernels store 0 there (keys past N are masked) for the PV kernel to read as it lies."""
+def run(plan, q, k, p, mask, mask_strides, N, H, group, qk_scale, mask_scale, flags=None) -> None:
+    """Write P for checked (B, H, N, D) q and k into the (B, H, N, N) p as `plan`
+    (attnlab.triton.plan.QkSoftmaxGluonPlan) says (attnlab.triton.launch.write_p calls it). Under its MASK_TMA the
+    mask comes through the loader warp with K, else by the consumers' loads. Under its REF1 (a pass 1 against a
+    fixed reference) each row's verdict goes into `flags` (B·H·N int8, the caller's: 1 where the row's P is wrong and
+    must be re-written, the plan's `repair`). P's rows must start 16 bytes apart (common.check_p_rows), as
+    layout.scores_buffer's do at any N. Where their padding reaches the next 16-byte vector past N (layout.rows_pad),
+    P's descriptor spans it (layout.padded_view), so that the kernels store 0 there (keys past N are masked) for the
+    PV kernel to read as it lies."""
     check_p_rows(p)
     p = padded_view(p, N)
-    if tiles.one_pass:  # one pass, the row on chip (as_run sends masked calls and longer rows to the two passes)
-        from attnlab.triton.hopper import qk_softmax_row
-
-        if mask_kind:
-            raise ValueError(f"tiles {tiles}: the one-pass P kernel takes no mask (qk_softmax_gluon.as_run gives the "
-                             f"tiles a masked call runs with)")
-        qk_softmax_row.launch(q, k, p, N=N, H=H, group=group, qk_scale=qk_scale, causal=causal, tiles=tiles,
-                              no_softmax=no_softmax)
-        return
-    ref1 = tiles.fixed_reference and not no_softmax
+    ref1 = plan.constexprs["REF1"]
     if ref1 and (flags is None or flags.dtype != torch.int8 or flags.numel() != q.shape[0] * H * N):
         got = None if flags is None else (flags.dtype, flags.numel())
-        raise ValueError(f"tiles {tiles}: a pass 1 against a fixed reference needs flags, a B·H·N = "
+        raise ValueError(f"plan {plan}: a pass 1 against a fixed reference needs flags, a B·H·N = "
                          f"{q.shape[0] * H * N} int8 tensor, got {got}")
-    BM, BN = tiles.BLOCK_M, tiles.BLOCK_N
     q, k = tma_ready(q), tma_ready(k)
-    rows, maxnreg = partitions(tiles)
-    q_desc = descriptor(q, BM)
-    md = mask_path(tiles, mask, mask_kind)
-    total = triton.cdiv(N, rows * BM) * q.shape[0] * H
-    grid = (min(total, sm_count(q.device) * programs_per_sm(tiles)) if tiles.persistent else total,)
-    dispatch.run(qk_softmax_gluon_kernel, grid, q_desc, descriptor(k, BN), descriptor(p, BM, BN), mask, *mask_strides,
-                 md[0] if md else q_desc, flags if ref1 else p, N, H, group, total, qk_scale, mask_scale,
-                 **constexprs(tiles, D=q.shape[-1], causal=causal, mask_kind=mask_kind, md=md, no_softmax=no_softmax),
-                 num_warps=4, maxnreg=maxnreg)
+    q_box, k_box, p_box = plan.boxes
+    q_desc = described(q, q_box)
+    mask_desc = mask_descriptor(mask, plan.mask_rows, plan.BLOCK_N)[0] if plan.constexprs["MASK_TMA"] else q_desc
+    qk_softmax_gluon_kernel[plan.grid](q_desc, described(k, k_box), described(p, p_box), mask, *mask_strides,
+                                       mask_desc, flags if ref1 else p, N, H, group, plan.total, qk_scale, mask_scale,
+                                       **plan.constexprs, **plan.options)
 
 
-def constexprs(tiles, *, D: int, causal: bool, mask_kind: int, md, no_softmax: bool = False) -> dict:
-    """The kernel's constexpr arguments for these tiles and this call (md: fused_gluon.mask_path's answer): what
-    `launch` passes and what attnlab.triton.resources compiles offline, from one place so that the two cannot drift
+def constexprs(tiles, *, D: int, causal: bool, mask, no_softmax: bool = False) -> dict:
+    """The kernel's constexpr arguments for these tiles and this call (mask: its layout.MaskLayout or None): what the
+    plan holds and what attnlab.triton.resources compiles offline, from one place so that the two cannot drift
     apart. REF1 only where there is a pass 1 (no_softmax has none)."""
-    vary_b, vary_h = md[1:] if md else (0, 0)
+    by_tma = mask_by_tma(tiles, mask)
     return dict(D=D, BLOCK_M=tiles.BLOCK_M, BLOCK_N=tiles.BLOCK_N, STAGES=tiles.num_stages, CAUSAL=causal,
-                MASK_KIND=mask_kind, NO_SOFTMAX=no_softmax, HEAVY_FIRST=tiles.heavy_first,
+                MASK_KIND=mask.kind if mask else 0, NO_SOFTMAX=no_softmax, HEAVY_FIRST=tiles.heavy_first,
                 CONSUMER_REGS=P_CONSUMER_REGS, Q_REGISTERS=tiles.q_registers, ROWS=partitions(tiles)[0],
-                PERSISTENT=tiles.persistent, MASK_TMA=md is not None, MASK_B=vary_b, MASK_H=vary_h,
-                REF1=tiles.fixed_reference and not no_softmax)
+                PERSISTENT=tiles.persistent, MASK_TMA=by_tma, MASK_B=int(by_tma and mask.vary_b),
+                MASK_H=int(by_tma and mask.vary_h), REF1=tiles.fixed_reference and not no_softmax)

@@ -30,9 +30,9 @@ from triton.experimental.gluon import language as gl
 from triton.experimental.gluon.language.nvidia.hopper import (fence_async_shared, mbarrier, tma, warpgroup_mma,
                                                               warpgroup_mma_wait)
 
-from attnlab.triton import dispatch
-from attnlab.triton.hopper.common import (P_CONSUMER_REGS, SMEM_SPARE, descriptor, items, load_k_tile, needs_masks,
-                                          p_bias, scores, sm_count, smem_limit, step_item, tma_ready)
+from attnlab.triton.hopper.common import (P_CONSUMER_REGS, SMEM_SPARE, check_p_rows, described, items, load_k_tile,
+                                          needs_masks, p_bias, scores, smem_limit, step_item, tma_ready)
+from attnlab.triton.layout import padded_view
 
 ROW_MAX = 1024  # the longest row a program keeps on chip (with 64 rows: 128 KiB of shared memory)
 STATS = gl.constexpr(8)  # the swap's shared floats per row: 2 items in flight (parity) × 2 consumers × (max, sum)
@@ -285,26 +285,21 @@ def row_buffers(tiles, N: int, D: int, itemsize: int) -> int:
     return 2 if smem_bytes(tiles, N, D, itemsize, 2) <= smem_limit(tiles) else 1
 
 
-def launch(q, k, p, *, N, H, group, qk_scale, causal, tiles, no_softmax=False) -> None:
-    """Write P for checked (B, H, N, D) q and k into the (B, H, N, N) p, or its layout.padded_view (whose padding
-    gets 0), one pass (qk_softmax_gluon.launch sends Tiles.one_pass here; ValueError where it does not `fit`,
-    naming the limit)."""
-    D, itemsize = q.shape[-1], q.element_size()
-    if not fits(tiles, N, D, itemsize):
-        raise ValueError(f"tiles {tiles}: the one-pass P kernel keeps a row of N ≤ {ROW_MAX} keys in shared memory "
-                         f"with an even number of stages; N = {N} needs {smem_bytes(tiles, N, D, itemsize)} bytes of "
-                         f"the {smem_limit(tiles)} a program has")
+def run(plan, q, k, p, N, H, group, qk_scale) -> None:
+    """Write P for checked (B, H, N, D) q and k into the (B, H, N, N) p, one pass, as `plan`
+    (attnlab.triton.plan.QkSoftmaxRowPlan, made only where the row `fits`) says. P's rows must start 16 bytes apart
+    (common.check_p_rows); where their padding reaches the next 16-byte vector past N, P's descriptor spans it
+    (layout.padded_view), whose columns past N get 0 for the PV kernel to read as they lie."""
+    check_p_rows(p)
+    p = padded_view(p, N)
     q, k = tma_ready(q), tma_ready(k)
-    total = triton.cdiv(N, tiles.BLOCK_M) * q.shape[0] * H
-    grid = (min(total, sm_count(q.device)),)
-    dispatch.run(qk_softmax_row_kernel, grid, descriptor(q, tiles.BLOCK_M), descriptor(k, tiles.BLOCK_N),
-                 descriptor(p, tiles.BLOCK_M, tiles.BLOCK_N), p, N, H, group, total, qk_scale,
-                 **constexprs(tiles, D=D, N=N, itemsize=itemsize, causal=causal, no_softmax=no_softmax),
-                 num_warps=4)
+    q_box, k_box, p_box = plan.boxes
+    qk_softmax_row_kernel[plan.grid](described(q, q_box), described(k, k_box), described(p, p_box), p, N, H, group,
+                                     plan.total, qk_scale, **plan.constexprs, **plan.options)
 
 
 def constexprs(tiles, *, D: int, N: int, itemsize: int, causal: bool, no_softmax: bool = False) -> dict:
-    """The kernel's constexpr arguments: what `launch` passes and what attnlab.triton.resources compiles offline."""
+    """The kernel's constexpr arguments: what the plan holds and what attnlab.triton.resources compiles offline."""
     return dict(D=D, BLOCK_M=tiles.BLOCK_M, BLOCK_N=tiles.BLOCK_N, STAGES=tiles.num_stages,
                 ROW_TILES=triton.cdiv(N, tiles.BLOCK_N), ROW_BUFS=row_buffers(tiles, N, D, itemsize), CAUSAL=causal,
                 NO_SOFTMAX=no_softmax, HEAVY_FIRST=tiles.heavy_first, CONSUMER_REGS=P_CONSUMER_REGS)
