@@ -31,6 +31,11 @@ class Question:
                 f"{html.escape(self.source)})</summary><p>{html.escape(self.answer)}</p></details>")
 
 
+def _times(x: float) -> str:
+    """A ratio as the page prints it: two decimals, whole numbers past 100."""
+    return f"{x:.2f}" if x < 100 else f"{x:,.0f}"
+
+
 def _ceiling_words(c: dict) -> str:
     return f"{c['tbps']:.3g} TB/s copy bandwidth and {c['tflops']:.3g} TFLOP/s matmul rate"
 
@@ -53,13 +58,13 @@ def predict_times(les: Lessons) -> Question | None:
         f"(S and P written and read back, Q, K, V and O) were all it did, and fused if its FLOPs (4·B·H·N²·D) were? "
         f"Use this card's measured {_ceiling_words(c)}. What speedup does that predict?",
         f"materialised moves {readable_bytes(moved)}: ÷ {c['tbps']:.3g} TB/s = {t_mat:.3g} ms; measured "
-        f"{m_mat:.3g} ms ({m_mat / t_mat:.2f}× the prediction). fused does {flops / 1e9:,.4g} GFLOP: ÷ {c['tflops']:.3g} "
+        f"{m_mat:.3g} ms ({_times(m_mat / t_mat)}× the prediction). fused does {flops / 1e9:,.4g} GFLOP: ÷ {c['tflops']:.3g} "
         f"TFLOP/s = {t_fused:.3g} ms; measured {m_fused:.3g} ms ({t_fused / m_fused:.0%} of the matmul ceiling). "
-        f"Predicted speedup {t_mat / t_fused:.2f}×, measured {m_mat / m_fused:.2f}×: "
-        + ("the prediction is within 25 % of the measurement, so bytes bound materialised and FLOPs bound fused "
-           "about as the model says." if abs(t_mat / t_fused / (m_mat / m_fused) - 1) <= 0.25 else
-           "the two part by more than 25 %: a build runs further from its ceiling than the model assumes, and the "
-           "'measured / prediction' ratios above say which."),
+        f"Predicted speedup {_times(t_mat / t_fused)}×, measured {m_mat / m_fused:.2f}×: "
+        + ("within 25 %, so bytes bound materialised and FLOPs bound fused as the model says."
+           if abs(t_mat / t_fused / (m_mat / m_fused) - 1) <= 0.25 else
+           "more than 25 % apart: the build further from its prediction (the ratios above) runs further from its "
+           "ceiling than the model assumes."),
         les.label)
 
 
@@ -116,7 +121,7 @@ def predict_boundaries(les: Lessons) -> Question | None:
         "then read by the softmax) and P's (P written, then read by PV), at the measured copy bandwidth. Then "
         "compare with what each removal saved.",
         "; ".join(f"D = {r.D}, {r.boundary}: {readable_bytes(r.bytes)} predicts {r.predicted_ms:.3g} ms; it saved "
-                  f"{r.delta_ms:.3g} ms (×{r.measured_over_predicted:.2f})" for r in last.itertuples()) + ".",
+                  f"{r.delta_ms:.3g} ms (×{_times(r.measured_over_predicted)})" for r in last.itertuples()) + ".",
         les.label)
 
 

@@ -174,7 +174,7 @@ def memory_hierarchy(les: Lessons):
     hbm = [f"{readable_bytes(chip['hbm'])} on this card" if chip["hbm"] else "size not recorded",
            f"S and P at N = {N}: {readable_bytes(2 * s)}"]
     picture = diagrams.memory_svg(chip_lines, hbm, f"{c['tbps']:.3g} TB/s copy bandwidth, measured", sizes)
-    return _html(picture, _p(" ".join(text)), _p(f"Source: {les.label}."))
+    return _html(picture, _p(" ".join(text)))
 
 
 # -- the fused kernel's tile loop and the online softmax ----------------------------------------------------------
@@ -236,8 +236,9 @@ def softmax_at_once(scores=EXAMPLE_SCORES, values=EXAMPLE_VALUES) -> dict:
 
 
 def online_softmax(scores=EXAMPLE_SCORES, values=EXAMPLE_VALUES):
-    """The online softmax in four lines and a worked example, every number computed here: the running max and sum
-    after each tile, the rescale, and the result set beside the softmax of the whole row."""
+    """The online softmax's worked example, every number computed here: the running max and sum after each tile,
+    the rescale, and the result set beside the softmax of the whole row (the notebook holds the four lines of the
+    update)."""
     from IPython.display import Markdown
 
     steps, whole = online_steps(scores, values), softmax_at_once(scores, values)
@@ -249,26 +250,21 @@ def online_softmax(scores=EXAMPLE_SCORES, values=EXAMPLE_VALUES):
     diff = abs(last["o"] - whole["o"])
     n = sum(len(t) for t in scores)
     return Markdown(
-        "For each tile of scores `s` (and its values `v`), per query row:\n\n"
-        "```\nm_new = max(m, max(s))\nl     = l · exp(m − m_new) + Σ exp(s − m_new)\n"
-        "acc   = acc · exp(m − m_new) + Σ exp(s − m_new) · v\nm     = m_new          # after the last tile: o = acc / l\n"
-        "```\n\n"
-        f"One row of {n} scores in {len(scores)} tiles (a head dim of 1, so `acc` is one number):\n\n"
+        f"One query row of {n} scores in {len(scores)} tiles (a head dim of 1, so `acc` is one number):\n\n"
         "| tile | scores s | values v | m | rescale exp(m_old − m) | l | acc |\n|---|---|---|---|---|---|---|\n"
         f"{table}\n\n"
         f"o = acc / l = {last['acc']:.4f} / {last['l']:.4f} = {last['o']:.4f}. The whole row at once: max "
-        f"{whole['m']:g}, Σ exp(s − max) = {whole['l']:.4f}, o = Σ softmax(s)·v = {whole['o']:.4f}: the same (they "
-        f"differ by {diff:.1e}). When a larger score arrives, the rescale shrinks everything summed so far to the "
-        "new max, so each tile is read once and the row is never held whole.")
+        f"{whole['m']:g}, Σ exp(s − max) = {whole['l']:.4f}, o = Σ softmax(s)·v = {whole['o']:.4f}: the same, to "
+        f"{diff:.1e}.")
 
 
 # -- how the timer reads the GPU ----------------------------------------------------------------------------------
 
 @needs_lessons()
 def graph_replay(les: Lessons, build: str = "fused"):
-    """CUDA-graph replay against eager launches, with the rows' numbers for `build`: where its eager calls part
-    most from the replay (`eager_ms` / `ms`; `host_ms` / `ms` where no eager time was recorded), and the largest
-    N of the same (causal, D) for contrast."""
+    """CUDA-graph replay against eager launches in the rows' numbers for `build`, beside the notebook's paragraph on
+    the two: where its eager calls part most from the replay (`eager_ms` / `ms`; `host_ms` / `ms` where no eager
+    time was recorded), and the largest N of the same (causal, D) for contrast."""
     from IPython.display import Markdown
 
     r = les.results
@@ -281,29 +277,25 @@ def graph_replay(les: Lessons, build: str = "fused"):
     worst = r.loc[r["apart"].idxmax()]
     same = r[(r["causal"] == worst["causal"]) & (r["D"] == worst["D"])]
     big = same.loc[same["N"].idxmax()]
-    launch = ("A CUDA graph records a call's kernel launches once; replaying it issues all of them with one host call. "
-              "Called eagerly, Python issues every launch every call, and the GPU cannot start a kernel before its "
-              "launch arrives.")
 
     def at(x):
-        eager = (f"called eagerly back to back, a call took {x['eager_ms']:.3g} ms ({x['eager_ms'] / x['ms']:.2f}× the "
-                 "replay)" if col == "eager_ms" else "no eager time was recorded")
-        return (f"{build}'s kernels took {x['ms']:.3g} ms replayed from a graph; issuing one call took the host "
-                f"{x['host_ms']:.3g} ms; {eager}")
+        eager = (f", {x['eager_ms']:.3g} ms eager ({x['eager_ms'] / x['ms']:.2f}× the replay)" if col == "eager_ms"
+                 else " (no eager time recorded)")
+        return f"{x['ms']:.3g} ms replayed from a graph{eager}, the host {x['host_ms']:.3g} ms to issue one call"
 
-    waits = (" There the host takes longer to issue a call than the GPU takes to run it, so an eager caller's GPU "
-             "waits on Python." if worst["host_ms"] > worst["ms"] else "")
-    text = (f"{launch} At N = {int(worst['N'])} (D = {int(worst['D'])}, "
-            f"{'causal' if worst['causal'] else 'non-causal'}), {at(worst)}.{waits}")
+    waits = (": the host takes longer to issue a call than the GPU takes to run it, so an eager caller's GPU waits "
+             "on Python" if worst["host_ms"] > worst["ms"] else "")
+    text = (f"{build} at N = {int(worst['N'])} (D = {int(worst['D'])}, {'causal' if worst['causal'] else 'non-causal'},"
+            f" where eager and replay part most): {at(worst)}{waits}.")
     if int(big["N"]) != int(worst["N"]):
-        text += f" At N = {int(big['N'])}, {at(big)}."
-    return Markdown(text + " The lab's `ms` is the replay: the kernels' time, which a caller pays at the least.")
+        text += f" At N = {int(big['N'])}: {at(big)}."
+    return Markdown(text)
 
 
 @needs_lessons()
 def timing_spread(les: Lessons):
-    """The L2 flush and the percentiles in one paragraph: the teaching row's repetitions (p20, median, p80) and the
-    spread (p80 − p20) / median over every ok row of our three builds."""
+    """The percentiles' numbers beside the notebook's paragraph on the L2 flush and p20/p80: the teaching row's
+    repetitions (p20, median, p80) and the spread (p80 − p20) / median over every ok row of our three builds."""
     from IPython.display import Markdown
 
     row = teaching_row(les)
@@ -314,12 +306,8 @@ def timing_spread(les: Lessons):
     spread = (ours["ms_p80"] - ours["ms_p20"]) / ours["ms"]
     wide = ours.loc[spread.idxmax()]
     return Markdown(
-        "Before each repetition the timer writes a buffer larger than the L2 cache, so every repetition reads Q, K "
-        "and V from device memory as a first call would, not from what the last repetition left in L2. A row's `ms` "
-        "is the median of its repetitions; `ms_p20` and `ms_p80` are the 20th and 80th percentiles: a fifth of the "
-        f"repetitions ran faster than p20, a fifth slower than p80. For fused at {shape_words(row)}: "
-        f"{int(row['reps'])} repetitions, p20 {row['ms_p20']:.4g} ms, median {row['ms']:.4g} ms, p80 "
-        f"{row['ms_p80']:.4g} ms, a spread (p80 − p20) / median of {(row['ms_p80'] - row['ms_p20']) / row['ms']:.1%}. "
-        f"Over our three builds' {len(ours)} rows the spread is a median {spread.median():.1%}, at most "
-        f"{spread.max():.1%} ({wide['build']} at N = {int(wide['N'])}, D = {int(wide['D'])}): differences between "
-        "builds smaller than their spread are noise.")
+        f"Fused at {shape_words(row)}: {int(row['reps'])} repetitions, p20 {row['ms_p20']:.4g} ms, median "
+        f"{row['ms']:.4g} ms, p80 {row['ms_p80']:.4g} ms: a spread (p80 − p20) / median of "
+        f"{(row['ms_p80'] - row['ms_p20']) / row['ms']:.1%}. Over our three builds' {len(ours)} rows the spread is a "
+        f"median {spread.median():.1%}, at most {spread.max():.1%} ({wide['build']} at N = {int(wide['N'])}, D = "
+        f"{int(wide['D'])}).")

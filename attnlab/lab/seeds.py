@@ -102,23 +102,24 @@ def gqa_prediction(les: Lessons, group: int = GQA_GROUP) -> str:
     kv = {k: model.sizes(x)["kvb"] for k, x in (("mha", mha), ("gqa", gqa))}
     moved = {k: model.bytes_moved(x) for k, x in (("mha", mha), ("gqa", gqa))}
     saved_ms = model.ms_at(moved["mha"] - moved["gqa"], c["tbps"])
-    return (f"Grouped-query attention gives each group of query heads one K head and one V head: Hkv = H / G. At "
-            f"{shape_words(row)}, G = {group} (Hkv = {H // group}) shrinks K and V from {readable_bytes(kv['mha'])} "
+    return (f"At {shape_words(row)}, G = {group} (Hkv = {H // group}) shrinks K and V from {readable_bytes(kv['mha'])} "
             f"to {readable_bytes(kv['gqa'])}, and what fused moves from {readable_bytes(moved['mha'])} to "
             f"{readable_bytes(moved['gqa'])} ({moved['gqa'] / moved['mha']:.1%}): at the measured {c['tbps']:.3g} TB/s "
             f"that saves {saved_ms:.3g} ms, {saved_ms / float(row['ms']):.1%} of fused's measured "
             f"{float(row['ms']):.3g} ms. Its FLOPs do not change (every query head still scores every key: "
-            f"{model.ms_at(model.flops(mha), c['tflops']):.3g} ms at the measured {c['tflops']:.3g} TFLOP/s), and "
-            "materialised's S and P stay B·H·N² elements each. So predict fused's time to barely move: what GQA "
-            f"saves is memory, the K and V a decoder keeps cached, {group}× smaller.")
+            f"{model.ms_at(model.flops(mha), c['tflops']):.3g} ms at the measured {c['tflops']:.3g} TFLOP/s), nor "
+            "do materialised's S and P. Predicted: fused's time barely moves; what shrinks is the K and V a "
+            f"decoder caches, {group}×.")
 
 
 def _measured(pairs: pd.DataFrame, where: str) -> str:
+    """Fused's time with GQA over without, and its bytes, in `where`'s pairs (every build's, where fused has none)."""
     parts = []
-    for build, g in pairs.groupby("build", sort=False):
+    ours = pairs[pairs["build"] == "fused"]
+    for build, g in (ours if len(ours) else pairs).groupby("build", sort=False):
         b = g["bytes_gqa"] / g["bytes_mha"]
         bytes_words = (f"{b.iloc[0]:.1%}" if b.round(3).nunique() == 1 else f"{b.min():.1%} to {b.max():.1%}")
-        parts.append(f"{build} over {len(g)} shapes: time with GQA over without, median "
+        parts.append(f"{build} over {len(g)} shapes: its time with GQA over without, median "
                      f"{g['gqa_over_mha'].median():.3f} ({g['gqa_over_mha'].min():.3f} to "
                      f"{g['gqa_over_mha'].max():.3f}), while its bytes fell to {bytes_words}")
     return f"Measured in {where}: " + "; ".join(parts) + "."
@@ -137,16 +138,15 @@ def gqa(les: Lessons, root=None):
     pair of benches (bench_pairs), with the command that measures it on this card."""
     parts = [_p(gqa_prediction(les))]
     mine = gqa_pairs(les.results)
-    how = ("To measure it on this card: `attnlab bench --group 4 --builds fused,materialised --out DIR`, and the "
-           "same command without --group for the multi-head rows beside it (a run's params take one `group` for "
-           "the whole grid: `group: 4` in a params file).")
+    how = ("Measure it on this card: `attnlab bench --group 4 --builds fused,materialised --out DIR` beside the same "
+           "command without `--group` (a params file's `group` holds for its whole grid).")
     if len(mine):
         parts.append(_p(_measured(mine, les.label)))
         parts.append(_details("GQA over MHA: each build's median time ratio per head dim and mask", _by_head(mine)))
         return _html(*parts)
     alone = ("every row has Hkv = H" if (les.results["Hkv"] == les.results["H"]).all() else
              "their grouped-query rows have no multi-head rows at the same shapes")
-    parts.append(_p(f"The lesson rows cannot show it: {alone} ({les.label})."))
+    parts.append(_p(f"The lesson rows cannot show it: {alone}."))
     pairs, gqa_folder, mha_folder = bench_pairs(root)
     if len(pairs):
         where = (f"the committed benches {relative_path(gqa_folder)} (Hkv < H) and {relative_path(mha_folder)} "
@@ -194,9 +194,7 @@ def warm_cold(les: Lessons) -> list:
     times = lambda x: f"{x:,.0f}×" if x >= 10 else f"{x:.2g}×"  # noqa: E731
     text = (f"At the first shape the sweep measured, {shape_words(first)}, a build's first call took "
             f"{times(lo['first / warm'])} ({lo['build']}) to {times(hi['first / warm'])} ({hi['build']}: "
-            f"{hi['first call (ms)']:.4g} ms against {hi['warm median (ms)']:.3g} ms) its warm median. A first call "
-            "may compile, autotune or load its kernels; a warm one does none of that, so the lab records the first "
-            "call apart (`cold_s`) and times warm calls.")
+            f"{hi['first call (ms)']:.4g} ms against {hi['warm median (ms)']:.3g} ms) its warm median.")
     if len(ours) and (ours[later] <= COMPILE_S * 1e3).all():
         text += (f" At their other shapes our builds' first calls took a median {ours[later].median():.3g} ms: "
                  "their kernels are compiled once, not per shape.")
@@ -204,35 +202,37 @@ def warm_cold(les: Lessons) -> list:
         text += (" At their other shapes the first calls of " + ", ".join(
             f"{b['build']} took a median {b[later] / 1e3:.3g} s" for _, b in per_shape.iterrows())
             + f": more than {COMPILE_S:g} s, as if compiled at every shape.")
-    return [Markdown(text), t.round(4)]
+    return [Markdown(text), t.set_index("build").map(lambda x: float(f"{x:.3g}"))]
 
 
 # -- ragged N in the gate -----------------------------------------------------------------------------------------
 
 def _tiles_at(run: Run, shape: pd.Series) -> set[tuple[int, int]]:
-    """(BLOCK_M, BLOCK_N) of every kernel of our builds at a gate shape: as the run's rows of the same N, D, dtype
-    and causal value record them, else as the launcher picks them for the run's device (attnlab.triton.launch)."""
-    found = set()
-    r = run.results
-    if len(r) and "tiles" in r:
-        same = r[r["build"].isin(OURS) & (r["N"] == shape["N"]) & (r["D"] == shape["D"])
-                 & (r["dtype"].astype(str) == str(shape["dtype"])) & (r["causal"].astype(bool) == bool(shape["causal"]))]
-        for _, row in same.iterrows():
-            for kernel in ("scores", "pv", "qk_softmax", "fused"):
-                t = recorded_tiles(row, kernel)
-                if t is not None:
-                    found.add((t.BLOCK_M, t.BLOCK_N))
-    if found:
-        return found
+    """(BLOCK_M, BLOCK_N) of every kernel of our builds at a gate shape: as the launcher picks them for the gate's
+    case (attnlab.triton.launch.tile_config) where the run's device is this machine's, the tiles the gate ran; else
+    as the run's rows of the same N, D, dtype and causal value record them (empty where they record none)."""
     import torch
 
-    from attnlab.triton import launch
-    from attnlab.validate import Spec
+    if run.device == "cpu" or (run.device.startswith("cuda") and torch.cuda.is_available()):
+        from attnlab.triton import launch
+        from attnlab.validate import Spec
 
-    spec = Spec(int(shape["B"]), int(shape["H"]), int(shape["Hkv"]), int(shape["N"]), int(shape["D"]),
-                getattr(torch, str(shape["dtype"])), torch.device(run.device), bool(shape["causal"]),
-                1 / math.sqrt(int(shape["D"])), "none")
-    return {(k["BLOCK_M"], k["BLOCK_N"]) for b in OURS for k in launch.tile_config(b, spec).values()}
+        spec = Spec(int(shape["B"]), int(shape["H"]), int(shape["Hkv"]), int(shape["N"]), int(shape["D"]),
+                    getattr(torch, str(shape["dtype"])), torch.device(run.device), bool(shape["causal"]),
+                    1 / math.sqrt(int(shape["D"])), "none")
+        return {(k["BLOCK_M"], k["BLOCK_N"]) for b in OURS for k in launch.tile_config(b, spec).values()}
+    r = run.results
+    if r.empty or "tiles" not in r:
+        return set()
+    same = r[r["build"].isin(OURS) & (r["N"] == shape["N"]) & (r["D"] == shape["D"])
+             & (r["dtype"].astype(str) == str(shape["dtype"])) & (r["causal"].astype(bool) == bool(shape["causal"]))]
+    found = set()
+    for _, row in same.iterrows():
+        for kernel in ("scores", "pv", "qk_softmax", "fused"):
+            t = recorded_tiles(row, kernel)
+            if t is not None:
+                found.add((t.BLOCK_M, t.BLOCK_N))
+    return found
 
 
 def ragged_table(run: Run) -> pd.DataFrame:
@@ -243,6 +243,8 @@ def ragged_table(run: Run) -> pd.DataFrame:
     rows = []
     for N, g in t.groupby("N"):
         tiles = set().union(*(_tiles_at(run, s) for _, s in g.drop_duplicates(["D", "dtype", "causal"]).iterrows()))
+        if not tiles:
+            continue  # neither this machine's launcher nor the run's rows say which tiles ran
         rows.append({"N": int(N), "tiles": ", ".join(f"{m} × {n}" for m, n in sorted(tiles)),
                      "largest block": max(max(m, n) for m, n in tiles),
                      "ragged": any(N % m or N % n for m, n in tiles), "passed": int((g["verdict"] == "pass").sum()),
@@ -261,22 +263,19 @@ def ragged(run: Run):
         return Markdown("The gate has not run: run it first (`lab.gate(run)`).")
     t = ragged_table(run)
     if t.empty:
-        return Markdown("The gate checked none of our builds, so it says nothing about ragged N.")
+        return Markdown("Neither the gate's rows nor the run's record which tiles our kernels ran, so these rows say "
+                        "nothing about ragged N.")
     ns = ", ".join(str(n) for n in t["N"])
     odd = t[t["ragged"]]
     if len(odd):
         fared = "; ".join(f"N = {r['N']} (tiles {r['tiles']}): {r['passed']} of {r['checked']} checks passed, worst "
                           f"err / limit {r['worst err / limit']:.2f}" for _, r in odd.iterrows())
-        return Markdown(f"The gate checked N = {ns}. Where N is not a whole number of tiles, the last tile of rows "
-                        "and of keys runs part-empty: its rows past N must be masked when read and never written, its "
-                        f"keys past N given no weight. A missing mask shows there as a wrong or unwritten element. "
-                        f"Ragged here: {fared}.")
+        return Markdown(f"The gate checked N = {ns}. Ragged here: {fared}.")
     import torch
 
     big = int(t["largest block"].max())
     other = {d: sorted({c.N for c in gate_mod.grid(torch.device(d)) if c.N % big}) for d in ("cuda", "cpu")}
     return Markdown(f"The gate checked N = {ns}: each a whole number of every tile our kernels ran there (blocks "
-                    f"up to {big}), so no tile ran part-empty and no mask at the end of a row was tested. `attnlab "
-                    f"check` tests them: its grid holds N = {', '.join(map(str, other['cuda']))} on a GPU and N = "
-                    f"{', '.join(map(str, other['cpu']))} on a CPU, none a multiple of {big}; `attnlab check --ns "
-                    "1001,2999` names others.")
+                    f"up to {big}), so no tile ran part-empty. `attnlab check` tests ragged N: its grid holds N = "
+                    f"{', '.join(map(str, other['cuda']))} on a GPU and N = {', '.join(map(str, other['cpu']))} on "
+                    f"a CPU, none a multiple of {big}; `attnlab check --ns 1001,2999` names others.")
