@@ -83,30 +83,33 @@ def tile_loop_svg(rows: int | str, block_n: int | str, D: int, tiles: int | str,
     sum l and accumulator, rescaled as each tile arrives; O written once at the end. Sizes given as names (str)
     are written as they are."""
     body = [_t(20, 20, "one work item of the fused kernel", 13, weight="bold")]
-    body += [_box(20, 110, 70, 90, PALETTE["tile"], PALETTE["tile_edge"]), _t(55, 150, "Q block", 12, "middle"),
-             _t(55, 166, f"{rows} × {D}", 11, "middle"), _t(55, 218, "read once", 11, "middle", fill=PALETTE["muted"])]
-    body.append(_arrow(92, 155, 128, 155, PALETTE["ink"]))
+    body += [_box(20, 110, 88, 90, PALETTE["tile"], PALETTE["tile_edge"]), _t(64, 150, "Q block", 12, "middle"),
+             _t(64, 166, f"{rows} × {D}", 10, "middle"), _t(64, 218, "read once", 11, "middle", fill=PALETTE["muted"])]
+    body.append(_arrow(110, 155, 128, 155, PALETTE["ink"]))
+    last = f"{tiles}" if isinstance(tiles, int) else "last"
     drawn = min(tiles, 4) if isinstance(tiles, int) else 4
+    width = max(88 * drawn - 16, 340 if isinstance(rows, int) else 380)  # the state box fits its four lines
+    step = (width + 16) / drawn
     for i in range(drawn):
-        x = 130 + i * 88
+        x = 130 + i * step
         body += [_box(x, 34, 72, 40, PALETTE["hbm"], PALETTE["hbm_edge"]),
-                 _t(x + 36, 52, f"K tile {i + 1}" if i < drawn - 1 or tiles == drawn else f"K tile {tiles}", 11,
+                 _t(x + 36, 52, f"K tile {i + 1}" if i < drawn - 1 or tiles == drawn else f"K tile {last}", 11,
                     "middle"),
-                 _t(x + 36, 67, f"{block_n} × {D}", 10, "middle", fill=PALETTE["muted"]),
+                 _t(x + 36, 67, f"{block_n} × {D}", 9, "middle", fill=PALETTE["muted"]),
                  _box(x, 230, 72, 40, PALETTE["hbm"], PALETTE["hbm_edge"]),
-                 _t(x + 36, 248, f"V tile {i + 1}" if i < drawn - 1 or tiles == drawn else f"V tile {tiles}", 11,
+                 _t(x + 36, 248, f"V tile {i + 1}" if i < drawn - 1 or tiles == drawn else f"V tile {last}", 11,
                     "middle"),
-                 _t(x + 36, 263, f"{block_n} × {D}", 10, "middle", fill=PALETTE["muted"])]
+                 _t(x + 36, 263, f"{block_n} × {D}", 9, "middle", fill=PALETTE["muted"])]
         if i == drawn - 2 and (not isinstance(tiles, int) or tiles > drawn):
-            body.append(_t(x + 80, 58, "…", 14, "middle"))
-    body += [_box(130, 110, 88 * drawn - 16, 90, PALETTE["state"], PALETTE["state_edge"]),
+            body.append(_t(x + (step + 72) / 2, 58, "…", 14, "middle"))
+    body += [_box(130, 110, width, 90, PALETTE["state"], PALETTE["state_edge"]),
              _t(140, 130, f"S tile = Q Kⱼᵀ: {rows} × {block_n} scores, in registers, never written", 11),
              _t(140, 150, "m ← max(m, rowmax S)        (running max)", 11),
              _t(140, 168, "l ← l·e^(m_old − m) + Σ e^(S − m)   (running sum)", 11),
              _t(140, 186, "acc ← acc·e^(m_old − m) + e^(S − m) Vⱼ", 11)]
-    right = 130 + 88 * drawn - 16
-    body += [_arrow(right - 30, 78, right - 30, 108, PALETTE["ink"]), _arrow(right - 30, 228, right - 30, 202,
-                                                                             PALETTE["ink"]),
+    right = 130 + width
+    under = 130 + (drawn - 1) * step + 36  # below and above the last tile drawn
+    body += [_arrow(under, 78, under, 108, PALETTE["ink"]), _arrow(under, 228, under, 202, PALETTE["ink"]),
              _arrow(right + 6, 155, right + 40, 155, PALETTE["ink"]),
              _box(right + 44, 125, 96, 60, PALETTE["tile"], PALETTE["tile_edge"]),
              _t(right + 92, 150, "O = acc / l", 12, "middle"), _t(right + 92, 168, "written once", 11, "middle",
