@@ -199,9 +199,10 @@ def warm_cold(les: Lessons) -> list:
         text += (f" At their other shapes our builds' first calls took a median {ours[later].median():.3g} ms: "
                  "their kernels are compiled once, not per shape.")
     if len(per_shape):
-        text += (" At their other shapes the first calls of " + ", ".join(
-            f"{b['build']} took a median {b[later] / 1e3:.3g} s" for _, b in per_shape.iterrows())
-            + f": more than {COMPILE_S:g} s, as if compiled at every shape.")
+        lo, hi = per_shape[later].min() / 1e3, per_shape[later].max() / 1e3
+        text += (f" At their other shapes the first calls of {', '.join(per_shape['build'])} still took a median "
+                 + (f"{lo:.3g} s" if f"{lo:.3g}" == f"{hi:.3g}" else f"{lo:.3g} to {hi:.3g} s")
+                 + f": more than {COMPILE_S:g} s, as if compiled at every shape.")
     return [Markdown(text), t.set_index("build").map(lambda x: float(f"{x:.3g}"))]
 
 
