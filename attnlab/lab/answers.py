@@ -55,8 +55,8 @@ def predict_times(les: Lessons) -> Question | None:
     m_mat, m_fused = float(mat["ms"]), float(row["ms"])
     return Question(
         f"Predict before you look: at {shape_words(row)}, how long should materialised take if moving its bytes "
-        f"(S and P written and read back, Q, K, V and O) were all it did, and fused if its FLOPs (4·B·H·N²·D) were? "
-        f"Use this card's measured {_ceiling_words(c)}. What speedup does that predict?",
+        f"were all it did, and fused if its FLOPs were? Use this card's measured {_ceiling_words(c)}. What speedup "
+        "does that predict?",
         f"materialised moves {readable_bytes(moved)}: ÷ {c['tbps']:.3g} TB/s = {t_mat:.3g} ms; measured "
         f"{m_mat:.3g} ms ({_times(m_mat / t_mat)}× the prediction). fused does {flops / 1e9:,.4g} GFLOP: ÷ {c['tflops']:.3g} "
         f"TFLOP/s = {t_fused:.3g} ms; measured {m_fused:.3g} ms ({t_fused / m_fused:.0%} of the matmul ceiling). "
@@ -96,13 +96,12 @@ def predict_head_dim(les: Lessons) -> Question | None:
     causal = bool(at[lo]["causal"].iloc[0])
     return Question(
         f"At N = {n} ({les.dtypes[0]}, {'causal' if causal else 'non-causal'}), fused beat materialised {x_lo:.2f}× "
-        f"at D = {lo}. Predict the speedup at D = {hi}: materialised's extra time over fused is S and P's traffic, "
-        f"which scales with their bytes (B·H·N² elements each, whatever D), and fused takes {f_hi:.3g} ms at D = {hi}.",
+        f"at D = {lo}. Predict the speedup at D = {hi}, where fused takes {f_hi:.3g} ms: materialised's extra time "
+        "is S and P's traffic, which scales with their bytes (B·H·N² elements each, whatever D).",
         f"At D = {lo} materialised's extra time was {extra:.3g} ms. S at D = {hi} is {readable_bytes(size[hi])} "
         f"against {readable_bytes(size[lo])} at D = {lo} (B and H of each row), so the extra becomes {scaled:.3g} ms "
         f"and the speedup ({f_hi:.3g} + {scaled:.3g}) / {f_hi:.3g} = {predicted:.2f}×; measured {measured:.2f}× "
-        f"({measured / predicted - 1:+.0%}). Per FLOP, S and P's bytes scale as 1/D: the larger head dim leaves "
-        "materialised less extra traffic for the same work.",
+        f"({measured / predicted - 1:+.0%}).",
         les.label)
 
 
@@ -117,9 +116,8 @@ def predict_boundaries(les: Lessons) -> Question | None:
     n_max = int(att["N"].max())
     last = att[att["N"] == n_max]
     return Question(
-        f"At N = {n_max}, predict what removing each boundary saves from its bytes alone: S's round trip (S written, "
-        "then read by the softmax) and P's (P written, then read by PV), at the measured copy bandwidth. Then "
-        "compare with what each removal saved.",
+        f"At N = {n_max}, predict what removing S's round trip saves, and P's, from each one's bytes at the measured "
+        "copy bandwidth; then compare with what each removal saved.",
         "; ".join(f"D = {r.D}, {r.boundary}: {readable_bytes(r.bytes)} predicts {r.predicted_ms:.3g} ms; it saved "
                   f"{r.delta_ms:.3g} ms (×{_times(r.measured_over_predicted)})" for r in last.itertuples()) + ".",
         les.label)
