@@ -39,7 +39,7 @@ LAYERS = [
 LAB_LEVELS = [
     ["attnlab.lab.run", "attnlab.lab.notebook"],  # the run's lifecycle; the first cell's setup
     ["attnlab.lab.source"],  # where the lesson rows come from, and the formatters every section shares
-    ["attnlab.lab.sections", "attnlab.lab.profiler_view"],
+    ["attnlab.lab.sections", "attnlab.lab.profiler_view", "attnlab.lab.explain", "attnlab.lab.seeds"],
     ["attnlab.lab.answers"],  # check yourself and the experiment record, computed from the sections
 ]
 

@@ -103,7 +103,7 @@ def test_the_cpu_render_runs_every_section_from_data(rendered):
     # check yourself: every answer computed and folded away
     html = "\n".join(_outputs(nb, "text/html"))
     assert html.count("<details>") >= 9
-    assert "first at N = 1024 (3.20×)" in html and "(rises then flattens)" in html
+    assert "Predicted speedup" in html and "measured 3.30×" in html and "(rises then flattens)" in html
 
 
 def test_the_html_export_draws_with_no_network(rendered):

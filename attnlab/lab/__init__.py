@@ -9,6 +9,9 @@ lives in one module of this package, which imports the ones below it only:
     sections        sections 1, 2 and 5 to 8 and 10: device, hypothesis, speedup, batch policy, head dim, memory,
                     attribution, ablations, overlap, roofline, the benchmark's lies
     profiler_view   section 9: the profiler view
+    explain         the ideas the numbers rest on, drawn from the lesson rows: the memory hierarchy, the fused
+                    kernel's tile loop, the online softmax, CUDA-graph replay, the L2 flush and percentiles
+    seeds           what the seeds ask to see: grouped-query attention, warm against cold, ragged N in the gate
     answers         sections 11 and 12: check yourself and the experiment record
 
 The order a notebook calls the run's steps in is in attnlab.lab.run.
@@ -32,6 +35,10 @@ from attnlab.lab.sections import (HOPPER_FLOPS_PER_EXP, LIES, SMALL_SHARE, ablat
                                   memory, overlap, overlap_findings, policy_of, policy_runs, pv_by_head_dim,
                                   roofline_figures, roofline_table, speedup_figures, speedup_table, summary, trend)
 from attnlab.lab.profiler_view import fused_stages_refused, profile, profile_report, profile_shape
-from attnlab.lab.answers import (Question, check_yourself, experiment_record, questions, record, threshold,
-                                 why_there)
+from attnlab.lab.explain import (graph_replay, memory_hierarchy, online_softmax, online_steps, teaching_row,
+                                 tile_loop, timing_spread)
+from attnlab.lab.seeds import bench_pairs, gqa, gqa_pairs, ragged, ragged_table, warm_cold, warm_cold_table
+from attnlab.lab.answers import (Question, check_yourself, experiment_record, predict_accuracy, predict_bound,
+                                 predict_boundaries, predict_head_dim, predict_peaks, predict_times, questions,
+                                 record)
 from attnlab.runs import reference_run

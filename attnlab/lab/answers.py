@@ -1,5 +1,7 @@
 """Sections 11 and 12: the check-yourself questions and the experiment record, each answer computed from the run's
-gate, its byte model and the lesson rows."""
+gate, its byte model and the lesson rows. Most questions ask for a prediction first (bytes ÷ bandwidth, FLOPs ÷ rate,
+with the ceilings the lesson rows' run measured) and answer with the prediction beside the measurement; each reads
+the shape the explanations read (attnlab.lab.explain.teaching_row) unless it names another."""
 from __future__ import annotations
 
 import html
@@ -9,18 +11,12 @@ from dataclasses import dataclass
 import pandas as pd
 
 from attnlab import measure, model, report
-from attnlab import model as bd
+from attnlab.lab.explain import case_of, ceilings_of, row_at, shape_words, teaching_row
 from attnlab.lab.profiler_view import fused_stages_refused
 from attnlab.lab.run import OURS, Run, run_shapes
-from attnlab.lab.sections import dominant, head_dim_words, overlap_findings, speedup_table, trend
+from attnlab.lab.sections import dominant, head_dim_words, overlap_findings, trend
 from attnlab.lab.source import Lessons, groups_of, lessons, readable_bytes, relative_path
 from attnlab.report import correctness as cr
-
-def threshold(sp: pd.DataFrame) -> float:
-    """The speedup check-yourself asks about: the first whole multiple above the slowest curve's start (3× where the
-    slowest starts between 2× and 3×), so the question has an N to find on at least one curve."""
-    return float(math.floor(sp.iloc[:, 0].min()) + 1)
-
 
 # -- section 11: check yourself -----------------------------------------------------------------------------------
 
@@ -35,58 +31,186 @@ class Question:
                 f"{html.escape(self.source)})</summary><p>{html.escape(self.answer)}</p></details>")
 
 
-def _first_over(t: pd.DataFrame, threshold: float) -> str:
+def _times(x: float) -> str:
+    """A ratio as the page prints it: two decimals, whole numbers past 100."""
+    return f"{x:.2f}" if x < 100 else f"{x:,.0f}"
+
+
+def _ceiling_words(c: dict) -> str:
+    return f"{c['tbps']:.3g} TB/s copy bandwidth and {c['tflops']:.3g} TFLOP/s matmul rate"
+
+
+def predict_times(les: Lessons) -> Question | None:
+    """Materialised's time from the bytes it must move at the measured copy bandwidth, fused's from its FLOPs at the
+    measured matmul rate, their ratio as the predicted speedup; each beside the measurement, at teaching_row's
+    shape."""
+    row = teaching_row(les)
+    mat = row_at(les, "materialised", row) if row is not None else None
+    c = ceilings_of(les)
+    if mat is None or not (c["tbps"] > 0 and c["tflops"] > 0):
+        return None
+    moved = model.bytes_moved(case_of(mat))
+    flops = model.flops(case_of(row))
+    t_mat, t_fused = model.ms_at(moved, c["tbps"]), model.ms_at(flops, c["tflops"])
+    m_mat, m_fused = float(mat["ms"]), float(row["ms"])
+    return Question(
+        f"Predict before you look: at {shape_words(row)}, how long should materialised take if moving its bytes "
+        f"were all it did, and fused if its FLOPs were? Use this card's measured {_ceiling_words(c)}. What speedup "
+        "does that predict?",
+        f"materialised moves {readable_bytes(moved)}: ÷ {c['tbps']:.3g} TB/s = {t_mat:.3g} ms; measured "
+        f"{m_mat:.3g} ms ({_times(m_mat / t_mat)}× the prediction). fused does {flops / 1e9:,.4g} GFLOP: ÷ {c['tflops']:.3g} "
+        f"TFLOP/s = {t_fused:.3g} ms; measured {m_fused:.3g} ms ({t_fused / m_fused:.0%} of the matmul ceiling). "
+        f"Predicted speedup {_times(t_mat / t_fused)}×, measured {m_mat / m_fused:.2f}×: "
+        + ("within 25 %, so bytes bound materialised and FLOPs bound fused as the model says."
+           if abs(t_mat / t_fused / (m_mat / m_fused) - 1) <= 0.25 else
+           "more than 25 % apart: the build further from its prediction (the ratios above) runs further from its "
+           "ceiling than the model assumes."),
+        les.label)
+
+
+def predict_head_dim(les: Lessons) -> Question | None:
+    """From the smallest head dim's measured times at the largest N two head dims share (non-causal where measured),
+    the next head dim's speedup: materialised's extra time over fused scales with S and P's bytes (B·H·N² each);
+    fused's time at the larger D is the one measured there."""
+    r = les.results[(les.results["status"] == "ok") & (les.results["dtype"].astype(str) == les.dtypes[0])]
+    if (~r["causal"].astype(bool)).any():
+        r = r[~r["causal"].astype(bool)]
+    pair = {d: r[r["D"] == d] for d in sorted(r["D"].unique())[:2]}
+    if len(pair) < 2:
+        return None
+    (lo, a), (hi, b) = pair.items()
+    both = [n for n in sorted(set(a[a["build"] == "fused"]["N"]) & set(b[b["build"] == "fused"]["N"]))
+            if {"fused", "materialised"} <= set(a[a["N"] == n]["build"]) & set(b[b["N"] == n]["build"])]
+    if not both:
+        return None
+    n = both[-1]
+    at = {d: g[g["N"] == n].set_index("build") for d, g in pair.items()}
+    size = {d: model.nn_bytes(int(at[d].loc["fused", "B"]), int(at[d].loc["fused", "H"]), n, les.dtypes[0])
+            for d in at}
+    extra = float(at[lo].loc["materialised", "ms"]) - float(at[lo].loc["fused", "ms"])
+    f_hi = float(at[hi].loc["fused", "ms"])
+    scaled = extra * size[hi] / size[lo]
+    predicted = (f_hi + scaled) / f_hi
+    measured = float(at[hi].loc["materialised", "ms"]) / f_hi
+    x_lo = float(at[lo].loc["materialised", "ms"]) / float(at[lo].loc["fused", "ms"])
+    causal = bool(at[lo]["causal"].iloc[0])
+    return Question(
+        f"At N = {n} ({les.dtypes[0]}, {'causal' if causal else 'non-causal'}), fused beat materialised {x_lo:.2f}× "
+        f"at D = {lo}. Predict the speedup at D = {hi}, where fused takes {f_hi:.3g} ms: materialised's extra time "
+        "is S and P's traffic, which scales with their bytes (B·H·N² elements each, whatever D).",
+        f"At D = {lo} materialised's extra time was {extra:.3g} ms. S at D = {hi} is {readable_bytes(size[hi])} "
+        f"against {readable_bytes(size[lo])} at D = {lo} (B and H of each row), so the extra becomes {scaled:.3g} ms "
+        f"and the speedup ({f_hi:.3g} + {scaled:.3g}) / {f_hi:.3g} = {predicted:.2f}×; measured {measured:.2f}× "
+        f"({measured / predicted - 1:+.0%}).",
+        les.label)
+
+
+def predict_boundaries(les: Lessons) -> Question | None:
+    """What each removed boundary should save at the largest N of the first group, from its bytes at the measured
+    copy bandwidth, beside what it saved (report.attribution)."""
+    dt = les.dtypes[0]
+    g = groups_of(les)[(dt, False)] if (dt, False) in groups_of(les) else next(iter(groups_of(les).values()))
+    att = report.attribution(g)
+    if att.empty:
+        return None
+    n_max = int(att["N"].max())
+    last = att[att["N"] == n_max]
+    return Question(
+        f"At N = {n_max}, predict what removing S's round trip saves, and P's, from each one's bytes at the measured "
+        "copy bandwidth; then compare with what each removal saved.",
+        "; ".join(f"D = {r.D}, {r.boundary}: {readable_bytes(r.bytes)} predicts {r.predicted_ms:.3g} ms; it saved "
+                  f"{r.delta_ms:.3g} ms (×{_times(r.measured_over_predicted)})" for r in last.itertuples()) + ".",
+        les.label)
+
+
+def predict_peaks(les: Lessons) -> Question | None:
+    """The bytes materialised and fused must hold at once at teaching_row's shape (the byte model), beside their
+    measured peak allocations."""
+    row = teaching_row(les)
+    mat = row_at(les, "materialised", row) if row is not None else None
+    if mat is None:
+        return None
+    B, H, N, D, dt = int(row["B"]), int(row["H"]), int(row["N"]), int(row["D"]), str(row["dtype"])
+    hold_mat, hold_fused = model.hold_bytes(case_of(mat)), model.hold_bytes(case_of(row))
+    peaks = {b: float(x["peak_bytes"]) for b, x in (("materialised", mat), ("fused", row))}
+    measured = ("; measured peaks: " + ", ".join(f"{b} {readable_bytes(p)} ({p / h:.2f}× its prediction)" for (b, p), h
+                                                  in zip(peaks.items(), (hold_mat, hold_fused)))
+                if all(math.isfinite(p) for p in peaks.values()) else "; these rows record no peak allocation")
+    return Question(
+        f"Predict the peak memory of materialised and of fused at {shape_words(row)}: which tensors must each hold "
+        "at once, and how many bytes is that?",
+        f"materialised holds S and P together while the softmax runs: 2·B·H·N²·{model.itemsize(dt)} bytes = "
+        f"{readable_bytes(hold_mat)}; fused holds only O: B·H·N·D·{model.itemsize(dt)} = "
+        f"{readable_bytes(hold_fused)}, {hold_mat / hold_fused:,.0f}× less{measured}.",
+        les.label)
+
+
+def predict_accuracy(les: Lessons) -> Question | None:
+    """Which of our builds should err most against the fp64 oracle, from where each rounds to the rows' dtype,
+    beside the median err each had over the rows."""
+    dt = les.dtypes[0]
+    r = les.results[(les.results["status"] == "ok") & (les.results["dtype"].astype(str) == dt)
+                    & les.results["build"].isin(OURS)].dropna(subset=["err"])
+    med = r.groupby("build")["err"].median()
+    if set(med.index) != set(OURS):
+        return None
+    ordered = med["materialised"] >= med["qk_softmax"] >= med["fused"]
+    return Question(
+        f"Predict which of our three builds is least accurate against the fp64 oracle in {dt}, and which most: "
+        f"materialised stores S and P in {dt}, qk_softmax stores P, fused keeps both in fp32 on chip and rounds "
+        "only O.",
+        f"Each rounding to {dt} adds error, so predict materialised ≥ qk_softmax ≥ fused. The median err over "
+        f"{len(r)} rows: " + ", ".join(f"{b} {med[b]:.3g}" for b in OURS)
+        + f" (materialised {med['materialised'] / med['fused']:.2f}× fused): "
+        + ("in the predicted order." if ordered else "not in the predicted order, so something besides rounding "
+                                                      "S and P sets the error here."),
+        les.label)
+
+
+def predict_bound(les: Lessons) -> Question | None:
+    """Fused's and materialised's arithmetic intensity (FLOPs per byte they must move) at teaching_row's shape
+    against the card's ridge point, and the share of each ceiling their measured times reach."""
+    row = teaching_row(les)
+    mat = row_at(les, "materialised", row) if row is not None else None
+    c = ceilings_of(les)
+    if mat is None or not (c["tbps"] > 0 and c["tflops"] > 0):
+        return None
+    ridge = c["tflops"] / c["tbps"]
     parts = []
-    for (dtype, causal, D), row in t.iterrows():
-        over = [n for n, x in row.items() if pd.notna(x) and x >= threshold]
-        kind = "causal" if causal else "non-causal"
-        best = row.max()
-        parts.append(f"{kind} D = {D}: first at N = {over[0]} ({row[over[0]]:.2f}×)" if over else
-                     f"{kind} D = {D}: never (at most {best:.2f}×, at N = {row.idxmax()})")
-    return "; ".join(parts)
+    for b, x in (("fused", row), ("materialised", mat)):
+        case = case_of(x)
+        f, moved, ms = model.flops(case), model.bytes_moved(case), float(x["ms"])
+        bound = "arithmetic" if f / moved > ridge else "memory"
+        parts.append(f"{b}: {f / moved:,.0f} FLOP/byte, {bound}-bound by the model; measured {f / (ms * 1e9):.3g} "
+                     f"TFLOP/s ({f / (ms * 1e9) / c['tflops']:.0%} of the matmul rate) and {moved / (ms * 1e9):.3g} "
+                     f"TB/s ({moved / (ms * 1e9) / c['tbps']:.0%} of the copy bandwidth)")
+    return Question(
+        f"Predict whether fused and materialised are bound by memory or by arithmetic at {shape_words(row)}: divide "
+        f"each one's FLOPs by the bytes it must move and set that against this card's ridge point "
+        f"({c['tflops']:.3g} TFLOP/s ÷ {c['tbps']:.3g} TB/s).",
+        f"The ridge point is {ridge:.3g} FLOP/byte: a kernel doing fewer FLOPs per byte is bound by memory. "
+        + "; ".join(parts) + ".",
+        les.label)
 
 
-def _traffic_share(les: Lessons, dtype: str, causal: bool, D: int, N: int) -> tuple[float, float, float, float]:
-    """At one shape: S and P's round-trip bytes, their time at the measured copy bandwidth, materialised's time and
-    fused's (net times, as the speedup table divides)."""
-    att = report.attribution(groups_of(les)[(dtype, causal)])
-    at = att[(att["D"] == D) & (att["N"] == N)]
-    found = report.speedup(groups_of(les)[(dtype, causal)], builds=["fused"])
-    f = found[(found["D"] == D) & (found["N"] == N)].iloc[0]
-    return at["bytes"].sum(), at["predicted_ms"].sum(), f["materialised_ms"], f["ms"]
-
-
-def why_there(les: Lessons, sp: pd.DataFrame, x: float) -> str:
-    """At the first curve's first N past x: how much of materialised's time S and P's bytes account for at the
-    measured bandwidth, against what fused takes, and how that share moved from the N before."""
-    for (dtype, causal, D), row in sp.iterrows():
-        over = [n for n, v in row.items() if pd.notna(v) and v >= x]
-        if not over:
-            continue
-        n = over[0]
-        moved, pred, mat, fused = _traffic_share(les, dtype, causal, D, n)
-        text = (f"At N = {n} ({'causal' if causal else 'non-causal'}, D = {D}) S and P's two round trips move "
-                f"{readable_bytes(moved)}, {pred:.3g} ms at the measured bandwidth, {pred / mat:.0%} of materialised's "
-                f"{mat:.3g} ms, while fused takes {fused:.3g} ms in all.")
-        before = [m for m, v in row.items() if m < n and pd.notna(v)]
-        if before:
-            m = before[-1]
-            _, pred0, mat0, _ = _traffic_share(les, dtype, causal, D, m)
-            grew = pred / mat > pred0 / mat0
-            text += (f" At N = {m} that traffic was {pred0 / mat0:.0%} of materialised's time and the ratio "
-                     f"{row[m]:.2f}×: " + ("the share S and P take of materialised's time grew with N, and the "
-                                            "ratio with it." if grew else
-                                            "the share did not grow, so S and P's traffic alone does not explain "
-                                            "the step in the ratio."))
-        else:
-            text += " It is the first N measured: the ratio starts past the threshold."
-        return text
-    return "No curve reaches it: S and P's traffic never outweighs fused's whole time by that much here."
+def _hold_at_run_shape(run: Run) -> Question:
+    """The byte model at this run's largest shape, for a run with no GPU rows to compare with."""
+    big = max(run_shapes(run), key=lambda c: (c.N, c.D))
+    mk = {b: measure.Case(b, big.B, big.H, big.Hkv, big.N, big.D, big.dtype, big.causal, run.device) for b in OURS}
+    return Question(
+        f"At this run's largest shape (B = {big.B}, H = {big.H}, N = {big.N}, D = {big.D}, {big.dtype}), predict how "
+        "many bytes materialised must hold at once, and fused.",
+        f"materialised: {readable_bytes(model.hold_bytes(mk['materialised']))} (S and P, each "
+        f"{readable_bytes(model.nn_bytes(big.B, big.H, big.N, big.dtype))}); qk_softmax: "
+        f"{readable_bytes(model.hold_bytes(mk['qk_softmax']))} (P and O); fused: "
+        f"{readable_bytes(model.hold_bytes(mk['fused']))} (O only).",
+        f"this run ({relative_path(run.out)}; the byte model at its shapes)")
 
 
 def questions(run: Run, les: Lessons | None = None) -> list[Question]:
-    """The seeds' three questions and questions about this run's own numbers, each answer computed from the data:
-    the gate and byte model of `run`, the speed rows of `les` (lessons(run) unless given)."""
+    """The seeds' three questions, then questions that ask for a prediction from first principles (bytes ÷ bandwidth,
+    FLOPs ÷ rate, with the lesson rows' measured ceilings) and answer with the prediction beside the measurement:
+    the gate and byte model of `run`, the rows of `les` (lessons(run) unless given)."""
     from attnlab import profiler as k  # loaded when the questions are asked: torch.profiler is slow to import
 
     les = les or lessons(run)
@@ -121,68 +245,25 @@ def questions(run: Run, les: Lessons | None = None) -> list[Question]:
         f"same inputs), and its difference from the base exceeds the noise. In {here}, {passed} ablation (build, "
         f"shape) pairs matched their own oracle in the gate." + consumed,
         here + (f" and {les.label}" if les is not None else "")))
-    if les is not None:
-        tr = trend(les)
-        shape_words = "; ".join(f"{'causal' if r.causal else 'non-causal'} D = {r.D}: {r.first:.2f}× at N = "
-                                f"{r.first_N} → {r.last:.2f}× at N = {r.last_N} ({r.shape})"
-                                for r in tr.itertuples())
-        qs.append(Question(
-            "What shape should the speedup curve have as sequence length grows, and what shape does it have here?",
-            "Predicted: rising while materialised's N² traffic of S and P grows faster than fused's work can hide "
-            f"it, then a plateau once fused is bound by its own arithmetic. Measured (fused over materialised): "
-            " ".join([f"{shape_words}.", *head_dim_words(les)]),
-            les.label))
-        sp = speedup_table(les)
-        x = threshold(sp)
-        qs.append(Question(
-            f"At which N does fused first beat materialised by {x:g}×, and why there?",
-            _first_over(sp, x) + ". " + why_there(les, sp, x), les.label))
-        dt = les.dtypes[0]
-        g = groups_of(les)[(dt, False)] if (dt, False) in groups_of(les) else next(iter(groups_of(les).values()))
-        att = report.attribution(g)
-        n_max = int(att["N"].max())
-        last = att[att["N"] == n_max]
-        qs.append(Question(
-            f"At N = {n_max}, which removed boundary saves more time, and how does each compare with its bytes at "
-            "the measured bandwidth?",
-            "; ".join(f"D = {r.D}, {r.boundary}: saved {r.delta_ms:.3g} ms against {r.predicted_ms:.3g} ms for its "
-                      f"{readable_bytes(r.bytes)} at the copy bandwidth (×{r.measured_over_predicted:.2f})"
-                      for r in last.itertuples()) + ".", les.label))
-        find = overlap_findings(les)
-        qs.append(Question(
-            "Does any ablation of fused save almost nothing, or make it slower? What does that tell you?",
-            ("Yes. " + " ".join(find[:3]) + (f" (and {len(find) - 3} more findings)" if len(find) > 3 else ""))
-            if find else "No: every ablation of fused saved at least 5 % of its time in these rows.", les.label))
-    cases = run_shapes(run)
-    big = max(cases, key=lambda c: (c.N, c.D))
-    mk = {b: measure.Case(b, big.B, big.H, big.Hkv, big.N, big.D, big.dtype, big.causal, run.device) for b in OURS}
+    if les is None:
+        return qs + [_hold_at_run_shape(run)]
+    tr = trend(les)
+    shape_words_ = "; ".join(f"{'causal' if r.causal else 'non-causal'} D = {r.D}: {r.first:.2f}× at N = "
+                             f"{r.first_N} → {r.last:.2f}× at N = {r.last_N} ({r.shape})" for r in tr.itertuples())
     qs.append(Question(
-        f"At this run's largest shape (B = {big.B}, H = {big.H}, N = {big.N}, D = {big.D}, {big.dtype}), how many "
-        "bytes must materialised hold at once, and how many must fused?",
-        f"materialised: {readable_bytes(model.hold_bytes(mk['materialised']))} (S and P, each "
-        f"{readable_bytes(bd.nn_bytes(big.B, big.H, big.N, big.dtype))}); qk_softmax: "
-        f"{readable_bytes(model.hold_bytes(mk['qk_softmax']))} (P and O); fused: {readable_bytes(model.hold_bytes(mk['fused']))} "
-        f"(O only): {model.hold_bytes(mk['materialised']) / model.hold_bytes(mk['fused']):.0f}× less.",
-        here + " (the byte model at its shapes)"))
-    if len(run.gate):
-        t = cr.correctness_table(run.gate)
-        ran = t[t["verdict"] != "not run"].dropna(subset=["err_over_limit"])
-        if len(ran):
-            w = ran.loc[ran["err_over_limit"].idxmax()]
-            qs.append(Question(
-                "Which build came closest to its error limit in this run's gate, and how close?",
-                f"{w['build']} at N = {w['N']}, D = {w['D']}, {'causal' if w['causal'] else 'non-causal'}: err "
-                f"{w['err']:.3g} against a limit of {w['limit']:.3g} ({w['err_over_limit']:.0%} of it). "
-                f"{int((t['verdict'] == 'pass').sum())} of {len(t)} (build, shape) pairs passed.", here))
-    c = run.ceilings
-    if c.get("tbps") and c.get("tflops"):
-        s_bytes = bd.boundary_bytes("S round trip", big.B, big.H, big.N, big.dtype, big.causal)
-        qs.append(Question(
-            "At the copy bandwidth this run measured, how long would the S round trip take at its largest shape, "
-            "and what is the ridge point of this device?",
-            f"{readable_bytes(s_bytes)} at {c['tbps']:.3g} TB/s: {bd.ms_at(s_bytes, c['tbps']):.3g} ms. The ridge point is "
-            f"{c['tflops'] / c['tbps']:.3g} FLOP/byte ({c['tflops']:.3g} TFLOP/s over {c['tbps']:.3g} TB/s): a "
-            "kernel doing fewer FLOPs per byte moved is bound by memory here.", here + " (its measured ceilings)"))
+        "What shape should the speedup curve have as sequence length grows, and what shape does it have here?",
+        "Predicted: rising while materialised's N² traffic of S and P grows faster than fused's work can hide "
+        "it, then a plateau once fused is bound by its own arithmetic. Measured (fused over materialised): "
+        + " ".join([f"{shape_words_}.", *head_dim_words(les)]),
+        les.label))
+    qs += [q for q in (predict_times(les), predict_head_dim(les), predict_boundaries(les), predict_peaks(les))
+           if q is not None]
+    find = overlap_findings(les)
+    qs.append(Question(
+        "Does any ablation of fused save almost nothing, or make it slower? What does that tell you?",
+        ("Yes. " + " ".join(find[:3]) + (f" (and {len(find) - 3} more findings)" if len(find) > 3 else ""))
+        if find else "No: every ablation of fused saved at least 5 % of its time in these rows.", les.label))
+    qs += [q for q in (predict_accuracy(les), predict_bound(les)) if q is not None]
     return qs
 
 
