@@ -78,7 +78,7 @@ def test_the_cpu_render_runs_every_section_from_data(rendered):
     plain = "\n".join(_outputs(nb, "text/plain"))
     markdown = "\n".join(_outputs(nb, "text/markdown"))
     # where the speed lessons come from, said above them
-    assert markdown.count("From a committed GPU run, not from this machine") == 2 and gpu_run.DEVICE_NAME in markdown
+    assert markdown.count("From a committed GPU run, not from this machine") == 3 and gpu_run.DEVICE_NAME in markdown
     # the speedup figure, drawn from the made-up run's rows
     figures = [json.loads(f) if isinstance(f, str) else f for f in _outputs(nb, "application/vnd.plotly.v1+json")]
     speed = [f for f in figures if f["layout"]["title"]["text"].startswith("Speedup over materialised")]

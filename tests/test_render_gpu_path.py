@@ -183,3 +183,28 @@ def test_the_page_check_passes_the_stand_in_page_and_fails_it_under_other_rows(t
     assert page_check.main([str(other)]) == 1 and page_check.main([str(part2.out)]) == 0
     with pytest.raises(ValueError, match="holds no attention_lab.ipynb"):
         page_check.check(tmp_path)
+
+
+def test_the_explanations_and_the_seeds_sections_show_the_stand_ins_rows(two_parts):
+    """Issue 60's items 3 and 4 on the resumed page: each section's numbers are the stand-in's, at the largest N of
+    part 1 (non-causal) or the first shape the sweep measured."""
+    _, part2, _, _ = two_parts
+    cells = _cells(part2)
+    big = standin.times(256, False)
+    assert "The gate checked N = 64, 128, 256. Ragged here: N = 64 (tiles 128 × 128)" in _cell(cells, "lab.ragged(run)")
+    replay = _cell(cells, "lab.graph_replay(run)")
+    small = standin.times(64, True)["fused"]
+    assert f"fused at N = 64 (D = 16, causal, where eager and replay part most): {small:.3g} ms replayed" in replay
+    assert f"{small + standin.HOST_MS:.3g} ms eager" in replay
+    assert f"median {big['fused']:.4g} ms" in _cell(cells, "lab.timing_spread(run)")
+    cold = _cell(cells, "display(*lab.warm_cold(run))")
+    assert f"(materialised: {standin.COLD_FIRST_S['materialised'] * 1e3:.4g} ms against" in cold
+    assert f"our builds' first calls took a median {standin.COLD_LATER_S * 1e3:.3g} ms" in cold
+    memory = _cell(cells, "lab.memory_hierarchy(run)")
+    assert "<svg" in memory and f"{standin.CEILINGS['tbps']:.3g} TB/s copy bandwidth, measured" in memory
+    assert f"S alone is 512 KiB" in memory and f"of its measured {big['materialised']:.3g} ms" in memory
+    loop = _cell(cells, "lab.tile_loop(run)")
+    assert "<svg" in loop and "Each of the B·H·⌈N / 128⌉ = 4 work items streams 2 K/V tile pairs" in loop
+    assert "the same, to" in _cell(cells, "lab.online_softmax()")
+    gqa = _cell(cells, "lab.gqa(run)")
+    assert "G = 2 (Hkv = 1) shrinks K and V from 64 KiB to 32 KiB" in gqa and "every row has Hkv = H" in gqa
