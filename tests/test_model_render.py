@@ -4,7 +4,6 @@ so the page must show them in every speed section, in two parts of one run folde
 reads."""
 import html
 import json
-import os
 from pathlib import Path
 
 import nbformat
@@ -12,6 +11,7 @@ import pytest
 import yaml
 
 from attnlab import model_lab as ml, model_sweep
+from tests.standin import installed
 from tests.standin import model_forward as standin
 
 pytest.importorskip("transformers", reason="the model extra: pip install -e '.[model]'")
@@ -25,16 +25,8 @@ TINY = dict(name="t", device="cpu", dtype="float32", models=[dict(name="tiny", l
 def _render(tmp: Path, out: Path, seq_lens: list, env: dict):
     params = tmp / f"p{len(seq_lens)}.yaml"
     params.write_text(yaml.safe_dump({**TINY, "seq_lens": seq_lens}))
-    old = {k: os.environ.get(k) for k in env}
-    os.environ.update(env)  # the kernel papermill starts inherits them
-    try:
+    with installed("tests.standin.model_forward", **env):
         return ml.render_notebook(params, out)
-    finally:
-        for k, v in old.items():
-            if v is None:
-                del os.environ[k]
-            else:
-                os.environ[k] = v
 
 
 @pytest.fixture(scope="module")
@@ -42,9 +34,7 @@ def two_parts(tmp_path_factory):
     """One run folder rendered twice through the stand-in: N = 32 first, then N = 32 and 64 (only 64 measured)."""
     tmp = tmp_path_factory.mktemp("model-standin")
     (tmp / "outputs").mkdir()
-    env = {"PYTHONPATH": os.pathsep.join([str(REPO / "tests" / "standin"), str(REPO),
-                                          os.environ.get("PYTHONPATH", "")]),
-           "ATTNLAB_STANDIN": "tests.standin.model_forward", "ATTNLAB_OUTPUTS": str(tmp / "outputs")}
+    env = {"ATTNLAB_OUTPUTS": str(tmp / "outputs")}
     first = _render(tmp, tmp / "run", [32], env)
     first_nb = nbformat.read(str(first.notebook), as_version=4)  # the second part writes over it
     second = _render(tmp, tmp / "run", [32, 64], env)

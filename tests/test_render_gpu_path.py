@@ -4,7 +4,6 @@ parts, the first interrupted mid-sweep and the second resuming it. A committed G
 meanwhile: every section must show the stand-in's numbers, of both parts, and never the committed run's."""
 import base64
 import json
-import os
 from pathlib import Path
 
 import nbformat
@@ -15,6 +14,7 @@ import yaml
 
 from attnlab import lab, render, sweep
 from tests import gpu_run
+from tests.standin import installed
 from tests.standin import walkthrough as standin
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -25,19 +25,9 @@ PARAMS = dict(name="standin", device="cpu", dtype="float32", seq_lens=[64, 128, 
 
 
 def _render(params: Path, out: Path, outputs: Path, **env) -> render.Rendered:
-    """render.render with the stand-in installed in the kernel it starts (the kernel inherits this environment)."""
-    extra = {"PYTHONPATH": os.pathsep.join([str(ROOT / "tests" / "standin"), str(ROOT)]),
-             "ATTNLAB_STANDIN": "tests.standin.walkthrough", "ATTNLAB_OUTPUTS": str(outputs), **env}
-    old = {k: os.environ.get(k) for k in extra}
-    os.environ.update(extra)
-    try:
+    """render.render with the stand-in installed in the kernel it starts."""
+    with installed("tests.standin.walkthrough", ATTNLAB_OUTPUTS=str(outputs), **env):
         return render.render(params, out)
-    finally:
-        for k, v in old.items():
-            if v is None:
-                del os.environ[k]
-            else:
-                os.environ[k] = v
 
 
 @pytest.fixture(scope="module")
@@ -202,7 +192,7 @@ def test_the_explanations_and_the_seeds_sections_show_the_stand_ins_rows(two_par
     assert f"our builds' first calls took a median {standin.COLD_LATER_S * 1e3:.3g} ms" in cold
     memory = _cell(cells, "lab.memory_hierarchy(run)")
     assert "<svg" in memory and f"{standin.CEILINGS['tbps']:.3g} TB/s copy bandwidth, measured" in memory
-    assert f"S alone is 512 KiB" in memory and f"of its measured {big['materialised']:.3g} ms" in memory
+    assert "S alone is 512 KiB" in memory and f"of its measured {big['materialised']:.3g} ms" in memory
     loop = _cell(cells, "lab.tile_loop(run)")
     assert "<svg" in loop and "Each of the B·H·⌈N / 128⌉ = 4 work items streams 2 K/V tile pairs" in loop
     assert "the same, to" in _cell(cells, "lab.online_softmax()")
