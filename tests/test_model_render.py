@@ -16,7 +16,6 @@ from tests.standin import model_forward as standin
 
 pytest.importorskip("transformers", reason="the model extra: pip install -e '.[model]'")
 
-REPO = Path(__file__).resolve().parent.parent
 TINY = dict(name="t", device="cpu", dtype="float32", models=[dict(name="tiny", layers=2, hidden=64, heads=4,
             kv_heads=2, head_dim=16, intermediate=96, vocab=128)], batches=[1], builds=["materialised", "fused"],
             baseline="materialised", windows=1, reps_ms=1, min_reps=1)
