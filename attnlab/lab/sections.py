@@ -66,8 +66,15 @@ def hypothesis(p: dict):
 
 @needs_lessons(many=True)
 def speedup_figures(les: Lessons) -> list:
-    """Section 5: one figure per dtype (attnlab.report.curves.speedup_curves)."""
-    return [curves.speedup_curves(les.results, dt) for dt in les.dtypes]
+    """Section 5: per dtype, our three builds' figure (attnlab.report.curves.speedup_curves), then the library
+    builds' beside fused (library_curves) where the rows hold any."""
+    out = []
+    for dt in les.dtypes:
+        out.append(curves.speedup_curves(les.results, dt))
+        libraries = curves.library_curves(les.results, dt)
+        if libraries is not None:
+            out.append(libraries)
+    return out
 
 
 @needs_lessons()
