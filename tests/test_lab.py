@@ -470,6 +470,11 @@ def test_the_curves_words_and_the_head_dim_note_come_from_the_rows(gpu_lessons):
     rows.loc[low, "ms"] = rows.loc[low, "ms"] * 0.5  # D = 64 now below D = 128: against 1/D
     flipped = lab.head_dim_words(lab.Lessons(rows, gpu_lessons.folder, "G", True, gpu_lessons.provenance))
     assert "here it does not" in flipped[0] and "1.65× at D = 64, 3.30× at D = 128" in flipped[0]
+    note = lab.head_dim_note(gpu_lessons).data  # the note: each group's numbers in a clause, why said once
+    assert note.count("1/D, since") == 1 and "sits lower in every group, as predicted" in note
+    assert "bfloat16 causal at N = 2048: 4.50×, 4.50× (S and P's round trips: 0.0547, 0.0273 byte per FLOP)" in note
+    against = lab.head_dim_note(lab.Lessons(rows, gpu_lessons.folder, "G", True, gpu_lessons.provenance)).data
+    assert "Here it does not in bfloat16 non-causal, bfloat16 causal" in against
     one = rows[rows["D"] == 64]
     assert "one head dim" in lab.head_dim_note(lab.Lessons(one, gpu_lessons.folder, "G", True, {})).data
     curve = lab.curve_words(gpu_lessons.results)

@@ -241,3 +241,13 @@ def test_the_memory_figure_labels_its_byte_axis_in_gib_never_in_si():
     g["peak_bytes"], g["hold_bytes"] = g["peak_bytes"] * 1e7, g["hold_bytes"] * 1e7  # up to ~100 GB
     axis = figures.memory_figure(g).layout.yaxis
     assert axis.type == "log" and list(axis.ticktext)[-1].endswith("GiB") and len(axis.tickvals) <= 8
+
+
+@pytest.mark.parametrize("ns, ticks", [([512, 1024, 2048], [512, 1024, 2048]),
+                                       (range(512, 8193, 512), [512, 1024, 2048, 4096, 8192]),
+                                       ([3, 5, 7, 9, 11, 13, 15, 17, 19, 21], [3, 7, 11, 15, 21])])
+def test_a_sequence_axis_names_at_most_eight_n_in_full(ns, ticks):
+    from attnlab.report.units import n_axis
+
+    axis = n_axis(ns)
+    assert axis["tickvals"] == ticks and axis["ticktext"] == [str(n) for n in ticks]

@@ -29,6 +29,7 @@ from attnlab.report import palette
 from attnlab.report.boundary_time import attribution
 from attnlab.report.groups import cases, one_group, split
 from attnlab.report.ratios import speedup
+from attnlab.report.units import n_axis
 
 DASHES = ("solid", "dash", "dot", "dashdot", "longdash")
 SYMBOLS = ("circle", "square", "diamond", "triangle-up", "x")
@@ -78,7 +79,7 @@ def speedup_curves(results, dtype: str, baseline: str = "materialised", builds=N
                     x=line["N"], y=line[column], mode="lines+markers", name=key, legendgroup=key,
                     showlegend=(row == 1 and col == 1), hovertext=line["note"],
                     **palette.style(build, DASHES[dims.index(int(d)) % len(DASHES)])), row=row, col=col)
-    fig.update_xaxes(type="log", tickvals=ns, ticktext=[str(n) for n in ns])
+    fig.update_xaxes(type="log", **n_axis(ns))
     fig.update_xaxes(title_text="sequence length N (tokens)", row=len(ROWS))
     fig.update_yaxes(type="log")
     for row, (_, _, axis) in enumerate(ROWS, start=1):
@@ -116,7 +117,7 @@ def library_curves(results, dtype: str, baseline: str = "materialised", ours: st
                                          legendgroup=build, showlegend=build not in shown, hovertext=line["note"],
                                          **palette.style(build)), row=row, col=col)
                 shown.add(build)
-    fig.update_xaxes(type="log", tickvals=ns, ticktext=[str(n) for n in ns])
+    fig.update_xaxes(type="log", **n_axis(ns))
     fig.update_xaxes(title_text="sequence length N (tokens)", row=len(dims))
     fig.update_yaxes(type="log")
     fig.update_yaxes(title_text=f"× faster than {baseline} (ratio of times)", col=1)
@@ -232,7 +233,8 @@ def policy_figure(runs: dict, build: str = "fused", baseline: str = "materialise
                 fig.add_trace(go.Scatter(x=line["N"], y=line[ratio], mode="lines+markers", name=key, legendgroup=key,
                                          showlegend=col == 1, hovertext=line["B"].map(lambda b: f"B = {b}"), **look),
                               row=1, col=col)
-    fig.update_xaxes(type="log", title_text="sequence length N (tokens)")
+    fig.update_xaxes(type="log", title_text="sequence length N (tokens)",
+                     **n_axis({int(n) for r in runs.values() for n in r["N"]}))
     fig.update_yaxes(title_text=f"× faster than {baseline} (ratio of times)", col=1)
     fig.update_layout(title=f"How the batch policy shapes the curve: {build} over {baseline} "
                             f"({', '.join(sorted({d[0] for d in dtypes.values()}))})",

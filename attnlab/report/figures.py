@@ -28,7 +28,7 @@ from attnlab.report import palette
 from attnlab.report.ablation import ablation_table
 from attnlab.report.groups import LEADING, one_group
 from attnlab.report.ratios import speedup
-from attnlab.report.units import BYTE_TITLE, byte_axis, byte_label
+from attnlab.report.units import BYTE_TITLE, byte_axis, byte_label, n_axis
 
 MEMORY_AXIS = "memory per call"
 
@@ -36,9 +36,7 @@ MEMORY_AXIS = "memory per call"
 def _panels(dims, title: str, ns=()):
     fig = make_subplots(rows=1, cols=len(dims), subplot_titles=[f"D = {d}" for d in dims], shared_yaxes=True)
     fig.update_layout(title=title, template="plotly_white", legend_title_text="build")
-    ticks = sorted({int(n) for n in ns})
-    fig.update_xaxes(type="log", title_text="sequence length N (tokens)", tickvals=ticks,
-                     ticktext=[str(n) for n in ticks])
+    fig.update_xaxes(type="log", title_text="sequence length N (tokens)", **n_axis(ns))
     return fig
 
 
@@ -163,7 +161,7 @@ def _by_run(tables: dict, y: str, line: str, title: str, y_title: str, hover: st
                                      **palette.style(str(name), _DASHES[dims.index(int(d)) % len(_DASHES)])),
                           row=r + 1, col=c + 1)
             shown.add(key)
-    fig.update_xaxes(type="log", title_text="sequence length N (tokens)", tickvals=ns, ticktext=[str(n) for n in ns])
+    fig.update_xaxes(type="log", title_text="sequence length N (tokens)", **n_axis(ns))
     fig.update_yaxes(type="log")
     if bytes_axis:
         fig.update_yaxes(**byte_axis([v for t in tables.values() for v in t[y]]))

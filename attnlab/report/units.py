@@ -6,6 +6,9 @@ a billion, so 1e11 bytes reads '100B', which looks like 100 bytes).
                                   (at most MAX_TICKS), on a log axis unless log=False
     byte_label(x)                 one byte count as such a label
     BYTE_TITLE                    the unit part of such an axis's title
+    n_axis(ns)                    tick values for a sequence-length axis: every N measured, or where more than
+                                  MAX_TICKS, the powers of two among them (else every k-th), labelled in full ('8192',
+                                  never plotly's '8k' or a bare '2')
 """
 from __future__ import annotations
 
@@ -45,3 +48,15 @@ def byte_axis(values, log: bool = True) -> dict:
         step *= 2
     ticks = [float(2 ** p) for p in range(lo, hi + 1) if p % step == 0]
     return dict(type="log", tickvals=ticks, ticktext=[byte_label(t) for t in ticks])
+
+
+def n_axis(ns, most: int = MAX_TICKS) -> dict:
+    ns = sorted({int(n) for n in ns})
+    if len(ns) > most:
+        twos = [n for n in ns if n & (n - 1) == 0]
+        if 2 <= len(twos) <= most:
+            ns = twos
+        else:
+            step = math.ceil(len(ns) / most)
+            ns = ns[::step] if ns[::step][-1] == ns[-1] else ns[::step][:-1] + [ns[-1]]
+    return dict(tickvals=ns, ticktext=[str(n) for n in ns])
