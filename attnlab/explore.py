@@ -39,7 +39,7 @@ from plotly.subplots import make_subplots
 from attnlab import builds, compare, model, runs, validate
 from attnlab.accuracy import judge
 from attnlab.builds import Unsupported
-from attnlab.report.curves import PALETTE
+from attnlab.report import palette
 from attnlab.report.units import byte_axis, byte_label
 from attnlab.measure import (CompileWatch, Case, cold_call, eager_ms, judge_slice, make_inputs, peak_pass,
                              ref_slice, release)
@@ -62,8 +62,8 @@ PANELS = {  # the figure's three panels: (title, y-axis title, whether the axis 
 }
 # Where each panel sits: two side by side, the third under them at their joint width. Three in a row need 1100 px; a
 # notebook cell at 1280 px with JupyterLab's file browser open is about 850. No width is set: plotly's FigureWidget
-# sizes itself before it is in the page and so draws at plotly's default 700 px (it does not follow its cell,
-# plotly.py issue 5208), which fits; the legend goes under the panels.
+# sizes itself before it is in the page and so draws at plotly's default 700 px (it does not follow its cell), which
+# fits; the legend goes under the panels.
 PANEL_CELLS = ((1, 1), (1, 2), (2, 1))
 X_TITLE = "sequence length N (tokens)"
 
@@ -559,20 +559,17 @@ def _html_list(items) -> str:
     return "<ul>" + "".join(f"<li>{html.escape(i)}</li>" for i in items) + "</ul>" if items else ""
 
 
-# One colour per build, the same whatever else is selected: the report's palette (attnlab.report.curves) in the
-# order of builds.names() without the ablations, which take their base's colour, dashed. Ours are drawn heavier
-# than the library rows, so a library line lying on one of ours leaves it in view.
-COLOURED = [b for b in builds.names() if not builds.get(b).ablation]
-
-
+# One colour per build, the same whatever else is selected and on every figure of the lab (attnlab.report.palette);
+# an ablation takes its base's colour, dashed. Ours are drawn heavier than the library rows, so a library line lying
+# on one of ours leaves it in view.
 def colour(build: str) -> str:
-    return PALETTE[COLOURED.index(builds.get(build).base) % len(PALETTE)]
+    return palette.colour(build)
 
 
 def line_style(build: str) -> dict:
     b = builds.get(build)
     return dict(color=colour(build), dash="dash" if b.ablation else "solid",
-                width=1.5 if b.family == "library" else 3)
+                width=palette.LIBRARY_WIDTH if b.family == "library" else palette.OURS_WIDTH)
 
 
 # -- the static view ----------------------------------------------------------------------------------------------

@@ -39,6 +39,7 @@ from attnlab import builds, hf_attention, lab, model as bd, model_forward as mf,
 from attnlab.args import Parser, existing_file, out_dir as out_dir_arg, positive_float
 from attnlab.lab import Question, readable_bytes, relative_path
 from attnlab.lab import setup as lab_setup
+from attnlab.report import palette
 from attnlab.runs import outputs_root, started
 
 NOTEBOOK = render.NOTEBOOKS / "model_forward.ipynb"
@@ -304,8 +305,9 @@ def amdahl_curves(shares=(0.1, 0.25, 0.5, 0.75, 0.9), s_max: float = 20.0):
 
     s = np.geomspace(1, s_max, 60)
     fig = go.Figure()
-    for f in shares:
-        fig.add_scatter(x=s, y=[amdahl(f, v) for v in s], mode="lines", name=f"f = {f:g} (ceiling {1 / (1 - f):.3g}×)")
+    for i, f in enumerate(shares):
+        fig.add_scatter(x=s, y=[amdahl(f, v) for v in s], mode="lines", name=f"f = {f:g} (ceiling {1 / (1 - f):.3g}×)",
+                        line=dict(color=palette.series_colour(i)))
     fig.update_layout(title="Amdahl's law: speedup of the whole = 1 / ((1 − f) + f / s)",
                       xaxis_title="attention's speedup s (×)", yaxis_title="whole forward's speedup (×)",
                       xaxis_type="log", height=420)
@@ -321,7 +323,8 @@ def speedup_figure(table: pd.DataFrame, label: str = ""):
     fig = make_subplots(rows=1, cols=len(models), subplot_titles=models, shared_yaxes=True)
     series = (("attn_speedup", "attention alone (s)", "dot"), ("predicted", "forward, Amdahl's prediction", "dash"),
               ("measured", "forward, measured", "solid"), ("ceiling", "ceiling 1/(1−f)", "longdashdot"))
-    colours = dict(zip([s[0] for s in series], ("#636efa", "#ef553b", "#00cc96", "#999999")))
+    colours = dict(zip([s[0] for s in series], (*(palette.series_colour(i) for i in range(3)),
+                                                 palette.QUANTITY_COLOURS["ceiling"])))
     symbols = dict(zip(sorted(table["B"].unique()), ("circle", "square", "diamond", "cross")))
     for i, model in enumerate(models):
         for B, g in table[table["model"] == model].groupby("B"):
@@ -345,11 +348,12 @@ def share_figure(table: pd.DataFrame):
     import plotly.graph_objects as go
 
     fig = go.Figure()
-    for (model, B), g in table.groupby(["model", "B"], sort=False):
+    for i, ((model, B), g) in enumerate(table.groupby(["model", "B"], sort=False)):
         g = g.sort_values("N")
-        fig.add_scatter(x=g["N"], y=g["share"], mode="lines+markers", name=f"{model}, B = {B}: by ablation")
+        fig.add_scatter(x=g["N"], y=g["share"], mode="lines+markers", name=f"{model}, B = {B}: by ablation",
+                        line=dict(color=palette.series_colour(i)))
         fig.add_scatter(x=g["N"], y=g["share_alone"], mode="markers", marker_symbol="x",
-                        name=f"{model}, B = {B}: layers × attention alone")
+                        marker=dict(color=palette.series_colour(i)), name=f"{model}, B = {B}: layers × attention alone")
     fig.update_layout(title=f"Attention's share f of {table.attrs.get('baseline', 'the baseline')}'s forward",
                       xaxis_title="sequence length N (tokens)",
                       yaxis_title="attention's share f (fraction)", xaxis_type="log", yaxis_range=[0, 1],

@@ -350,8 +350,10 @@ def write_json(path: Path, data: dict) -> None:
 
 # -- the sweep ----------------------------------------------------------------------------------------------------
 
-def run(params, out_dir=None, *, progress: bool = True) -> pd.DataFrame:
-    """Measure every case of `params` (a path or a dict) not yet in out_dir's results; return all its rows.
+def run(params, out_dir=None, *, progress: bool = True, bar=None) -> pd.DataFrame:
+    """Measure every case of `params` (a path or a dict) not yet in out_dir's results; return all its rows. `bar`:
+    the tqdm class that draws the progress (tqdm.auto's unless given; the walkthrough passes one that leaves a single
+    line on a rendered page).
 
     Checks every param, the device and out_dir before writing anything (ParamsError). Ceilings are measured once
     per run and kept in provenance.json, so a resumed run states its % of ceiling against the same figures."""
@@ -395,8 +397,8 @@ def run(params, out_dir=None, *, progress: bool = True) -> pd.DataFrame:
     try:
         from tqdm.auto import tqdm
 
-        bar = tqdm(todo, total=len(cases), initial=len(cases) - len(todo), unit="case", disable=not progress,
-                   dynamic_ncols=True)
+        bar = (bar or tqdm)(todo, total=len(cases), initial=len(cases) - len(todo), unit="case",
+                            disable=not progress, dynamic_ncols=True)
         with LoadLog(device) as log:  # each row's clock, power and clock-event reasons while it was timed
             for case in bar:
                 bar.set_description_str(case.case_id)

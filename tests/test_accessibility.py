@@ -17,7 +17,7 @@ import nbformat
 import pandas as pd
 import pytest
 
-from attnlab import compare, explore, lab, lies, model_forward, model_lab, render, sweep
+from attnlab import builds, compare, explore, lab, lies, model_forward, model_lab, render, sweep
 from attnlab.report import text
 from tests import gpu_run
 from tests.test_explore import live
@@ -105,6 +105,7 @@ def _figures(runs) -> dict:
         "lab.attribution_figure": [lab.attribution_figure(les), lab.attribution_figure(les, causal=True)],
         "lab.ablation_figure": [lab.ablation_figure(les, b) for b in ("fused", "qk_softmax", "materialised")],
         "lab.roofline_figures": lab.roofline_figures(les),
+        "lab.memory_figure": [lab.memory_figure(les), lab.memory_figure(les, causal=True)],
         "report.text.figures": text.figures(run.results),
         "compare.figures": compare.figures([compare.read_run(tokens), compare.read_run(fixed)]),
         "explore.Explorer (teach)": [explore.Explorer("cpu", reference=tokens, check=False).figure],
@@ -121,6 +122,63 @@ def test_every_figure_has_a_title_and_axis_titles_with_units(runs, monkeypatch):
     problems = {f"{name} #{i}: {fig.layout.title.text!r}": p for name, figs in found.items()
                 for i, fig in enumerate(figs) if (p := axis_problems(fig))}
     assert not problems, problems
+
+
+def drawn_per_panel(fig) -> dict:
+    """{(x axis, y axis): traces drawn at once} (a trace behind its legend entry, visible='legendonly', is not)."""
+    out: dict = {}
+    for t in fig.data:
+        if t.visible in (None, True):
+            key = (getattr(t, "xaxis", None) or "x", getattr(t, "yaxis", None) or "y")
+            out[key] = out.get(key, 0) + 1
+    return out
+
+
+def test_no_panel_draws_more_than_eight_traces_at_once(runs, monkeypatch):
+    monkeypatch.setenv("ATTNLAB_OUTPUTS", str(runs[0]))
+    crowded = {f"{name} #{i}: {fig.layout.title.text!r}": panels for name, figs in _figures(runs).items()
+               for i, fig in enumerate(figs) if (panels := {k: n for k, n in drawn_per_panel(fig).items() if n > 8})}
+    assert not crowded, crowded
+
+
+BUILDS = set(builds.names())
+# The figures the walkthrough, the comparison and the report draw; their builds share attnlab.report.palette.
+PALETTE_FIGURES = ("lab.", "report.text.figures", "compare.figures")
+
+
+def build_of(trace) -> str | None:
+    """The build a trace draws: its name's first word ('fused, D=64', 'fused must hold', 'fused (causal)')."""
+    first = re.split(r"[ ,(]", trace.name or "", maxsplit=1)[0]
+    return first if first in BUILDS else None
+
+
+def colour_of(trace) -> str | None:
+    line = getattr(trace, "line", None)
+    if line is not None and line.color and "lines" in (getattr(trace, "mode", None) or "lines"):
+        return line.color
+    return getattr(trace.marker, "color", None) if getattr(trace, "marker", None) is not None else None
+
+
+def test_every_build_keeps_one_colour_in_every_figure_and_ours_are_bold(runs, monkeypatch):
+    monkeypatch.setenv("ATTNLAB_OUTPUTS", str(runs[0]))
+    colours: dict = {}
+    widths: dict = {}
+    for name, figs in _figures(runs).items():
+        if not name.startswith(PALETTE_FIGURES):
+            continue
+        for fig in figs:
+            for t in fig.data:
+                build = build_of(t)
+                if build and colour_of(t):
+                    colours.setdefault(build, set()).add(colour_of(t))
+                    if t.type == "scatter" and "lines" in (t.mode or "") and not (t.name or "").endswith("hold"):
+                        widths.setdefault(build, set()).add(t.line.width)
+    assert {"materialised", "qk_softmax", "fused", "sdpa_flash"} <= set(colours)
+    assert all(len(c) == 1 for c in colours.values()), {b: c for b, c in colours.items() if len(c) > 1}
+    assert len({next(iter(c)) for c in colours.values()}) == len(colours)  # and no two builds share one
+    ours = {w for b in ("materialised", "qk_softmax", "fused") for w in widths.get(b, ())}
+    libraries = {w for b, ws in widths.items() if b not in ("materialised", "qk_softmax", "fused") for w in ws}
+    assert ours and libraries and min(ours) > max(libraries)
 
 
 def test_the_explorers_figure_keeps_its_axis_titles_when_a_shape_is_refused():
@@ -239,7 +297,7 @@ def test_the_lies_headings_sit_one_level_below_their_section():
     first = next(i for i, c in enumerate(nb.cells) if c.cell_type == "code" and "lab.lie(" in c.source)
     section = [lv for c in nb.cells[:first] if c.cell_type == "markdown" for lv in markdown_levels(c.source)][-1]
     demo = lies.Demo("A lie", "the lie", "the guard", pd.DataFrame(), "here")
-    assert markdown_levels(lies.as_markdown(demo).data) == [section + 1]
+    assert markdown_levels(lab.lie_outputs(demo)[0].data) == [section + 1]
 
 
 def test_the_exported_page_is_titled_by_its_first_heading_and_keeps_heading_order(tmp_path):

@@ -269,10 +269,14 @@ def test_the_walkthrough_runs_every_cell_and_shows_its_figure_table_and_answers(
         assert speed.evaluate(bw.DRAWN_JS)["inked"] > 0
         shots.take(speed, "speedup-figure")
 
-        # the memory table: the predicted size of S beside each build's peak, as lab.memory computes it
+        # the memory table, folded: closed, then opened, the predicted size of S beside each build's peak, as
+        # lab.memory computes it
         wide = walk.memory(les)[0]
-        table = page.locator(f"{bw.PANEL} .jp-RenderedHTMLCommon table").filter(has_text="S or P (predicted)").first
-        table.scroll_into_view_if_needed()
+        fold = page.locator(f"{bw.PANEL} details").filter(has_text="S or P (predicted)").first
+        table = fold.locator("table")
+        fold.scroll_into_view_if_needed()
+        assert fold.is_visible() and not table.is_visible()
+        fold.locator("summary").click()
         assert table.is_visible()
         shown = table.locator("tbody tr").evaluate_all("rows => rows.map(r => r.innerText)")
         assert len(shown) == len(wide)
@@ -284,7 +288,7 @@ def test_the_walkthrough_runs_every_cell_and_shows_its_figure_table_and_answers(
         heading.scroll_into_view_if_needed()
         assert heading.is_visible()
         qs = walk.questions(run, les)
-        answers = page.locator(f"{bw.PANEL} details")
+        answers = page.locator(f"{bw.PANEL} details").filter(has=page.locator("summary", has_text="Answer"))
         assert answers.count() == len(qs) >= 5
         for q, details in zip(qs, answers.all()):
             assert page.get_by_text(q.question, exact=True).is_visible()

@@ -231,8 +231,8 @@ def test_a_build_keeps_its_colour_whatever_else_is_shown_and_ours_are_drawn_heav
     assert len(set(colours.values())) == 4  # one colour a build
     assert two["fused-no_pv"].color == two["fused"].color and two["fused-no_pv"].dash == "dash"  # its base's, dashed
     assert two["fused"].width > two["sdpa_flash"].width
-    from attnlab.report.curves import PALETTE
-    assert set(colours.values()) <= set(PALETTE)  # the report's palette, not one of the explorer's own
+    from attnlab.report.palette import BUILD_COLOURS
+    assert colours == {n: BUILD_COLOURS[n] for n in colours}  # the lab's palette, not one of the explorer's own
 
 
 def test_n_ticks_are_powers_of_two_written_out_and_few_enough_for_a_narrow_panel(reference):

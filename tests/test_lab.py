@@ -283,7 +283,9 @@ def test_overlap_is_offered_as_the_likely_cause_only_beside_a_warp_specialised_k
     assert "Likely cause: the PV runs under other work" in line and "50% of fused's counted FLOPs" in line
     assert "warp-specialised (its tiles say gluon)" in line and "ran under other work (overlap)" not in line
     page = lab.overlap(gluon).data
-    assert page.count("\n- ") == 1 and line in page
+    finding, _, cause = line.partition(" Likely cause:")
+    assert page.count("\n- ") == 1 and f"- {finding} <details>" in page  # the finding open, its cause folded
+    assert f"<summary>Likely cause, and the evidence</summary>Likely cause:{cause}</details>" in page
     for les, said in ((_with_tiles(gpu_lessons, fused=_tiles("fused", gluon=False)), "tiles here say Triton"),
                       (gpu_lessons, "record no tiles for the fused kernel")):  # an A100's rows; rows without tiles
         found = lab.overlap_findings(les)
@@ -521,6 +523,11 @@ def test_the_curves_words_and_the_head_dim_note_come_from_the_rows(gpu_lessons):
     rows.loc[low, "ms"] = rows.loc[low, "ms"] * 0.5  # D = 64 now below D = 128: against 1/D
     flipped = lab.head_dim_words(lab.Lessons(rows, gpu_lessons.folder, "G", True, gpu_lessons.provenance))
     assert "here it does not" in flipped[0] and "1.65× at D = 64, 3.30× at D = 128" in flipped[0]
+    note = lab.head_dim_note(gpu_lessons).data  # the note: each group's numbers in a clause, why said once
+    assert note.count("1/D, since") == 1 and "sits lower in every group, as predicted" in note
+    assert "bfloat16 causal at N = 2048: 4.50×, 4.50× (S and P's round trips: 0.0547, 0.0273 byte per FLOP)" in note
+    against = lab.head_dim_note(lab.Lessons(rows, gpu_lessons.folder, "G", True, gpu_lessons.provenance)).data
+    assert "Here it does not in bfloat16 non-causal, bfloat16 causal" in against
     one = rows[rows["D"] == 64]
     assert "one head dim" in lab.head_dim_note(lab.Lessons(one, gpu_lessons.folder, "G", True, {})).data
     curve = lab.curve_words(gpu_lessons.results)

@@ -37,7 +37,7 @@ LAYERS = [
 
 # Within the walkthrough's package, bottom to top: a module imports from its own level and those below.
 LAB_LEVELS = [
-    ["attnlab.lab.run", "attnlab.lab.notebook"],  # the run's lifecycle; the first cell's setup
+    ["attnlab.lab.run", "attnlab.lab.notebook", "attnlab.lab.page"],  # the lifecycle; the first cell; page layout
     ["attnlab.lab.source"],  # where the lesson rows come from, and the formatters every section shares
     ["attnlab.lab.sections", "attnlab.lab.profiler_view", "attnlab.lab.explain", "attnlab.lab.seeds"],
     ["attnlab.lab.answers"],  # check yourself and the experiment record, computed from the sections

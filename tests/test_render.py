@@ -13,7 +13,7 @@ import pytest
 import yaml
 
 from attnlab import lab, render, sweep
-from tests import gpu_run
+from tests import gpu_run, page_budget
 
 ROOT = Path(__file__).resolve().parent.parent
 NOTEBOOKS = sorted((ROOT / "notebooks").glob("*.ipynb"))
@@ -85,8 +85,9 @@ def test_the_cpu_render_runs_every_section_from_data(rendered):
     assert len(speed) == 1
     fused = [t for t in speed[0]["data"] if t["name"] == "fused, D=64"][0]
     assert list(_values(fused["y"])) == pytest.approx([2.5, 3.2, 3.3])
-    assert {t["name"].split(",")[0] for t in speed[0]["data"]} >= {"materialised", "qk_softmax", "fused",
-                                                                   "sdpa_flash"}
+    assert {t["name"].split(",")[0] for t in speed[0]["data"]} == {"materialised", "qk_softmax", "fused"}
+    libraries = [f for f in figures if f["layout"]["title"]["text"].startswith("The library builds beside fused")]
+    assert len(libraries) == 1 and {t["name"] for t in libraries[0]["data"]} >= {"fused", "sdpa_flash"}
     assert any(f["layout"]["title"]["text"].startswith("Roofline") for f in figures)
     # the memory table, the attribution table, the gate and the sweep of this run
     assert "S or P (predicted)" in plain and "512 MiB" in plain
@@ -104,6 +105,21 @@ def test_the_cpu_render_runs_every_section_from_data(rendered):
     html = "\n".join(_outputs(nb, "text/html"))
     assert html.count("<details>") >= 9
     assert "Predicted speedup" in html and "measured 3.30×" in html and "(rises then flattens)" in html
+
+
+def test_the_cpu_render_keeps_to_the_page_budget(rendered):
+    """The page's budget (tests/page_budget.py defines each count) holds on a CPU render too, whose speed lessons come
+    from a committed GPU run: at most 8 tables open, at most 2,500 words of generated text, each note once a table, no
+    frozen progress bar and no warning."""
+    nb = nbformat.read(str(rendered.notebook), as_version=4)
+    budget = page_budget.report(nb)
+    assert budget["expanded_tables"] <= page_budget.BUDGET_TABLES, page_budget.expanded_tables(nb)
+    assert budget["generated_words"] <= page_budget.BUDGET_WORDS, page_budget.words_by_cell(nb)
+    assert budget["repeated_notes"] == [] and budget["noise"] == []
+    gate = [o for c in nb.cells if c.cell_type == "code" and c.source.startswith("lab.gate(run)") for o in c.outputs]
+    shapes = len(lab.load(rendered.out).gate["shape"].unique())
+    assert any(o.get("data", {}).get("text/plain", "").startswith(f"gate: {shapes} of {shapes} shapes in ")
+               for o in gate)  # the bar's one summary line
 
 
 def test_the_html_export_draws_with_no_network(rendered):

@@ -13,7 +13,7 @@ import pytest
 import yaml
 
 from attnlab import lab, render, sweep
-from tests import gpu_run
+from tests import gpu_run, page_budget
 from tests.standin import installed
 from tests.standin import walkthrough as standin
 
@@ -58,14 +58,15 @@ def _cells(rendered) -> dict:
     return out
 
 
-def _cell(cells: dict, start: str) -> str:
-    [text] = [t for src, t in cells.items() if src.startswith(start)]
+def _cell(cells: dict, call: str) -> str:
+    """The outputs' text of the one code cell whose source makes `call` (a cell may fold what the call returns)."""
+    [text] = [t for src, t in cells.items() if call in src]
     return text
 
 
-def _figures(rendered, start: str) -> list[dict]:
+def _figures(rendered, call: str) -> list[dict]:
     nb = nbformat.read(str(rendered.notebook), as_version=4)
-    [cell] = [c for c in nb.cells if c.cell_type == "code" and c.source.startswith(start)]
+    [cell] = [c for c in nb.cells if c.cell_type == "code" and call in c.source]
     return [o["data"]["application/vnd.plotly.v1+json"] for o in cell.outputs
             if "application/vnd.plotly.v1+json" in o.get("data", {})]
 
@@ -113,15 +114,19 @@ def test_every_section_of_the_resumed_render_shows_this_runs_rows_of_both_parts(
     trend = _cell(cells, "lab.trend(run)")
     assert _shown(lab.trend(les)) in trend and "rises then flattens" in trend and "still rising" in trend
     # memory: every build's measured peak (the stand-in's hold × PEAK_OVER_HOLD), the attribution and the ablations
-    memory = _cell(cells, "display(*lab.memory(run))")
-    assert all(_shown(t) in memory for t in lab.memory(les))
+    memory = _cell(cells, "lab.memory_details(run)")
+    assert all(_shown(t.table) in memory for t in lab.memory_details(les))
     assert "1.17 MiB" in memory  # materialised's peak at N = 256: 1 MiB held, × 1.17
+    peaks = _figures(part2, "lab.memory_figure(run)")[0]["data"]
+    held = [t for t in peaks if t["name"] == "materialised must hold" and t["xaxis"] == "x"][0]
+    peak = [t for t in peaks if t["name"] == "materialised" and t["xaxis"] == "x"][0]
+    assert np.allclose(_values(peak["y"]), np.array(_values(held["y"])) * standin.PEAK_OVER_HOLD)
     attribution = _cell(cells, "lab.attribution(run)")
-    assert _shown(lab.attribution(les)) in attribution
+    assert _shown(lab.noted(lab.attribution(les)).table) in attribution
     ms = standin.times(256, False)
     assert f"{ms['materialised'] - ms['qk_softmax']:.6f}" in attribution  # the S round trip's Δ at N = 256
     ablations = _cell(cells, 'lab.ablations(run, "fused")')
-    assert _shown(lab.ablations(les, "fused")) in ablations
+    assert _shown(lab.noted(lab.ablations(les, "fused")).table) in ablations
     assert f"{ms['fused'] - ms['fused-no_softmax']:.6f}" in ablations
     roof = _figures(part2, "display(*lab.roofline_figures(run))")[0]["layout"]["title"]["text"]
     assert f"{standin.CEILINGS['tbps']:.3g} TB/s" in roof and f"{standin.CEILINGS['tflops']:.3g} TFLOP/s" in roof
@@ -139,6 +144,24 @@ def test_every_section_of_the_resumed_render_shows_this_runs_rows_of_both_parts(
     record = _cell(cells, "lab.record(run)")
     assert "non-causal D = 16: 2.17× → 3.46×" in record and "causal D = 16: 3.08× → 5.37×" in record
     assert "supported in 1 of 2" in record
+
+
+def test_the_resumed_page_keeps_to_its_budget_and_folds_its_detail(two_parts):
+    """A GPU render's page (tests/page_budget.py defines each count): at most 8 tables open, at most 2,500 words of
+    generated text, no note said on two rows of one table, no frozen bar or warning; the detail is folded, not gone:
+    the correctness grid's every cell is inside a <details> of the exported page."""
+    _, part2, _, _ = two_parts
+    nb = nbformat.read(str(part2.notebook), as_version=4)
+    budget = page_budget.report(nb)
+    assert budget["expanded_tables"] <= page_budget.BUDGET_TABLES, page_budget.expanded_tables(nb)
+    assert budget["generated_words"] <= page_budget.BUDGET_WORDS, page_budget.words_by_cell(nb)
+    assert budget["repeated_notes"] == [] and budget["noise"] == []
+    grid = _cell(_cells(part2), "lab.fold(grid")
+    assert "<details><summary>The full grid" in grid and grid.count("✓") >= 2 * len(PARAMS["seq_lens"])
+    page = part2.html.read_text(encoding="utf-8")
+    assert page.count("<details>") >= 10 and "<summary>The full grid" in page
+    sweep_line = _cell(_cells(part2), "lab.sweep_run(run)")
+    assert "sweep: " in sweep_line and " cases in " in sweep_line  # the bar's one summary line, nothing frozen
 
 
 def test_the_stand_in_replaces_only_what_a_gpu_measures(tmp_path, monkeypatch):

@@ -1,10 +1,12 @@
 """Figures drawn from the tables: the same numbers, one group per figure, a page that draws offline."""
+import math
 import re
 
 import pandas as pd
 import pytest
 
 from attnlab.report import figures
+from attnlab.report.units import BYTE_TITLE
 from tests.test_report_groups import frame, row
 
 
@@ -37,7 +39,8 @@ def test_memory_and_ablation_figures_carry_the_measured_values():
     fused = [t for t in mem.data if t.name == "fused"][0]
     assert list(fused.y) == [5120.0, 10240.0]
     held = [t for t in mem.data if t.name == "fused must hold"][0]
-    assert list(held.y) == [9 * 512, 9 * 1024] and held.line.dash == "dot"
+    assert list(held.y) == [9 * 512, 9 * 1024] and held.line.dash == "dash"
+    assert held.line.color == fused.line.color and held.line.width < fused.line.width
     ab = figures.ablation_figure(g)
     softmax = [t for t in ab.data if t.name == "softmax (→ copy)"][0]
     assert list(softmax.y) == pytest.approx([0.3, 1.2])
@@ -140,7 +143,7 @@ def test_the_report_draws_for_each_group_the_speedup_memory_and_ablation_figures
                                                                  "D = 128, all-zero mask"]
         assert speed.layout.xaxis.title.text == memory.layout.xaxis.title.text == "sequence length N (tokens)"
         assert speed.layout.yaxis.title.text == f"× faster than {baseline} (ratio of times)"
-        assert memory.layout.yaxis.title.text == "peak allocation (bytes)"
+        assert memory.layout.yaxis.title.text == f"{figures.MEMORY_AXIS} ({BYTE_TITLE})"
         assert ablation.layout.yaxis.title.text == "what removing each stage saves (ms)"
         assert ablation.layout.yaxis3.title.text == "what applying an all-zero mask adds (ms)"
         assert {t.name for t in speed.data} == builds
@@ -181,3 +184,70 @@ def test_report_with_another_baseline_names_it_in_every_speedup_table_and_figure
     assert page.count("speedup over qk_softmax") == 2 and "speedup over materialised" not in page
     assert "faster than qk_softmax" in page and "faster than materialised" not in page
     assert tables.strip() == capsys.readouterr().out.strip()
+
+
+# -- one palette, readable units ----------------------------------------------------------------------------------
+
+def test_every_build_has_a_colour_of_its_own_and_ours_are_drawn_bold():
+    from attnlab import builds
+    from attnlab.report import palette
+
+    named = [b for b in builds.names() if "-" not in b]
+    colours = [palette.colour(b) for b in named]
+    assert len(set(colours)) == len(named) and palette.OTHER not in colours
+    assert palette.colour("materialised") != palette.colour("sdpa_flash")
+    assert palette.colour("fused-no_pv") == palette.colour("fused")  # an ablation keeps its base's colour
+    assert not set(colours) & (set(palette.QUANTITY_COLOURS.values()) | set(palette.SERIES))  # never a build's
+    ours, library = palette.style("fused"), palette.style("sdpa_flash", "dot")
+    assert ours["line"]["width"] > library["line"]["width"] and library["line"]["dash"] == "dot"
+    assert ours["meta"] == {"build": "fused"}
+
+
+def test_a_panel_draws_at_most_eight_traces_libraries_hidden_first():
+    import plotly.graph_objects as go
+
+    from attnlab.report import palette
+
+    fig = go.Figure()
+    for b in ("materialised", "qk_softmax", "fused", "sdpa_flash", "sdpa_cudnn", "flex"):
+        for d in (64, 128):
+            fig.add_trace(go.Scatter(x=[1], y=[1], name=f"{b}, D={d}", legendgroup=b, showlegend=d == 64,
+                                     **palette.style(b)))
+    palette.limit_visible(fig)
+    drawn = [t.name for t in fig.data if t.visible in (None, True)]
+    assert drawn == [f"{b}, D={d}" for b in palette.OURS for d in (64, 128)]
+    hidden = [t for t in fig.data if t.visible == "legendonly"]
+    assert len(hidden) == 6 and all(t.showlegend is not False or t.name.endswith("128") for t in hidden)
+    small = go.Figure([go.Scatter(x=[1], y=[1], **palette.style(b)) for b in ("fused", "sdpa_flash")])
+    assert all(t.visible in (None, True) for t in palette.limit_visible(small).data)
+
+
+@pytest.mark.parametrize("values, ticks", [
+    ([1e6, 7.8e10], ["64 KiB", "1 MiB", "16 MiB", "256 MiB", "4 GiB", "64 GiB", "1 TiB"]),
+    ([3e9, 5e9], ["2 GiB", "4 GiB", "8 GiB"]),
+    ([5120.0, 10240.0], ["4 KiB", "8 KiB", "16 KiB"]),
+])
+def test_a_byte_axis_is_labelled_in_binary_units_at_powers_of_two(values, ticks):
+    from attnlab.report.units import byte_axis
+
+    axis = byte_axis(values)
+    assert axis["type"] == "log" and axis["ticktext"] == ticks
+    assert all(v == 2 ** round(math.log2(v)) for v in axis["tickvals"])
+    assert len(axis["tickvals"]) <= 8 and not any(t.endswith(("B", "G", "M", "k")) and " " not in t for t in ticks)
+
+
+def test_the_memory_figure_labels_its_byte_axis_in_gib_never_in_si():
+    g = _group()
+    g["peak_bytes"], g["hold_bytes"] = g["peak_bytes"] * 1e7, g["hold_bytes"] * 1e7  # up to ~100 GB
+    axis = figures.memory_figure(g).layout.yaxis
+    assert axis.type == "log" and list(axis.ticktext)[-1].endswith("GiB") and len(axis.tickvals) <= 8
+
+
+@pytest.mark.parametrize("ns, ticks", [([512, 1024, 2048], [512, 1024, 2048]),
+                                       (range(512, 8193, 512), [512, 1024, 2048, 4096, 8192]),
+                                       ([3, 5, 7, 9, 11, 13, 15, 17, 19, 21], [3, 7, 11, 15, 21])])
+def test_a_sequence_axis_names_at_most_eight_n_in_full(ns, ticks):
+    from attnlab.report.units import n_axis
+
+    axis = n_axis(ns)
+    assert axis["tickvals"] == ticks and axis["ticktext"] == [str(n) for n in ticks]

@@ -81,13 +81,26 @@ def test_speedup_curves_draw_speedup_latency_and_rate_per_causal_panel():
     assert fig.layout.yaxis.title.text == "× faster than materialised (ratio of times)"
     assert fig.layout.yaxis3.title.text == "latency (ms)" and fig.layout.yaxis5.title.text == "achieved rate (TFLOP/s)"
     names = {t.name for t in fig.data}
-    assert names == {f"{b}, D={d}" for b in ("materialised", "qk_softmax", "fused", "torch_eager") for d in (64, 128)}
+    assert names == {f"{b}, D={d}" for b in ("materialised", "qk_softmax", "fused") for d in (64, 128)}
     fused = [t for t in fig.data if t.name == "fused, D=64"]
     assert len(fused) == 6  # 3 rows × 2 causal panels
     speed, latency, rate = fused[:3]  # non-causal column first
     assert list(speed.y) == pytest.approx([2.0, 3.0, 3.05]) and list(latency.y) == pytest.approx([1.0, 2.0, 4.0])
     assert list(rate.y) == pytest.approx([4e9 * n / (ms * 1e9) for n, ms in ((512, 1), (1024, 2), (2048, 4))])
     assert fused[0].line.dash == "solid" and [t for t in fig.data if t.name == "fused, D=128"][0].line.dash == "dash"
+
+
+def test_the_library_curves_set_each_library_thin_beside_fused_bold_a_panel_per_head_dim_and_causal_value():
+    df = frame(*_group(False), *_group(True), *_group(False, D=128))
+    fig = curves.library_curves(df, "float16")
+    assert [a.text for a in fig.layout.annotations] == ["non-causal, D = 64", "causal, D = 64", "non-causal, D = 128",
+                                                        "causal, D = 128"]
+    eager = [t for t in fig.data if t.name == "torch_eager"]
+    fused = [t for t in fig.data if t.name == "fused"]
+    assert len(eager) == len(fused) == 3  # the causal D = 128 panel has no rows
+    assert list(eager[0].y) == pytest.approx([1 / 1.1] * 3) and list(fused[0].y) == pytest.approx([2.0, 3.0, 3.05])
+    assert eager[0].line.width < fused[0].line.width and [t.showlegend for t in eager] == [True, False, False]
+    assert curves.library_curves(frame(*[r for r in _group(False) if r["build"] != "torch_eager"]), "float16") is None
 
 
 def test_speedup_curves_take_one_dtype_that_exists():
@@ -135,8 +148,9 @@ def test_roofline_places_every_build_at_its_intensity_under_the_measured_roof():
     assert roof.name == "roof (measured ceilings)" and max(roof.y) == pytest.approx(100.0)
     assert fig.layout.xaxis.title.text.startswith("arithmetic intensity (FLOP per byte")
     assert fig.layout.yaxis.title.text == "achieved rate (TFLOP/s)" and "2 TB/s" in fig.layout.title.text
-    causal = [tr for tr in fig.data if tr.name == "fused (causal)"][0]
-    assert causal.marker.symbol == "diamond" and len(causal.x) == 3
+    fused = [tr for tr in fig.data if tr.name == "fused"][0]  # one trace a build, the marker says causal or not
+    assert list(fused.marker.symbol) == ["circle"] * 3 + ["diamond"] * 3 and len(fused.x) == 6
+    assert [tr.name for tr in fig.data][1:4] == ["materialised", "qk_softmax", "fused"]  # ours first
 
 
 def test_a_roofline_refuses_rows_of_two_runs():

@@ -4,10 +4,12 @@ lives in one module of this package, which imports the ones below it only:
 
     run             the run's lifecycle: params, begin, load, gate, sweep_run, correctness
     notebook        the first cell's setup: offline figures, wide tables, which environment runs the kernel
+    page            how a table sits on the page: folded into <details>, its per-row notes said once beneath it
     source          where the speed and memory lessons come from (lessons, Lessons, source_note), and the
                     formatters every section shares (readable_bytes, relative_path)
-    sections        sections 1, 2 and 5 to 8 and 10: device, hypothesis, speedup, batch policy, head dim, memory,
-                    attribution, ablations, overlap, roofline, the benchmark's lies
+    sections        sections 1, 2 and 5 to 8 and 10: device, hypothesis, speedup, batch policy, head dim, memory
+                    (its figure and its folded tables), attribution, ablations, overlap, roofline, the benchmark's
+                    lies
     profiler_view   section 9: the profiler view
     explain         the ideas the numbers rest on, drawn from the lesson rows: the memory hierarchy, the fused
                     kernel's tile loop, the online softmax, CUDA-graph replay, the L2 flush and percentiles
@@ -27,13 +29,15 @@ from attnlab.lab.run import (GATE, GATE_SKIPS, KEYS, OURS, PARAMS, WARM_JOBS, Ga
                              gate, gate_builds, gate_failures, gate_in_processes, load, new_folder, params,
                              run_shapes, sweep_run)
 from attnlab.lab.notebook import RENDERER, offline_renderer, setup
+from attnlab.lab.page import Folded, Noted, fold, fold_all, noted
 from attnlab.lab.source import (Lessons, gpu_rows, groups_of, has_ours, lessons, needs_lessons, no_lessons,
                                 readable, readable_bytes, relative_path, source_note)
 from attnlab.lab.sections import (HOPPER_FLOPS_PER_EXP, LIES, SMALL_SHARE, ablation_figure, ablations, attribution,
                                   attribution_figure, batch_policy, batch_policy_figures, batch_policy_note,
-                                  byte_model, curve_words, dominant, head_dim_note, head_dim_words, hypothesis, lie,
-                                  memory, overlap, overlap_findings, policy_of, policy_runs, pv_by_head_dim,
-                                  roofline_figures, roofline_table, speedup_figures, speedup_table, summary, trend)
+                                  byte_model, curve_words, dominant, head_dim_facts, head_dim_note, head_dim_words,
+                                  hypothesis, lie, lie_outputs, memory, memory_details, memory_figure, overlap,
+                                  overlap_findings, policy_of, policy_runs, pv_by_head_dim, roofline_figures,
+                                  roofline_table, speedup_figures, speedup_table, summary, trend)
 from attnlab.lab.profiler_view import fused_stages_refused, profile, profile_report, profile_shape
 from attnlab.lab.explain import (graph_replay, memory_hierarchy, online_softmax, online_steps, teaching_row,
                                  tile_loop, timing_spread)

@@ -2,6 +2,8 @@
 operators) each one runs, and the kernel table's refusal to time fused's stages."""
 from __future__ import annotations
 
+import warnings
+
 import pandas as pd
 import torch
 
@@ -44,28 +46,33 @@ def profile(run: Run, builds_: tuple = ("materialised", "fused"), calls: int = 3
                                                case.causal, run.device))
     dev = torch.device(run.device)
     out = {"case": case, "tables": {}, "traces": {}, "stages": {}, "device": "cuda" if run.gpu else "cpu"}
-    for name in builds_:
-        attend = builds.get(name).attend
-        attend(q, k, v, causal=case.causal)  # compiled and warm before the profiler starts
-        measure.sync(dev)
-        with lies.quiet_stderr(), torch_profile(activities=activities) as prof:
-            for _ in range(calls):
-                attend(q, k, v, causal=case.causal)
+    with warnings.catch_warnings():
+        # torch's profiler (2.11, on the GPU image) warns once per process, as a session starts, that it "clears
+        # events at the end of each cycle". Each session here has no schedule, so one cycle, read whole when it
+        # ends: the warning says nothing about these numbers, and it would print on the page.
+        warnings.filterwarnings("ignore", message="Warning: Profiler clears events", category=UserWarning)
+        for name in builds_:
+            attend = builds.get(name).attend
+            attend(q, k, v, causal=case.causal)  # compiled and warm before the profiler starts
             measure.sync(dev)
-        trace = run.out / f"trace_{name}.json"
-        prof.export_chrome_trace(str(trace))
-        out["traces"][name] = trace
-        if run.gpu:
-            kernel_ms = _kernels().kernel_times(name, q, k, v, causal=case.causal, calls=calls)
-            out["tables"][name] = _shares(pd.DataFrame({"name": list(kernel_ms), "ms_per_call": list(
-                kernel_ms.values())}))
-            if name in _kernels().STAGES:
-                try:
-                    out["stages"][name] = _kernels().stage_table(kernel_ms, name)
-                except ValueError as e:  # kernels the stage table does not name: say so, keep the kernel table
-                    out["stages"][name] = f"no stage table: {e}"
-        else:
-            out["tables"][name] = _cpu_ops(prof, calls)
+            with lies.quiet_stderr(), torch_profile(activities=activities) as prof:
+                for _ in range(calls):
+                    attend(q, k, v, causal=case.causal)
+                measure.sync(dev)
+            trace = run.out / f"trace_{name}.json"
+            prof.export_chrome_trace(str(trace))
+            out["traces"][name] = trace
+            if run.gpu:
+                kernel_ms = _kernels().kernel_times(name, q, k, v, causal=case.causal, calls=calls)
+                out["tables"][name] = _shares(pd.DataFrame({"name": list(kernel_ms), "ms_per_call": list(
+                    kernel_ms.values())}))
+                if name in _kernels().STAGES:
+                    try:
+                        out["stages"][name] = _kernels().stage_table(kernel_ms, name)
+                    except ValueError as e:  # kernels the stage table does not name: say so, keep the kernel table
+                        out["stages"][name] = f"no stage table: {e}"
+            else:
+                out["tables"][name] = _cpu_ops(prof, calls)
     return out
 
 

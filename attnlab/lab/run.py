@@ -21,6 +21,7 @@ import pandas as pd
 import yaml
 
 from attnlab import ceilings, measure, model, provenance, sweep
+from attnlab.lab.notebook import progress_bar
 from attnlab.report import correctness as cr
 
 OURS = ("materialised", "qk_softmax", "fused")
@@ -149,8 +150,6 @@ def gate(run: Run, progress: bool = True, jobs: int | None = None) -> pd.DataFra
     fp64 scores exceed ref_budget_gib is checked on fewer batches, then heads (attnlab.measure.ref_slice): the same N
     and D, the same kernels. Rows go to gate.csv shape by shape; a folder that has them is not checked again. On a
     GPU our kernels are first compiled for the grid in WARM_JOBS processes (attnlab.warm)."""
-    from tqdm.auto import tqdm
-
     from attnlab import gate as gate_mod
 
     names = gate_builds(run.params)
@@ -180,8 +179,8 @@ def gate(run: Run, progress: bool = True, jobs: int | None = None) -> pd.DataFra
     if jobs > 1:  # the shapes' families dealt to processes, as `attnlab check --jobs` does: compiling is most of it
         rows += gate_in_processes(run, small, names, jobs)
         pd.DataFrame(rows).to_csv(path, index=False)
-    for p, (i, case, checked) in tqdm(list(enumerate(small)) if jobs == 1 else [], desc="gate", unit="shape",
-                                      disable=not progress):
+    one = list(enumerate(small)) if jobs == 1 else []  # in processes (jobs > 1) the shapes were checked above
+    for p, (i, case, checked) in progress_bar("gate")(one, unit="shape", disable=not progress) if one else []:
         rows += [{**r, "shape": i, "run_B": case.B, "run_H": case.H}  # seeded by p, as gate_in_processes seeds it
                  for r in gate_mod.check_case(checked, names, run.device, seed=gate_mod.SEED0 + p)]
         pd.DataFrame(rows).to_csv(path, index=False)  # rewritten per shape: a crash loses no finished shape
@@ -236,7 +235,7 @@ def sweep_run(run: Run, progress: bool = True) -> pd.DataFrame:
         which = ", ".join(sorted(set(failed["build"])))
         raise GateFailed(f"the correctness gate failed {len(failed)} (build, shape) pair(s), of {which}: not timing "
                          f"wrong programs (`attnlab sweep --params {run.out / PARAMS}` times them anyway)")
-    run.results = sweep.run(run.params, out_dir=run.out, progress=progress)
+    run.results = sweep.run(run.params, out_dir=run.out, progress=progress, bar=progress_bar("sweep"))
     bad = run.results[run.results["status"] != "ok"]
     print(f"{len(run.results)} rows in {run.out / sweep.RESULTS}" + (f" ({len(bad)} not ok: their status column "
                                                                       "says why)" if len(bad) else ""))

@@ -1,16 +1,19 @@
 """The walkthrough's sections, each a table, a figure or a paragraph computed from the rows: the device (section
-2), the hypothesis and the speedup curves with their batch policy and head dims (1 and 5), memory (6), attribution
-by ablation and what the ablations did not save (7), the roofline (8) and the ways a benchmark lies (10). Those of
-the GPU rows take a Run or Lessons (needs_lessons)."""
+2), the hypothesis and the speedup curves with their batch policy and head dims (1 and 5), memory (6: the peak
+allocation figure, its tables folded), attribution by ablation and what the ablations did not save (7), the roofline
+(8) and the ways a benchmark lies (10). Those of the GPU rows take a Run or Lessons (needs_lessons). A detail table
+goes on the page folded, its notes said once (attnlab.lab.page); the section functions return the tables whole."""
 from __future__ import annotations
 
 import json
 import math
+import re
 
 import pandas as pd
 
 from attnlab import measure, model, report, sweep
 from attnlab import model as bd
+from attnlab.lab import page
 from attnlab.lab.run import OURS, Run, run_shapes
 from attnlab.lab.source import (Lessons, groups_of, has_ours, lessons, needs_lessons, no_lessons, readable,
                                 readable_bytes, relative_path)
@@ -66,8 +69,15 @@ def hypothesis(p: dict):
 
 @needs_lessons(many=True)
 def speedup_figures(les: Lessons) -> list:
-    """Section 5: one figure per dtype (attnlab.report.curves.speedup_curves)."""
-    return [curves.speedup_curves(les.results, dt) for dt in les.dtypes]
+    """Section 5: per dtype, our three builds' figure (attnlab.report.curves.speedup_curves), then the library
+    builds' beside fused (library_curves) where the rows hold any."""
+    out = []
+    for dt in les.dtypes:
+        out.append(curves.speedup_curves(les.results, dt))
+        libraries = curves.library_curves(les.results, dt)
+        if libraries is not None:
+            out.append(libraries)
+    return out
 
 
 @needs_lessons()
@@ -191,10 +201,11 @@ def batch_policy_figures(les: Lessons) -> list:
     return [curves.policy_figure(runs)] if len(runs) > 1 else []
 
 
-def head_dim_words(les: Lessons) -> list[str]:
-    """Per (dtype, causal) with two head dims or more, at the largest N all of them reach: the speedup per D beside
-    S and P's round-trip bytes per FLOP of attention there, which scale as 1/D (S and P hold N² elements a head
-    whatever D is; the FLOPs are 4·N²·D), and whether the curves are ordered as that predicts."""
+def head_dim_facts(les: Lessons) -> list[dict]:
+    """Per (dtype, causal) with two head dims or more, at the largest N all of them reach: fused's speedup over
+    materialised per D (`x`), S and P's round-trip bytes per FLOP of attention per D (`per_flop`: 1/D, since S and P
+    hold N² elements a head whatever D is while the FLOPs are 4·N²·D), and whether the speedups are ordered as that
+    predicts, the larger D lower (`ordered`)."""
     out = []
     for (dtype, causal), g in groups_of(les).items():
         if not {"fused", "materialised"} <= set(g["build"]):
@@ -213,14 +224,27 @@ def head_dim_words(les: Lessons) -> list[str]:
             case = measure.Case("fused", int(r["B"]), int(r["H"]), int(r["Hkv"]), n, d, dtype, causal, "cuda")
             moved = sum(bd.boundary_bytes(k, case.B, case.H, n, dtype, causal) for k in bd.BOUNDARIES)
             per_flop[d] = moved / model.flops(case)
-        ordered = all(x[a] >= x[b] for a, b in zip(dims, dims[1:]))
+        out.append(dict(dtype=dtype, causal=causal, N=n, dims=dims, x=x, per_flop=per_flop,
+                        ordered=all(x[a] >= x[b] for a, b in zip(dims, dims[1:]))))
+    return out
+
+
+WHY_1_OVER_D = "1/D, since S and P hold N² elements a head whatever D is while the FLOPs are 4·N²·D"
+
+
+def head_dim_words(les: Lessons) -> list[str]:
+    """head_dim_facts in words, a paragraph per (dtype, causal): the speedup per D beside S and P's round-trip bytes
+    per FLOP, and whether the curves are ordered as 1/D predicts."""
+    out = []
+    for f in head_dim_facts(les):
+        dims, x, per_flop = f["dims"], f["x"], f["per_flop"]
         out.append(
-            f"At N = {n} ({dtype}, {'causal' if causal else 'non-causal'}) fused over materialised is "
+            f"At N = {f['N']} ({f['dtype']}, {'causal' if f['causal'] else 'non-causal'}) fused over materialised is "
             + ", ".join(f"{x[d]:.2f}× at D = {d}" for d in dims)
             + ". S and P's round trips move " + ", ".join(f"{per_flop[d]:.3g} byte per FLOP at D = {d}" for d in dims)
-            + ": 1/D, since S and P hold N² elements a head whatever D is while the FLOPs are 4·N²·D. "
+            + f": {WHY_1_OVER_D}. "
             + ("So a larger D leaves materialised less extra traffic per unit of work and fused less to win, and "
-               "its curve sits lower, as here." if ordered else
+               "its curve sits lower, as here." if f["ordered"] else
                "1/D predicts the larger D's curve sits lower; here it does not, so at this N something besides S "
                "and P's traffic sets the ratio (the ablations below look inside)."))
     return out
@@ -228,12 +252,27 @@ def head_dim_words(les: Lessons) -> list[str]:
 
 @needs_lessons()
 def head_dim_note(les: Lessons):
-    """head_dim_words as a paragraph, or the line that these rows hold one head dim."""
+    """head_dim_facts as one paragraph: each group's speedups and bytes per FLOP in one clause, why they fall as 1/D
+    said once, and which groups are ordered as that predicts; or the line that these rows hold one head dim."""
     from IPython.display import Markdown
 
-    words = head_dim_words(les)
-    return Markdown(" ".join(words) if words else "These rows hold one head dim, so they cannot show how D moves "
-                                                  "the curve.")
+    facts = head_dim_facts(les)
+    if not facts:
+        return Markdown("These rows hold one head dim, so they cannot show how D moves the curve.")
+    same = all(f["dims"] == facts[0]["dims"] for f in facts)  # else each value names its D
+    dims = " and ".join(f"D = {d}" for d in facts[0]["dims"]) if same else "each head dim"
+    at = (lambda d: "") if same else (lambda d: f" at D = {d}")
+    groups = "; ".join(
+        f"{f['dtype']} {'causal' if f['causal'] else 'non-causal'} at N = {f['N']}: "
+        + ", ".join(f"{f['x'][d]:.2f}×{at(d)}" for d in f["dims"]) + " (S and P's round trips: "
+        + ", ".join(f"{f['per_flop'][d]:.3g}{at(d)}" for d in f["dims"]) + " byte per FLOP)" for f in facts)
+    bad = [f"{f['dtype']} {'causal' if f['causal'] else 'non-causal'}" for f in facts if not f["ordered"]]
+    verdict = ("The larger D's curve sits lower in every group, as predicted." if not bad else
+               f"Here it does not in {', '.join(bad)}: at that N something besides S and P's traffic sets the ratio "
+               "(the ablations below look inside).")
+    return Markdown(f"Fused over materialised at {dims}, at the largest N every head dim reaches: {groups}. The bytes "
+                    f"per FLOP fall as {WHY_1_OVER_D}; so a larger D leaves materialised less extra traffic per unit "
+                    f"of work and fused less to win, and its curve should sit lower. {verdict}")
 
 
 # -- section 6: memory --------------------------------------------------------------------------------------------
@@ -255,6 +294,24 @@ def memory(les: Lessons, dtype: str | None = None, causal: bool = False) -> list
     saved = memory_table(g)[["D", "N", "boundary", "tensor", "saved_bytes", "predicted_bytes", "saved_over_predicted",
                              "note"]]
     return [wide, readable(odd.reset_index(drop=True)), readable(saved)]
+
+
+@needs_lessons(many=True)
+def memory_details(les: Lessons, dtype: str | None = None, causal: bool = False) -> list:
+    """memory's three tables folded (attnlab.lab.page), their notes said once beneath each."""
+    wide, odd, saved = memory(les, dtype, causal)
+    return [page.fold(wide, "Every build's peak allocation per shape, beside the predicted size of S (= P)"),
+            page.noted(odd, fold="The builds whose peak is not what their name says they hold"),
+            page.noted(saved, fold="Per removed boundary: the peak bytes it saved against the tensor it stops holding")]
+
+
+@needs_lessons()
+def memory_figure(les: Lessons, dtype: str | None = None, causal: bool = False):
+    """Section 6's picture: every build's peak allocation against N beside what each of ours must hold
+    (attnlab.report.figures.memory_figure), for one (dtype, causal) group of the lesson rows."""
+    from attnlab.report.figures import memory_figure as fig
+
+    return fig(report.split(les.results)[(dtype or les.dtypes[0], causal)])
 
 
 def byte_model(run: Run) -> pd.DataFrame:
@@ -406,8 +463,13 @@ def overlap(les: Lessons, base: str = "fused"):
     lines = overlap_findings(les, base)
     if not lines:
         return Markdown(f"No ablation of {base} saved less than {SMALL_SHARE:.0%} of its time or made it slower.")
+    def item(line: str) -> str:  # the finding open, its likely cause and evidence one click away
+        finding, cause, why = line.partition(" Likely cause:")
+        return f"- {finding}" + (f" <details><summary>Likely cause, and the evidence</summary>Likely cause:{why}"
+                                 "</details>" if cause else "")
+
     return Markdown(f"Ablations of {base} that saved less than {SMALL_SHARE:.0%} of its time or made it slower "
-                    f"({les.label}):\n\n" + "\n".join(f"- {x}" for x in lines))
+                    f"({les.label}):\n\n" + "\n".join(item(x) for x in lines))
 
 
 @needs_lessons()
@@ -484,4 +546,21 @@ def lie(name: str, run: Run, les: Lessons | None = None) -> list:
         demo = lies.mixed_ratio(les.results, les.label)
     else:
         demo = lies.launch_overhead(run.device, les.results, les.label)
-    return [lies.as_markdown(demo), demo.evidence]
+    return lie_outputs(demo)
+
+
+OPEN_SENTENCES = 1  # of a lie's text on the page; the rest is folded with its guard and evidence
+
+
+def lie_outputs(demo) -> list:
+    """A demonstration on the page: its title, where it ran and the lie's first OPEN_SENTENCES sentences open; the
+    rest of it, the guard that catches it and the evidence table folded beneath (attnlab.lab.page)."""
+    from IPython.display import Markdown
+
+    sentences = re.split(r"(?<=[.!?])\s+(?=[A-Z*`(])", demo.lie.strip())
+    shown, rest = " ".join(sentences[:OPEN_SENTENCES]), " ".join(sentences[OPEN_SENTENCES:])
+    more = f"<p>{page.inline_markdown(rest)}</p>" if rest else ""
+    return [Markdown(f"### {demo.title}\n\n*Where:* {demo.where}.\n\n**The lie.** {shown}"),
+            page.Folded(demo.evidence, "More of the lie, the guard that catches it, and the evidence" if rest else
+                        "The guard that catches it, and the evidence",
+                        before_html=f"{more}<p><b>The guard.</b> {page.inline_markdown(demo.guard)}</p>")]

@@ -95,12 +95,15 @@ def lessons(run: Run | Lessons | None, root=None) -> Lessons | None:
     return Lessons(ref.results, folder, ref.device_name, False, ref.provenance)
 
 
-def source_note(run: Run, les: Lessons | None = None):
-    """A line saying where the section's speed and memory numbers come from, and why. `les`: lessons(run) unless
-    given."""
+def source_note(run: Run, les: Lessons | None = None, brief: bool = False):
+    """A line saying where the section's speed and memory numbers come from, and why; `brief`: where the rows come
+    from alone, for a section after the first that said why. `les`: lessons(run) unless given."""
     from IPython.display import Markdown
 
     les = les or lessons(run)
+    if brief and les is not None:
+        return Markdown(f"*{'Measured here' if les.own else 'From a committed GPU run, not from this machine'}: "
+                        f"{les.label}.*")
     if les is None:
         return Markdown("**No GPU measurements to draw on:** this run has none and no committed GPU run was found "
                         f"under `{relative_path(outputs_root())}`. Render this notebook on a GPU (`make run`) to fill the "

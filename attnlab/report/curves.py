@@ -1,11 +1,15 @@
 """The walkthrough's figures of one dtype: non-causal and causal side by side, never in one line or one ratio.
 
-    speedup_curves(results, dtype, baseline)  three rows of panels against N: each build's speedup over the baseline,
-                                              its latency (ms) and its achieved TFLOP/s; a column per causal value;
-                                              one colour per build, one dash per head dim
+    speedup_curves(results, dtype, baseline)  three rows of panels against N: each of our builds' speedup over the
+                                              baseline, its latency (ms) and its achieved TFLOP/s; a column per causal
+                                              value; one colour per build (attnlab.report.palette), one dash per head
+                                              dim
+    library_curves(results, dtype, baseline)  the library builds' speedup over the baseline beside fused's: a panel
+                                              per (head dim, causal value), fused bold, each library thin
     speedup_trend(results, build, baseline)   the curve's shape per (dtype, causal, D): rises then flattens, still
                                               rising, flat or falls (what the walkthrough's hypothesis is judged by)
-    policy_figure(runs)                       one build's speedup against N for several runs (one per batch policy)
+    policy_figure(runs)                       one build's speedup against N for several runs (one per batch policy):
+                                              the build's colour, one dash per run, one marker per head dim
     attribution_figure(group)                 per removed boundary and head dim: the time the step saved, measured,
                                               beside its bytes at the measured bandwidth (and with the QKᵀ pass the
                                               step adds or removes)
@@ -21,13 +25,14 @@ import pandas as pd
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
+from attnlab.report import palette
 from attnlab.report.boundary_time import attribution
 from attnlab.report.groups import cases, one_group, split
 from attnlab.report.ratios import speedup
+from attnlab.report.units import n_axis
 
 DASHES = ("solid", "dash", "dot", "dashdot", "longdash")
-PALETTE = ("#1f77b4", "#d62728", "#2ca02c", "#ff7f0e", "#9467bd", "#8c564b", "#e377c2", "#7f7f7f", "#bcbd22",
-           "#17becf", "#393b79", "#637939")
+SYMBOLS = ("circle", "square", "diamond", "triangle-up", "x")
 # (column, subplot label, axis title with its unit)
 ROWS = (("speedup", "× faster than {baseline}", "× faster than {baseline} (ratio of times)"),
         ("ms", "latency (ms)", "latency (ms)"), ("tflops", "achieved TFLOP/s", "achieved rate (TFLOP/s)"))
@@ -37,20 +42,25 @@ def _causal_word(causal: bool) -> str:
     return "causal" if causal else "non-causal"
 
 
-def speedup_curves(results, dtype: str, baseline: str = "materialised", builds=None) -> go.Figure:
-    """Speedup over `baseline`, latency and achieved TFLOP/s against N for one dtype (module docstring). `builds`
-    defaults to every non-ablation build measured (ours and the library rows)."""
+def _one_dtype(results, dtype: str):
     one = results[results["dtype"].astype(str) == str(dtype)]
     if one.empty:
         raise ValueError(f"results hold no rows of dtype {dtype!r}; they have {sorted(results['dtype'].unique())}")
-    parts = split(one)
+    return split(one)
+
+
+def speedup_curves(results, dtype: str, baseline: str = "materialised", builds=None) -> go.Figure:
+    """Speedup over `baseline`, latency and achieved TFLOP/s against N for one dtype (module docstring). `builds`
+    defaults to our three builds (those measured); library_curves draws the libraries."""
+    parts = _one_dtype(results, dtype)
+    measured = {b for g in parts.values() for b in g["build"]}
+    builds = [b for b in (builds or palette.OURS) if b in measured]
     causals = [c for (_, c) in parts]
     fig = make_subplots(rows=len(ROWS), cols=len(causals), shared_xaxes=True, vertical_spacing=0.07,
                         horizontal_spacing=0.08,
                         subplot_titles=[f"{_causal_word(c)}: {label.format(baseline=baseline)}"
                                         for _, label, _ in ROWS for c in causals])
     tables = {c: speedup(g, baseline=baseline, builds=builds) for (_, c), g in parts.items()}
-    names = list(dict.fromkeys(b for t in tables.values() for b in t["build"]))
     dims = sorted({int(d) for t in tables.values() for d in t["D"]})
     ns = sorted({int(n) for t in tables.values() for n in t["N"]})
     ratio = f"x_vs_{baseline}"
@@ -68,18 +78,53 @@ def speedup_curves(results, dtype: str, baseline: str = "materialised", builds=N
                 fig.add_trace(go.Scatter(
                     x=line["N"], y=line[column], mode="lines+markers", name=key, legendgroup=key,
                     showlegend=(row == 1 and col == 1), hovertext=line["note"],
-                    line=dict(color=PALETTE[names.index(build) % len(PALETTE)], dash=DASHES[dims.index(int(d))
-                                                                                           % len(DASHES)])),
-                    row=row, col=col)
-    fig.update_xaxes(type="log", tickvals=ns, ticktext=[str(n) for n in ns])
+                    **palette.style(build, DASHES[dims.index(int(d)) % len(DASHES)])), row=row, col=col)
+    fig.update_xaxes(type="log", **n_axis(ns))
     fig.update_xaxes(title_text="sequence length N (tokens)", row=len(ROWS))
     fig.update_yaxes(type="log")
     for row, (_, _, axis) in enumerate(ROWS, start=1):
         fig.update_yaxes(title_text=axis.format(baseline=baseline), row=row, col=1)
-    fig.update_layout(title=f"Speedup over {baseline}, latency and achieved rate ({dtype}; times net of the "
-                            "consumption step; colour: build, dash: head dim D)",
+    fig.update_layout(title=f"Speedup over {baseline}, latency and achieved rate of our builds ({dtype}; times net "
+                            "of the consumption step; colour: build, dash: head dim D)",
                       template="plotly_white", height=330 * len(ROWS), legend_title_text="build, head dim")
-    return fig
+    return palette.limit_visible(fig)
+
+
+def library_curves(results, dtype: str, baseline: str = "materialised", ours: str = "fused") -> go.Figure | None:
+    """The library builds' speedup over `baseline` against N beside `ours`'s, for one dtype: a row per head dim, a
+    column per causal value; `ours` bold, each library thin in its own colour. None when the rows hold no library
+    build."""
+    parts = _one_dtype(results, dtype)
+    libraries = list(dict.fromkeys(b for g in parts.values() for b in g["build"]
+                                   if not palette.is_ours(b) and b != baseline))
+    if not libraries:
+        return None
+    causals = [c for (_, c) in parts]
+    tables = {c: speedup(g, baseline=baseline, builds=[ours, *libraries]) for (_, c), g in parts.items()}
+    dims = sorted({int(d) for t in tables.values() for d in t["D"]})
+    ns = sorted({int(n) for t in tables.values() for n in t["N"]})
+    fig = make_subplots(rows=len(dims), cols=len(causals), shared_xaxes=True, shared_yaxes=True,
+                        vertical_spacing=0.12 if len(dims) > 1 else 0.2, horizontal_spacing=0.06,
+                        subplot_titles=[f"{_causal_word(c)}, D = {d}" for d in dims for c in causals])
+    ratio = f"x_vs_{baseline}"
+    shown = set()
+    for col, causal in enumerate(causals, start=1):
+        t = tables[causal]
+        for row, d in enumerate(dims, start=1):
+            for build, line in t[t["D"] == d].groupby("build", sort=False):
+                line = line.sort_values("N")
+                fig.add_trace(go.Scatter(x=line["N"], y=line[ratio], mode="lines+markers", name=build,
+                                         legendgroup=build, showlegend=build not in shown, hovertext=line["note"],
+                                         **palette.style(build)), row=row, col=col)
+                shown.add(build)
+    fig.update_xaxes(type="log", **n_axis(ns))
+    fig.update_xaxes(title_text="sequence length N (tokens)", row=len(dims))
+    fig.update_yaxes(type="log")
+    fig.update_yaxes(title_text=f"× faster than {baseline} (ratio of times)", col=1)
+    fig.update_layout(title=f"The library builds beside {ours}: speedup over {baseline} ({dtype}; {ours} bold, each "
+                            "library thin; click a legend entry to hide or show it)",
+                      template="plotly_white", height=300 * len(dims) + 120, legend_title_text="build")
+    return palette.limit_visible(fig)
 
 
 def attribution_figure(group) -> go.Figure:
@@ -94,9 +139,10 @@ def attribution_figure(group) -> go.Figure:
                         subplot_titles=[f"{b} ({t[t.boundary == b].from_build.iloc[0]} → "
                                         f"{t[t.boundary == b].to_build.iloc[0]}), D = {d}"
                                         for b in bounds for d in dims])
-    bars = (("delta_ms", "saved, measured (Δ ms)", "#1f77b4"), ("predicted_ms", "its bytes at the copy bandwidth",
-                                                                "#ff7f0e"),
-            ("predicted_with_qk_ms", "bytes + the QKᵀ pass the step removes", "#2ca02c"))
+    q = palette.QUANTITY_COLOURS
+    bars = (("delta_ms", "saved, measured (Δ ms)", q["measured"]),
+            ("predicted_ms", "its bytes at the copy bandwidth", q["predicted"]),
+            ("predicted_with_qk_ms", "bytes + the QKᵀ pass the step removes", q["predicted_with_qk"]))
     for row, b in enumerate(bounds, start=1):
         for col, d in enumerate(dims, start=1):
             part = t[(t["boundary"] == b) & (t["D"] == d)].sort_values("N")
@@ -162,7 +208,8 @@ def speedup_trend(results, build: str = "fused", baseline: str = "materialised")
 
 def policy_figure(runs: dict, build: str = "fused", baseline: str = "materialised") -> go.Figure:
     """`build`'s speedup over `baseline` against N for several runs (`runs`: label → results of one dtype each, e.g.
-    one run per batch policy): one colour per run, one dash per head dim, a panel per causal value."""
+    one run per batch policy): the build's own colour, one dash per run, one marker per head dim, a panel per causal
+    value."""
     dtypes = {label: sorted(r["dtype"].astype(str).unique()) for label, r in runs.items()}
     several = [label for label, d in dtypes.items() if len(d) != 1]
     if several:
@@ -181,14 +228,15 @@ def policy_figure(runs: dict, build: str = "fused", baseline: str = "materialise
             for d, line in t.groupby("D"):
                 line = line.sort_values("N")
                 key = f"{label}, D={int(d)}"
+                look = palette.style(build, DASHES[i % len(DASHES)])
+                look["marker"]["symbol"] = SYMBOLS[dims.index(int(d)) % len(SYMBOLS)]
                 fig.add_trace(go.Scatter(x=line["N"], y=line[ratio], mode="lines+markers", name=key, legendgroup=key,
-                                         showlegend=col == 1, hovertext=line["B"].map(lambda b: f"B = {b}"),
-                                         line=dict(color=PALETTE[i % len(PALETTE)],
-                                                   dash=DASHES[dims.index(int(d)) % len(DASHES)])),
+                                         showlegend=col == 1, hovertext=line["B"].map(lambda b: f"B = {b}"), **look),
                               row=1, col=col)
-    fig.update_xaxes(type="log", title_text="sequence length N (tokens)")
+    fig.update_xaxes(type="log", title_text="sequence length N (tokens)",
+                     **n_axis({int(n) for r in runs.values() for n in r["N"]}))
     fig.update_yaxes(title_text=f"× faster than {baseline} (ratio of times)", col=1)
     fig.update_layout(title=f"How the batch policy shapes the curve: {build} over {baseline} "
                             f"({', '.join(sorted({d[0] for d in dtypes.values()}))})",
-                      template="plotly_white", legend_title_text="run, head dim")
-    return fig
+                      template="plotly_white", legend_title_text="run (dash), head dim (marker)")
+    return palette.limit_visible(fig)

@@ -1,7 +1,9 @@
 """Plotly figures of one (dtype, causal) group, drawn from the tables (so every guard of the tables applies).
 
     speedup_figure(group, baseline)   x_vs_<baseline> against N, one line per build, one panel per head dim
-    memory_figure(group)              peak allocation against N, one line per build, predicted holds dashed
+    memory_figure(group)              peak allocation against N, one line per build, beside what each build must
+                                      hold (attnlab.model's hold_bytes) dashed in the same colour; a byte axis
+                                      labelled in MiB and GiB (attnlab.report.units.byte_axis)
     ablation_figure(group, base)      what removing each stage saves, per N, one panel per head dim; below,
                                       apart, what applying an all-zero mask adds
 
@@ -11,7 +13,9 @@ Side by side, one panel per run (cards, or runs of one card), each panel one run
     memory_by_run(groups)             peak allocation against N, one line per build and head dim
     ratio_by_run(ratios)              a library build's time over ours (attnlab.compare.library_ratio) against N
 
-`to_html(figures)` writes them into one self-contained page: plotly.js inline, so it draws with no network.
+Every build keeps its colour from attnlab.report.palette, ours drawn bold and the libraries thin; a panel draws at
+most palette.MOST_VISIBLE traces, the rest a legend click away. `to_html(figures)` writes them into one
+self-contained page: plotly.js inline, so it draws with no network.
 """
 from __future__ import annotations
 
@@ -20,17 +24,19 @@ import math
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
+from attnlab.report import palette
 from attnlab.report.ablation import ablation_table
 from attnlab.report.groups import LEADING, one_group
 from attnlab.report.ratios import speedup
+from attnlab.report.units import BYTE_TITLE, byte_axis, byte_label, n_axis
+
+MEMORY_AXIS = "memory per call"
 
 
 def _panels(dims, title: str, ns=()):
     fig = make_subplots(rows=1, cols=len(dims), subplot_titles=[f"D = {d}" for d in dims], shared_yaxes=True)
     fig.update_layout(title=title, template="plotly_white", legend_title_text="build")
-    ticks = sorted({int(n) for n in ns})
-    fig.update_xaxes(type="log", title_text="sequence length N (tokens)", tickvals=ticks,
-                     ticktext=[str(n) for n in ticks])
+    fig.update_xaxes(type="log", title_text="sequence length N (tokens)", **n_axis(ns))
     return fig
 
 
@@ -42,36 +48,50 @@ def speedup_figure(group, baseline: str = "materialised", builds=None) -> go.Fig
     fig = _panels(dims, f"speedup over {baseline} ({dtype}, {'causal' if causal else 'non-causal'}; "
                         f"times net of the consumption step)", t["N"])
     for col, d in enumerate(dims, start=1):
-        for i, (build, rows) in enumerate(t[t["D"] == d].groupby("build", sort=False)):
+        for build, rows in t[t["D"] == d].groupby("build", sort=False):
             rows = rows.sort_values("N")
             fig.add_trace(go.Scatter(x=rows["N"], y=rows[ratio], mode="lines+markers", name=build,
                                      legendgroup=build, showlegend=col == 1,
-                                     hovertext=rows["note"], line=dict(color=_color(i))), row=1, col=col)
+                                     hovertext=rows["note"], **palette.style(build)), row=1, col=col)
     fig.update_yaxes(type="log")
     fig.update_yaxes(title_text=f"× faster than {baseline} (ratio of times)", col=1)
-    return fig
+    return palette.limit_visible(fig)
 
 
 def memory_figure(group, builds=None) -> go.Figure:
+    """Peak allocation against N for one (dtype, causal) group, a panel per head dim: each build's measured peak
+    (solid) and what its name says it must hold (attnlab.model's hold_bytes: materialised S and P, qk_softmax P and
+    O, fused O; dashed, the same colour). A peak far above its dashed line holds more than its algorithm needs; one
+    below it is not the program its name claims. Ours bold; the libraries thin, behind their legend entries where
+    the panel would hold more than palette.MOST_VISIBLE lines."""
     dtype, causal = one_group(group, ("peak_bytes", "hold_bytes"))
     ok = group[group["status"] == "ok"]
     if builds is not None:
         ok = ok[ok["build"].isin(builds)]
-    ok = ok[ok["family"] != "ablation"]
+    ok = ok[(ok["family"] != "ablation") & ok["peak_bytes"].notna()]
     dims = sorted(ok["D"].unique())
-    fig = _panels(dims, f"peak allocation per call ({dtype}, {'causal' if causal else 'non-causal'})", ok["N"])
+    fig = _panels(dims, f"peak allocation per call ({dtype}, {'causal' if causal else 'non-causal'}): solid, the "
+                        "measured peak; dashed, what the build must hold", ok["N"])
+    order = [b for b in palette.OURS if b in set(ok["build"])] + [b for b in dict.fromkeys(ok["build"])
+                                                                  if not palette.is_ours(b)]
     for col, d in enumerate(dims, start=1):
-        for i, (build, rows) in enumerate(ok[ok["D"] == d].groupby("build", sort=False)):
-            rows = rows.sort_values("N")
+        part = ok[ok["D"] == d]
+        for build in order:
+            rows = part[part["build"] == build].sort_values("N")
+            if rows.empty:
+                continue
             fig.add_trace(go.Scatter(x=rows["N"], y=rows["peak_bytes"], mode="lines+markers", name=build,
-                                     legendgroup=build, showlegend=col == 1, line=dict(color=_color(i))),
+                                     legendgroup=build, showlegend=col == 1, **palette.style(build),
+                                     hovertext=[f"peak {byte_label(p)}, must hold {byte_label(h)}"
+                                                for p, h in zip(rows["peak_bytes"], rows["hold_bytes"])]),
                           row=1, col=col)
+            look = palette.style(build, "dash")
+            look["line"]["width"] = min(look["line"]["width"], palette.LIBRARY_WIDTH + 0.5)
             fig.add_trace(go.Scatter(x=rows["N"], y=rows["hold_bytes"], mode="lines", name=f"{build} must hold",
-                                     legendgroup=build, showlegend=False, line=dict(color=_color(i), dash="dot")),
-                          row=1, col=col)
-    fig.update_yaxes(type="log")
-    fig.update_yaxes(title_text="peak allocation (bytes)", col=1)
-    return fig
+                                     legendgroup=f"{build} must hold", showlegend=col == 1, **look), row=1, col=col)
+    fig.update_yaxes(**byte_axis(list(ok["peak_bytes"]) + list(ok["hold_bytes"])))
+    fig.update_yaxes(title_text=f"{MEMORY_AXIS} ({BYTE_TITLE})", col=1)
+    return palette.limit_visible(fig)
 
 
 def ablation_figure(group, base: str = "fused") -> go.Figure:
@@ -86,13 +106,14 @@ def ablation_figure(group, base: str = "fused") -> go.Figure:
     fig.update_layout(title=f"what removing each stage of {base} saves ({dtype}, "
                             f"{'causal' if causal else 'non-causal'}); below, what applying a mask adds",
                       template="plotly_white", legend_title_text="ablation", barmode="group", height=640)
-    bars = ((1, "softmax_saving_ms", "softmax (→ copy)"), (1, "pv_saving_ms", "PV (dropped)"),
-            (2, "mask_cost_ms", "mask"))
+    q = palette.QUANTITY_COLOURS
+    bars = ((1, "softmax_saving_ms", "softmax (→ copy)", q["softmax"]), (1, "pv_saving_ms", "PV (dropped)", q["pv"]),
+            (2, "mask_cost_ms", "mask", q["mask"]))
     for col, d in enumerate(dims, start=1):
         rows = t[t["D"] == d].sort_values("N")
-        for i, (panel, column, label) in enumerate(bars):
+        for panel, column, label, colour in bars:
             fig.add_trace(go.Bar(x=rows["N"].astype(str), y=rows[column], name=label, legendgroup=label,
-                                 showlegend=col == 1, marker_color=_color(i)), row=panel, col=col)
+                                 showlegend=col == 1, marker_color=colour), row=panel, col=col)
     fig.update_xaxes(type="category", title_text="sequence length N (tokens)", row=2)
     fig.update_yaxes(title_text="what removing each stage saves (ms)", row=1, col=1)
     fig.update_yaxes(title_text="what applying an all-zero mask adds (ms)", row=2, col=1)
@@ -114,9 +135,11 @@ def _one_group_of_all(groups: dict) -> tuple[str, bool]:
 _DASHES = ("solid", "dash", "dot", "dashdot")
 
 
-def _by_run(tables: dict, y: str, line: str, title: str, y_title: str, hover: str | None = None) -> go.Figure:
-    """One panel per run (at most three a row), `y` against N, one line per (`line`, D): colour per `line` value,
-    dash per head dim; the same value keeps its colour in every panel."""
+def _by_run(tables: dict, y: str, line: str, title: str, y_title: str, hover: str | None = None,
+            bytes_axis: bool = False) -> go.Figure:
+    """One panel per run (at most three a row), `y` against N, one line per (`line`, D): a build's colour from the
+    palette (`line` names builds), dash per head dim; the same value keeps its colour in every panel. `bytes_axis`:
+    `y` is bytes, labelled in MiB and GiB."""
     titles = list(tables)
     cols = min(3, len(titles))
     rows = math.ceil(len(titles) / cols)
@@ -124,7 +147,6 @@ def _by_run(tables: dict, y: str, line: str, title: str, y_title: str, hover: st
                         vertical_spacing=0.25 / rows if rows > 1 else 0.2)
     fig.update_layout(title=title, template="plotly_white", legend_title_text=f"{line}, head dim",
                       height=380 * rows)
-    names = list(dict.fromkeys(v for t in tables.values() for v in t[line]))
     dims = sorted({int(d) for t in tables.values() for d in t["D"]})
     ns = sorted({int(n) for t in tables.values() for n in t["N"]})
     shown = set()
@@ -136,14 +158,15 @@ def _by_run(tables: dict, y: str, line: str, title: str, y_title: str, hover: st
             fig.add_trace(go.Scatter(x=part["N"], y=part[y], mode="lines+markers", name=key, legendgroup=key,
                                      showlegend=key not in shown,
                                      hovertext=part[hover] if hover else None,
-                                     line=dict(color=_color(names.index(name)),
-                                               dash=_DASHES[dims.index(int(d)) % len(_DASHES)])),
+                                     **palette.style(str(name), _DASHES[dims.index(int(d)) % len(_DASHES)])),
                           row=r + 1, col=c + 1)
             shown.add(key)
-    fig.update_xaxes(type="log", title_text="sequence length N (tokens)", tickvals=ns, ticktext=[str(n) for n in ns])
+    fig.update_xaxes(type="log", title_text="sequence length N (tokens)", **n_axis(ns))
     fig.update_yaxes(type="log")
+    if bytes_axis:
+        fig.update_yaxes(**byte_axis([v for t in tables.values() for v in t[y]]))
     fig.update_yaxes(title_text=y_title, col=1)
-    return fig
+    return palette.limit_visible(fig)
 
 
 def speedup_by_run(groups: dict, baseline: str = "materialised", builds=None) -> go.Figure:
@@ -164,7 +187,7 @@ def memory_by_run(groups: dict, builds=None) -> go.Figure:
         tables[title] = ok if builds is None else ok[ok["build"].isin(builds)]
     return _by_run(tables, "peak_bytes", "build",
                    f"peak allocation per call, per run ({dtype}, {'causal' if causal else 'non-causal'})",
-                   "peak allocation (bytes)")
+                   f"peak allocation ({BYTE_TITLE})", bytes_axis=True)
 
 
 def ratio_by_run(ratios: dict) -> go.Figure:
@@ -189,11 +212,3 @@ def to_html(figures) -> str:
     parts = [fig.to_html(full_html=False, include_plotlyjs=(i == 0)) for i, fig in enumerate(figures)]
     return ("<!DOCTYPE html><html><head><meta charset='utf-8'><title>attnlab figures</title></head><body>"
             + "\n".join(parts) + "</body></html>")
-
-
-_PALETTE = ("#1f77b4", "#d62728", "#2ca02c", "#ff7f0e", "#9467bd", "#8c564b", "#e377c2", "#7f7f7f", "#bcbd22",
-            "#17becf")
-
-
-def _color(i: int) -> str:
-    return _PALETTE[i % len(_PALETTE)]

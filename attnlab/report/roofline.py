@@ -10,7 +10,8 @@ distance below the roof is what neither explains (launches, latency, softmax wor
 materialised and qk_softmax sit far left (S and P make their bytes grow as N²·itemsize per head), fused far right.
 
     roofline_table(results, dtype)    one row per ok (build, shape, causal): intensity, achieved, roof, share of roof
-    roofline_figure(results, dtype)   the same, log-log, one colour per build, circles non-causal, diamonds causal
+    roofline_figure(results, dtype)   the same, log-log, one colour per build (attnlab.report.palette), circles
+                                      non-causal, diamonds causal; ours large, the libraries small
 """
 from __future__ import annotations
 
@@ -20,10 +21,8 @@ import numpy as np
 import pandas as pd
 import plotly.graph_objects as go
 
+from attnlab.report import palette
 from attnlab.report.groups import LEADING, require
-
-PALETTE = ("#1f77b4", "#d62728", "#2ca02c", "#ff7f0e", "#9467bd", "#8c564b", "#e377c2", "#7f7f7f", "#bcbd22",
-           "#17becf", "#393b79", "#637939")
 
 
 def ceilings(rows: pd.DataFrame) -> tuple[float, float]:
@@ -63,21 +62,24 @@ def roofline_figure(results: pd.DataFrame, dtype: str, builds=None) -> go.Figure
     xs = np.geomspace(lo, hi, 200)
     fig = go.Figure()
     fig.add_trace(go.Scatter(x=xs, y=np.minimum(top, xs * bw), mode="lines", name="roof (measured ceilings)",
-                             line=dict(color="black", width=2)))
-    names = list(dict.fromkeys(t["build"]))
-    for (build, causal), part in t.groupby(["build", "causal"], sort=False):
+                             line=dict(color=palette.QUANTITY_COLOURS["roof"], width=2)))
+    order = [b for b in palette.OURS if b in set(t["build"])] + [b for b in dict.fromkeys(t["build"])
+                                                                 if not palette.is_ours(b)]
+    for build in order:  # one trace a build, both causal values in it (the marker says which): ours first
+        part = t[t["build"] == build]
+        look = palette.style(build)
+        look["marker"]["symbol"] = ["diamond" if c else "circle" for c in part["causal"]]
+        look["marker"]["size"] = look["marker"]["size"] + 2
         fig.add_trace(go.Scatter(
-            x=part["intensity"], y=part["achieved_tflops"], mode="markers",
-            name=f"{build} ({'causal' if causal else 'non-causal'})", legendgroup=build,
-            marker=dict(color=PALETTE[names.index(build) % len(PALETTE)], size=9,
-                        symbol="diamond" if causal else "circle"),
-            hovertext=[f"N={n} D={d} B={b} H={h}: {s:.0%} of the roof" for n, d, b, h, s in
-                       zip(part["N"], part["D"], part["B"], part["H"], part["share_of_roof"])]))
+            x=part["intensity"], y=part["achieved_tflops"], mode="markers", name=build, legendgroup=build,
+            hovertext=[f"{'causal' if c else 'non-causal'} N={n} D={d} B={b} H={h}: {s:.0%} of the roof"
+                       for c, n, d, b, h, s in zip(part["causal"], part["N"], part["D"], part["B"], part["H"],
+                                                   part["share_of_roof"])], **look))
     fig.add_annotation(x=math.log10(ridge), y=math.log10(top), text=f"ridge: {ridge:.0f} FLOP/byte",
                        showarrow=True, arrowhead=2)
     fig.update_xaxes(type="log", title_text="arithmetic intensity (FLOP per byte moved through device memory)")
     fig.update_yaxes(type="log", title_text="achieved rate (TFLOP/s)")
     fig.update_layout(title=f"Roofline ({dtype}): copy bandwidth {bw:.3g} TB/s and matmul rate {top:.3g} TFLOP/s, "
-                            "both measured in the run", template="plotly_white", legend_title_text="build",
-                      height=520)
-    return fig
+                            "both measured in the run; circles non-causal, diamonds causal", template="plotly_white",
+                      legend_title_text="build", height=520)
+    return palette.limit_visible(fig)

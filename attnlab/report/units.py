@@ -1,17 +1,25 @@
-"""Byte counts as people read them, on figures too: labels in KiB, MiB, GiB and TiB (powers of 1024), and the ticks
-of a log axis of bytes at powers of two, each labelled with its unit. Plotly's own ticks on a byte axis are SI
-("1T", "100B"): "100B" means 100 billion bytes but reads as 100 bytes, and "1G" is not a GiB.
+"""Axes and labels in units a person reads: byte counts in KiB, MiB, GiB and TiB (powers of 1024), never plotly's SI
+suffixes on a byte axis (its "100B" means 100 billion bytes but reads as 100 bytes, and "1G" is not a GiB), and
+sequence lengths written in full.
 
     byte_label(n)                 '1 GiB', '512 MiB', '1.5 KiB', '800 B'
-    byte_ticks(values, most=8)    (tickvals, ticktext): powers of two spanning the values, labelled by byte_label
-    byte_axis(values)             the same as keyword arguments of fig.update_yaxes (tickmode 'array')
+    byte_ticks(values, most)      (tickvals, ticktext): powers of two spanning the values, every step-th exponent
+                                  (1, 2, 4, … anchored at 2⁰, so the labels repeat one pattern: 1 MiB, 16 MiB,
+                                  256 MiB, 4 GiB …), at most `most` of them, labelled by byte_label
+    byte_axis(values, log=True)   those ticks as plotly axis settings (a log axis), or on a linear axis 0 and
+                                  multiples of one power of two
+    BYTE_TITLE                    the unit part of such an axis's title
+    n_axis(ns)                    tick values for a sequence-length axis: every N measured, or where more than
+                                  MAX_TICKS, the powers of two among them (else every k-th), labelled in full ('8192',
+                                  never plotly's '8k')
 """
 from __future__ import annotations
 
 import math
 
 UNITS = ("B", "KiB", "MiB", "GiB", "TiB", "PiB")
-STEPS = (1, 2, 5, 10, 20, 30)  # exponents of 2 between ticks: 5 and 10 keep a tick on every 1 KiB, 1 MiB, 1 GiB …
+MAX_TICKS = 8
+BYTE_TITLE = "bytes; ticks at powers of 2, 1 GiB = 2³⁰ bytes"
 
 
 def byte_label(n: float) -> str:
@@ -27,21 +35,58 @@ def byte_label(n: float) -> str:
     return f"{value:.0f} {unit}" if abs(value) >= 1000 else f"{value:.3g} {unit}"  # 1000–1023: no exponent
 
 
-def byte_ticks(values, most: int = 8) -> tuple[list[int], list[str]]:
-    """Ticks for a log axis of bytes holding `values` (positive ones; others ignored): powers of two from the
-    largest at or below the smallest value to the smallest at or above the largest, every STEPS-th exponent so that
-    at most `most` remain (two or more where the values allow), each labelled by byte_label."""
-    positive = [float(v) for v in values if isinstance(v, (int, float)) and math.isfinite(v) and v > 0]
+def _positive(values) -> list[float]:
+    out = []
+    for v in values:
+        try:
+            v = float(v)
+        except (TypeError, ValueError):
+            continue
+        if math.isfinite(v) and v > 0:
+            out.append(v)
+    return out
+
+
+def byte_ticks(values, most: int = MAX_TICKS) -> tuple[list[int], list[str]]:
+    """Ticks for a log axis of bytes holding `values` (positive, finite ones; others ignored): the powers of two
+    from the largest at or below the least value to the smallest at or above the greatest, every step-th exponent
+    (the smallest power-of-two step that leaves at most `most`), from the step's multiple at or below the least to
+    the one at or above the greatest, each labelled by byte_label."""
+    positive = _positive(values)
     if not positive:
         return [], []
     lo, hi = math.floor(math.log2(min(positive))), math.ceil(math.log2(max(positive)))
-    step = next((s for s in STEPS if -(-hi // s) - lo // s + 1 <= most), STEPS[-1])
-    exps = range(lo // step * step, -(-hi // step) * step + 1, step)  # from a multiple of the step below lo
-    ticks = [2 ** e for e in exps]
+    step = 1
+    while -(-hi // step) - lo // step + 1 > most:
+        step *= 2
+    ticks = [2 ** (step * k) for k in range(lo // step, -(-hi // step) + 1)]  # the values lie within them
     return ticks, [byte_label(t) for t in ticks]
 
 
-def byte_axis(values, most: int = 8) -> dict:
-    """Keyword arguments of fig.update_yaxes (or update_xaxes) that put byte_ticks(values) on the axis."""
-    vals, text = byte_ticks(values, most)
-    return dict(tickmode="array", tickvals=vals, ticktext=text)
+def byte_axis(values, log: bool = True, most: int = MAX_TICKS) -> dict:
+    """Plotly axis settings for an axis of byte counts: byte_ticks on a log axis; on a linear one (log=False), 0 and
+    the multiples of one power of two up to the greatest value, at most `most` of them."""
+    positive = _positive(values)
+    if not positive:
+        return dict(type="log" if log else "linear")
+    if log:
+        vals, text = byte_ticks(positive, most)
+        return dict(type="log", tickmode="array", tickvals=vals, ticktext=text)
+    top = max(positive)
+    unit = 2.0 ** math.floor(math.log2(top / most)) if top >= most else 1.0
+    while top / unit > most:
+        unit *= 2
+    ticks = [unit * i for i in range(0, int(math.ceil(top / unit)) + 1)]
+    return dict(type="linear", tickmode="array", tickvals=ticks, ticktext=["0", *(byte_label(t) for t in ticks[1:])])
+
+
+def n_axis(ns, most: int = MAX_TICKS) -> dict:
+    ns = sorted({int(n) for n in ns})
+    if len(ns) > most:
+        twos = [n for n in ns if n & (n - 1) == 0]
+        if 2 <= len(twos) <= most:
+            ns = twos
+        else:
+            step = math.ceil(len(ns) / most)
+            ns = ns[::step] if ns[::step][-1] == ns[-1] else ns[::step][:-1] + [ns[-1]]
+    return dict(tickvals=ns, ticktext=[str(n) for n in ns])
