@@ -251,3 +251,10 @@ def test_a_sequence_axis_names_at_most_eight_n_in_full(ns, ticks):
 
     axis = n_axis(ns)
     assert axis["tickvals"] == ticks and axis["ticktext"] == [str(n) for n in ticks]
+
+
+def test_the_memory_figure_refuses_rows_without_a_measured_peak():
+    g = _group()
+    g["peak_bytes"] = math.nan  # a CPU run: no device allocator to read a peak from
+    with pytest.raises(ValueError, match="no row holds a measured peak allocation"):
+        figures.memory_figure(g)

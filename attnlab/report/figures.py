@@ -69,6 +69,8 @@ def memory_figure(group, builds=None) -> go.Figure:
     if builds is not None:
         ok = ok[ok["build"].isin(builds)]
     ok = ok[(ok["family"] != "ablation") & ok["peak_bytes"].notna()]
+    if ok.empty:
+        raise ValueError("no row holds a measured peak allocation to draw (a CPU run has none: no device allocator)")
     dims = sorted(ok["D"].unique())
     fig = _panels(dims, f"peak allocation per call ({dtype}, {'causal' if causal else 'non-causal'}): solid, the "
                         "measured peak; dashed, what the build must hold", ok["N"])

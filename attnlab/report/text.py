@@ -31,7 +31,8 @@ def figures(results: pd.DataFrame, baseline: str = "materialised") -> list:
     out, measured = [], set(results["build"])
     for _, group in split(results).items():
         out.append(fg.speedup_figure(group, baseline=baseline))
-        out.append(fg.memory_figure(group))
+        if group["peak_bytes"].notna().any():  # a CPU run measures no peak allocation
+            out.append(fg.memory_figure(group))
         out += [fg.ablation_figure(group, base=b) for b in ("fused", "qk_softmax", "materialised")
                 if any(n.startswith(f"{b}-") for n in measured)]
     return out
