@@ -3,7 +3,8 @@
     outputs_root()             the repository's outputs/, or the folder ATTNLAB_OUTPUTS names
     started(prov)              when a run started, comparable across time zones
     find_runs(root)            every run folder under root, oldest first
-    reference_run(root, need)  the newest run measured on a CUDA device with ok rows of every build in `need`
+    reference_run(root, need)  the newest run measured on a CUDA device with ok rows of every build in `need`,
+                               a card's own params before a variant's
 
 What a render without a GPU reads its speed and memory lessons from, what the shape explorer sets beside a shape,
 and what compare_gpus sets side by side: one way to find them, located afresh each call (runs are renamed and added).
@@ -59,7 +60,10 @@ def find_runs(root=None) -> list[Path]:
 
 def reference_run(root=None, need=builds.OURS) -> Path | None:
     """The newest run (by its provenance's start time, never by a folder's name) measured on a CUDA device whose
-    results hold ok rows of every build in `need` (default: our three); None when there is none."""
+    results hold ok rows of every build in `need` (default: our three), rendered with a card's own params where one
+    is (a variant's params name carries a '-', as params/seeds-policy.yaml's: its grid is narrower than the card's,
+    e.g. one head dim); else the newest variant; None when there is none."""
+    variants = []
     for folder in reversed(find_runs(root)):
         prov = json.loads((folder / PROVENANCE).read_text())
         if not str((prov.get("device") or {}).get("device", "")).startswith("cuda"):
@@ -68,6 +72,10 @@ def reference_run(root=None, need=builds.OURS) -> Path | None:
             rows = pd.read_csv(results_path(folder, prov), usecols=["build", "status"], dtype=str)
         except (ValueError, OSError):
             continue
-        if set(need) <= set(rows.loc[rows["status"] == "ok", "build"]):
-            return folder
-    return None
+        if not set(need) <= set(rows.loc[rows["status"] == "ok", "build"]):
+            continue
+        if "-" in str((prov.get("params") or {}).get("name", "")):
+            variants.append(folder)
+            continue
+        return folder
+    return variants[0] if variants else None

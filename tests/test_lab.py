@@ -57,6 +57,14 @@ def test_reference_run_is_the_newest_gpu_run_with_our_three_builds(outputs):
     newest = gpu_run.write_gpu_run(outputs / "gpu-b" / "run" / "nested", started="2026-02-01T00:00:00+00:00")
     assert lab.reference_run() == newest  # a run one folder deeper is found too
     assert lab.reference_run(outputs / "nothing-here") is None
+    variant = gpu_run.write_gpu_run(outputs / "gpu-b" / "variant", started="2026-04-01T00:00:00+00:00")
+    prov = json.loads((variant / sweep.PROVENANCE).read_text())
+    (variant / sweep.PROVENANCE).write_text(json.dumps({**prov, "params": {**prov["params"], "name": "seeds-policy"}}))
+    assert lab.reference_run() == newest  # a newer variant's narrower grid does not displace a card's own params
+    only = outputs / "only-variants"
+    (only / "gpu").mkdir(parents=True)
+    variant.rename(only / "gpu" / "variant")
+    assert lab.reference_run(only) == only / "gpu" / "variant"  # with no other, the variant stands in
 
 
 def test_begin_measures_the_ceilings_once_and_a_cpu_run_reads_its_lessons_from_the_reference(tmp_path, outputs,
