@@ -11,14 +11,19 @@ from attnlab.load import LoadLog
 GiB = 1 << 30
 
 
-def cpu_median_ms(fn, reps: int = 5) -> float:
+def cpu_times_ms(fn, reps: int = 5) -> list[float]:
+    """ms of each of `reps` calls of fn() by perf_counter, after one warm-up call."""
     fn()  # warm-up: first-touch page faults and thread-pool start are not the rate
     times = []
     for _ in range(reps):
         t0 = time.perf_counter()
         fn()
         times.append((time.perf_counter() - t0) * 1e3)
-    return statistics.median(times)
+    return times
+
+
+def cpu_median_ms(fn, reps: int = 5) -> float:
+    return statistics.median(cpu_times_ms(fn, reps))
 
 
 def _cuda_median_ms(fn) -> float:

@@ -30,13 +30,12 @@ import os
 import re
 import statistics
 import sys
-import time
 from dataclasses import dataclass
 
 import pandas as pd
 import torch
 
-from attnlab import measure, model, report
+from attnlab import ceilings, measure, model, report
 from attnlab.builds import library
 from attnlab.report import groups
 from attnlab.report.ablation import DROPPED_SHARE, ablation_table
@@ -84,12 +83,7 @@ def time_spread(fn, device: str, reps: int = 20) -> tuple[float, float, float]:
         import triton.testing
 
         return tuple(float(t) for t in triton.testing.do_bench(fn, warmup=10, rep=50, quantiles=[0.2, 0.5, 0.8]))
-    fn()  # warm-up: first-touch page faults and thread-pool start are not the time
-    times = []
-    for _ in range(reps):
-        t0 = time.perf_counter()
-        fn()
-        times.append((time.perf_counter() - t0) * 1e3)
+    times = ceilings.cpu_times_ms(fn, reps)  # the CPU timer the run's ceilings use
     p20, _, _, p80 = statistics.quantiles(times, n=5)
     return p20, statistics.median(times), p80
 

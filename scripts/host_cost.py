@@ -25,6 +25,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # the attnlab o
 import torch  # noqa: E402
 import torch.nn.functional as F  # noqa: E402
 
+from attnlab.measure import Case, make_inputs  # noqa: E402
+
 OURS = ("fused", "qk_softmax", "materialised")
 BUILDS = (*OURS, "sdpa")
 FUSED_HOST_US = 50  # the target for fused at B·H = 16, N = 1024
@@ -85,10 +87,7 @@ def timed(fn, calls: int) -> tuple[float, float]:
 def measure(shapes, calls: int, log=print) -> list[dict]:
     rows = []
     for s in shapes:
-        g = torch.Generator(device="cuda").manual_seed(0)
-        dtype = getattr(torch, s.dtype)
-        q = torch.randn(s.B, s.H, s.N, s.D, device="cuda", dtype=dtype, generator=g)
-        k, v = (torch.randn(s.B, s.Hkv, s.N, s.D, device="cuda", dtype=dtype, generator=g) for _ in range(2))
+        q, k, v = make_inputs(Case("fused", s.B, s.H, s.Hkv, s.N, s.D, s.dtype, s.causal, "cuda"))
         for build in BUILDS:
             t = time.perf_counter()
             host, wall = timed(call(build, q, k, v, s.causal), calls)

@@ -47,8 +47,8 @@ def profile(run: Run, builds_: tuple = ("materialised", "fused"), calls: int = 3
     dev = torch.device(run.device)
     out = {"case": case, "tables": {}, "traces": {}, "stages": {}, "device": "cuda" if run.gpu else "cpu"}
     with warnings.catch_warnings():
-        # torch's profiler (2.11, on the GPU image) warns once per process, as a session starts, that it "clears
-        # events at the end of each cycle". Each session here has no schedule, so one cycle, read whole when it
+        # torch's profiler warns once per process, as a profiling session starts, that it "clears events at the
+        # end of each cycle". Each session here has no schedule, so one cycle, read whole when it
         # ends: the warning says nothing about these numbers, and it would print on the page.
         warnings.filterwarnings("ignore", message="Warning: Profiler clears events", category=UserWarning)
         for name in builds_:

@@ -45,8 +45,8 @@ SHORT_N = 1024  # the autotune sweep chooses a key's long-sequence tiles over N 
 # ---- the rules: which tiles, an if-ladder per kernel -------------------------------------------------------------
 # `gluon`: whether the Gluon kernels may run (the caller's wish and a Triton they were checked on). N = None: the
 # tiles for long sequences. heads (B·H) and sms (the GPU's SMs): the work a grid holds, where a rule reads it.
-# The bounds the rules read, by D (and causal), each the geometric middle of the last N a sweep found the short-N
-# choice ahead and the next N it timed (docs/hopper.md):
+# The bounds the rules read, by D (and causal): each sits at the geometric middle between the largest N where the
+# short-N choice is faster and the next N measured (docs/hopper.md holds the measurements):
 FUSED_ONE_CONSUMER_BELOW = {128: 724, 64: 1448}  # fused, Gluon, causal: one consumer a program below these N
 QK_SOFTMAX_PERSISTENT_BELOW = 724  # qk_softmax's Gluon P kernel, D = 64 causal: persistent below this N
 PV_GLUON_FROM = {(128, False): 724, (64, False): 2048, (128, True): 4096, (64, True): 8192}  # the Gluon PV kernel's N

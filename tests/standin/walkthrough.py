@@ -19,6 +19,8 @@ from __future__ import annotations
 import json
 import os
 
+from tests.gpu_run import every_build
+
 DEVICE_NAME = "STAND-IN GPU 7Q"
 CEILINGS = {"tbps": 3.21, "tflops": 654.0, "timer": "stand-in", "matmul_n": 8192}
 FUSED_MS = 0.0217
@@ -37,13 +39,8 @@ def times(N: int, causal: bool) -> dict:
     """ms per build at (N, causal); the same at every D."""
     fused = FUSED_MS * (N / 64) ** 2 * (0.5 if causal else 1.0)
     mat = fused * SPEEDUP[causal][N]
-    ms = {"fused": fused, "materialised": mat, "qk_softmax": fused + QK_SHARE * (mat - fused)}
-    for base in ("materialised", "qk_softmax", "fused"):
-        for ablation, factor in ABLATED.items():
-            ms[f"{base}-{ablation}"] = ms[base] * factor
-    for name, (like, factor) in LIBRARY.items():
-        ms[name] = ms[like] * factor
-    return ms
+    return every_build({"fused": fused, "materialised": mat, "qk_softmax": fused + QK_SHARE * (mat - fused)},
+                       ABLATED, LIBRARY)
 
 
 def tiles(base: str, N: int) -> str:
