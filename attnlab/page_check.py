@@ -61,7 +61,8 @@ def check(folder) -> list[str]:
     folder = Path(folder)
     if not (folder / NOTEBOOK).exists():
         raise ValueError(f"folder {folder} holds no {NOTEBOOK}: give a rendered run's folder")
-    les = lab.lessons(lab.load(folder))
+    run = lab.load(folder)
+    les = lab.lessons(run)
     if les is None or not les.own:
         raise ValueError(f"folder {folder} holds no GPU rows of {', '.join(lab.OURS)}: its page drew on another run "
                          "by design, so there is nothing of its own to check it against")
@@ -97,7 +98,7 @@ def check(folder) -> list[str]:
         if c and (f"{c['tbps']:.3g} TB/s" not in roof or f"{c['tflops']:.3g} TFLOP/s" not in roof):
             problems.append(f"the roofline's title does not quote this run's {dtype} ceilings, {c['tbps']:.3g} TB/s "
                             f"and {c['tflops']:.3g} TFLOP/s")
-    rows = len(lab.load(folder).results)
+    rows = len(run.results)
     if f"{rows} rows in" not in " ".join(_find(cells, "lab.sweep_run(")):
         problems.append(f"the sweep's cell does not report the {rows} rows of results.csv")
     return problems

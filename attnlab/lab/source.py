@@ -1,7 +1,7 @@
 """Where the speed and memory lessons come from (`lessons(run)`): this run's own rows when it ran on a CUDA GPU and
-measured our three builds; otherwise the newest committed GPU run (`reference_run`: the newest outputs/<gpu>/<run>/
-whose provenance names a CUDA device and whose results hold materialised, qk_softmax and fused), and every section
-says so. On a CPU our kernels run in Triton's interpreter, whose timings measure Python; they are never shown as
+measured our three builds; otherwise a committed GPU run (`reference_run`: the newest outputs/<gpu>/<run>/ whose
+provenance names a CUDA device and whose results hold materialised, qk_softmax and fused, a card's own params before
+a variant's), and every section says so. On a CPU our kernels run in Triton's interpreter, whose timings measure Python; they are never shown as
 speed. ATTNLAB_OUTPUTS (an environment variable) points reference_run at another outputs folder. Also the formatters
 every section shares: readable bytes and paths relative to the repository.
 """
@@ -18,6 +18,7 @@ import pandas as pd
 from attnlab import provenance, report, sweep
 from attnlab.lab.run import OURS, Run, load
 from attnlab.runs import outputs_root, reference_run, started
+
 
 def has_ours(results: pd.DataFrame) -> bool:
     if results.empty:
