@@ -25,9 +25,9 @@ import sys
 
 import torch
 
-from attnlab import model
+from attnlab import cost
 from attnlab.ceilings import measure_ceilings
-from attnlab.load import LoadLog
+from attnlab.telemetry import LoadLog
 from attnlab.measure import TOKENS, WIDTH, bench_case, make_inputs, oracle_check, spin_up, time_case
 
 BUILDS = ("fused", "qk_softmax", "materialised", "sdpa_flash", "sdpa_cudnn", "flex")
@@ -57,7 +57,7 @@ def shapes(dtypes, ns, quick=False, heads=(), odd_ns=()):
 def qk_softmax_floor_ms(B, H, N, D, dtype, causal, ceil, Hkv=None):
     """P written once and read once at the copy bandwidth, plus one QKᵀ at the matmul rate (the issue's floor).
 
-    The bytes are the model's P round trip (attnlab.model.boundary_bytes): the read is the lower half when causal."""
+    The bytes are the model's P round trip (attnlab.cost.boundary_bytes): the read is the lower half when causal."""
     return qk_softmax_floor_parts(B, H, N, D, dtype, causal, ceil, Hkv)["floor_ms"]
 
 
@@ -65,7 +65,7 @@ def qk_softmax_floor_parts(B, H, N, D, dtype, causal, ceil, Hkv=None) -> dict:
     """The floor (floor_ms), its two terms (floor_p_ms: P's round trip at the copy rate; floor_qk_ms: one QKᵀ at the
     matmul rate) and, beside them, qkvo_ms: Q, K, V read and O written once at the copy rate, which the floor leaves
     out."""
-    from attnlab import model as bd
+    from attnlab import cost as bd
 
     name = str(dtype).removeprefix("torch.")
     p_ms = bd.ms_at(bd.boundary_bytes("P round trip", B, H, N, name, causal), ceil["tbps"])
@@ -127,7 +127,7 @@ def bench_shape(B, H, N, D, dtype, causal, names, ceil, args, load, rows: list) 
     shape = bench_case("fused", B, H, N, D, dtype, causal, Hkv=Hkv)
     q, k, v = make_inputs(shape)  # the harness's inputs: random normal, seeded by the shape
     spec = check(q, k, v, causal=causal)
-    flops = model.flops(shape)
+    flops = cost.flops(shape)
     for name in names:
         timed = time_case(name, q, k, v, causal, args.repeats, load)
         o, ms = timed.pop("o"), timed["ms"]
@@ -174,7 +174,7 @@ def ratios(df):
     for name in BUILDS:  # the bench's order: ours fused first, then the libraries
         if name in tf:
             out[f"{name}_TFs"] = tf[name]
-    if "sm_clock_mhz" in df:  # the clock each build ran at (attnlab.load): under a power cap, builds differ in it
+    if "sm_clock_mhz" in df:  # the clock each build ran at (attnlab.telemetry): under a power cap, builds differ in it
         mhz = df.pivot_table(index=key, columns="build", values="sm_clock_mhz")
         for name in BUILDS:
             if name in mhz:

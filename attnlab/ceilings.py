@@ -6,7 +6,7 @@ import time
 
 import torch
 
-from attnlab.load import LoadLog
+from attnlab.telemetry import LoadLog
 
 GiB = 1 << 30
 
@@ -40,7 +40,7 @@ def measure_ceilings(device, dtype) -> dict:
     kernel's bytes_moved / time compares with it directly. Matmul: a square product in the run's dtype (fp32 with
     torch's default, i.e. no TF32). On CUDA the copy is 1 GiB (far past any L2) and the product 8192³, timed by
     do_bench; on CPU small versions (32 MiB, 512³, perf_counter medians) keep it under a couple of seconds.
-    copy_mhz and matmul_mhz: the median SM clock while each was timed (attnlab.load; None without a GPU), since a
+    copy_mhz and matmul_mhz: the median SM clock while each was timed (attnlab.telemetry; None without a GPU), since a
     card at its power limit runs each workload at a clock of its own.
     """
     device = torch.device(device)

@@ -296,7 +296,7 @@ def _fit_exponent(ns, values) -> float:
 def peak_growth(runs: list[Run], names=builds.OURS) -> pd.DataFrame:
     """Per run, (dtype, causal) group, head dim and build (of `names`) with a peak at two N or more: the peak
     allocation at the first and the last N, their ratio, the exponent of N it grows by (a least-squares fit over
-    every N), and the exponent of what the build must hold (the rows' hold_bytes, attnlab.model.hold_bytes: S and P
+    every N), and the exponent of what the build must hold (the rows' hold_bytes, attnlab.cost.hold_bytes: S and P
     are B·H·N² elements each, Q, K, V and O B·H·N·D)."""
     rows = []
     for r in runs:

@@ -5,9 +5,9 @@ On a GPU (live)    each build is called as a user calls it: eagerly, back to bac
                    events around the window; the per-call time includes Python's cost to launch it), its peak
                    allocation measured in a pass of its own, its output checked against the fp64 oracle (on a slice
                    where the reference would not fit). A build whose inputs plus the tensors it must hold
-                   (attnlab.model.hold_bytes) exceed the device's free memory is not called: the page says so.
+                   (attnlab.cost.hold_bytes) exceed the device's free memory is not called: the page says so.
 Without a GPU      nothing is timed: Triton's interpreter measures Python, not kernels. The page shows, each labelled:
-(teach)            the model's FLOPs, bytes moved and bytes held, for the chosen shape and every N (attnlab.model);
+(teach)            the model's FLOPs, bytes moved and bytes held, for the chosen shape and every N (attnlab.cost);
                    the committed GPU run's measurements nearest to the shape (attnlab.runs.reference_run: the
                    newest run on a CUDA device whose results hold our three builds); and a correctness check of each
                    build at a small version of the shape (B = 1, N at most 64, at most four query heads) in Triton's
@@ -36,7 +36,7 @@ import plotly.graph_objects as go
 import torch
 from plotly.subplots import make_subplots
 
-from attnlab import builds, compare, model, runs, validate
+from attnlab import builds, compare, cost, runs, validate
 from attnlab.accuracy import judge
 from attnlab.builds import Unsupported
 from attnlab.report import palette
@@ -114,9 +114,9 @@ def problem(shape: Shape) -> str:
 
 
 def need_bytes(case: Case) -> int:
-    """What calling the build at the case takes at once: q, k and v, plus what it must hold (attnlab.model)."""
-    s = model.sizes(case)
-    return s["qb"] + s["kvb"] + model.hold_bytes(case)
+    """What calling the build at the case takes at once: q, k and v, plus what it must hold (attnlab.cost)."""
+    s = cost.sizes(case)
+    return s["qb"] + s["kvb"] + cost.hold_bytes(case)
 
 
 def size(n: float) -> str:
@@ -136,7 +136,7 @@ def too_big(case: Case, free: int, where_free: str) -> str:
     if need <= free:
         return ""
     return (f"{case.build} is not run at {where(case)}: it needs {size(need)} at once (q, k, v and the "
-            f"{builds.get(case.build).holds!r} it must hold, attnlab.model), more than the {size(free)} free on "
+            f"{builds.get(case.build).holds!r} it must hold, attnlab.cost), more than the {size(free)} free on "
             f"{where_free}")
 
 
@@ -399,7 +399,7 @@ class Explorer:
                f"{html.escape(self.reference.card)}" if self.reference else "no committed GPU run (none found)")
         return ("<b>No GPU here: nothing is timed.</b> Triton's interpreter runs our kernels in Python on the CPU, "
                 "so its times would measure Python, not kernels, and are never shown. You see instead, each "
-                "labelled: the model's bytes and FLOPs for any shape (<code>attnlab.model</code>); the nearest "
+                "labelled: the model's bytes and FLOPs for any shape (<code>attnlab.cost</code>); the nearest "
                 f"measurements from {ref}; and a correctness check of each build at a small version of your shape "
                 "in the interpreter, against the fp64 oracle.")
 
@@ -442,9 +442,9 @@ class Explorer:
             traces.append(_line(ns, [r["ms"] for _, r in pts], build, build, 1, marks, legend=True))
             traces.append(_line(ns, [r["peak_bytes"] for _, r in pts], build, build, 2, marks, in_bytes=True))
             cases = [Case(build, shape.B, shape.H, shape.Hkv, n, shape.D, shape.dtype, shape.causal) for n in ns]
-            traces.append(_line(ns, [model.hold_bytes(c) for c in cases], f"{build} must hold (model)", build, 2,
+            traces.append(_line(ns, [cost.hold_bytes(c) for c in cases], f"{build} must hold (model)", build, 2,
                                 marks, dotted=True, in_bytes=True))
-            traces.append(_line(ns, [model.flops(c) / (r["ms"] * 1e9) for c, (_, r) in zip(cases, pts)], build,
+            traces.append(_line(ns, [cost.flops(c) / (r["ms"] * 1e9) for c, (_, r) in zip(cases, pts)], build,
                                 build, 3, marks))
         return traces
 
@@ -454,9 +454,9 @@ class Explorer:
         marks = [12 if n == shape.N else 5 for n in ns]
         for build in self.selected():
             cases = [Case(build, shape.B, shape.H, shape.Hkv, n, shape.D, shape.dtype, shape.causal) for n in ns]
-            traces.append(_line(ns, [model.bytes_moved(c) for c in cases], f"{build} (model)", build, 1, marks,
+            traces.append(_line(ns, [cost.bytes_moved(c) for c in cases], f"{build} (model)", build, 1, marks,
                                 legend=True, in_bytes=True))
-            traces.append(_line(ns, [model.hold_bytes(c) for c in cases], f"{build} (model)", build, 2, marks,
+            traces.append(_line(ns, [cost.hold_bytes(c) for c in cases], f"{build} (model)", build, 2, marks,
                                 in_bytes=True))
             if self.reference is not None:
                 curve = committed_curve(self.reference.results, shape, build)
@@ -494,7 +494,7 @@ class Explorer:
                 need = need_bytes(shape.case(b, "cpu"))
                 if memory and need > memory:
                     out.append(f"{b} would need {size(need)} at once at {shape.where} (q, k, v and what it must "
-                               f"hold, attnlab.model): more than the {size(memory)} of the {card}; it could not "
+                               f"hold, attnlab.cost): more than the {size(memory)} of the {card}; it could not "
                                "run there")
         return out
 
@@ -507,15 +507,15 @@ class Explorer:
         for build in self.selected():
             case = shape.case(build, self.device)
             r = self.cache.get(self.case_of(shape, build), {})
-            row = {"build": build, "GFLOP (model)": model.flops(case) / 1e9,
-                   "bytes moved (model)": size(model.bytes_moved(case)),
-                   "must hold (model)": size(model.hold_bytes(case)),
-                   "FLOP per byte (model)": round(model.flops(case) / model.bytes_moved(case), 1)}
+            row = {"build": build, "GFLOP (model)": cost.flops(case) / 1e9,
+                   "bytes moved (model)": size(cost.bytes_moved(case)),
+                   "must hold (model)": size(cost.hold_bytes(case)),
+                   "FLOP per byte (model)": round(cost.flops(case) / cost.bytes_moved(case), 1)}
             if self.live:
                 ok = r.get("status") == "ok"
                 row.update({"ms per call (eager)": r.get("ms") if ok else None,
                             "calls timed": r.get("reps") if ok else None,
-                            "TFLOP/s": model.flops(case) / (r["ms"] * 1e9) if ok else None,
+                            "TFLOP/s": cost.flops(case) / (r["ms"] * 1e9) if ok else None,
                             "peak allocation": size(r["peak_bytes"]) if ok else None})
             else:
                 if build in near.index:
@@ -592,7 +592,7 @@ def static_view(reference="auto", names=None) -> go.Figure:
     else:
         keys = [(DEFAULT["dtype"], d, c) for d in D_OPTIONS for c in (False, True)]
         left, right = "moved per call (bytes, model)", "held at once (bytes, model)"
-        title = (f"the model (attnlab.model) at B={DEFAULT['B']} H={DEFAULT['H']}: no committed GPU run found;<br>"
+        title = (f"the model (attnlab.cost) at B={DEFAULT['B']} H={DEFAULT['H']}: no committed GPU run found;<br>"
                  "move the slider to change head dim and causal")
     fig = make_subplots(rows=1, cols=2, horizontal_spacing=0.12,
                         subplot_titles=["time" if run else "bytes moved",
@@ -606,7 +606,7 @@ def static_view(reference="auto", names=None) -> go.Figure:
                           & (ok["causal"] == causal)].sort_values("N")
                 if rows.empty:
                     continue
-                hold = [model.hold_bytes(Case(build, r.B, r.H, r.Hkv, r.N, r.D, r.dtype, r.causal))
+                hold = [cost.hold_bytes(Case(build, r.B, r.H, r.Hkv, r.N, r.D, r.dtype, r.causal))
                         for r in rows.itertuples()]
                 series = ((1, rows["ms"], "solid", True, build), (2, rows["peak_bytes"], "solid", False, build),
                           (2, hold, "dot", False, f"{build} must hold (model)"))
@@ -614,8 +614,8 @@ def static_view(reference="auto", names=None) -> go.Figure:
             else:
                 ns = list(N_OPTIONS)
                 cases = [Case(build, DEFAULT["B"], DEFAULT["H"], DEFAULT["H"], n, D, dtype, causal) for n in ns]
-                series = ((1, [model.bytes_moved(c) for c in cases], "solid", True, build),
-                          (2, [model.hold_bytes(c) for c in cases], "solid", False, build))
+                series = ((1, [cost.bytes_moved(c) for c in cases], "solid", True, build),
+                          (2, [cost.hold_bytes(c) for c in cases], "solid", False, build))
             for col, y, dash, legend, name in series:
                 hover = (dict(customdata=[byte_label(v) for v in y], hovertemplate="N=%{x}: %{customdata}")
                          if col in in_bytes else {})

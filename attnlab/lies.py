@@ -35,7 +35,7 @@ from dataclasses import dataclass
 import pandas as pd
 import torch
 
-from attnlab import ceilings, measure, model, report
+from attnlab import ceilings, measure, cost, report
 from attnlab.builds import library
 from attnlab.report import groups
 from attnlab.report.ablation import DROPPED_SHARE, ablation_table
@@ -155,15 +155,15 @@ def dead_output_demo(measured: list, where: str) -> Demo:
     for case, kept_ms, dead_ms in measured:
         note = dropped_output_note(case, kept_ms, dead_ms)
         share = dead_ms / kept_ms
-        rows.append((_shape(case), model.flops(case) / 1e9, kept_ms, dead_ms, share, note or "nothing"))
+        rows.append((_shape(case), cost.flops(case) / 1e9, kept_ms, dead_ms, share, note or "nothing"))
         verdicts.append(f"at {_shape(case)}, " + (f"\u201c{note}\u201d" if note else
                                                   f"nothing: the unread call ran in {share:.0%} of the consumed "
                                                   f"one, not under {DROPPED_SHARE:.0%}"))
     evidence = pd.DataFrame(rows, columns=["shape", "matmul GFLOP", "output consumed (acc += o.sum()), ms",
                                            "output never read, ms", "never read / consumed", "ablation_table says"])
     (case, kept_ms, dead_ms), smaller = measured[-1], measured[:-1]
-    s_p = 2 * model.nn_bytes(case.B, case.H, case.N, case.dtype)
-    lie = (f"At {_shape(case)} ({_flop(model.flops(case))} of matmul, and {_bytes(s_p)} of S and P for "
+    s_p = 2 * cost.nn_bytes(case.B, case.H, case.N, case.dtype)
+    lie = (f"At {_shape(case)} ({_flop(cost.flops(case))} of matmul, and {_bytes(s_p)} of S and P for "
            f"the materialised form to hold), the compiled attention takes {kept_ms:.3g} ms with its output consumed "
            f"and {dead_ms:.3g} ms with it never read: ")
     if dead_ms < (1 - groups.REPEAT_SHARE) * kept_ms:
@@ -173,7 +173,7 @@ def dead_output_demo(measured: list, where: str) -> Demo:
                 "costs with no work (guards, a launch, the timer): "
                 + (f"{fixed[0]:.3g}" if len(fixed) == 1 else f"{fixed[0]:.3g}–{fixed[-1]:.3g}") + " ms here")
         lie += ("." if not smaller else ", so where the work is small beside it the lie shows only part of the "
-                "call: " + "; ".join(f"at {_shape(c)} ({_flop(model.flops(c))}) the 'saving' is "
+                "call: " + "; ".join(f"at {_shape(c)} ({_flop(cost.flops(c))}) the 'saving' is "
                                      f"{1 - d / k:.0%}" for c, k, d in smaller) + ".")
     else:
         lie += (f"the unread call took {dead_ms / kept_ms:.0%} of the consumed one, so here the compiler did not "
@@ -285,7 +285,7 @@ def compile_rewrite_demo(case, eager: tuple, comp: tuple, seen_eager: list, seen
                                      "materialised baseline" if seen else "no SDPA operator in the compiled call "
                                      "(no rewrite happened here)")
              + ". The lab never compiles its materialised rows (torch_eager is plain torch, never compiled); ")
-    hold = 2 * model.nn_bytes(case.B, case.H, case.N, case.dtype)  # S and P, as model.hold_bytes("S+P")
+    hold = 2 * cost.nn_bytes(case.B, case.H, case.N, case.dtype)  # S and P, as cost.hold_bytes("S+P")
     if peaks is not None:
         evidence.insert(2, "peak allocation (MiB)", [peak / (1 << 20) for peak in peaks])
         flag = measure.alloc_flag(peaks[1], hold, "S+P")

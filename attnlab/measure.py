@@ -13,11 +13,11 @@
             CPU: time.perf_counter around each call, a 64 MiB buffer written between calls (the CPU's cache
             flush); at least `min_reps` calls, more while `reps_ms` of wall time lasts.
     peak    its own pass after timing: sync, reset peak stats, run, sync; peak minus what
-            was allocated before, next to model.hold_bytes. CPU has no allocator statistics: NaN and the reason.
+            was allocated before, next to cost.hold_bytes. CPU has no allocator statistics: NaN and the reason.
     error   ‖o − ref‖/‖ref‖ against the fp64 oracle under attnlab.accuracy's rule, at every measured shape; when
             the fp64 scores B·H·N²·8 exceed `ref_budget_bytes`, on a batch slice, then a head slice in whole
             groups of H/Hkv (so grouped-query attention stays right), and err_note says which.
-    model   attnlab.model's FLOPs and bytes; achieved TFLOP/s and TB/s at the median; % of the run's ceilings.
+    model   attnlab.cost's FLOPs and bytes; achieved TFLOP/s and TB/s at the median; % of the run's ceilings.
     status  'ok', 'unsupported: <why>', 'oom: <bytes> bytes wanted (...)' or 'error: <type>: <message>'.
 
 Every timed call consumes its output: `acc += o.sum(dtype=float32)` on the device, the same step for every build, so
@@ -42,7 +42,7 @@ from dataclasses import dataclass
 
 import torch
 
-from attnlab import builds, model, provenance
+from attnlab import builds, cost, provenance
 from attnlab.accuracy import judge
 from attnlab.builds import Unsupported
 from attnlab.schema import COLUMNS, TYPES, less_consumption
@@ -51,7 +51,7 @@ from attnlab.validate import check
 
 COMPILED = ("flex",)  # builds that go through torch.compile: dynamo reset per shape, fallbacks reported
 TOKENS, WIDTH = 16384, 2048  # FlashAttention's benchmark shapes: B·N = TOKENS, H·D = WIDTH at every N and D
-REF_BUDGET = 2 * model.GiB  # fp64 scores the reference may hold before it is computed on a slice
+REF_BUDGET = 2 * cost.GiB  # fp64 scores the reference may hold before it is computed on a slice
 CPU_FLUSH_BYTES = 64 << 20  # written between CPU repetitions: larger than the last-level cache of most CPUs
 MAX_CPU_REPS = 1000
 
@@ -428,7 +428,7 @@ def base_row(case: Case, *, ceilings: dict, run_id: str = "") -> dict:
         run_id=run_id, case_id=case.case_id, build=build.name, family=build.family, base=build.base,
         ablation=build.ablation or "", B=case.B, H=case.H, Hkv=case.Hkv, N=case.N, D=case.D, dtype=case.dtype,
         causal=bool(case.causal), mask=case.mask, device=str(dev), device_name=provenance.device_name(str(dev)),
-        hold_bytes=model.hold_bytes(case), flops=model.flops(case), bytes_moved=model.bytes_moved(case),
+        hold_bytes=cost.hold_bytes(case), flops=cost.flops(case), bytes_moved=cost.bytes_moved(case),
         ceiling_tflops=float(ceilings["tflops"]), ceiling_tbps=float(ceilings["tbps"]),
         started=provenance.now(), code=provenance.code_hash(),
     )
@@ -459,7 +459,7 @@ def measure(case: Case, *, ceilings: dict, reps_ms: float = 100.0, warmup_ms: fl
             ref_budget_bytes: int = REF_BUDGET, seed: int = 0, run_id: str = "", load=None) -> dict:
     """Measure one case; always return a complete row (a failing build is a status, never an exception).
 
-    `ceilings` is attnlab.ceilings.measure's dict for the run. `load`: an open attnlab.load.LoadLog, whose samples over
+    `ceilings` is attnlab.ceilings.measure's dict for the run. `load`: an open attnlab.telemetry.LoadLog, whose samples over
     the timed repetitions give the row's clock, power and clock-event reasons. An unknown build name raises
     ValueError: that is the caller's mistake, not a measurement."""
     build = builds.get(case.build)
@@ -573,7 +573,7 @@ def time_case(name, q, k, v, causal, repeats: int = 1, load=None, **timing) -> d
     """cold_s, ms (warm median), ms_min and ms_max, status, o (the output), timer, peak_bytes, eager_ms (CUDA: the
     call issued eagerly back to back, as a user calls it: eager_ms), for a
     torch.compile'd build compile_note, graph_ms (each graph's time, JSON), and with `load` (an open
-    attnlab.load.LoadLog) the card's clock, power and clock-event reasons over the timed graphs, and each graph's
+    attnlab.telemetry.LoadLog) the card's clock, power and clock-event reasons over the timed graphs, and each graph's
     own clock (graph_mhz, JSON). The warm time is the median over replays of a CUDA graph of the call (graphed, then
     _time: the sweep's timer; `timing` as measure takes it, BENCH_TIMING by default): at N = 512 launching a call
     from Python can take longer than its kernels, and the library rows launch from C++. With `repeats` > 1 the call

@@ -35,7 +35,7 @@ from types import SimpleNamespace
 import pandas as pd
 import yaml
 
-from attnlab import builds, hf_attention, lab, model as bd, model_forward as mf, model_sweep, render, sweep
+from attnlab import builds, hf_attention, lab, cost as bd, model_forward as mf, model_sweep, render, sweep
 from attnlab.args import Parser, existing_file, out_dir as out_dir_arg, positive_float
 from attnlab.lab import Question, readable_bytes, relative_path
 from attnlab.lab import setup as lab_setup
@@ -395,7 +395,7 @@ SAME_FORWARD = 0.02  # two forwards within this share of each other are the same
 
 def attention_flops(r) -> int:
     """One layer's attention FLOPs at a row's shape, causal as attnlab.model_forward.attention_alone times it
-    (attnlab.model.flops: 4·B·H·N²·D, halved)."""
+    (attnlab.cost.flops: 4·B·H·N²·D, halved)."""
     return bd.flops(SimpleNamespace(B=int(r["B"]), H=int(r["H"]), N=int(r["N"]), D=int(r["D"]), causal=True))
 
 

@@ -38,7 +38,7 @@ COLUMNS = {
     "timing_note": "'' or why `ms` may not be the kernels' time: 'graph capture failed ...' (timed eagerly), and "
                    "then 'host-bound: ...' when issuing a call takes half the measured time or more (the GPU may "
                    "wait on Python, so `ms` overstates the kernels)",
-    "sm_clock_mhz": "median SM clock (MHz) of the card, sampled every 50 ms while the case was timed (attnlab.load; "
+    "sm_clock_mhz": "median SM clock (MHz) of the card, sampled every 50 ms while the case was timed (attnlab.telemetry; "
                     "NaN on a CPU or where the driver's NVML cannot be read)",
     "power_w": "median board power (W) NVML gave over the same samples (its reading is itself an average over up "
                "to a second, so short cases read low)",
@@ -56,7 +56,7 @@ COLUMNS = {
     "consume_ms": "median ms of the consumption step alone (o.sum into the checksum); it is inside ms, the same "
                   "for every build of a shape",
     "flops": "4·B·H·N²·D, halved for causal",
-    "bytes_moved": "the fewest bytes this build must move through device memory (attnlab.model)",
+    "bytes_moved": "the fewest bytes this build must move through device memory (attnlab.cost)",
     "tflops": "achieved TFLOP/s at the median less consume_ms (the attention alone)",
     "tbps": "achieved TB/s at the median less consume_ms",
     "pct_flops": "tflops as % of the run's measured matmul ceiling",

@@ -55,7 +55,7 @@ def verdict(harness_ms: float, again_ms: float, events_ms: float, do_bench_ms: f
     return out
 
 
-CAPPED = "software power cap"  # attnlab.load.REASONS[0x4]: the card lowers its clock to stay under its power limit
+CAPPED = "software power cap"  # attnlab.telemetry.REASONS[0x4]: the card lowers its clock to stay under its power limit
 
 
 def failure_note(row: dict) -> str:
@@ -150,7 +150,7 @@ def main(argv=None) -> int:
 
     from attnlab import measure
     from attnlab.ceilings import measure_ceilings
-    from attnlab.load import LoadLog
+    from attnlab.telemetry import LoadLog
 
     ceilings = measure_ceilings(torch.device("cuda"), torch.bfloat16)
     rows = []

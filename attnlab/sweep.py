@@ -40,9 +40,9 @@ import pandas as pd
 import torch
 import yaml
 
-from attnlab import builds, measure as _measure, model, provenance
+from attnlab import builds, measure as _measure, cost, provenance
 from attnlab.ceilings import measure_ceilings
-from attnlab.load import LoadLog
+from attnlab.telemetry import LoadLog
 from attnlab.schema import COLUMNS, LATER, TYPES
 from attnlab.validate import DTYPES, MAX_HEAD_DIM
 
@@ -406,7 +406,7 @@ def run(params, out_dir=None, *, progress: bool = True, bar=None) -> pd.DataFram
                 try:
                     row = _measure.measure(case, reps_ms=p["reps_ms"], warmup_ms=p["warmup_ms"],
                                            min_reps=p["min_reps"], seed=p["seed"], load=log,
-                                           ref_budget_bytes=int(p["ref_budget_gib"] * model.GiB), **kw)
+                                           ref_budget_bytes=int(p["ref_budget_gib"] * cost.GiB), **kw)
                 except Exception as e:  # measure turns build failures into rows; this is a failure of measure itself
                     row = _measure.rates(_measure.base_row(case, **kw))
                     row["status"] = _measure.failure_status(e, row["hold_bytes"])

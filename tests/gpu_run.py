@@ -13,7 +13,7 @@ import json
 import math
 from pathlib import Path
 
-from attnlab import model, sweep
+from attnlab import cost, sweep
 from attnlab.measure import Case
 from tests.test_report_groups import row
 
@@ -56,11 +56,11 @@ def write_gpu_run(folder: Path, started: str = "2026-01-02T00:00:00+00:00", buil
                     if builds is not None and build not in builds:
                         continue
                     case = Case(build, B, H, H, N, D, dtype, causal, "cuda:0")
-                    flops, moved = model.flops(case), model.bytes_moved(case)
+                    flops, moved = cost.flops(case), cost.bytes_moved(case)
                     r = row(build, ms=ms, B=B, H=H, Hkv=H, N=N, D=D, dtype=dtype, causal=causal, run_id=folder.name,
                             device_name=DEVICE_NAME, ms_p20=ms * 0.99, ms_p80=ms * 1.01, reps=10, cold_s=0.5,
                             timer="do_bench+graph", host_ms=0.15, consume_ms=0.0, peak_bytes=float(
-                                model.hold_bytes(case)), hold_bytes=model.hold_bytes(case), flops=flops,
+                                cost.hold_bytes(case)), hold_bytes=cost.hold_bytes(case), flops=flops,
                             bytes_moved=moved, tflops=flops / (ms * 1e9), tbps=moved / (ms * 1e9),
                             pct_flops=math.nan, pct_bw=math.nan, ceiling_tflops=TFLOPS, ceiling_tbps=TBPS,
                             err=1e-3, err_limit=1e-2, err_note="", checksum=1.0, tiles="", alloc_flag="",

@@ -20,15 +20,15 @@ def test_qk_softmax_floor_is_p_round_trip_plus_one_qk_pass():
 
 @pytest.mark.parametrize("causal", [False, True])
 def test_the_bytes_bound_counts_the_bytes_the_model_says_qk_softmax_must_move(causal):
-    """bytes / floor's numerator (floor_p_ms + qkvo_ms) is attnlab.model.bytes_moved of a qk_softmax case at the copy
+    """bytes / floor's numerator (floor_p_ms + qkvo_ms) is attnlab.cost.bytes_moved of a qk_softmax case at the copy
     rate: the bench and the harness's rates count the same bytes."""
-    from attnlab import model
+    from attnlab import cost
     from attnlab.measure import Case
 
     ceil = dict(tbps=4.0, tflops=500.0)
     B, H, N, D = 2, 8, 1024, 64
     parts = bench.qk_softmax_floor_parts(B, H, N, D, torch.bfloat16, causal, ceil)
-    moved = model.bytes_moved(Case("qk_softmax", B=B, H=H, Hkv=H, N=N, D=D, dtype="bfloat16", causal=causal))
+    moved = cost.bytes_moved(Case("qk_softmax", B=B, H=H, Hkv=H, N=N, D=D, dtype="bfloat16", causal=causal))
     assert parts["floor_p_ms"] + parts["qkvo_ms"] == pytest.approx(moved / 4e12 * 1e3)
 
 

@@ -28,7 +28,7 @@ import sys
 import nbformat
 import pytest
 
-from attnlab import explore, lab as walk, model, render
+from attnlab import explore, lab as walk, cost, render
 from tests import browser as bw
 from tests.test_accessibility import page_outline, skipped
 
@@ -152,7 +152,7 @@ def test_the_explorer_redraws_its_data_on_a_slider_and_a_dropdown_and_refuses_an
         shape = dataclasses.replace(shape, D=128)
         dropped = redrawn(page, EXPLORER_FIGURE, f"{shape.where}:", traces)
         moved = next(t for t in dropped["data"] if t["name"] == "materialised (model)")
-        expect = [model.bytes_moved(dataclasses.replace(shape, N=n).case("materialised", "cpu")) for n in moved["x"]]
+        expect = [cost.bytes_moved(dataclasses.replace(shape, N=n).case("materialised", "cpu")) for n in moved["x"]]
         before = next(t for t in slid["data"] if t["name"] == "materialised (model)")
         assert moved["y"] == pytest.approx(expect) and moved["y"] != before["y"]
         shots.take(page, "dropdown-changed")

@@ -230,13 +230,13 @@ def test_table_is_ordered_and_complete():
 
 
 def test_every_build_has_what_it_holds_in_the_model_and_the_model_names_no_other():
-    """attnlab.model.HOLDS is where a build's holds live: every build in the table has one, every ablation holds what
+    """attnlab.cost.HOLDS is where a build's holds live: every build in the table has one, every ablation holds what
     its base holds, and the model knows no base that is not a build."""
-    from attnlab import model
+    from attnlab import cost
 
-    assert {b.base for b in builds.BUILDS.values()} == set(model.HOLDS)
+    assert {b.base for b in builds.BUILDS.values()} == set(cost.HOLDS)
     for b in builds.BUILDS.values():
-        assert b.holds == model.HOLDS[b.base]
+        assert b.holds == cost.HOLDS[b.base]
     assert builds.get("torch_eager").holds == builds.get("sdpa_math").holds == "S+P"  # both write S and P out
     assert len(ABLATED) == 9 and all(n in builds.BUILDS for n in ABLATED)
 

@@ -444,13 +444,13 @@ def _expected_texts(exercise: str, text: str, args: tuple) -> set[str]:
     FLOPs saved, the lies of the rows the answers miss or mistake."""
     from types import SimpleNamespace
 
-    from attnlab import model, reference
+    from attnlab import cost, reference
     from attnlab.exercises.verdict import fmt
 
     if exercise == "bytes":
         b, B, H, N, D, t, c = checks.BYTES_CASES[0]
         case = SimpleNamespace(build=b, B=B, H=H, Hkv=H, N=N, D=D, dtype=t, causal=c)
-        return {fmt(model.bytes_moved(case)), fmt(model.hold_bytes(case))}
+        return {fmt(cost.bytes_moved(case)), fmt(cost.hold_bytes(case))}
     if exercise == "online_softmax":
         return {fmt(x) for kind in ("random", "last_tile") for x in _oracle_rows(kind)[-1].flatten().tolist()}
     if exercise == "kernel":

@@ -8,7 +8,7 @@ import pandas as pd
 import pytest
 import torch
 
-from attnlab import ceilings, lab, lies, model, report, sweep
+from attnlab import ceilings, lab, lies, cost, report, sweep
 from attnlab.measure import Case
 from attnlab.report import correctness as cr
 from tests import gpu_run
@@ -240,7 +240,7 @@ def test_experiment_record_is_filled_from_the_data(tmp_path, gpu_lessons):
     assert list(rec.index) == ["hypothesis", "controlled change", "observed effect", "verdict", "tradeoff"]
     assert "supported in 2 of 4 (causal, D) curves" in rec["verdict"] and "still rising" in rec["verdict"]
     assert "non-causal D = 64: 2.50× → 3.30×" in rec["observed effect"]
-    hold = model.hold_bytes(Case("fused", 8, 32, 32, 2048, 64, "bfloat16"))
+    hold = cost.hold_bytes(Case("fused", 8, 32, 32, 2048, 64, "bfloat16"))
     assert f"fused must hold {lab.readable_bytes(hold)}" in rec["tradeoff"]
     # the made-up run records no tiles: whether qk_softmax computed QKᵀ once or twice is not guessed
     assert "in 12 of 12 shapes qk_softmax's rows do not record whether it ran one QKᵀ pass or two" in rec["tradeoff"]

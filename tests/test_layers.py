@@ -17,8 +17,8 @@ ROOT = Path(__file__).resolve().parent.parent / "attnlab"
 LAYERS = [
     ("validate, schema, provenance", ["attnlab.validate", "attnlab.schema", "attnlab.provenance", "attnlab.args",
                                       "attnlab.environment"]),
-    ("reference and model", ["attnlab.reference", "attnlab.accuracy", "attnlab.model", "attnlab.load",
-                             "attnlab.ceilings"]),
+    ("reference and cost model", ["attnlab.reference", "attnlab.accuracy", "attnlab.cost", "attnlab.telemetry",
+                                  "attnlab.ceilings"]),
     ("kernel support", ["attnlab.triton", "attnlab.triton.config", "attnlab.triton.layout"]),
     ("teaching kernels", ["attnlab.triton.tiles", "attnlab.triton.materialised", "attnlab.triton.qk_softmax",
                           "attnlab.triton.pv", "attnlab.triton.fused"]),
@@ -150,9 +150,9 @@ def test_the_checker_sees_an_upward_import_and_a_circle(tmp_path):
     global GRAPH
     saved = GRAPH
     try:
-        GRAPH = {"attnlab.model": {"attnlab.measure"}, "attnlab.measure": {"attnlab.model"}}
+        GRAPH = {"attnlab.cost": {"attnlab.measure"}, "attnlab.measure": {"attnlab.cost"}}
         with pytest.raises(AssertionError, match="imports from above"):
-            test_no_module_imports_a_layer_above_its_own("attnlab.model")
+            test_no_module_imports_a_layer_above_its_own("attnlab.cost")
         with pytest.raises(AssertionError):
             test_no_import_circles()
         GRAPH = {m: set() for ms in LAB_LEVELS for m in ms} | {"attnlab.lab.run": {"attnlab.lab.answers"}}

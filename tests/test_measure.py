@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from attnlab import builds, model
+from attnlab import builds, cost
 from attnlab import measure as m
 from attnlab.builds import Build, Unsupported
 from attnlab.measure import Case, measure
@@ -26,7 +26,7 @@ def case(build="fused", N=64, D=16, causal=False, B=1, H=2, Hkv=2, dtype="float3
 
 def fake_build(monkeypatch, name, attend, holds="none", family="library"):
     monkeypatch.setitem(builds.BUILDS, name, Build(name, attend, family, name, None, "a test build"))
-    monkeypatch.setitem(model.HOLDS, name, holds)
+    monkeypatch.setitem(cost.HOLDS, name, holds)
 
 
 def test_case_keeps_dtype_by_name_and_a_stable_id():
@@ -49,8 +49,8 @@ def test_a_fused_row_is_complete_and_consistent():
     assert row["alloc_flag"] == ""
     assert 0 <= row["err"] < row["err_limit"] and row["err_note"] == ""
     c = case("fused", causal=True)
-    assert (row["flops"], row["bytes_moved"], row["hold_bytes"]) == (model.flops(c), model.bytes_moved(c),
-                                                                   model.hold_bytes(c))
+    assert (row["flops"], row["bytes_moved"], row["hold_bytes"]) == (cost.flops(c), cost.bytes_moved(c),
+                                                                   cost.hold_bytes(c))
     net = row["ms"] - row["consume_ms"]  # rates leave out the consumption step
     assert 0 < net < row["ms"]
     assert row["tflops"] == pytest.approx(row["flops"] / (net * 1e-3) / 1e12)
@@ -125,7 +125,7 @@ def test_out_of_memory_is_an_oom_row_with_the_bytes_wanted(monkeypatch, message,
 
     fake_build(monkeypatch, "hungry", hungry, holds="S+P")
     row = measure(case("hungry"), **FAST)
-    wanted = wanted if wanted is not None else model.hold_bytes(case("hungry"))
+    wanted = wanted if wanted is not None else cost.hold_bytes(case("hungry"))
     assert row["status"].startswith(f"oom: {wanted} bytes wanted")
     assert math.isnan(row["ms"])
 

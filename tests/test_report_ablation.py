@@ -134,10 +134,10 @@ def test_the_tables_ablations_are_the_build_tables():
 def test_stage_savings_name_the_kernel_that_runs_each_stage_and_its_kind():
     """fused runs both stages in one kernel, Gluon here; qk_softmax's PV has a kernel of its own; a row without tiles
     says ''. PV's FLOPs are one of fused's two N×N×D products: half its count."""
-    from attnlab import model
+    from attnlab import cost
     from attnlab.measure import Case
 
-    flops = model.flops(Case("fused", 1, 8, 8, 1000, 64, "float16", False, "cuda:0"))
+    flops = cost.flops(Case("fused", 1, 8, 8, 1000, 64, "float16", False, "cuda:0"))
     g = '{"fused": {"gluon": true}}'
     t = ablation.stage_savings(frame(*(row(b, ms, tiles=g, flops=flops) for b, ms in
                                        (("fused", 2.0), ("fused-no_softmax", 1.5), ("fused-no_pv", 2.1),

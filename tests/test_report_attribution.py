@@ -10,7 +10,7 @@ import pytest
 
 from attnlab import report
 from attnlab.report import boundary_time
-from attnlab import model as bd
+from attnlab import cost as bd
 from tests.test_report_groups import frame, row
 
 EXACT = dict(rel=1e-12)

@@ -5,7 +5,7 @@ import pytest
 import torch
 
 from attnlab import bench
-from attnlab import model
+from attnlab import cost
 from attnlab.report import lines
 
 
@@ -74,7 +74,7 @@ def test_the_floor_parts_add_up_to_the_floor_and_qkvo_is_q_k_v_and_o_once():
         bench.qk_softmax_floor_ms(4, 16, 4096, 128, torch.bfloat16, True, ceil))
     assert parts["qkvo_ms"] == pytest.approx(4 * 4 * 16 * 4096 * 128 * 2 / 4e12 * 1e3)
     # under GQA K and V have Hkv heads
-    assert model.qkvo_bytes(2, 8, 2, 100, 64, "float16") == (2 * 2 * 8 + 2 * 2 * 2) * 100 * 64 * 2
+    assert cost.qkvo_bytes(2, 8, 2, 100, 64, "float16") == (2 * 2 * 8 + 2 * 2 * 2) * 100 * 64 * 2
 
 
 def test_the_bench_prints_the_line_from_n_2048_with_q_k_v_o_beside_it():

@@ -73,7 +73,7 @@ def test_a_host_bound_time_is_noted_beside_its_ratio():
 
 
 def test_builds_timed_at_different_clocks_say_so_beside_their_ratio():
-    """A card at its power cap lowers its clock by how much a build draws (attnlab.load): a ratio between two rows
+    """A card at its power cap lowers its clock by how much a build draws (attnlab.telemetry): a ratio between two rows
     whose clocks differ by more than 5 % says it includes the clock. Rows within 5 %, or without a clock, stay
     silent."""
     cap = "software power cap"

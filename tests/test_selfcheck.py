@@ -102,7 +102,7 @@ def test_the_event_timer_leads_with_untimed_calls_then_flushes_then_times(monkey
 
 
 def test_the_cap_name_is_the_load_logs():
-    from attnlab.load import REASONS
+    from attnlab.telemetry import REASONS
 
     assert selfcheck.CAPPED == REASONS[0x4]
 

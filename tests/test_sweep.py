@@ -14,7 +14,7 @@ import pytest
 import torch
 import yaml
 
-from attnlab import builds, model
+from attnlab import builds, cost
 from attnlab import measure as m
 from attnlab import sweep
 from attnlab.builds import Build
@@ -178,7 +178,7 @@ def test_oom_and_error_rows_and_the_sweep_goes_on(tmp_path, monkeypatch):
 
     for name, fn in (("hungry", hungry), ("broken", broken)):
         monkeypatch.setitem(builds.BUILDS, name, Build(name, fn, "library", name, None, "test"))
-        monkeypatch.setitem(model.HOLDS, name, "S+P")
+        monkeypatch.setitem(cost.HOLDS, name, "S+P")
     df = sweep.run({**TINY, "builds": ["hungry", "broken", "fused"]}, tmp_path / "run", progress=False)
     assert len(df) == N_CASES
     by = df.groupby("build")["status"]

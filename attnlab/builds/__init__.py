@@ -16,7 +16,7 @@ from typing import Callable
 
 import torch
 
-from attnlab import model
+from attnlab import cost
 from attnlab.builds import library
 from attnlab.triton import launch
 from attnlab.triton.launch import Unsupported
@@ -42,8 +42,8 @@ class Build:
 
     @property
     def holds(self) -> str:
-        """The (B, H, N, N) tensors it must hold at once in device memory: "S+P", "P" or "none" (attnlab.model)."""
-        return model.holds(self.name)
+        """The (B, H, N, N) tensors it must hold at once in device memory: "S+P", "P" or "none" (attnlab.cost)."""
+        return cost.holds(self.name)
 
 
 _zero_masks: dict = {}

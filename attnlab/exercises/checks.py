@@ -1,7 +1,7 @@
 """The checks of notebooks/exercises.ipynb: each takes the student's answer, runs it on inputs of its own, compares it
 with the lab's own yardstick and returns a Verdict (attnlab.exercises.verdict) in seconds on a CPU.
 
-    bytes           moved_and_held(build, B, H, N, D, dtype, causal)  against attnlab.model's bytes_moved, hold_bytes
+    bytes           moved_and_held(build, B, H, N, D, dtype, causal)  against attnlab.cost's bytes_moved, hold_bytes
     online_softmax  online_softmax(q, tiles, scale)                   against the fp64 oracle (attnlab.reference), on
                                                                       random inputs and on inputs whose row maximum
                                                                       sits in the last key tile; the tiles come one
@@ -34,7 +34,7 @@ from types import SimpleNamespace
 import pandas as pd
 import torch
 
-from attnlab import model, reference
+from attnlab import cost, reference
 from attnlab.exercises import frame, mistakes, planted
 from attnlab.exercises.stream import TileStream
 from attnlab.exercises.verdict import Verdict, fmt, relative_error, tensor_difference
@@ -42,7 +42,7 @@ from attnlab.exercises.verdict import Verdict, fmt, relative_error, tensor_diffe
 # -- 1. bytes ------------------------------------------------------------------------------------------------------
 
 # (build, B, H, N, D, dtype, causal): each build non-causal and causal, another dtype, and a row longer than the
-# softmax kernel reads in one pass (attnlab.model.SOFTMAX_ROW_MAX)
+# softmax kernel reads in one pass (attnlab.cost.SOFTMAX_ROW_MAX)
 BYTES_CASES = [
     ("materialised", 1, 16, 4096, 64, "bfloat16", False),
     ("qk_softmax", 1, 16, 4096, 64, "bfloat16", False),
@@ -74,8 +74,8 @@ def bytes_hint(diff: int, nn: int, o: int, element: int, what: str) -> str:
 def bytes_case_hint(i: int) -> str:
     """What BYTES_CASES[i] asks that the cases before it do not (the check stops at the first case that fails)."""
     build, _, _, N, _, dtype, causal = BYTES_CASES[i]
-    if N > model.SOFTMAX_ROW_MAX:
-        return (f"the earlier cases match; this is the first with N past {model.SOFTMAX_ROW_MAX}: what does the "
+    if N > cost.SOFTMAX_ROW_MAX:
+        return (f"the earlier cases match; this is the first with N past {cost.SOFTMAX_ROW_MAX}: what does the "
                 "softmax do with a row that long?")
     if dtype != BYTES_CASES[0][5]:
         return f"the earlier cases match; this is the first in {dtype}: how many bytes is one element?"
@@ -358,11 +358,11 @@ class Checks:
             if failed:
                 return failed
             case = SimpleNamespace(build=build, B=B, H=H, Hkv=H, N=N, D=D, dtype=dtype, causal=causal)
-            expected = (model.bytes_moved(case), model.hold_bytes(case))
+            expected = (cost.bytes_moved(case), cost.hold_bytes(case))
             where = f"{build}, B={B} H={H} N={N} D={D} {dtype} {'causal' if causal else 'non-causal'}"
             if not (isinstance(got, tuple) and len(got) == 2):
                 return Verdict(ex, False, note + [f"{where}: yours returned {got!r}, expected a pair (moved, held)"])
-            sz = model.sizes(case)
+            sz = cost.sizes(case)
             for what, y, e in zip(("moved", "held"), got, expected):
                 if not isinstance(y, int) or isinstance(y, bool):
                     return Verdict(ex, False, note + [f"{where}, bytes {what}: yours is {y!r}, expected a whole "
@@ -371,7 +371,7 @@ class Checks:
                     return Verdict(ex, False, note + [
                         f"first difference: {where}, bytes {what}: yours {fmt(y)}",
                         f"hint: {bytes_hint(e - y, sz['Pb'], sz['qb'], sz['E'], what)}; {bytes_case_hint(i)}"])
-        return Verdict(ex, True, note + [f"all {len(BYTES_CASES)} cases match attnlab.model.bytes_moved and "
+        return Verdict(ex, True, note + [f"all {len(BYTES_CASES)} cases match attnlab.cost.bytes_moved and "
                                          "hold_bytes"])
 
     def online_softmax(self, online_softmax) -> Verdict:
@@ -464,7 +464,7 @@ class Checks:
         if failed:
             return failed
         full = SimpleNamespace(**c, causal=False)
-        ideal = model.flops(full) - model.flops(SimpleNamespace(**c, causal=True))
+        ideal = cost.flops(full) - cost.flops(SimpleNamespace(**c, causal=True))
         where = ", ".join(f"{k}={v}" for k, v in c.items())
         if got != expected:
             return Verdict(ex, False, note + [f"causal_flops_saved({where}): yours {fmt(got)}",

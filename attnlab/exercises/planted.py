@@ -10,7 +10,7 @@ N = 4096, D = 64, bfloat16), each with the row its speedup was divided by. Three
                  timer took them; a row whose timer differs from the table's is out of place.
     allocation   a build whose name says it holds S and P peaked at O's size: torch.compile rewrote the
                  materialised form into a fused kernel, so it is no longer the baseline it claims to be. Guard:
-                 attnlab.measure.alloc_flag against attnlab.model.hold_bytes.
+                 attnlab.measure.alloc_flag against attnlab.cost.hold_bytes.
 
 The honest rows include some that look odd and are not (fused holding only O, an SDPA row faster than fused, the
 math backend slower than materialised), so reading the table takes the model, not suspicion.
@@ -22,7 +22,7 @@ from types import SimpleNamespace
 
 import pandas as pd
 
-from attnlab import measure, model, report
+from attnlab import measure, cost, report
 
 LIES = {
     "mixed_ratio": "its ratio divides by a row of the other causal value (the mask's work, not the fusion)",
@@ -57,7 +57,7 @@ def results() -> pd.DataFrame:
         row.update(**SHAPE, build=build, base=build, ablation="", causal=causal, status="ok", timer=timer, ms=ms,
                    ms_p20=ms, ms_p80=ms, peak_bytes=float(peak), compile_note=how if "compile" in how else "",
                    family="ours" if build in ("materialised", "qk_softmax", "fused") else "library",
-                   hold_bytes=model.hold_bytes(SimpleNamespace(build=build, causal=causal, **SHAPE)))
+                   hold_bytes=cost.hold_bytes(SimpleNamespace(build=build, causal=causal, **SHAPE)))
         row["baseline_row"] = base
         rows.append(row)
     return pd.DataFrame(rows)
@@ -95,7 +95,7 @@ def _timer(r: pd.DataFrame, i: int) -> str:
 def _allocation(r: pd.DataFrame, i: int) -> str:
     row = r.loc[i]
     case = SimpleNamespace(build=row["build"], causal=bool(row["causal"]), **SHAPE)
-    return measure.alloc_flag(row["peak_bytes"], model.hold_bytes(case), model.holds(row["build"]))
+    return measure.alloc_flag(row["peak_bytes"], cost.hold_bytes(case), cost.holds(row["build"]))
 
 
 GUARDS = {"mixed_ratio": _mixed, "timer": _timer, "allocation": _allocation}

@@ -10,7 +10,7 @@ from dataclasses import dataclass
 
 import pandas as pd
 
-from attnlab import measure, model, report
+from attnlab import measure, cost, report
 from attnlab.lab.explain import case_of, ceilings_of, row_at, shape_words, teaching_row
 from attnlab.lab.profiler_view import fused_stages_refused
 from attnlab.lab.run import OURS, Run, run_shapes
@@ -49,9 +49,9 @@ def predict_times(les: Lessons) -> Question | None:
     c = ceilings_of(les)
     if mat is None or not (c["tbps"] > 0 and c["tflops"] > 0):
         return None
-    moved = model.bytes_moved(case_of(mat))
-    flops = model.flops(case_of(row))
-    t_mat, t_fused = model.ms_at(moved, c["tbps"]), model.ms_at(flops, c["tflops"])
+    moved = cost.bytes_moved(case_of(mat))
+    flops = cost.flops(case_of(row))
+    t_mat, t_fused = cost.ms_at(moved, c["tbps"]), cost.ms_at(flops, c["tflops"])
     m_mat, m_fused = float(mat["ms"]), float(row["ms"])
     return Question(
         f"Predict before you look: at {shape_words(row)}, how long should materialised take if moving its bytes "
@@ -85,7 +85,7 @@ def predict_head_dim(les: Lessons) -> Question | None:
         return None
     n = both[-1]
     at = {d: g[g["N"] == n].set_index("build") for d, g in pair.items()}
-    size = {d: model.nn_bytes(int(at[d].loc["fused", "B"]), int(at[d].loc["fused", "H"]), n, les.dtypes[0])
+    size = {d: cost.nn_bytes(int(at[d].loc["fused", "B"]), int(at[d].loc["fused", "H"]), n, les.dtypes[0])
             for d in at}
     extra = float(at[lo].loc["materialised", "ms"]) - float(at[lo].loc["fused", "ms"])
     f_hi = float(at[hi].loc["fused", "ms"])
@@ -131,7 +131,7 @@ def predict_peaks(les: Lessons) -> Question | None:
     if mat is None:
         return None
     B, H, N, D, dt = int(row["B"]), int(row["H"]), int(row["N"]), int(row["D"]), str(row["dtype"])
-    hold_mat, hold_fused = model.hold_bytes(case_of(mat)), model.hold_bytes(case_of(row))
+    hold_mat, hold_fused = cost.hold_bytes(case_of(mat)), cost.hold_bytes(case_of(row))
     peaks = {b: float(x["peak_bytes"]) for b, x in (("materialised", mat), ("fused", row))}
     measured = ("; measured peaks: " + ", ".join(f"{b} {readable_bytes(p)} ({p / h:.2f}× its prediction)" for (b, p), h
                                                   in zip(peaks.items(), (hold_mat, hold_fused)))
@@ -139,8 +139,8 @@ def predict_peaks(les: Lessons) -> Question | None:
     return Question(
         f"Predict the peak memory of materialised and of fused at {shape_words(row)}: which tensors must each hold "
         "at once, and how many bytes is that?",
-        f"materialised holds S and P together while the softmax runs: 2·B·H·N²·{model.itemsize(dt)} bytes = "
-        f"{readable_bytes(hold_mat)}; fused holds only O: B·H·N·D·{model.itemsize(dt)} = "
+        f"materialised holds S and P together while the softmax runs: 2·B·H·N²·{cost.itemsize(dt)} bytes = "
+        f"{readable_bytes(hold_mat)}; fused holds only O: B·H·N·D·{cost.itemsize(dt)} = "
         f"{readable_bytes(hold_fused)}, {hold_mat / hold_fused:,.0f}× less{measured}.",
         les.label)
 
@@ -179,7 +179,7 @@ def predict_bound(les: Lessons) -> Question | None:
     parts = []
     for b, x in (("fused", row), ("materialised", mat)):
         case = case_of(x)
-        f, moved, ms = model.flops(case), model.bytes_moved(case), float(x["ms"])
+        f, moved, ms = cost.flops(case), cost.bytes_moved(case), float(x["ms"])
         bound = "arithmetic" if f / moved > ridge else "memory"
         parts.append(f"{b}: {f / moved:,.0f} FLOP/byte, {bound}-bound by the model; measured {f / (ms * 1e9):.3g} "
                      f"TFLOP/s ({f / (ms * 1e9) / c['tflops']:.0%} of the matmul rate) and {moved / (ms * 1e9):.3g} "
@@ -200,10 +200,10 @@ def _hold_at_run_shape(run: Run) -> Question:
     return Question(
         f"At this run's largest shape (B = {big.B}, H = {big.H}, N = {big.N}, D = {big.D}, {big.dtype}), predict how "
         "many bytes materialised must hold at once, and fused.",
-        f"materialised: {readable_bytes(model.hold_bytes(mk['materialised']))} (S and P, each "
-        f"{readable_bytes(model.nn_bytes(big.B, big.H, big.N, big.dtype))}); qk_softmax: "
-        f"{readable_bytes(model.hold_bytes(mk['qk_softmax']))} (P and O); fused: "
-        f"{readable_bytes(model.hold_bytes(mk['fused']))} (O only).",
+        f"materialised: {readable_bytes(cost.hold_bytes(mk['materialised']))} (S and P, each "
+        f"{readable_bytes(cost.nn_bytes(big.B, big.H, big.N, big.dtype))}); qk_softmax: "
+        f"{readable_bytes(cost.hold_bytes(mk['qk_softmax']))} (P and O); fused: "
+        f"{readable_bytes(cost.hold_bytes(mk['fused']))} (O only).",
         f"this run ({relative_path(run.out)}; the byte model at its shapes)")
 
 

@@ -16,7 +16,7 @@ import re
 
 import pandas as pd
 
-from attnlab import measure, model
+from attnlab import measure, cost
 from attnlab.lab.source import Lessons, needs_lessons, readable_bytes
 from attnlab.report import diagrams
 from attnlab.triton import config
@@ -134,11 +134,11 @@ def memory_hierarchy(les: Lessons):
     if row is None:
         return _html(_p("These rows hold no ok fused row to draw the memory hierarchy at."))
     c, chip = ceilings_of(les), on_chip(les.provenance)
-    E = model.itemsize(str(row["dtype"]))
+    E = cost.itemsize(str(row["dtype"]))
     B, H, N, D = (int(row[k]) for k in ("B", "H", "N", "D"))
-    s = model.nn_bytes(B, H, N, str(row["dtype"]))
-    sp = sum(model.boundary_bytes(k, B, H, N, str(row["dtype"]), bool(row["causal"])) for k in model.BOUNDARIES)
-    fused_moves = model.bytes_moved(case_of(row))
+    s = cost.nn_bytes(B, H, N, str(row["dtype"]))
+    sp = sum(cost.boundary_bytes(k, B, H, N, str(row["dtype"]), bool(row["causal"])) for k in cost.BOUNDARIES)
+    fused_moves = cost.bytes_moved(case_of(row))
     sizes = [(f"S at N = {N}: {readable_bytes(s)}", s, "hbm")]
     text = [f"At {shape_words(row)}, S alone is {readable_bytes(s)}."]
     if chip["sms"] and chip["shared"]:
@@ -155,7 +155,7 @@ def memory_hierarchy(les: Lessons):
         chip_lines = ["SM count and on-chip sizes: not recorded for this card"]
     mat = row_at(les, "materialised", row)
     text.append(f"So materialised writes S and P to device memory and reads them back: {readable_bytes(sp)} at the "
-                f"measured {c['tbps']:.3g} TB/s is {model.ms_at(sp, c['tbps']):.3g} ms"
+                f"measured {c['tbps']:.3g} TB/s is {cost.ms_at(sp, c['tbps']):.3g} ms"
                 + (f", of its measured {float(mat['ms']):.3g} ms." if mat is not None else "."))
     t = recorded_tiles(row, "fused")
     if t is not None:
@@ -165,11 +165,11 @@ def memory_hierarchy(les: Lessons):
         text.append(f"Fused keeps one {b['rows']} × {D} Q block and {t.num_stages} K/V tile pairs of {t.BLOCK_N} keys "
                     f"on chip ({readable_bytes(on)} of shared memory; its {b['rows']} × {t.BLOCK_N} fp32 scores and "
                     f"accumulator, {readable_bytes(b['scores'] + b['acc'])}, in registers) and moves only Q, K, V and "
-                    f"O: {readable_bytes(fused_moves)}, {model.ms_at(fused_moves, c['tbps']):.3g} ms at that "
+                    f"O: {readable_bytes(fused_moves)}, {cost.ms_at(fused_moves, c['tbps']):.3g} ms at that "
                     f"bandwidth, of its measured {float(row['ms']):.3g} ms.")
     else:
         text.append(f"Fused moves only Q, K, V and O: {readable_bytes(fused_moves)}, "
-                    f"{model.ms_at(fused_moves, c['tbps']):.3g} ms at that bandwidth, of its measured "
+                    f"{cost.ms_at(fused_moves, c['tbps']):.3g} ms at that bandwidth, of its measured "
                     f"{float(row['ms']):.3g} ms (its row records no tiles to size what it keeps on chip).")
     hbm = [f"{readable_bytes(chip['hbm'])} on this card" if chip["hbm"] else "size not recorded",
            f"S and P at N = {N}: {readable_bytes(2 * s)}"]
@@ -203,7 +203,7 @@ def tile_loop(les: Lessons):
     text = (f"At {shape_words(row)}, fused's row records its tiles: {rows} query rows a work item ({per}) and K/V "
             f"tiles of BLOCK_N = {t.BLOCK_N} keys. Each of the B·H·⌈N / {rows}⌉ = {items:,} work items streams "
             f"{tiles} K/V tile pairs past its Q block.{turns} A row's {N} scores exist only one tile of {t.BLOCK_N} at "
-            f"a time, in registers: of S's {readable_bytes(model.nn_bytes(B, H, N, str(row['dtype'])))}, none "
+            f"a time, in registers: of S's {readable_bytes(cost.nn_bytes(B, H, N, str(row['dtype'])))}, none "
             "reaches device memory.")
     return _html(diagrams.tile_loop_svg(rows, t.BLOCK_N, D, tiles, causal), _p(text))
 

@@ -20,7 +20,7 @@ from pathlib import Path
 import pandas as pd
 import yaml
 
-from attnlab import ceilings, measure, model, provenance, sweep
+from attnlab import ceilings, measure, cost, provenance, sweep
 from attnlab.lab.notebook import progress_bar
 from attnlab.report import correctness as cr
 
@@ -168,7 +168,7 @@ def gate(run: Run, progress: bool = True, jobs: int | None = None) -> pd.DataFra
         for line in lines:
             if " 0 failed" not in line:  # only news is said: a case that failed here is compiled by the gate
                 print(f"warm: {line.strip()}")
-    budget = int(run.params["ref_budget_gib"] * model.GiB)
+    budget = int(run.params["ref_budget_gib"] * cost.GiB)
     small = []  # (the shape's index in the run, the run's case, the case the gate checks: the slice ref_slice gives)
     for i, case in todo:
         b, h, _ = measure.ref_slice(case, budget)

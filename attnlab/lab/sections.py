@@ -11,8 +11,8 @@ import re
 
 import pandas as pd
 
-from attnlab import measure, model, report, sweep
-from attnlab import model as bd
+from attnlab import measure, cost, report, sweep
+from attnlab import cost as bd
 from attnlab.lab import page
 from attnlab.lab.run import OURS, Run, run_shapes
 from attnlab.lab.source import (Lessons, groups_of, has_ours, lessons, needs_lessons, no_lessons, readable,
@@ -223,7 +223,7 @@ def head_dim_facts(les: Lessons) -> list[dict]:
             r = at.loc[d]
             case = measure.Case("fused", int(r["B"]), int(r["H"]), int(r["Hkv"]), n, d, dtype, causal, "cuda")
             moved = sum(bd.boundary_bytes(k, case.B, case.H, n, dtype, causal) for k in bd.BOUNDARIES)
-            per_flop[d] = moved / model.flops(case)
+            per_flop[d] = moved / cost.flops(case)
         out.append(dict(dtype=dtype, causal=causal, N=n, dims=dims, x=x, per_flop=per_flop,
                         ordered=all(x[a] >= x[b] for a, b in zip(dims, dims[1:]))))
     return out
@@ -316,14 +316,14 @@ def memory_figure(les: Lessons, dtype: str | None = None, causal: bool = False):
 
 def byte_model(run: Run) -> pd.DataFrame:
     """The byte model at this run's own shapes, true on any device: what each of our builds must hold and move
-    (attnlab.model), and what each removed boundary moves (attnlab.model.boundary_bytes)."""
+    (attnlab.cost), and what each removed boundary moves (attnlab.cost.boundary_bytes)."""
     rows = []
     for c in run_shapes(run):
         case = {b: measure.Case(b, c.B, c.H, c.Hkv, c.N, c.D, c.dtype, c.causal, run.device) for b in OURS}
         rows.append({"causal": c.causal, "D": c.D, "N": c.N, "B": c.B, "H": c.H,
                      "S or P": bd.nn_bytes(c.B, c.H, c.N, c.dtype),
-                     **{f"{b} holds": model.hold_bytes(case[b]) for b in OURS},
-                     **{f"{b} moves": model.bytes_moved(case[b]) for b in OURS},
+                     **{f"{b} holds": cost.hold_bytes(case[b]) for b in OURS},
+                     **{f"{b} moves": cost.bytes_moved(case[b]) for b in OURS},
                      **{f"{k} moves": bd.boundary_bytes(k, c.B, c.H, c.N, c.dtype, c.causal) for k in bd.BOUNDARIES}})
     t = pd.DataFrame(rows)
     return readable(t, [c for c in t.columns if c not in ("causal", "D", "N", "B", "H")])

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from attnlab import model
+from attnlab import cost
 from attnlab.lab.explain import case_of, ceilings_of, recorded_tiles, shape_words, teaching_row
 from attnlab.lab.run import OURS, Run
 from attnlab.lab.source import Lessons, needs_lessons, readable_bytes, relative_path
@@ -55,8 +55,8 @@ def gqa_pairs(rows: pd.DataFrame) -> pd.DataFrame:
         return both.assign(gqa_over_mha=pd.Series(dtype=float), bytes_gqa=pd.Series(dtype=float),
                            bytes_mha=pd.Series(dtype=float))
     both["gqa_over_mha"] = both["ms_gqa"] / both["ms_mha"]
-    both["bytes_gqa"] = [model.bytes_moved(case_of(r)) for _, r in both.iterrows()]
-    both["bytes_mha"] = [model.bytes_moved(case_of(r, Hkv=int(r["H"]))) for _, r in both.iterrows()]
+    both["bytes_gqa"] = [cost.bytes_moved(case_of(r)) for _, r in both.iterrows()]
+    both["bytes_mha"] = [cost.bytes_moved(case_of(r, Hkv=int(r["H"]))) for _, r in both.iterrows()]
     return both
 
 
@@ -99,15 +99,15 @@ def gqa_prediction(les: Lessons, group: int = GQA_GROUP) -> str:
         return f"At H = {H} there is no group of query heads to share a K/V head."
     c = ceilings_of(les)
     mha, gqa = case_of(row, "fused", Hkv=H), case_of(row, "fused", Hkv=H // group)
-    kv = {k: model.sizes(x)["kvb"] for k, x in (("mha", mha), ("gqa", gqa))}
-    moved = {k: model.bytes_moved(x) for k, x in (("mha", mha), ("gqa", gqa))}
-    saved_ms = model.ms_at(moved["mha"] - moved["gqa"], c["tbps"])
+    kv = {k: cost.sizes(x)["kvb"] for k, x in (("mha", mha), ("gqa", gqa))}
+    moved = {k: cost.bytes_moved(x) for k, x in (("mha", mha), ("gqa", gqa))}
+    saved_ms = cost.ms_at(moved["mha"] - moved["gqa"], c["tbps"])
     return (f"At {shape_words(row)}, G = {group} (Hkv = {H // group}) shrinks K and V from {readable_bytes(kv['mha'])} "
             f"to {readable_bytes(kv['gqa'])}, and what fused moves from {readable_bytes(moved['mha'])} to "
             f"{readable_bytes(moved['gqa'])} ({moved['gqa'] / moved['mha']:.1%}): at the measured {c['tbps']:.3g} TB/s "
             f"that saves {saved_ms:.3g} ms, {saved_ms / float(row['ms']):.1%} of fused's measured "
             f"{float(row['ms']):.3g} ms. Its FLOPs do not change (every query head still scores every key: "
-            f"{model.ms_at(model.flops(mha), c['tflops']):.3g} ms at the measured {c['tflops']:.3g} TFLOP/s), nor "
+            f"{cost.ms_at(cost.flops(mha), c['tflops']):.3g} ms at the measured {c['tflops']:.3g} TFLOP/s), nor "
             "do materialised's S and P. Predicted: fused's time barely moves; what shrinks is the K and V a "
             f"decoder caches, {group}×.")
 

@@ -24,7 +24,7 @@ import math
 
 import pandas as pd
 
-from attnlab import model, schema
+from attnlab import cost, schema
 from attnlab.report import groups
 
 OURS = ("materialised", "qk_softmax", "fused")
@@ -132,7 +132,7 @@ def stage_savings(results: pd.DataFrame, base: str = "fused") -> pd.DataFrame:
         for stage in STAGES:
             kernel = STAGE_KERNEL.get(base, {}).get(stage, "")
             kind = schema.kernel_label(row.get("tiles"), kernel) if kernel and row is not None else ""
-            stage_flops = model.qk_pass_flops(*shape[:2], *shape[3:], causal) if stage == "pv" else math.nan
+            stage_flops = cost.qk_pass_flops(*shape[:2], *shape[3:], causal) if stage == "pv" else math.nan
             rows.append({**groups.leading(dtype, causal, shape), "base": base, "stage": stage,
                          "base_ms": r["base_ms"], "saving_ms": r[f"{stage}_saving_ms"],
                          "share": r[f"{stage}_saving_ms"] / r["base_ms"], "noise_ms": r["noise_ms"],

@@ -3,7 +3,7 @@ bytes take at the run's measured copy bandwidth.
 
 materialised → qk_softmax removes the S round trip and fused then removes the P round trip (attnlab.builds), so the
 difference between two adjacent builds is what one boundary costs, measured; its bytes over the bandwidth ceiling
-are what it would cost if moving bytes were all it did (the formulas: attnlab.model). Read the ratio with
+are what it would cost if moving bytes were all it did (the formulas: attnlab.cost). Read the ratio with
 `qk_removed_ms` beside it: where qk_softmax ran two passes (its row's tiles: `one_pass` false), the S step also adds a
 QKᵀ pass (qk_softmax recomputes the scores), which shrinks its Δ, and the P step removes that pass again, which grows
 its Δ; where it ran one pass (`one_pass` true: on Hopper a row of N ≤ 1024 keys held on chip, each score computed
@@ -20,7 +20,7 @@ import math
 
 import pandas as pd
 
-from attnlab import model as bd
+from attnlab import cost as bd
 from attnlab import schema
 from attnlab.report import groups
 

@@ -67,7 +67,7 @@ def speedup_curves(results, dtype: str, baseline: str = "materialised", builds=N
     for col, causal in enumerate(causals, start=1):
         t = tables[causal]
         rows = cases(parts[(str(dtype), causal)])
-        # achieved TFLOP/s at the same net time the speedup uses: FLOPs (attnlab.model) over ms less consumption
+        # achieved TFLOP/s at the same net time the speedup uses: FLOPs (attnlab.cost) over ms less consumption
         t = t.assign(tflops=[rows[(r.build, (r.B, r.H, r.Hkv, r.N, r.D))]["flops"] / (r.ms * 1e9)
                              if r.ms > 0 else float("nan") for r in t.itertuples()])
         t = t.rename(columns={ratio: "speedup"})

@@ -2,7 +2,7 @@
 
     speedup_figure(group, baseline)   x_vs_<baseline> against N, one line per build, one panel per head dim
     memory_figure(group)              peak allocation against N, one line per build, beside what each build must
-                                      hold (attnlab.model's hold_bytes) dashed in the same colour; a byte axis
+                                      hold (attnlab.cost's hold_bytes) dashed in the same colour; a byte axis
                                       labelled in MiB and GiB (attnlab.report.units.byte_axis)
     ablation_figure(group, base)      what removing each stage saves, per N, one panel per head dim; below,
                                       apart, what applying an all-zero mask adds
@@ -60,7 +60,7 @@ def speedup_figure(group, baseline: str = "materialised", builds=None) -> go.Fig
 
 def memory_figure(group, builds=None) -> go.Figure:
     """Peak allocation against N for one (dtype, causal) group, a panel per head dim: each build's measured peak
-    (solid) and what its name says it must hold (attnlab.model's hold_bytes: materialised S and P, qk_softmax P and
+    (solid) and what its name says it must hold (attnlab.cost's hold_bytes: materialised S and P, qk_softmax P and
     O, fused O; dashed, the same colour). A peak far above its dashed line holds more than its algorithm needs; one
     below it is not the program its name claims. Ours bold; the libraries thin, behind their legend entries where
     the panel would hold more than palette.MOST_VISIBLE lines."""

@@ -145,7 +145,7 @@ CLOCK_SHARE = 0.05
 
 
 def same_clock(found: dict, builds, shape: tuple) -> str:
-    """'' or a note that the rows of `builds` at shape ran at SM clocks more than CLOCK_SHARE apart (attnlab.load: a
+    """'' or a note that the rows of `builds` at shape ran at SM clocks more than CLOCK_SHARE apart (attnlab.telemetry: a
     card at its power limit lowers its clock, by how much depends on the build's draw): their difference then
     includes the clock, not the work alone. Rows without a clock (a CPU, older runs) are not compared."""
     clocks = {b: float(found[(b, shape)].get("sm_clock_mhz", math.nan)) for b in builds if (b, shape) in found}

@@ -2,7 +2,7 @@
 
 materialised holds S and P at once (S is freed only once P exists), qk_softmax holds P, fused holds neither
 (attnlab.builds), so the peak difference between adjacent builds should be one (B, H, N, N) tensor in the input
-dtype — B·H·N²·itemsize (attnlab.model.nn_bytes). Off by more than allocator rounding means a build
+dtype — B·H·N²·itemsize (attnlab.cost.nn_bytes). Off by more than allocator rounding means a build
 holds something its name says it does not.
 
     memory_table(group)   per removed boundary: the peak bytes saved beside the S or P it stops holding
@@ -14,7 +14,7 @@ import math
 
 import pandas as pd
 
-from attnlab import model as bd
+from attnlab import cost as bd
 from attnlab.report import groups
 
 HELD = {"S round trip": "S", "P round trip": "P"}  # the tensor a step stops holding
@@ -25,7 +25,7 @@ COLUMNS = {
     "saved_bytes": "from_peak_bytes − to_peak_bytes, measured",
     "tensor": "the tensor the step stops holding, S or P",
     "predicted_bytes": "the peak bytes the step should save: S − O for the S step (materialised frees S before O "
-                       "exists, qk_softmax holds O beside P), P for the P step (attnlab.model.held_saving)",
+                       "exists, qk_softmax holds O beside P), P for the P step (attnlab.cost.held_saving)",
     "saved_over_predicted": "saved_bytes / predicted_bytes",
     "note": "why a number is NaN (on a CPU, peak allocation is unknown), and any alloc_flag the rows carry",
 }
@@ -69,7 +69,7 @@ def memory_table(results: pd.DataFrame) -> pd.DataFrame:
 PEAK_COLUMNS = {
     "build": "the build", "holds": "the (B, H, N, N) tensors it must hold at once: 'S+P', 'P' or 'none'",
     "peak_bytes": "peak allocation of one call, measured (NaN where unknowable: a CPU has no allocator statistics)",
-    "hold_bytes": "the bytes it must hold at once, predicted (attnlab.model.hold_bytes)",
+    "hold_bytes": "the bytes it must hold at once, predicted (attnlab.cost.hold_bytes)",
     "s_bytes": "size of S, B·H·N²·itemsize, predicted", "p_bytes": "size of P (the same size as S), predicted",
     "peak_over_hold": "peak_bytes / hold_bytes: below 1 the build held less than its name says",
     "note": "why peak_bytes is NaN; any alloc_flag the row carries",

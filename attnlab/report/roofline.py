@@ -1,6 +1,6 @@
 """A roofline of one dtype: every build at its arithmetic intensity, under the run's own measured ceilings.
 
-    intensity  = FLOPs / bytes moved    (attnlab.model: 4·B·H·N²·D, halved for causal; the fewest bytes the build must
+    intensity  = FLOPs / bytes moved    (attnlab.cost: 4·B·H·N²·D, halved for causal; the fewest bytes the build must
                                          move through device memory)
     achieved   = FLOPs / (ms − consume_ms)                   TFLOP/s, the row's `tflops`
     roof       = min(matmul ceiling, intensity × copy bandwidth)   both measured in the run (provenance.json)

@@ -34,7 +34,7 @@ from typing import NamedTuple
 import torch
 import triton
 
-from attnlab.model import SOFTMAX_ROW_MAX
+from attnlab.cost import SOFTMAX_ROW_MAX
 from attnlab.triton import config
 from attnlab.triton.config import HEAD_DIMS, LOG2E, TILE_FIELDS, Tiles, head_dim_bucket, one_wave
 from attnlab.triton.layout import MaskLayout, ragged_rows, rows_16b, vector_end

@@ -4,7 +4,7 @@ import math
 import pytest
 import torch
 
-from attnlab import builds, model
+from attnlab import builds, cost
 from attnlab.ceilings import measure_ceilings
 from attnlab.measure import Case
 
@@ -20,9 +20,9 @@ def case(build, causal=False, **kw):
 
 
 def test_flops_is_4_B_H_N2_D_halved_for_causal():
-    assert model.flops(case("fused")) == 4 * 1 * 2 * 64 * 64 * 32
-    assert model.flops(case("fused", causal=True)) == 2 * 1 * 2 * 64 * 64 * 32
-    assert model.flops(case("materialised", B=3, H=4, Hkv=1)) == 4 * 3 * 4 * 64 * 64 * 32
+    assert cost.flops(case("fused")) == 4 * 1 * 2 * 64 * 64 * 32
+    assert cost.flops(case("fused", causal=True)) == 2 * 1 * 2 * 64 * 64 * 32
+    assert cost.flops(case("materialised", B=3, H=4, Hkv=1)) == 4 * 3 * 4 * 64 * 64 * 32
 
 
 @pytest.mark.parametrize("build, causal, expected", [
@@ -43,21 +43,21 @@ def test_flops_is_4_B_H_N2_D_halved_for_causal():
     ("sdpa_flash", False, IO), ("sdpa_default", False, IO), ("flex", True, IO),
 ])
 def test_bytes_moved_matches_the_hand_count(build, causal, expected):
-    assert model.bytes_moved(case(build, causal)) == expected
+    assert cost.bytes_moved(case(build, causal)) == expected
 
 
 def test_bytes_use_kv_heads_and_the_dtype_size():
     gqa = case("fused", Hkv=1)  # one k/v head for two query heads: K and V are half as big
-    assert model.bytes_moved(gqa) == QB + KVB // 2 + QB
+    assert cost.bytes_moved(gqa) == QB + KVB // 2 + QB
     half = case("qk_softmax", dtype=torch.bfloat16)  # a torch.dtype is accepted too
-    assert model.bytes_moved(half) == (IO + 2 * PB) // 2
+    assert cost.bytes_moved(half) == (IO + 2 * PB) // 2
 
 
 def test_each_fusion_step_moves_and_holds_less():
     for n in (64, 1000, 4096):
         for causal in (False, True):
-            moved = [model.bytes_moved(case(b, causal, N=n)) for b in builds.OURS]
-            held = [model.hold_bytes(case(b, causal, N=n)) for b in builds.OURS]
+            moved = [cost.bytes_moved(case(b, causal, N=n)) for b in builds.OURS]
+            held = [cost.hold_bytes(case(b, causal, N=n)) for b in builds.OURS]
             assert moved[0] > moved[1] > moved[2] and held[0] > held[1] > held[2]
 
 
@@ -67,12 +67,12 @@ def test_each_fusion_step_moves_and_holds_less():
     ("fused", QB), ("sdpa_flash", QB), ("flex", QB), ("fused-no_softmax", QB),
 ])
 def test_hold_bytes_by_what_the_build_holds(build, expected):
-    assert model.hold_bytes(case(build)) == expected
+    assert cost.hold_bytes(case(build)) == expected
 
 
 def test_unknown_build_is_refused():
     with pytest.raises(ValueError, match="build must be one of"):
-        model.bytes_moved(case("nope"))
+        cost.bytes_moved(case("nope"))
 
 
 def test_cpu_ceilings_are_measured_positive_rates():
@@ -87,12 +87,12 @@ def test_cpu_ceilings_are_measured_positive_rates():
 
 def test_a_copy_softmax_reads_a_long_row_once():
     """Past SOFTMAX_ROW_MAX the softmax streams S twice (statistics, then P); its copy ablation needs one read."""
-    from attnlab.model import SOFTMAX_ROW_MAX
+    from attnlab.cost import SOFTMAX_ROW_MAX
 
     N = SOFTMAX_ROW_MAX * 2
     base = Case("materialised", 1, 1, 1, N, 16, "bfloat16")
     copy = Case("materialised-no_softmax", 1, 1, 1, N, 16, "bfloat16")
-    assert model.bytes_moved(base) - model.bytes_moved(copy) == N * N * 2
+    assert cost.bytes_moved(base) - cost.bytes_moved(copy) == N * N * 2
     short = SOFTMAX_ROW_MAX
-    assert model.bytes_moved(Case("materialised", 1, 1, 1, short, 16, "bfloat16")) == \
-        model.bytes_moved(Case("materialised-no_softmax", 1, 1, 1, short, 16, "bfloat16"))
+    assert cost.bytes_moved(Case("materialised", 1, 1, 1, short, 16, "bfloat16")) == \
+        cost.bytes_moved(Case("materialised-no_softmax", 1, 1, 1, short, 16, "bfloat16"))
