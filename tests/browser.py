@@ -172,6 +172,15 @@ class Lab:
             return False
         return bool(kernels) and all(k["execution_state"] == "idle" for k in kernels)
 
+    def end_sessions(self) -> None:
+        """Shut down every session (and its kernel) of the server: the next notebook opened starts a kernel of its
+        own, with no widgets or comms left by an earlier test's page."""
+        with urllib.request.urlopen(self.url("api/sessions"), timeout=10) as r:
+            sessions = json.load(r)
+        for s in sessions:
+            req = urllib.request.Request(self.url(f"api/sessions/{s['id']}"), method="DELETE")
+            urllib.request.urlopen(req, timeout=30).close()
+
     def wait_idle(self, timeout: float) -> None:
         """Until every kernel of the server is started and idle (its REST API's execution_state)."""
         deadline = time.monotonic() + timeout
@@ -243,7 +252,9 @@ class Shots:
 # -- page actions -------------------------------------------------------------------------------------------------
 
 def open_notebook(page, lab: Lab, name: str, timeout_ms: int = 60_000) -> None:
-    """The notebook open in JupyterLab, alone (a reset workspace), its cells drawn and its kernel started and idle."""
+    """The notebook open in JupyterLab, alone (a reset workspace), its cells drawn and a kernel of its own (no earlier
+    page's session) started and idle."""
+    lab.end_sessions()
     page.goto(lab.url(f"lab/tree/{name}?reset"))
     page.wait_for_selector(f"{PANEL} .jp-CodeCell .jp-InputArea-prompt", timeout=timeout_ms)
     page.wait_for_function("() => { const w = window.jupyterapp && window.jupyterapp.shell.currentWidget;"
