@@ -19,7 +19,7 @@ LAYERS = [
                                       "attnlab.environment"]),
     ("reference and cost model", ["attnlab.reference", "attnlab.accuracy", "attnlab.cost", "attnlab.telemetry",
                                   "attnlab.ceilings"]),
-    ("kernel support", ["attnlab.triton", "attnlab.triton.config", "attnlab.triton.layout"]),
+    ("kernel support", ["attnlab.triton", "attnlab.triton.config", "attnlab.triton.layout", "attnlab.triton.direct"]),
     ("teaching kernels", ["attnlab.triton.tiles", "attnlab.triton.materialised", "attnlab.triton.qk_softmax",
                           "attnlab.triton.pv", "attnlab.triton.fused"]),
     ("Hopper kernels", ["attnlab.triton.hopper", "attnlab.triton.hopper.*"]),

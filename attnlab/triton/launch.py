@@ -16,7 +16,7 @@ from attnlab.triton import fused as _fused
 from attnlab.triton import materialised as _mat
 from attnlab.triton import pv as _pv_mod
 from attnlab.triton import qk_softmax as _qks
-from attnlab.triton import plan
+from attnlab.triton import direct, plan
 from attnlab.triton.config import Tiles, unsupported_reason
 from attnlab.triton.layout import (MaskLayout, mask_layout, row_stride, rows_pad, scores_buffer,
                                    tma_can_read)
@@ -89,8 +89,8 @@ def _pv(c: _Call, p: torch.Tensor, ablation, out) -> torch.Tensor:
 
         pv_gluon.run(pp, p, c.v, o, s.N, s.H, s.group, 1.0 / s.N)
         return o
-    _pv_mod.pv_kernel[pp.grid](p, c.v, o, *c.v.stride()[:3], *o.stride()[:3], s.N, s.H, s.group, 1.0 / s.N, spn,
-                               **pp.constexprs, **pp.options)
+    direct.run(_pv_mod.pv_kernel, pp, p, c.v, o, *c.v.stride()[:3], *o.stride()[:3], s.N, s.H, s.group, 1.0 / s.N,
+               spn)
     return o
 
 
@@ -100,11 +100,11 @@ def materialised(q, k, v, *, causal=False, attn_mask=None, scale=None, ablation=
     s = c.spec
     S = scores_buffer(s)
     ps = plan.plan_scores(s.B * s.H, s.N, s.D, s.dtype, s.causal, c.layout, s.device)
-    _mat.scores_kernel[ps.grid](c.q, c.k, S, c.mask, *c.q.stride()[:3], *c.k.stride()[:3], *c.mask_strides,
-                                s.N, s.H, s.group, s.scale, S.stride(2), **ps.constexprs, **ps.options)
+    direct.run(_mat.scores_kernel, ps, c.q, c.k, S, c.mask, *c.q.stride()[:3], *c.k.stride()[:3], *c.mask_strides,
+               s.N, s.H, s.group, s.scale, S.stride(2))
     P = scores_buffer(s)
     sm = plan.plan_softmax(s.B * s.H, s.N, s.dtype, ablation)
-    _mat.softmax_kernel[sm.grid](S, P, s.B * s.H * s.N, s.N, S.stride(2), P.stride(2), **sm.constexprs, **sm.options)
+    direct.run(_mat.softmax_kernel, sm, S, P, s.B * s.H * s.N, s.N, S.stride(2), P.stride(2))
     del S  # S is dead once P exists; freeing it here keeps the peak at S + P, as a user's code would
     return _pv(c, P, ablation, out)
 
@@ -162,9 +162,8 @@ def _triton_p(c: _Call, P: torch.Tensor, spn: int, pp, qk_scale: float, **flags)
     """The Triton P kernel as `pp` plans it: every block of P (rows spn apart, write_p's row_stride), or (a repair
     plan, given FLAGS) only those with a flagged row."""
     s = c.spec
-    _qks.qk_softmax_kernel[pp.grid](c.q, c.k, P, c.mask, *c.q.stride()[:3], *c.k.stride()[:3], *c.mask_strides,
-                                    s.N, s.H, s.group, qk_scale, pp.log_scale, spn, **flags, **pp.constexprs,
-                                    **pp.options)
+    direct.run(_qks.qk_softmax_kernel, pp, c.q, c.k, P, c.mask, *c.q.stride()[:3], *c.k.stride()[:3],
+               *c.mask_strides, s.N, s.H, s.group, qk_scale, pp.log_scale, spn, **flags)
 
 
 def fused(q, k, v, *, causal=False, attn_mask=None, scale=None, ablation=None, out=None) -> torch.Tensor:
@@ -179,9 +178,9 @@ def fused(q, k, v, *, causal=False, attn_mask=None, scale=None, ablation=None, o
         fused_gluon.run(pf, c.q, c.k, c.v, o, c.mask, c.mask_strides, s.N, s.H, s.group, s.scale * pf.log_scale,
                         pf.log_scale, 1.0 / s.N)
         return o
-    _fused.fused_kernel[pf.grid](c.q, c.k, c.v, o, c.mask, *c.q.stride()[:3], *c.k.stride()[:3], *c.v.stride()[:3],
-                                 *o.stride()[:3], *c.mask_strides, s.N, s.H, s.group, s.scale * pf.log_scale,
-                                 pf.log_scale, 1.0 / s.N, **pf.constexprs, **pf.options)
+    direct.run(_fused.fused_kernel, pf, c.q, c.k, c.v, o, c.mask, *c.q.stride()[:3], *c.k.stride()[:3],
+               *c.v.stride()[:3], *o.stride()[:3], *c.mask_strides, s.N, s.H, s.group, s.scale * pf.log_scale,
+               pf.log_scale, 1.0 / s.N)
     return o
 
 

@@ -31,6 +31,7 @@ from triton.experimental.gluon import language as gl
 from triton.experimental.gluon.language.nvidia.hopper import (fence_async_shared, mbarrier, tma, warpgroup_mma,
                                                               warpgroup_mma_wait)
 
+from attnlab.triton import direct
 from attnlab.triton.hopper.common import (CONSUMER_REGS, ROWS_PER_PROGRAM, SMEM_SPARE, described, items,
                                           mask_by_tma, mask_descriptor, partitions, program, smem_limit, softmax_tile,
                                           step_item, tma_ready, warpgroup_mask)
@@ -415,8 +416,8 @@ def run(plan, q, k, v, o, mask, mask_strides, N, H, group, qk_scale, mask_scale,
     q_box, kv_box, o_box = plan.boxes
     q_desc = described(q, q_box)
     mask_desc = mask_descriptor(mask, plan.mask_rows, plan.BLOCK_N)[0] if plan.constexprs["MASK_TMA"] else q_desc
-    fused_gluon_kernel[plan.grid](q_desc, described(k, kv_box), described(v, kv_box), described(o_t, o_box), o_t,
-                                  *o_t.stride()[:3], mask, *mask_strides, mask_desc, N, H, group, plan.total,
-                                  qk_scale, mask_scale, inv_n, **plan.constexprs, **plan.options)
+    direct.run(fused_gluon_kernel, plan, q_desc, described(k, kv_box), described(v, kv_box), described(o_t, o_box),
+               o_t, *o_t.stride()[:3], mask, *mask_strides, mask_desc, N, H, group, plan.total, qk_scale, mask_scale,
+               inv_n)
     if o_t is not o:
         o.copy_(o_t)

@@ -24,6 +24,7 @@ from triton.experimental.gluon import language as gl
 from triton.experimental.gluon.language.nvidia.hopper import (fence_async_shared, mbarrier, tma, warpgroup_mma,
                                                              warpgroup_mma_wait)
 
+from attnlab.triton import direct
 from attnlab.triton.hopper.common import (CONSUMER_REGS, check_p_rows, described, items, partitions, step_item,
                                           tma_ready)
 
@@ -199,8 +200,8 @@ def run(plan, p, v, o, N, H, group, inv_n) -> None:
     common.check_p_rows: layout.scores_buffer's) and a checked (B, Hkv, N, D) V into O (B, H, N, D)."""
     check_p_rows(p)
     p_box, v_box = plan.boxes
-    pv_gluon_kernel[plan.grid](described(p, p_box), described(tma_ready(v), v_box), o, *o.stride()[:3], N, H, group,
-                               plan.total, inv_n, **plan.constexprs, **plan.options)
+    direct.run(pv_gluon_kernel, plan, described(p, p_box), described(tma_ready(v), v_box), o, *o.stride()[:3], N, H,
+               group, plan.total, inv_n)
 
 
 def constexprs(tiles, *, D: int, causal: bool, no_pv: bool = False) -> dict:

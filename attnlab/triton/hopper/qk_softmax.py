@@ -31,6 +31,7 @@ from triton.experimental.gluon import language as gl
 from triton.experimental.gluon.language.nvidia.hopper import (fence_async_shared, mbarrier, tma, warpgroup_mma,
                                                               warpgroup_mma_wait)
 
+from attnlab.triton import direct
 from attnlab.triton.hopper.common import (P_CONSUMER_REGS, ROWS_PER_PROGRAM, SMEM_SPARE, check_p_rows, described,
                                           items, load_k_tile, mask_by_tma, mask_descriptor, needs_masks, p_bias,
                                           partitions, program, scores, smem_limit, softmax_tile, step_item,
@@ -517,9 +518,8 @@ def run(plan, q, k, p, mask, mask_strides, N, H, group, qk_scale, mask_scale, fl
     q_box, k_box, p_box = plan.boxes
     q_desc = described(q, q_box)
     mask_desc = mask_descriptor(mask, plan.mask_rows, plan.BLOCK_N)[0] if plan.constexprs["MASK_TMA"] else q_desc
-    qk_softmax_gluon_kernel[plan.grid](q_desc, described(k, k_box), described(p, p_box), mask, *mask_strides,
-                                       mask_desc, flags if ref1 else p, N, H, group, plan.total, qk_scale, mask_scale,
-                                       **plan.constexprs, **plan.options)
+    direct.run(qk_softmax_gluon_kernel, plan, q_desc, described(k, k_box), described(p, p_box), mask, *mask_strides,
+               mask_desc, flags if ref1 else p, N, H, group, plan.total, qk_scale, mask_scale)
 
 
 def constexprs(tiles, *, D: int, causal: bool, mask, no_softmax: bool = False) -> dict:

@@ -30,6 +30,7 @@ from triton.experimental.gluon import language as gl
 from triton.experimental.gluon.language.nvidia.hopper import (fence_async_shared, mbarrier, tma, warpgroup_mma,
                                                               warpgroup_mma_wait)
 
+from attnlab.triton import direct
 from attnlab.triton.hopper.common import (P_CONSUMER_REGS, SMEM_SPARE, check_p_rows, described, items, load_k_tile,
                                           needs_masks, p_bias, scores, smem_limit, step_item, tma_ready)
 from attnlab.triton.layout import padded_view
@@ -294,8 +295,8 @@ def run(plan, q, k, p, N, H, group, qk_scale) -> None:
     p = padded_view(p, N)
     q, k = tma_ready(q), tma_ready(k)
     q_box, k_box, p_box = plan.boxes
-    qk_softmax_row_kernel[plan.grid](described(q, q_box), described(k, k_box), described(p, p_box), p, N, H, group,
-                                     plan.total, qk_scale, **plan.constexprs, **plan.options)
+    direct.run(qk_softmax_row_kernel, plan, described(q, q_box), described(k, k_box), described(p, p_box), p, N, H,
+               group, plan.total, qk_scale)
 
 
 def constexprs(tiles, *, D: int, N: int, itemsize: int, causal: bool, no_softmax: bool = False) -> dict:
