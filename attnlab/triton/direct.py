@@ -24,18 +24,20 @@ KEPT_MAX = 4096  # signatures kept; past it the cache starts over (a sweep of ma
 _kept: dict = {}
 
 
+_PLAIN = frozenset((int, float, bool, type(None)))
+
+
 def _signature(a):
-    """What of one argument Triton may specialise on (its value for integers, which is more than it uses)."""
+    """What of one argument Triton may specialise on, and more: a number's value (Triton reads an integer's
+    divisibility by 16 and whether it is 1, a float's type), a tensor's dtype and 16-byte alignment, a tensor
+    descriptor's base, shape, strides, block and layout."""
+    if type(a) in _PLAIN:
+        return a
     if isinstance(a, torch.Tensor):
         return a.dtype, a.data_ptr() % 16 == 0
-    if isinstance(a, (int, bool)) or a is None:
-        return a
-    if isinstance(a, float):
-        return float
     base = getattr(a, "base", None)  # a host tensor descriptor
     if isinstance(base, torch.Tensor):
-        return (type(a), base.dtype, base.data_ptr() % 16 == 0, tuple(a.shape), tuple(a.strides),
-                tuple(a.block_shape), getattr(a, "layout", None), getattr(a, "padding", None))
+        return (base.dtype, base.data_ptr() % 16 == 0, *a.shape, *a.strides, *a.block_shape, a.layout, a.padding)
     raise TypeError(f"direct.run: an argument of type {type(a).__name__} has no launch signature here")
 
 
