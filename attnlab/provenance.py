@@ -16,6 +16,8 @@ from pathlib import Path
 
 import torch
 
+from attnlab import environment
+
 REPO = Path(__file__).resolve().parent.parent
 
 
@@ -98,8 +100,8 @@ def git_state() -> dict:
     """The commit the code ran from and whether tracked files differed from it. ATTNLAB_COMMIT, where set, names the
     commit instead: a copy of a working tree sent to another machine (the GPU machine's) carries a .git whose HEAD is
     not the tree's, and the sender knows which commit it sent."""
-    if os.environ.get("ATTNLAB_COMMIT"):
-        return dict(commit=os.environ["ATTNLAB_COMMIT"], dirty=None, note="commit named by ATTNLAB_COMMIT")
+    if environment.setting("ATTNLAB_COMMIT"):
+        return dict(commit=environment.setting("ATTNLAB_COMMIT"), dirty=None, note="commit named by ATTNLAB_COMMIT")
     commit, why = _run(["git", "rev-parse", "HEAD"], cwd=REPO)
     if commit is None:
         return dict(commit=None, dirty=None, note=why)
@@ -128,7 +130,7 @@ def software() -> dict:
 
     return dict(python=sys.version.split()[0], torch=torch.__version__, triton=triton.__version__,
                 numpy=numpy.__version__, pandas=pandas.__version__, cuda=torch.version.cuda,
-                triton_interpret=os.environ.get("TRITON_INTERPRET", ""))
+                triton_interpret="1" if environment.interpreting() else "")
 
 
 def collect(device) -> dict:

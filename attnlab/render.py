@@ -17,7 +17,6 @@ naming the cell. papermill marks an error in the notebook itself; a timeout it d
 from __future__ import annotations
 
 import argparse
-import os
 import subprocess
 import sys
 import time
@@ -27,7 +26,7 @@ from pathlib import Path
 
 import yaml
 
-from attnlab import provenance, sweep
+from attnlab import environment, provenance, sweep
 from attnlab.args import Parser, existing_file, out_dir, positive_float
 
 NOTEBOOKS = provenance.REPO / "notebooks"
@@ -244,7 +243,7 @@ def render_gpus(params_path, gpus: list[int], *, runner=None, timeout: float | N
         cmd = [sys.executable, "-m", "attnlab.render", "--params", str(params_path), "--out", str(folder)]
         if timeout:
             cmd += ["--timeout", str(timeout)]
-        children.append(runner(cmd, {**os.environ, "CUDA_VISIBLE_DEVICES": str(g)}))
+        children.append(runner(cmd, environment.child(CUDA_VISIBLE_DEVICES=str(g))))
     codes = [child.wait() for child in children]
     lines = [f"GPU {g}: {'rendered' if c == 0 else f'exit {c}'} into {_short(f)}" for g, c, f in
              zip(gpus, codes, folders)]

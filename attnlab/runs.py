@@ -12,20 +12,19 @@ and what compare_gpus sets side by side: one way to find them, located afresh ea
 from __future__ import annotations
 
 import json
-import os
 from datetime import datetime, timezone
 from pathlib import Path
 
 import pandas as pd
 
-from attnlab import builds, provenance
+from attnlab import builds, environment, provenance
 from attnlab.sweep import PROVENANCE, RESULTS
 
 _NEVER = datetime.min.replace(tzinfo=timezone.utc)
 
 
 def outputs_root() -> Path:
-    return Path(os.environ.get("ATTNLAB_OUTPUTS") or provenance.REPO / "outputs")
+    return Path(environment.setting("ATTNLAB_OUTPUTS") or provenance.REPO / "outputs")
 
 
 def started(prov: dict) -> datetime:

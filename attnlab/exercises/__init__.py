@@ -10,8 +10,8 @@ differs from what the lab expects.
 """
 from __future__ import annotations
 
-import os
 
+from attnlab import environment
 from attnlab.exercises.checks import Checks, key_tiles
 from attnlab.exercises.planted import LIES
 from attnlab.exercises.planted import table as planted_table
@@ -24,9 +24,7 @@ def setup() -> dict:
     @triton.jit function is bound to the interpreter when it is decorated, so this runs first), and wide tables."""
     import pandas as pd
 
-    from attnlab import environment
-
     environment.use_interpreter()
     pd.set_option("display.width", 200)
     pd.set_option("display.max_columns", 20)
-    return {"TRITON_INTERPRET": os.environ["TRITON_INTERPRET"]}
+    return {"TRITON_INTERPRET": "1" if environment.interpreting() else "0"}

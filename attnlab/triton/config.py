@@ -4,10 +4,11 @@ records, their label, and the arithmetic of work items and waves that the rules 
 from __future__ import annotations
 
 import functools
-import os
 from dataclasses import dataclass, fields
 
 import torch
+
+from attnlab import environment
 
 LOG2E = 1.4426950408889634  # exp(x) = exp2(x · log2 e): exp2 is the cheaper instruction
 
@@ -98,7 +99,7 @@ GLUON_ONLY = ("gluon", "mask_tma", "q_registers", "persistent", "o_tma", "one_co
 
 def interpreting() -> bool:
     """True when Triton runs kernels in its CPU interpreter (TRITON_INTERPRET=1)."""
-    return os.environ.get("TRITON_INTERPRET", "0") not in ("", "0")
+    return environment.interpreting()
 
 
 def unsupported_reason(device: torch.device) -> str | None:

@@ -24,6 +24,7 @@ import torch
 import triton
 from triton.backends.compiler import GPUTarget
 
+from attnlab import environment
 from attnlab.triton import config
 from attnlab.triton.hopper.common import smem_limit
 
@@ -301,11 +302,11 @@ def main(argv=None) -> int:
               file=sys.stderr)
         return 2
     if not isinstance(_kernel("fused"), triton.runtime.jit.JITFunction):  # loaded for the interpreter: restart
-        if os.environ.get("ATTNLAB_RESOURCES_CHILD"):
+        if environment.setting("ATTNLAB_RESOURCES_CHILD"):
             print("attnlab resources: error: kernels still load for the interpreter with TRITON_INTERPRET=0",
                   file=sys.stderr)
             return 1
-        env = {**os.environ, "TRITON_INTERPRET": "0", "ATTNLAB_RESOURCES_CHILD": "1"}
+        env = environment.child(TRITON_INTERPRET="0", ATTNLAB_RESOURCES_CHILD="1")
         return subprocess.run([sys.executable, "-m", "attnlab.triton.resources", *argv], env=env).returncode
     rows = []
     for kernel in args.kernels.split(","):
