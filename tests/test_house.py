@@ -61,3 +61,9 @@ def test_every_committed_walkthrough_page_shows_its_own_rows():
     assert pages
     for page in pages:
         assert page_check.check(page.parent) == [], page.parent
+
+
+def test_one_module_reads_and_writes_the_process_environment():
+    found = subprocess.run(["git", "grep", "-l", "os.environ", "--", "attnlab/"], cwd=ROOT, capture_output=True,
+                           text=True).stdout.split()
+    assert found == ["attnlab/environment.py"], found
