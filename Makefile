@@ -3,7 +3,8 @@
 #               present (params/<gpu>.yaml, params/gpu.yaml, or params/cpu.yaml without a GPU) into a new
 #               outputs/<gpu-or-cpu>/<time>/: the executed notebook, its HTML (draws offline), results, provenance
 #   make lab    JupyterLab on notebooks/, with this environment's kernel
-#   make test   the test suite (CPU; Triton kernels in Triton's interpreter)
+#   make test   the test suite (CPU; Triton kernels in Triton's interpreter), without the `system` tests
+#   make test-system  the tests that drive real outside systems: Chromium, ptxas for sm_90a, a real Slurm
 PYTHON ?= python3
 VENV   ?= .venv
 BIN    := $(VENV)/bin
@@ -13,7 +14,7 @@ STAMP  := $(VENV)/.installed
 HAS_GPU := $(shell command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi -L >/dev/null 2>&1 && echo 1)
 TORCH_PINS := torch==2.13.0 $(if $(HAS_GPU),,triton==3.6.0)
 
-.PHONY: install run lab test clean
+.PHONY: install run lab test test-system clean
 
 install: $(STAMP)
 
@@ -34,9 +35,16 @@ lab: $(STAMP)
 # Two test processes (pytest-xdist); the sm_90a compiles the tests read run beside them, each once, shared out among
 # the processes (tests/offline.py). --dist loadfile keeps a file's tests on one process: the browser tests share one
 # JupyterLab server and one run of the walkthrough. --durations names the slowest tests, to keep the suite short.
+# `make test` leaves out the tests marked `system`, which drive real outside systems (Chromium, ptxas for sm_90a, a
+# real Slurm): `make test-system` runs those (CI runs it after `make test`).
 TEST_JOBS ?= 2
 test: $(STAMP)
-	TRITON_INTERPRET=1 $(BIN)/python -m pytest -q -p no:cacheprovider -n $(TEST_JOBS) --dist loadfile --durations=15 tests
+	TRITON_INTERPRET=1 $(BIN)/python -m pytest -q -p no:cacheprovider -n $(TEST_JOBS) --dist loadfile --durations=15 \
+	  -m "not system" tests
+
+test-system: $(STAMP)
+	TRITON_INTERPRET=1 $(BIN)/python -m pytest -q -p no:cacheprovider -n $(TEST_JOBS) --dist loadfile --durations=15 \
+	  -m system tests
 
 clean:
 	rm -rf $(VENV) *.egg-info

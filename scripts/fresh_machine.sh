@@ -5,9 +5,18 @@
 # has no .venv, and the variables that point Python elsewhere are unset. Fails if the README lacks either command,
 # if either fails, or if `make run` leaves no rendered walkthrough.
 #
-#   bash scripts/fresh_machine.sh [REPO]      REPO: a path or URL git can clone (default: this repository's HEAD)
+#   bash scripts/fresh_machine.sh [REPO] [--then COMMAND]...
+#       REPO: a path or URL git can clone (default: this repository's HEAD); each --then COMMAND runs in the clone
+#       after the README's commands have passed (CI: --then "make test-system")
 set -euo pipefail
-src=${1:-$(cd "$(dirname "$0")/.." && pwd)}
+src=$(cd "$(dirname "$0")/.." && pwd)
+then=()
+while [ $# -gt 0 ]; do
+  case $1 in
+    --then) [ $# -ge 2 ] || { echo "fresh_machine.sh: --then needs a command"; exit 2; }; then+=("$2"); shift 2 ;;
+    *) src=$1; shift ;;
+  esac
+done
 work=$(mktemp -d "${TMPDIR:-/tmp}/attnlab-fresh.XXXXXX")
 git clone -q "$src" "$work/repo"
 cd "$work/repo"
@@ -34,4 +43,8 @@ html=$(comm -13 <(echo "$before") <(renders) | head -1)
 [ -n "$html" ] || { echo "make run left no rendered walkthrough under outputs/"; exit 1; }
 echo "make run rendered $html"
 run make test
+for command in "${then[@]}"; do
+  # shellcheck disable=SC2086  # a command of words, e.g. "make test-system"
+  run $command
+done
 echo "fresh-machine check passed"

@@ -39,6 +39,15 @@ def offline_compile(*args: str, timeout: int = 600) -> list[dict]:
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 
+def pytest_collection_modifyitems(items):
+    """Tests that compile for sm_90a with ptxas (they declare offline compiles) are `system` tests: `make test-system`
+    runs them, beside the browser and Slurm tests, which carry the mark themselves."""
+    for item in items:
+        function = getattr(item, "function", None)
+        if _declared(item) or (function is not None and "offline_compile" in function.__code__.co_names):
+            item.add_marker(pytest.mark.system)
+
+
 def _declared(item):
     """The compiles a collected test declares: the parameter of its `offline` fixture (tests/offline.py)."""
     callspec = getattr(item, "callspec", None)

@@ -33,7 +33,7 @@ from tests import browser as bw
 from tests.test_accessibility import page_outline, skipped
 
 REASON = bw.missing()
-pytestmark = [pytest.mark.xdist_group("browser"),
+pytestmark = [pytest.mark.system, pytest.mark.xdist_group("browser"),
               pytest.mark.skipif(bool(REASON) and not bw.MUST_RUN, reason=f"browser tests: {REASON}")]
 
 VIEWPORT = {"width": 1600, "height": 1000}

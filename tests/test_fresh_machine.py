@@ -23,6 +23,8 @@ test:
 \t$(FAIL_TEST)
 lab:
 \techo lab >> "$(LOG)"
+test-system:
+\techo test-system $$PWD >> "$(LOG)"
 """
 
 
@@ -40,11 +42,12 @@ def made_up(tmp_path, readme=README, makefile=MAKEFILE) -> Path:
     return repo
 
 
-def check(tmp_path, repo, **env):
+def check(tmp_path, repo, *then, **env):
     log = tmp_path / "make.log"
     environ = {"PATH": "/usr/bin:/bin", "HOME": str(tmp_path), "TMPDIR": str(tmp_path), "LOG": str(log),
                "PYTHONPATH": "/somewhere/else", **env}
-    result = subprocess.run(["bash", str(SCRIPT), str(repo)], capture_output=True, text=True, env=environ)
+    extra = [word for command in then for word in ("--then", command)]
+    result = subprocess.run(["bash", str(SCRIPT), str(repo), *extra], capture_output=True, text=True, env=environ)
     return result, log.read_text().splitlines() if log.exists() else []
 
 
@@ -58,6 +61,17 @@ def test_the_readme_commands_run_in_a_new_clone_in_order(tmp_path):
     assert lines[1].split()[1:] == [str(clone), "unset"]  # the caller's PYTHONPATH does not leak in
     assert "make run rendered outputs/cpu/now/attention_lab.html" in result.stdout
     assert result.stdout.rstrip().endswith("fresh-machine check passed")
+
+
+def test_a_then_command_runs_in_the_clone_after_the_readme_commands_only_when_they_pass(tmp_path):
+    repo = made_up(tmp_path)
+    result, lines = check(tmp_path, repo, "make test-system")
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert [line.split()[0] for line in lines] == ["run", "test", "test-system"]
+    assert lines[2].split()[1] == lines[0].split()[1]  # in the same clone
+    (tmp_path / "make.log").unlink()
+    result, lines = check(tmp_path, repo, "make test-system", FAIL_TEST="false")
+    assert result.returncode != 0 and [line.split()[0] for line in lines] == ["run", "test"]
 
 
 def test_a_readme_without_a_command_fails(tmp_path):
