@@ -37,7 +37,7 @@ import yaml
 
 from attnlab import builds, hf_attention, lab, cost as bd, model_forward as mf, model_sweep, render, sweep
 from attnlab.args import Parser, existing_file, out_dir as out_dir_arg, positive_float
-from attnlab.lab import Question, readable_bytes, relative_path
+from attnlab.lab import Question, notebook, readable_bytes, relative_path
 from attnlab.lab import setup as lab_setup
 from attnlab.report import palette
 from attnlab.runs import outputs_root, started
@@ -104,7 +104,7 @@ def sweep_run(run: Run, progress: bool = True):
         return Markdown(f"**transformers is not installed in this kernel's environment**, so no model runs here. "
                         f"Install the lab's `model` extra: `{hf_attention.INSTALL}`, then run this notebook again. "
                         "The sections below read a committed GPU run where there is one.")
-    model_sweep.run(run.params, run.out, progress=progress)
+    model_sweep.run(run.params, run.out, progress=progress, bar=notebook.progress_bar("model forwards"))
     _read(run)
     ok = int((run.results["status"] == "ok").sum())
     return Markdown(f"{len(run.results)} rows ({ok} ok) in `{relative_path(run.out / model_sweep.RESULTS)}`, provenance "

@@ -212,10 +212,11 @@ def software() -> dict:
 
 # -- the sweep ----------------------------------------------------------------------------------------------------
 
-def run(params, out_dir=None, *, progress: bool = True) -> pd.DataFrame:
+def run(params, out_dir=None, *, progress: bool = True, bar=None) -> pd.DataFrame:
     """Measure every row of `params` (a path or a dict) not yet in out_dir's results; return all its rows. Bad
     params, a device that is not here, an unwritable out_dir or a missing transformers fail before anything is
-    written."""
+    written. `bar`: the tqdm class that draws the progress (a notebook passes one that ends as a line of text;
+    tqdm.auto's by default)."""
     p = load_params(params) if isinstance(params, (str, os.PathLike)) else validate(dict(params))
     hf_attention.require()
     device = sweep.resolve_device(p)
@@ -242,10 +243,9 @@ def run(params, out_dir=None, *, progress: bool = True) -> pd.DataFrame:
     sweep.write_json(prov_path, prov)
     finished = False
     try:
-        from tqdm.auto import tqdm
-
-        bar = tqdm(total=len(grid(p)), initial=len(grid(p)) - len(todo), unit="forward", disable=not progress,
-                   dynamic_ncols=True)
+        if bar is None:
+            from tqdm.auto import tqdm as bar
+        bar = bar(total=len(grid(p)), initial=len(grid(p)) - len(todo), unit="forward", disable=not progress)
         for spec in specs(p):
             mine = [c for c in todo if c[0] == spec]
             if not mine:

@@ -113,3 +113,13 @@ def test_a_resumed_render_shows_both_parts_rows_in_every_section(two_parts):
     assert f"at most 1 / (1 − f) = {1 / (1 - f32):.2f}×" in text
     assert "The difference, 114 KiB, is 0.89× one layer's S and P" in text and "adds 500 B to the peak" in text
     assert f"At most {standin.LOGITS_MAXDIFF:.3g} (" in text
+
+
+def test_both_parts_pages_keep_the_page_budget_and_no_bar_frozen_part_way(two_parts):
+    from tests import page_budget
+
+    _, first_nb, second = two_parts
+    for nb in (first_nb, nbformat.read(str(second.notebook), as_version=4)):
+        assert len(page_budget.expanded_tables(nb)) <= page_budget.BUDGET_TABLES, page_budget.expanded_tables(nb)
+        assert page_budget.generated_words(nb) <= page_budget.BUDGET_WORDS, page_budget.words_by_cell(nb)
+        assert page_budget.noise(nb) == []
