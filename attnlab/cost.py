@@ -31,6 +31,21 @@ Bytes held at once (the floor on peak allocation; a build allocating less is not
 FLOPs: 4·B·H·N²·D (two N×N×D products, 2 FLOPs per multiply-add), halved for causal: the count FlashAttention,
 Triton's tutorial and attention-gym use, so achieved TFLOP/s compare across them. Softmax FLOPs are not counted.
 
+Training (the backward pass, attnlab.builds.training). What a build saves for its backward, alive from the forward's
+end to the backward's (inputs and O excluded: the caller holds them anyway):
+
+    "S+P", "P" builds   P (Pb): materialised and qk_softmax keep the probabilities, torch's eager autograd and
+                        sdpa_math keep softmax's output
+    "none" builds       the row statistics: a logsumexp per query row, B·H·N float32 (4 bytes)
+
+Backward FLOPs, halved for causal: the four N×N×D products (dV = PᵀdO, dP = dO·Vᵀ, dQ = dS·K, dK = dSᵀQ), 8·B·H·N²·D;
+a build that saved no P recomputes S = QKᵀ first, one more product: 10·B·H·N²·D, 2.5× the forward's 4. Backward bytes
+through device memory, beyond Q, K, V, O, dO read and dQ, dK, dV written once each (4·qb + 2·kvb):
+
+    materialised   P read for dV, dP written and read, P read again for dS, dS written, dS read for dQ and for dK: 7·Pb
+    qk_softmax     dS in one kernel from P, dO and V (dP never written): P read twice, dS written, read twice: 5·Pb
+    fused          none: P is recomputed tile by tile from Q, K and the logsumexp, and never stored
+
 A case here is anything with the fields of attnlab.measure.Case (build, B, H, Hkv, N, D, dtype, causal). What a build
 must hold comes from its name alone (HOLDS): the model sits below the builds, which take their `holds` from here.
 
@@ -193,3 +208,36 @@ def hold_bytes(case) -> int:
     """The bytes the build must hold at once for its name: the floor its peak allocation must reach."""
     s = sizes(case)
     return {"S+P": 2 * s["Pb"], "P": s["Pb"] + s["ob"], "none": s["ob"]}[holds(case.build)]
+
+
+# -- training: what the backward saves, moves and computes (module docstring) ---------------------------------------
+
+LSE_ITEMSIZE = 4  # the logsumexp a "none" build keeps per query row is float32 whatever the inputs' dtype
+BACKWARD_NN = {"materialised": 7, "qk_softmax": 5}  # (B, H, N, N) tensors' worth of bytes each backward moves
+
+
+def saved_bytes(case) -> int:
+    """Bytes the case's build keeps for its backward beyond its inputs and O: P, or a float32 logsumexp a row."""
+    if holds(case.build) == "none":
+        return case.B * case.H * case.N * LSE_ITEMSIZE
+    return sizes(case)["Pb"]
+
+
+def backward_flops(case) -> int:
+    """8·B·H·N²·D (four products), 10·B·H·N²·D where no P was saved (S recomputed first); halved for causal."""
+    f = (10 if holds(case.build) == "none" else 8) * case.B * case.H * case.N * case.N * case.D
+    return f // 2 if case.causal else f
+
+
+def recompute_flops(case) -> int:
+    """FLOPs a build that saved no P spends recomputing S in its backward (one QKᵀ pass); 0 for the others."""
+    return qk_pass_flops(case.B, case.H, case.N, case.D, bool(case.causal)) if holds(case.build) == "none" else 0
+
+
+def backward_bytes(case) -> int:
+    """The fewest bytes the backward of the case's build moves through device memory (module docstring): Q, K, V,
+    O, dO read and dQ, dK, dV written once each, plus its (N, N) traffic; the library's P-keeping builds counted as
+    materialised."""
+    s = sizes(case)
+    nn = 0 if holds(case.build) == "none" else BACKWARD_NN.get(case.build.split("-", 1)[0], BACKWARD_NN["materialised"])
+    return 4 * s["qb"] + 2 * s["kvb"] + nn * s["Pb"]

@@ -96,3 +96,23 @@ def test_a_copy_softmax_reads_a_long_row_once():
     short = SOFTMAX_ROW_MAX
     assert cost.bytes_moved(Case("materialised", 1, 1, 1, short, 16, "bfloat16")) == \
         cost.bytes_moved(Case("materialised-no_softmax", 1, 1, 1, short, 16, "bfloat16"))
+
+
+def test_training_counts_what_each_build_saves_recomputes_and_moves():
+    from attnlab import cost
+    from attnlab.measure import Case
+
+    B, H, Hkv, N, D = 2, 8, 2, 1024, 64
+    case = {b: Case(b, B, H, Hkv, N, D, "bfloat16", False) for b in ("materialised", "qk_softmax", "fused", "sdpa_flash")}
+    P = B * H * N * N * 2
+    assert cost.saved_bytes(case["materialised"]) == cost.saved_bytes(case["qk_softmax"]) == P
+    assert cost.saved_bytes(case["fused"]) == cost.saved_bytes(case["sdpa_flash"]) == B * H * N * 4  # fp32 rows
+    fwd = cost.flops(case["fused"])
+    assert cost.backward_flops(case["fused"]) == 2.5 * fwd and cost.backward_flops(case["materialised"]) == 2 * fwd
+    assert cost.recompute_flops(case["fused"]) == fwd // 2 and cost.recompute_flops(case["qk_softmax"]) == 0
+    causal = Case("fused", B, H, Hkv, N, D, "bfloat16", True)
+    assert cost.backward_flops(causal) == cost.backward_flops(case["fused"]) // 2
+    io = 4 * B * H * N * D * 2 + 2 * 2 * B * Hkv * N * D * 2
+    assert cost.backward_bytes(case["fused"]) == io
+    assert cost.backward_bytes(case["qk_softmax"]) == io + 5 * P
+    assert cost.backward_bytes(case["materialised"]) == io + 7 * P
