@@ -366,8 +366,8 @@ def growth_note(runs: list[Run], names=builds.OURS):
     for (label, card, dtype, causal, D, shapes), g in t.groupby(["run", "card", "dtype", "causal", "D", "shapes"],
                                                                  sort=False):
         parts = [f"{r.build} {_readable(r.first_peak)} → {_readable(r.last_peak)} from N = {r.first_N} to {r.last_N} "
-                 f"(×{r.growth:.2f}: as N^{r.exponent + 0:.2f}; what it must hold grows as "
-                 f"N^{r.held_exponent + 0:.2f})"
+                 f"(×{r.growth:.2f}: as N^{round(r.exponent, 2) + 0:.2f}; what it must hold grows as "
+                 f"N^{round(r.held_exponent, 2) + 0:.2f})"  # + 0: a -0.0 left by rounding reads 0.00
                  for r in g.itertuples()]
         lines.append(f"- **{card} · {label}**, {dtype} {_causal_word(causal)}, D = {D} ({shapes}): "
                      + "; ".join(parts) + ".")
