@@ -128,13 +128,16 @@ def pv_tiles(family: str, D: int, causal: bool, itemsize: int, N: int | None = N
     return Tiles(128, 64, 8, 3)
 
 
-def backward_tiles(family: str, D: int) -> Tiles:
-    """The tiles of the materialised and qk_softmax backward's own kernels (attnlab.triton.backward), set by hand,
-    not tuned: FlashAttention-2's 64 × 64 tiles, 32 × 32 past D = 128 (a float32 accumulator of 64 rows × 256
-    columns takes 128 registers a thread at 4 warps)."""
+def backward_tiles(family: str, D: int, itemsize: int) -> Tiles:
+    """The tiles of the materialised and qk_softmax backward's own kernels (attnlab.triton.backward), set by hand
+    from ptxas's report for sm_90a (attnlab.triton.resources' way), not tuned: at 64 × 64 with 4 warps the dS kernel
+    spilled in 16 bits (255 registers a thread; 8 warps: 186 and no spill, the dK/dV kernel 79 at D = 64 and 159 at
+    D = 128); in float32, or past D = 128, 32 × 32 with 4 warps spills neither (float32 at 64 × 64 spilled both)."""
     if family == "interpreter":
         return Tiles(64, 64)
-    return Tiles(64, 64, 4, 2) if D <= 128 else Tiles(32, 32, 4, 2)
+    if itemsize == 2 and D <= 128:
+        return Tiles(64, 64, 8, 2)
+    return Tiles(32, 32, 4, 2)
 
 
 def scores_tiles(family: str, itemsize: int) -> Tiles:
@@ -235,7 +238,7 @@ def lookup(kernel: str, family: str, D: int, causal: bool, itemsize: int, gluon:
     if kernel == "scores":
         return scores_tiles(family, itemsize)
     if kernel in ("ds", "transposed"):
-        return backward_tiles(family, D)
+        return backward_tiles(family, D, itemsize)
     raise ValueError(f"kernel must be one of fused, qk_softmax, pv, scores, ds, transposed; got {kernel!r}")
 
 
@@ -289,8 +292,8 @@ def _grid_m(N: int, heads: int, block_m: int) -> tuple:
 
 
 @dataclass(frozen=True)
-class ScoresPlan(_Plan):
-    """materialised's S = scale·QKᵀ (+ mask) kernel (attnlab.triton.materialised.scores_kernel)."""
+class TiledPlan(_Plan):
+    """A Triton kernel's plan that is its tiles, grid, constexprs and launch options, nothing more."""
 
     BLOCK_M: int
     BLOCK_N: int
@@ -299,6 +302,11 @@ class ScoresPlan(_Plan):
     grid: tuple
     constexprs: MappingProxyType = field(repr=False)
     options: MappingProxyType = field(repr=False)
+
+
+@dataclass(frozen=True)
+class ScoresPlan(TiledPlan):
+    """materialised's S = scale·QKᵀ (+ mask) kernel (attnlab.triton.materialised.scores_kernel)."""
 
 
 def plan_scores(heads: int, N: int, D: int, dtype: torch.dtype, causal: bool, mask: MaskLayout | None,
@@ -603,17 +611,9 @@ def _pv(heads, N, D, dtype, causal, no_pv, tiles, t: Target, overrides):
 # the backward's own kernels (materialised and qk_softmax) ---------------------------------------------------------
 
 @dataclass(frozen=True)
-class BackwardPlan(_Plan):
+class BackwardPlan(TiledPlan):
     """One of attnlab.triton.backward's kernels: ds_kernel (a program a block of BLOCK_M query rows, grid over
     B·H) or transposed_kernel (a program a block of BLOCK_N key rows, grid over B·Hkv)."""
-
-    BLOCK_M: int
-    BLOCK_N: int
-    num_warps: int
-    num_stages: int
-    grid: tuple
-    constexprs: MappingProxyType = field(repr=False)
-    options: MappingProxyType = field(repr=False)
 
 
 def plan_ds(heads: int, N: int, D: int, dtype: torch.dtype, causal: bool, device: torch.device,
