@@ -116,6 +116,13 @@ def test_a_mask_that_requires_grad_is_refused_before_any_work(name, monkeypatch)
         ops.get("qk_softmax")(*leaves(q, k, v), mask)
 
 
+@pytest.mark.parametrize("name", ["qk_softmax", "sdpa_math"])
+def test_inputs_that_are_not_floating_point_are_refused_by_name(name):
+    q, k, v = (torch.ones(1, 2, 8, 16, dtype=torch.int32) for _ in range(3))
+    with pytest.raises(ValueError, match=r"q.dtype must be one of float16, bfloat16, float32"):
+        training.attend(name)(q, k, v)
+
+
 # ---- the custom ops ------------------------------------------------------------------------------------------------
 
 OURS = [pytest.param(n, marks=pytest.mark.skipif(n == "fused" and not HAS_FUSED_TRAIN, reason=NO_FUSED_TRAIN))
