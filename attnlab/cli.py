@@ -2,6 +2,8 @@
 
     attnlab sweep --params params/cpu.yaml [--out DIR]   measure a grid into DIR (resumes when DIR has results)
     attnlab check [...]                                  the correctness gate alone (attnlab.gate)
+    attnlab check --grad [...]                           the gradient gate: dQ, dK, dV of every build with a backward
+                                                         (attnlab.grad_gate; the gate's options)
     attnlab bench [...]                                  kernel benchmark and autotune (attnlab.bench)
     attnlab run [--params FILE] [--out DIR]              the main job: the walkthrough (notebooks/attention_lab.ipynb)
                                                          rendered by papermill with the params for this device: the
@@ -27,8 +29,10 @@ from attnlab import environment
 environment.configure()  # before any kernel module is imported
 
 PARAMS = Path(__file__).resolve().parent.parent / "params"
-DELEGATED = {"check": ("attnlab.gate", "the correctness gate alone: every build against the fp64 oracle"),
+DELEGATED = {"check": ("attnlab.gate", "the correctness gate alone: every build against the fp64 oracle (--grad: "
+                                       "every build's gradients, attnlab.grad_gate)"),
              "bench": ("attnlab.bench", "kernel benchmark and opt-in autotune sweep")}
+GRAD, GRAD_GATE = "--grad", "attnlab.grad_gate"  # `attnlab check --grad`: the gradient gate
 
 
 def parser() -> argparse.ArgumentParser:
@@ -108,6 +112,8 @@ def _delegate(command: str, rest: list[str]) -> int:
     import importlib
 
     module = DELEGATED[command][0]
+    if command == "check" and GRAD in rest:  # the gradient gate takes the gate's options
+        module, rest = GRAD_GATE, [a for a in rest if a != GRAD]
     try:
         main = importlib.import_module(module).main
     except ModuleNotFoundError as e:

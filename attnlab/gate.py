@@ -5,6 +5,7 @@
     attnlab check --out gate.csv      also write one row per (build, case)
     attnlab check --jobs 8            the shapes shared among 8 processes at once (most of the gate's time on a GPU is
                                       Triton compiling each kernel variant, which runs on one CPU core a process)
+    attnlab check --grad              the gradient gate at the same shapes, with the same options (attnlab.grad_gate)
 
 Our builds write into a NaN-poisoned output, so an element a kernel never writes fails the gate. Accuracy is judged
 by FlashAttention's rule (attnlab.accuracy). Exit status 1 when any case fails; unsupported cases are listed, not
@@ -16,6 +17,8 @@ import argparse
 import itertools
 import sys
 import time
+from dataclasses import dataclass
+from typing import Callable
 
 import torch
 
@@ -160,11 +163,11 @@ def deal(cases: list, jobs: int) -> list[int]:
     return [order.setdefault(family(c), len(order)) % jobs for c in cases]
 
 
-def in_parallel(argv: list[str], jobs: int, owners: list[int]) -> list[dict]:
-    """The gate's rows from `jobs` child processes, child k taking the shapes i with owners[i] == k (deal; each with
-    the seed a single process would give it, so the rows are the ones one process writes). A child that dies loses
-    only the shapes it had not finished (its CSV is rewritten per shape): each of those gets one FAIL row saying so,
-    with the end of the child's output."""
+def in_parallel(argv: list[str], jobs: int, owners: list[int], module: str = "attnlab.gate") -> list[dict]:
+    """The gate's rows from `jobs` child processes (`python -m module`: this gate's, or the gradient gate's), child k
+    taking the shapes i with owners[i] == k (deal; each with the seed a single process would give it, so the rows are
+    the ones one process writes). A child that dies loses only the shapes it had not finished (its CSV is rewritten per
+    shape): each of those gets one FAIL row saying so, with the end of the child's output."""
     import os
     import subprocess
     import tempfile
@@ -176,7 +179,7 @@ def in_parallel(argv: list[str], jobs: int, owners: list[int]) -> list[dict]:
         children = []
         for k in range(jobs):
             log = open(os.path.join(d, f"part{k}.log"), "w")
-            cmd = [sys.executable, "-m", "attnlab.gate", *argv, "--part", f"{k}/{jobs}", "--out",
+            cmd = [sys.executable, "-m", module, *argv, "--part", f"{k}/{jobs}", "--out",
                    os.path.join(d, f"part{k}.csv")]
             children.append((subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT), log))
         for k, (child, log) in enumerate(children):
@@ -204,7 +207,8 @@ def summarise(rows: list[dict]) -> str:
     df = pd.DataFrame(rows)
     df["state"] = df.status.str.split(":").str[0]
     ratio = (df.err / df.limit).where(df.state == "ok")
-    out = df.assign(ratio=ratio).groupby("build", sort=False).agg(
+    keys = ["build"] + (["grad"] if "grad" in df else [])  # the gradient gate's rows: one a gradient
+    out = df.assign(ratio=ratio).groupby(keys, sort=False).agg(
         cases=("status", "size"), ok=("state", lambda s: int((s == "ok").sum())),
         failed=("state", lambda s: int(s.str.startswith("FAIL").sum())),
         unsupported=("state", lambda s: int((s == "unsupported").sum())),
@@ -212,10 +216,37 @@ def summarise(rows: list[dict]) -> str:
     return out.to_string(float_format=lambda x: f"{x:.2e}")
 
 
-def main(argv: list[str] | None = None) -> int:
+@dataclass(frozen=True)
+class Checker:
+    """What a gate checks, for main: each shape's rows (check_case's signature), the builds it checks by default on a
+    device, the build a --builds name stands for (ValueError for one it cannot check), the module a --jobs child runs,
+    and the words of its command line, its report and its summary line."""
+
+    check_case: Callable
+    default_builds: Callable
+    build: Callable
+    module: str
+    prog: str
+    doc: str
+    title: str
+    summary: str
+
+
+def _build(name: str) -> str:
+    from attnlab import builds
+
+    return builds.get(name).name
+
+
+FORWARD = Checker(check_case, default_builds, _build, "attnlab.gate", "attnlab check", __doc__, "correctness gate",
+                  "gate")
+
+
+def main(argv: list[str] | None = None, checker: Checker = FORWARD) -> int:
+    """The command line of the gate (attnlab check), or of another `checker` (attnlab.grad_gate)."""
     from attnlab import args as cli
 
-    ap = cli.Parser(prog="attnlab check", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = cli.Parser(prog=checker.prog, description=checker.doc, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--device", default="auto", type=cli.device, help="auto (GPU if present), cuda or cpu")
     ap.add_argument("--quick", action="store_true", help="fewer shapes")
     ap.add_argument("--builds", default=None, help="comma-separated build names (default: all that suit the device)")
@@ -251,11 +282,10 @@ def main(argv: list[str] | None = None) -> int:
         from attnlab import environment
 
         environment.use_interpreter()  # before the kernels are defined
-    from attnlab import builds
     from attnlab.triton import plan
 
     try:
-        names = [builds.get(n).name for n in args.builds.split(",")] if args.builds else default_builds(device)
+        names = [checker.build(n) for n in args.builds.split(",")] if args.builds else checker.default_builds(device)
         overrides = plan.read_overrides(args.tiles) if args.tiles else plan.NONE
     except ValueError as e:
         print(f"attnlab check: error: --builds/--tiles: {e}", file=sys.stderr)
@@ -273,18 +303,19 @@ def main(argv: list[str] | None = None) -> int:
             return 2
         cases = [c for c in cases if c.dtype in args.dtypes]
     with plan.overriding(overrides):
-        return _run(args, argv, cases, names, device, part)
+        return _run(args, argv, cases, names, device, part, checker)
 
 
-def _run(args, argv, cases: list, names: list[str], device: torch.device, part: tuple[int, int]) -> int:
+def _run(args, argv, cases: list, names: list[str], device: torch.device, part: tuple[int, int],
+         checker: Checker) -> int:
     """Check the cases, in this process or in --jobs children; print and write the rows; 1 where any failed."""
-    print(f"correctness gate on {device} ({torch.cuda.get_device_name(device) if device.type == 'cuda' else 'CPU'}):"
+    print(f"{checker.title} on {device} ({torch.cuda.get_device_name(device) if device.type == 'cuda' else 'CPU'}):"
           f" {len(cases)} shapes x {len(names)} builds" + (f", {args.jobs} processes" if args.jobs > 1 else "") +
           (f", part {part[0]}/{part[1]}" if args.part else ""), flush=True)
     t0 = time.time()
     if args.jobs > 1:
         child_argv = _without(list(argv if argv is not None else sys.argv[1:]), ("--jobs", "--out"))
-        rows = in_parallel(child_argv, args.jobs, deal(cases, args.jobs))
+        rows = in_parallel(child_argv, args.jobs, deal(cases, args.jobs), checker.module)
         for r in rows:
             if str(r["status"]).startswith("FAIL"):
                 _print_fail(r, f"shape {r['shape']}")
@@ -298,24 +329,27 @@ def _run(args, argv, cases: list, names: list[str], device: torch.device, part: 
         for i, case in enumerate(cases):
             if owners[i] != part[0]:
                 continue
-            rows += check_case(case, names, device, seed=SEED0 + i)
+            new = checker.check_case(case, names, device, seed=SEED0 + i)
+            rows += new
             if args.out:
                 import pandas as pd
 
                 pd.DataFrame(rows).to_csv(args.out, index=False)  # rewritten per shape: a crash loses no finished row
-            for r in rows[-len(names):]:
+            for r in new:
                 if r["status"].startswith("FAIL"):
                     _print_fail(r, case)
     print(summarise(rows))
     n_fail = sum(str(r["status"]).startswith("FAIL") for r in rows)
     n_skip = sum(str(r["status"]).startswith(("unsupported", "oom")) for r in rows)
-    print(f"gate: {len(rows) - n_fail - n_skip} passed, {n_fail} failed, {n_skip} skipped "
+    print(f"{checker.summary}: {len(rows) - n_fail - n_skip} passed, {n_fail} failed, {n_skip} skipped "
           f"(unsupported or oom; {time.time() - t0:.0f} s)")
     return 1 if n_fail else 0
 
 
 def _print_fail(row: dict, where) -> None:
-    print(f"  FAIL {row['build']} {where}: {row['status']} err={row.get('err')} limit={row.get('limit')}", flush=True)
+    grad = f" {row['grad']}" if "grad" in row else ""
+    print(f"  FAIL {row['build']}{grad} {where}: {row['status']} err={row.get('err')} limit={row.get('limit')}",
+          flush=True)
 
 
 def _without(argv: list[str], options: tuple[str, ...]) -> list[str]:

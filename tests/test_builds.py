@@ -405,4 +405,4 @@ def test_a_p_whose_rows_the_kernels_cannot_index_is_one_clear_error(bad):
     with pytest.raises(ValueError, match=r"P must be a torch.float16 \(B, H, N, N\) = \(1, 2, 64, 64\) tensor"):
         launch.write_p(c, p, config.Tiles(32, 16))
     with pytest.raises(ValueError, match=r"P must be a torch.float16"):
-        launch._pv(c, p, None, None)
+        launch.pv(c.spec, p, c.v)

@@ -7,6 +7,9 @@ explicitly requested build never falls back to another. The fp64 oracle is `attn
     ours       materialised → qk_softmax → fused: each removes one memory boundary (S, then P)
     ablations  "<build>-<ablation>": the same kernels with one stage removed, still legal, output still consumed
     library    torch_eager, sdpa_default and each SDPA backend forced alone, flex (compiled FlexAttention)
+
+For training, attnlab.builds.training gives ours and the library rows as differentiable calls (the ablations have no
+backward), and attnlab.builds.ops our builds as torch.library ops with their backward.
 """
 from __future__ import annotations
 

@@ -66,6 +66,13 @@ def _prepare(q, k, v, causal, attn_mask, scale, ablation) -> _Call:
     return _Call(spec, q, k, v, mask, mask.stride(), kind, mask_layout(mask, kind))
 
 
+def prepare(q, k, v, *, causal=False, attn_mask=None, scale=None, ablation=None) -> _Call:
+    """The checked call every launcher starts from, for launchers outside this module (attnlab.triton.train_launch):
+    the inputs validated (attnlab.validate.check, then this device's limits), each with unit last stride, and the
+    mask as a (B, H, N, N) view with its kind and layout."""
+    return _prepare(q, k, v, causal, attn_mask, scale, ablation)
+
+
 def _out(spec: Spec, out) -> torch.Tensor:
     """O, freshly allocated or the caller's (tests pass a NaN-poisoned `out` to prove every element is written)."""
     shape = (spec.B, spec.H, spec.N, spec.D)
@@ -77,52 +84,73 @@ def _out(spec: Spec, out) -> torch.Tensor:
     return out
 
 
-def _pv(c: _Call, p: torch.Tensor, ablation, out) -> torch.Tensor:
-    """O = P V (or, under no_pv, O = Σ_n P[:, n]·n/N broadcast over D) from P in device memory (the build's
-    scores_buffer): the Gluon kernel where the plan picks it, else the Triton one."""
-    s = c.spec
+def pv(spec: Spec, p: torch.Tensor, v: torch.Tensor, *, ablation=None, out=None) -> torch.Tensor:
+    """O = P V (or, under no_pv, O = Σ_n P[:, n]·n/N broadcast over D) from a (B, H, N, N) P in device memory (the
+    build's scores_buffer) and a (B, Hkv, N, D) V with unit last stride, for the call `spec` describes: the Gluon
+    kernel where the plan picks it, else the Triton one. The training backward's dQ = dS K is this product too
+    (attnlab.triton.train_launch)."""
+    s = spec
     o = _out(s, out)
     spn = row_stride(p, s, "P")
     pp = plan.plan_pv(s.B * s.H, s.N, s.D, s.dtype, s.causal, s.device, ablation)
     if pp.gluon:
         from attnlab.triton.hopper import pv as pv_gluon
 
-        pv_gluon.run(pp, p, c.v, o, s.N, s.H, s.group, 1.0 / s.N)
+        pv_gluon.run(pp, p, v, o, s.N, s.H, s.group, 1.0 / s.N)
         return o
-    direct.run(_pv_mod.pv_kernel, pp, p, c.v, o, *c.v.stride()[:3], *o.stride()[:3], s.N, s.H, s.group, 1.0 / s.N,
-               spn)
+    direct.run(_pv_mod.pv_kernel, pp, p, v, o, *v.stride()[:3], *o.stride()[:3], s.N, s.H, s.group, 1.0 / s.N, spn)
     return o
+
+
+def scores(c: _Call, S: torch.Tensor) -> None:
+    """materialised's first kernel: S = scale·QKᵀ (+mask) of a prepared call into S (a scores_buffer),
+    -inf where masked. The training backward's dP = dO Vᵀ is this product too, on a call prepared with dO for Q, V for
+    K and scale 1 (attnlab.triton.train_launch)."""
+    s = c.spec
+    ps = plan.plan_scores(s.B * s.H, s.N, s.D, s.dtype, s.causal, c.layout, s.device)
+    direct.run(_mat.scores_kernel, ps, c.q, c.k, S, c.mask, *c.q.stride()[:3], *c.k.stride()[:3], *c.mask_strides,
+               s.N, s.H, s.group, s.scale, S.stride(2))
+
+
+def materialised_p(c: _Call, ablation: str | None = None) -> torch.Tensor:
+    """The materialised build's P for a prepared call, in a fresh scores_buffer: S = scale·QKᵀ (+mask) → memory,
+    P = softmax(S) → memory (S itself under no_softmax); S is freed before it returns."""
+    s = c.spec
+    S = scores_buffer(s)
+    scores(c, S)
+    P = scores_buffer(s)
+    sm = plan.plan_softmax(s.B * s.H, s.N, s.dtype, ablation)
+    direct.run(_mat.softmax_kernel, sm, S, P, s.B * s.H * s.N, s.N, S.stride(2), P.stride(2))
+    del S  # S is dead once P exists; freeing it here keeps the peak at S + P, as a user's code would
+    return P
+
+
+def qk_softmax_p(c: _Call, ablation: str | None = None) -> torch.Tensor:
+    """The qk_softmax build's P for a prepared call, in a fresh scores_buffer, by its one P kernel (S stays on
+    chip)."""
+    s = c.spec
+    P = scores_buffer(s)
+    _write_p(c, P, plan.plan_qk_softmax(s.B * s.H, s.N, s.D, s.dtype, s.causal, c.layout, s.device, ablation))
+    return P
 
 
 def materialised(q, k, v, *, causal=False, attn_mask=None, scale=None, ablation=None, out=None) -> torch.Tensor:
     """S = scale·QKᵀ (+mask) → memory; P = softmax(S) → memory; O = P V."""
     c = _prepare(q, k, v, causal, attn_mask, scale, ablation)
-    s = c.spec
-    S = scores_buffer(s)
-    ps = plan.plan_scores(s.B * s.H, s.N, s.D, s.dtype, s.causal, c.layout, s.device)
-    direct.run(_mat.scores_kernel, ps, c.q, c.k, S, c.mask, *c.q.stride()[:3], *c.k.stride()[:3], *c.mask_strides,
-               s.N, s.H, s.group, s.scale, S.stride(2))
-    P = scores_buffer(s)
-    sm = plan.plan_softmax(s.B * s.H, s.N, s.dtype, ablation)
-    direct.run(_mat.softmax_kernel, sm, S, P, s.B * s.H * s.N, s.N, S.stride(2), P.stride(2))
-    del S  # S is dead once P exists; freeing it here keeps the peak at S + P, as a user's code would
-    return _pv(c, P, ablation, out)
+    return pv(c.spec, materialised_p(c, ablation), c.v, ablation=ablation, out=out)
 
 
 def qk_softmax(q, k, v, *, causal=False, attn_mask=None, scale=None, ablation=None, out=None) -> torch.Tensor:
     """P = softmax(scale·QKᵀ + mask) in one kernel (S stays on chip) → memory; O = P V."""
     c = _prepare(q, k, v, causal, attn_mask, scale, ablation)
-    s = c.spec
-    P = scores_buffer(s)
-    _write_p(c, P, plan.plan_qk_softmax(s.B * s.H, s.N, s.D, s.dtype, s.causal, c.layout, s.device, ablation))
-    return _pv(c, P, ablation, out)
+    return pv(c.spec, qk_softmax_p(c, ablation), c.v, ablation=ablation, out=out)
 
 
 def qk_softmax_with(c: _Call, chosen: Tiles, ablation: str | None = None, out=None) -> torch.Tensor:
     """The qk_softmax build on a prepared call with `chosen` tiles for its P kernel (write_p), then the PV kernel."""
     P = scores_buffer(c.spec)
     write_p(c, P, chosen, no_softmax=ablation == "no_softmax")
-    return _pv(c, P, ablation, out)
+    return pv(c.spec, P, c.v, ablation=ablation, out=out)
 
 
 def write_p(c: _Call, P: torch.Tensor, chosen: Tiles, no_softmax: bool = False) -> None:

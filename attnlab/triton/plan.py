@@ -6,6 +6,8 @@
                                                       QkSoftmaxRowPlan (one pass with the row on chip, Hopper)
     plan_pv          the PV kernel of both            PvPlan (Triton), PvGluonPlan (Hopper)
     plan_fused       the fused build's kernel         FusedPlan (Triton), FusedGluonPlan (Hopper)
+    plan_ds          the backward's dS kernel         BackwardPlan (materialised's and qk_softmax's backward,
+    plan_transposed  the backward's dV and dK kernel  BackwardPlan  attnlab.triton.backward)
 
 A plan holds the kernel's block sizes and its own flags (nothing another kernel reads), its tile label, its grid, its
 constexpr arguments and launch options, and for a Hopper kernel its descriptors' boxes and shared-memory layouts:
@@ -126,6 +128,18 @@ def pv_tiles(family: str, D: int, causal: bool, itemsize: int, N: int | None = N
     return Tiles(128, 64, 8, 3)
 
 
+def backward_tiles(family: str, D: int, itemsize: int) -> Tiles:
+    """The tiles of the materialised and qk_softmax backward's own kernels (attnlab.triton.backward), set by hand
+    from ptxas's report for sm_90a (attnlab.triton.resources' way), not tuned: at 64 × 64 with 4 warps the dS kernel
+    spilled in 16 bits (255 registers a thread; 8 warps: 186 and no spill, the dK/dV kernel 79 at D = 64 and 159 at
+    D = 128); in float32, or past D = 128, 32 × 32 with 4 warps spills neither (float32 at 64 × 64 spilled both)."""
+    if family == "interpreter":
+        return Tiles(64, 64)
+    if itemsize == 2 and D <= 128:
+        return Tiles(64, 64, 8, 2)
+    return Tiles(32, 32, 4, 2)
+
+
 def scores_tiles(family: str, itemsize: int) -> Tiles:
     """materialised's S kernel's tiles (set by hand: the autotune does not tune it)."""
     if family == "interpreter":
@@ -223,14 +237,16 @@ def lookup(kernel: str, family: str, D: int, causal: bool, itemsize: int, gluon:
         return pv_tiles(family, D, causal, itemsize, N, gluon)
     if kernel == "scores":
         return scores_tiles(family, itemsize)
-    raise ValueError(f"kernel must be one of fused, qk_softmax, pv, scores; got {kernel!r}")
+    if kernel in ("ds", "transposed"):
+        return backward_tiles(family, D, itemsize)
+    raise ValueError(f"kernel must be one of fused, qk_softmax, pv, scores, ds, transposed; got {kernel!r}")
 
 
 # ---- the plans -----------------------------------------------------------------------------------------------------
 
 def forget() -> None:
     """Drop every plan made so far (for a test that changes a constant the rules or the plans read)."""
-    for made in (_scores, _softmax, _qk_softmax, _pv, _fused):
+    for made in (_scores, _softmax, _qk_softmax, _pv, _fused, _backward):
         made.cache_clear()
 
 
@@ -276,8 +292,8 @@ def _grid_m(N: int, heads: int, block_m: int) -> tuple:
 
 
 @dataclass(frozen=True)
-class ScoresPlan(_Plan):
-    """materialised's S = scale·QKᵀ (+ mask) kernel (attnlab.triton.materialised.scores_kernel)."""
+class TiledPlan(_Plan):
+    """A Triton kernel's plan that is its tiles, grid, constexprs and launch options, nothing more."""
 
     BLOCK_M: int
     BLOCK_N: int
@@ -286,6 +302,11 @@ class ScoresPlan(_Plan):
     grid: tuple
     constexprs: MappingProxyType = field(repr=False)
     options: MappingProxyType = field(repr=False)
+
+
+@dataclass(frozen=True)
+class ScoresPlan(TiledPlan):
+    """materialised's S = scale·QKᵀ (+ mask) kernel (attnlab.triton.materialised.scores_kernel)."""
 
 
 def plan_scores(heads: int, N: int, D: int, dtype: torch.dtype, causal: bool, mask: MaskLayout | None,
@@ -585,6 +606,38 @@ def _pv(heads, N, D, dtype, causal, no_pv, tiles, t: Target, overrides):
                               common.box((1, 1, N, D), dtype, tiles.BLOCK_N)),
                        constexprs=_frozen(**pv_gluon.constexprs(tiles, D=D, causal=causal, no_pv=no_pv)),
                        options=_frozen(num_warps=4, maxnreg=maxnreg))
+
+
+# the backward's own kernels (materialised and qk_softmax) ---------------------------------------------------------
+
+@dataclass(frozen=True)
+class BackwardPlan(TiledPlan):
+    """One of attnlab.triton.backward's kernels: ds_kernel (a program a block of BLOCK_M query rows, grid over
+    B·H) or transposed_kernel (a program a block of BLOCK_N key rows, grid over B·Hkv)."""
+
+
+def plan_ds(heads: int, N: int, D: int, dtype: torch.dtype, causal: bool, device: torch.device,
+            dp_on_chip: bool) -> BackwardPlan:
+    """The dS kernel: dP read from memory (materialised) or computed on chip (qk_softmax, dp_on_chip). dS is a
+    scores_buffer, whose rows have room for the padding rows_pad asks for."""
+    return _backward("ds", heads, N, D, dtype, causal, dp_on_chip, target(device), _overrides.get())
+
+
+def plan_transposed(kv_heads: int, N: int, D: int, dtype: torch.dtype, causal: bool,
+                    device: torch.device) -> BackwardPlan:
+    """dV = Pᵀ dO and dK = dSᵀ Q, a program a block of keys of one k/v head (B·Hkv of them)."""
+    return _backward("transposed", kv_heads, N, D, dtype, causal, False, target(device), _overrides.get())
+
+
+@functools.lru_cache(maxsize=4096)
+def _backward(kernel, heads, N, D, dtype, causal, dp_on_chip, t: Target, overrides) -> BackwardPlan:
+    tiles = lookup(kernel, t.family, D, causal, dtype.itemsize, False, N, heads, t.sms, overrides)
+    extra = dict(DP_ON_CHIP=dp_on_chip, ROWS_PAD=ragged_rows(N, dtype.itemsize)) if kernel == "ds" else {}
+    rows = tiles.BLOCK_M if kernel == "ds" else tiles.BLOCK_N  # the rows a program owns
+    return BackwardPlan(tiles.BLOCK_M, tiles.BLOCK_N, tiles.num_warps, tiles.num_stages, grid=_grid_m(N, heads, rows),
+                        constexprs=_frozen(**extra, **_shared(D, dtype, causal, t), BLOCK_M=tiles.BLOCK_M,
+                                           BLOCK_N=tiles.BLOCK_N),
+                        options=_frozen(num_warps=tiles.num_warps, num_stages=tiles.num_stages))
 
 
 # fused --------------------------------------------------------------------------------------------------------------
