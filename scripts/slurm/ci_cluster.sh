@@ -10,13 +10,15 @@
 # --install: apt-get installs slurm-wlm and munge where a command is missing (as root, else through sudo).
 #
 # Nothing outside DIR is touched: munged has its own key, socket, log and seed in DIR (slurm.conf's AuthInfo names
-# the socket), slurmctld and slurmd their own state, spool, pid and log files. The daemons run as root (SlurmUser and
-# SlurmdUser), so no system account is needed. slurm.conf uses no cgroup plugin, which a container rarely permits
-# (ProctrackType=proctrack/linuxproc, TaskPlugin=task/none, JobAcctGatherType=jobacct_gather/none), no accounting
-# database, and the node's real CPUs and memory as `slurmd -C` reads them. A job's final state is kept in
-# DIR/jobcomp.log (jobcomp/filetxt) and by slurmctld for a day (MinJobAge), so `scontrol show job` reads it after
-# the job ends. SLURM_CTLD_PORT and SLURM_D_PORT choose the ports (default 6817 and 6818).
+# the socket), slurmctld and slurmd their own state, spool, pid and log files. The daemons run as the user who starts
+# them (SlurmUser, SlurmdUser), and so do the jobs: no root (but for --install), no system account, no systemd.
+# slurm.conf uses no cgroup plugin, which a container rarely permits (ProctrackType=proctrack/linuxproc,
+# TaskPlugin=task/none, JobAcctGatherType=jobacct_gather/none), no accounting database, and the node's real CPUs and
+# memory as `slurmd -C` reads them. A job's final state is kept in DIR/jobcomp.log (jobcomp/filetxt) and by slurmctld
+# for a day (MinJobAge), so `scontrol show job` reads it after the job ends. SLURM_CTLD_PORT and SLURM_D_PORT choose
+# the ports (default 6817 and 6818).
 set -euo pipefail
+PATH="$PATH:/usr/sbin:/sbin"  # the daemons live there, off a plain user's PATH
 
 usage() { echo "usage: $0 start DIR [--install] | stop DIR" >&2; exit 2; }
 [ $# -ge 2 ] || usage
@@ -64,8 +66,6 @@ if [ ${#missing[@]} -gt 0 ]; then
   $sudo apt-get update -qq
   DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq slurm-wlm munge >/dev/null
 fi
-[ "$(id -u)" = 0 ] || { echo "ci_cluster: the daemons run as root here (SlurmUser=root); run as root or" \
-                              "through sudo" >&2; exit 1; }
 
 mkdir -p "$dir"
 dir=$(cd "$dir" && pwd)
@@ -88,8 +88,8 @@ ClusterName=attnlab
 SlurmctldHost=$host(127.0.0.1)
 SlurmctldPort=${SLURM_CTLD_PORT:-6817}
 SlurmdPort=${SLURM_D_PORT:-6818}
-SlurmUser=root
-SlurmdUser=root
+SlurmUser=$(id -un)
+SlurmdUser=$(id -un)
 AuthType=auth/munge
 CredType=cred/munge
 AuthInfo=socket=$socket
