@@ -91,6 +91,7 @@ def cleanup():
 
 def sh(command: str, env: dict) -> subprocess.CompletedProcess:
     done = subprocess.run(["bash", "-c", command], cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
+    print(f"$ {command}\n{done.stdout}{done.stderr}")  # shown with pytest -rP, and on a failure
     assert done.returncode == 0, f"{command}: exit {done.returncode}\n{done.stdout}\n{done.stderr}"
     return done
 
@@ -199,6 +200,7 @@ def test_a_cancelled_task_resumes_alone_in_its_folder_with_no_row_lost(cluster, 
     kept = complete_lines(results)
     total = len(sweep.grid(sweep.validate(dict(SMALL)), "cpu"))
     assert kept[:len(before)] == before and len(kept) < total  # stopped midway
+    print(f"task 1 cancelled: {len(before)} rows read before scancel, {len(kept)} in its results.csv, of {total}")
     other = (folder(group, 0) / sweep.RESULTS).read_bytes()
 
     [resume] = [c for c in readme_commands() if c.startswith("attnlab slurm resume")]
