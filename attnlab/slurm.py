@@ -120,14 +120,14 @@ def submit_compare(sbatch_path: str, outputs: Path, group: str, after: list[str]
                    *common(logs, f"{group}-compare-%j.log"), *extra, str(COMPARE_JOB), str(outputs), group])
 
 
-def submit(params_files: list[str], outputs=None, extra: list[str] = (), stamp: str | None = None) -> Submitted:
+def submit(params_files: list[str], outputs=None, extra: list[str] = ()) -> Submitted:
     """One array task per params file, then the comparison after them; every argument checked first."""
     if not params_files:
         raise SlurmError("an array of zero tasks: give at least one params file (e.g. params/cpu.yaml)")
     params = [check_params(p) for p in params_files]
     outputs = check_outputs(Path(outputs) if outputs is not None else runs.outputs_root())
     sbatch_path = find_sbatch()
-    stamp = stamp or datetime.now().strftime("%Y%m%d-%H%M%S")
+    stamp = datetime.now().strftime("%Y%m%d-%H%M%S")
     logs = outputs / LOGS
     logs.mkdir(parents=True, exist_ok=True)
     files = [str(Path(p).resolve()) for p in params_files]
@@ -163,19 +163,20 @@ def resume(folders: list[str], extra: list[str] = ()) -> Submitted:
     if len({(str(o), g) for o, g, _ in checked}) != 1:
         raise SlurmError("the folders come from more than one array: resume one array's folders at a time")
     outputs, group, _ = checked[0]
-    check_outputs(outputs / LOGS)
+    logs = check_outputs(outputs / LOGS)
     sbatch_path = find_sbatch()
-    logs = outputs / LOGS
     logs.mkdir(parents=True, exist_ok=True)
     jobs = []
-    for folder, (_, _, params) in zip(folders, checked):
-        folder = Path(folder).resolve()
-        jobs.append(sbatch([sbatch_path, "--parsable", *common(logs, f"{folder.name}-resume-%j.log"), *gres([params]),
-                            *extra, str(RENDER_JOB), "--resume", str(folder)]))
     try:
+        for folder, (_, _, params) in zip(folders, checked):
+            folder = Path(folder).resolve()
+            jobs.append(sbatch([sbatch_path, "--parsable", *common(logs, f"{folder.name}-resume-%j.log"),
+                                *gres([params]), *extra, str(RENDER_JOB), "--resume", str(folder)]))
         compare = submit_compare(sbatch_path, outputs, group, jobs, list(extra))
     except SubmitFailed as e:
-        raise SubmitFailed(f"resumed as job(s) {', '.join(jobs)}, but the comparison was not submitted: {e}") from None
+        if not jobs:
+            raise
+        raise SubmitFailed(f"resumed as job(s) {', '.join(jobs)}, but not the rest: {e}") from None
     return Submitted(jobs, compare, [str(Path(f).resolve()) for f in folders], outputs / "compare" / group, logs)
 
 

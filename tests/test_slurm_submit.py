@@ -24,7 +24,8 @@ STAMP = r"\d{8}-\d{6}"
 @pytest.fixture
 def fake_sbatch(tmp_path, monkeypatch):
     """An `sbatch` first on PATH that appends its argv to a log (one JSON list a line) and prints a job id, 100 for
-    its first call, 101 for the next; FAKE_SBATCH_FAIL makes it refuse as sbatch does."""
+    its first call, 101 for the next; FAKE_SBATCH_FAIL makes it refuse as sbatch does, from its call number
+    FAKE_SBATCH_FAIL_AT on (default 0, the first)."""
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir()
     log = tmp_path / "sbatch.log"
@@ -35,7 +36,7 @@ log = {str(log)!r}
 calls = open(log).read().splitlines() if os.path.exists(log) else []
 with open(log, "a") as f:
     f.write(json.dumps(sys.argv[1:]) + "\\n")
-if os.environ.get("FAKE_SBATCH_FAIL"):
+if os.environ.get("FAKE_SBATCH_FAIL") and len(calls) >= int(os.environ.get("FAKE_SBATCH_FAIL_AT", "0")):
     sys.exit("sbatch: error: " + os.environ["FAKE_SBATCH_FAIL"])
 print(100 + len(calls))
 """)
@@ -131,6 +132,17 @@ def test_a_refusing_sbatch_is_one_line_and_exit_1(tmp_path, fake_sbatch, monkeyp
     assert len(fake_sbatch()) == 1  # no comparison submitted after a failed array
 
 
+def test_an_array_whose_comparison_sbatch_refuses_says_which_job_was_submitted(tmp_path, fake_sbatch, monkeypatch,
+                                                                               capsys):
+    monkeypatch.setenv("FAKE_SBATCH_FAIL", "Batch job submission failed: Job dependency problem")
+    monkeypatch.setenv("FAKE_SBATCH_FAIL_AT", "1")
+    assert slurm.main(["submit", str(params_file(tmp_path)), "--outputs", str(tmp_path / "o")]) == 1
+    assert capsys.readouterr().err == ("attnlab slurm submit: error: the render array is job 100, but its comparison "
+                                       "was not submitted: sbatch exited 1: sbatch: error: Batch job submission "
+                                       "failed: Job dependency problem\n")
+    assert len(fake_sbatch()) == 2
+
+
 def task_folder(outputs: Path, name: str, device="cpu", **params) -> Path:
     folder = outputs / device / name
     folder.mkdir(parents=True)
@@ -183,8 +195,9 @@ def test_the_comparison_finds_every_task_folder_of_its_group_in_task_order(tmp_p
         folder.mkdir(parents=True)
         (folder / sweep.PROVENANCE).write_text("{}")
         want.append(folder)
-    for name in ("20260101-120000-77-0", "20260101-120000-7-x", "20260101-120000-7-4"):  # another job; not a task;
-        (out / "cpu" / name).mkdir()  # no provenance (its render stopped before the sweep began)
+    # another array's task; not a task's name; a task whose render stopped before its sweep began (no provenance)
+    for name in ("20260101-120000-77-0", "20260101-120000-7-x", "20260101-120000-7-4"):
+        (out / "cpu" / name).mkdir()
     (out / "cpu" / "20260101-120000-77-0" / sweep.PROVENANCE).write_text("{}")
     assert slurm.group_folders(out, "20260101-120000-7") == want[::-1]
     assert slurm.main(["compare", str(out), "20260101-120000-9"]) == 2
