@@ -8,8 +8,8 @@ no cgroup plugin) runs the README's "Cluster (Slurm)" commands as written, in th
                    every row written before the cancel still there, the other task's folder untouched, and the
                    comparison that follows names both
 
-What the tests write under outputs/ is removed when they end. Marked `system`: `pytest -m system`, run by .ci/run
-after `make test`, never inside it. Where Slurm cannot start (not installed, not root, a daemon refused), the tests
+What the tests write under outputs/ is removed when they end. Marked `system`: `make test-system` runs them (CI,
+after `make test`), never `make test`. Where Slurm cannot start (not installed, not root, a daemon refused), the tests
 skip saying why; with ATTNLAB_SYSTEM_TESTS=run (CI) they fail instead, and the cluster script installs Slurm by
 apt-get where it is missing.
 """
