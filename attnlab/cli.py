@@ -11,6 +11,8 @@
     attnlab run --params FILE --gpus 0,1,...             one render per GPU at once, then notebooks/compare_gpus.ipynb
     attnlab report DIR                                   every table of DIR/results.csv (DIR/tables.txt) and its
                                                          figures (DIR/figures.html, draws offline)
+    attnlab slurm submit PARAMS... | resume FOLDER...    the walkthrough on a Slurm cluster, one render per params
+                                                         file as a job array, then the comparison (attnlab.slurm)
 
 Bad params print one line, `attnlab: error: ...`, and exit 2 with nothing written. Without a GPU, Triton's
 interpreter is switched on before any kernel module is imported (kernels are bound to it when defined).
@@ -31,7 +33,9 @@ environment.configure()  # before any kernel module is imported
 PARAMS = Path(__file__).resolve().parent.parent / "params"
 DELEGATED = {"check": ("attnlab.gate", "the correctness gate alone: every build against the fp64 oracle (--grad: "
                                        "every build's gradients, attnlab.grad_gate)"),
-             "bench": ("attnlab.bench", "kernel benchmark and opt-in autotune sweep")}
+             "bench": ("attnlab.bench", "kernel benchmark and opt-in autotune sweep"),
+             "slurm": ("attnlab.slurm", "the walkthrough on a Slurm cluster: one render per params file as a job "
+                                        "array, then the comparison (submit, resume)")}
 GRAD, GRAD_GATE = "--grad", "attnlab.grad_gate"  # `attnlab check --grad`: the gradient gate
 
 
@@ -40,7 +44,7 @@ def parser() -> argparse.ArgumentParser:
     from attnlab.builds import names
 
     top = cli.Parser(prog="attnlab", description="Measure what fusion buys in attention.")
-    sub = top.add_subparsers(dest="command", metavar="{sweep,check,bench,run,report}", required=True)
+    sub = top.add_subparsers(dest="command", metavar="{sweep,check,bench,run,report,slurm}", required=True)
     sweep = sub.add_parser("sweep", help="measure a params grid into a results directory",
                            description="Measure every case of a params file; append rows to DIR/results.csv as "
                                        "they finish; re-running with the same --out resumes.")
@@ -66,7 +70,7 @@ def parser() -> argparse.ArgumentParser:
                      help="params YAML (default: the one for this device, above)")
     run.add_argument("--out", metavar="DIR", type=cli.out_dir,
                      help="output directory instead of outputs/<gpu-or-cpu>/<time> (a folder holding a run's rows "
-                          "resumes it)")
+                          "resumes it); {device} in it becomes the device's folder name, e.g. nvidia-h200 or cpu")
     run.add_argument("--gpus", metavar="I,J,...", type=cli.ints(0),
                      help="render once per GPU, all at once, each pinned to its GPU by CUDA_VISIBLE_DEVICES and written "
                           "to its own folder; then notebooks/compare_gpus.ipynb over them")

@@ -4,7 +4,8 @@ then nbconvert writes it as HTML that draws with no network. What `attnlab run` 
     python -m attnlab.render --params params/cpu.yaml [--out DIR] [--timeout S]
 
 Into a new outputs/<gpu-or-cpu>/<time>/ (a name never reused: a run never overwrites another), or --out DIR (a
-folder holding rows resumes): the executed notebook, its HTML, and what the notebook's cells write there (results.csv,
+folder holding rows resumes; `{device}` in it becomes the device's folder name, e.g. nvidia-h200 or cpu, found where
+the render runs, as a cluster's job needs): the executed notebook, its HTML, and what the notebook's cells write there (results.csv,
 provenance.json, gate.csv, params.yaml, profiler traces), plus tables.txt (attnlab.report.text).
 
 A failing cell or a cell past --timeout: a non-zero exit (1 for an error, 124 for a timeout), the partial notebook
@@ -39,6 +40,7 @@ KERNEL = "python3"  # the committed notebooks' kernelspec, named explicitly (a u
 PAPERMILL = dict(kernel_name=KERNEL, cwd=str(provenance.REPO), progress_bar=False,
                  extra_arguments=["--IPKernelApp.log_level=ERROR"])
 FAILED, TIMED_OUT = 1, 124
+DEVICE = "{device}"  # in a run folder's path: the device's folder name (sweep.device_tag), known where the render runs
 
 # nbconvert's lab template with every script it would fetch left out: require.js, MathJax, the widget renderer and
 # mermaid come from CDNs. Plotly's figures need none of them: the renderer 'plotly_mimetype+notebook' puts plotly.js
@@ -159,7 +161,8 @@ def run_notebook(notebook: Path, nb_out: Path, parameters: dict, *, timeout: flo
 
 def render(params_path, out=None, *, notebook: Path = WALKTHROUGH, timeout: float | None = None,
            execute=None) -> Rendered:
-    """Execute `notebook` with the params file's keys (and out_dir) into a run folder, and export it to HTML.
+    """Execute `notebook` with the params file's keys (and out_dir) into a run folder, and export it to HTML. The
+    folder is `out` with DEVICE in it replaced by the device's folder name, or a new outputs/<device>/<time>/.
 
     Bad params raise attnlab.sweep.ParamsError before anything is written. `execute` is papermill.execute_notebook
     unless a test passes its own."""
@@ -169,6 +172,8 @@ def render(params_path, out=None, *, notebook: Path = WALKTHROUGH, timeout: floa
         from attnlab import lab
 
         out = lab.new_folder(sweep.resolve_device(sweep.validate(dict(raw))))
+    elif DEVICE in str(out):
+        out = str(out).replace(DEVICE, sweep.device_tag(sweep.resolve_device(sweep.validate(dict(raw)))))
     out = Path(out).resolve()
     sweep.check_out_dir(out)
     out.mkdir(parents=True, exist_ok=True)
@@ -294,7 +299,8 @@ def main(argv=None) -> int:
     ap.add_argument("--params", required=True, type=existing_file, metavar="FILE",
                     help="params YAML (its keys fill the parameters cell)")
     ap.add_argument("--out", type=out_dir, metavar="DIR",
-                    help="the run folder (default: a new outputs/<gpu-or-cpu>/<time>/)")
+                    help="the run folder; {device} in it becomes the device's folder name (default: a new "
+                         "outputs/<gpu-or-cpu>/<time>/)")
     ap.add_argument("--timeout", type=positive_float, default=None, metavar="S",
                     help="seconds a cell may run (default: none)")
     ap.add_argument("--notebook", type=existing_file, default=str(WALKTHROUGH), help=argparse.SUPPRESS)

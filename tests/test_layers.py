@@ -32,7 +32,7 @@ LAYERS = [
     ("report", ["attnlab.report", "attnlab.report.*"]),
     ("CLI and notebooks", ["attnlab", "attnlab.bench", "attnlab.cli", "attnlab.lab", "attnlab.lab.*", "attnlab.lies",
                            "attnlab.render", "attnlab.explore", "attnlab.compare", "attnlab.exercises",
-                           "attnlab.exercises.*", "attnlab.model_lab", "attnlab.page_check"]),
+                           "attnlab.exercises.*", "attnlab.model_lab", "attnlab.page_check", "attnlab.slurm"]),
 ]
 
 # Within the walkthrough's package, bottom to top: a module imports from its own level and those below.
