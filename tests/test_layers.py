@@ -26,7 +26,7 @@ LAYERS = [
     ("plans", ["attnlab.triton.plan"]),
     ("launchers", ["attnlab.triton.launch", "attnlab.triton.resources", "attnlab.triton.train_launch"]),
     ("builds", ["attnlab.builds", "attnlab.builds.*", "attnlab.hf_attention"]),
-    ("measure", ["attnlab.measure", "attnlab.profiler", "attnlab.model_forward"]),
+    ("measure", ["attnlab.measure", "attnlab.profiler", "attnlab.model_forward", "attnlab.model_train"]),
     ("sweep and commands over cases", ["attnlab.sweep", "attnlab.runs", "attnlab.gate", "attnlab.grad_gate",
                                        "attnlab.warm", "attnlab.autotune", "attnlab.selfcheck", "attnlab.model_sweep"]),
     ("report", ["attnlab.report", "attnlab.report.*"]),
