@@ -65,7 +65,8 @@ def _causal_flag(module, query, attention_mask, is_causal) -> bool:
 
 def _refuse(query, key, dropout, kwargs) -> None:
     if dropout:
-        raise Unsupported(f"dropout {dropout} in attention: our builds compute inference attention (model.eval())")
+        raise Unsupported(f"dropout {dropout} in attention: our builds apply none (a config with attention_dropout "
+                          "0, or the model in eval())")
     if kwargs.get("softcap") is not None:
         raise Unsupported("a logit softcap: our builds apply none")
     if key.shape[2] != query.shape[2]:

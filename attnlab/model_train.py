@@ -199,7 +199,12 @@ def check(spec, builds, B, N, dtype, device) -> list[str]:
             raise ValueError(f"{name} must be a whole number >= {least}{why}; got {value!r}")
     if dtype not in DTYPES:
         raise ValueError(f"dtype must be one of {', '.join(DTYPES)}; got {dtype!r}")
-    torch.device(device)  # RuntimeError naming a device string torch cannot read
+    try:
+        dev = torch.device(device)
+    except (RuntimeError, TypeError) as e:
+        raise ValueError(f"device must be a torch device such as 'cpu' or 'cuda'; got {device!r}") from e
+    if dev.type == "cuda" and not torch.cuda.is_available():
+        raise ValueError(f"device is {device!r}, and torch sees no CUDA device here")
     return list(dict.fromkeys([REFERENCE, YARDSTICK, *builds]))
 
 

@@ -153,12 +153,38 @@ def test_a_build_that_raises_is_a_row_and_the_others_still_run(planted):
     (dict(N=1), r"N must be a whole number >= 2 \(the loss predicts each next token\); got 1"),
     (dict(B=0), "B must be a whole number >= 1"),
     (dict(dtype="float64"), "dtype must be one of float32, float16, bfloat16"),
+    (dict(device="nonsense"), "device must be a torch device such as 'cpu' or 'cuda'; got 'nonsense'"),
+    *([(dict(device="cuda"), "torch sees no CUDA device here")] if not torch.cuda.is_available() else []),
 ])
 def test_bad_input_is_one_error_before_any_work(monkeypatch, kw, message):
     monkeypatch.setattr(mf, "build", lambda *a, **k: pytest.fail("a model was built"))
     args = {**dict(builds=["fused"], B=1, N=8, dtype="float32"), **kw}
     with pytest.raises(ValueError, match=message):
         mt.measure(TINY, **args)
+
+
+@pytest.mark.parametrize("missing", [mt.REFERENCE, mt.YARDSTICK])
+def test_without_the_reference_or_the_yardstick_the_rows_stand_and_say_so(monkeypatch, missing):
+    use = mf.use
+
+    def use_but(model, build):
+        if build == missing:
+            raise RuntimeError("planted")
+        use(model, build)
+
+    monkeypatch.setattr(mf, "use", use_but)
+    rows = mt.measure(TINY, ["sdpa_math"], B=1, N=8, **QUICK)
+    by = rows.set_index("build")
+    assert by.loc[missing, "status"] == "error: RuntimeError: planted" and not by.loc[missing, "matches"]
+    others = by.drop(missing)
+    assert (others["status"] == "ok").all()
+    if missing == mt.REFERENCE:
+        assert others["over_limit"].isna().all() and not others["matches"].any()
+        assert (others["note"] == f"{mt.REFERENCE} did not run: no reference to compare with").all()
+        assert ts.match_sentence(rows).startswith("No build was compared with transformers' SDPA path")
+        assert "Not compared (transformers_sdpa did not run): transformers_eager, sdpa_math." in ts.match_sentence(rows)
+    else:  # every limit is float32's floor, which sdpa_math's rounding stays within
+        assert by.loc["sdpa_math", "matches"] and "every limit is the dtype's floor" in by.loc["sdpa_math", "note"]
 
 
 def test_a_training_step_refuses_what_gives_no_loss_before_touching_the_model():

@@ -80,10 +80,13 @@ def match_sentence(rows: pd.DataFrame) -> str:
     compared = _ok(rows)[_ok(rows)["build"] != mt.REFERENCE]
     ran = compared[compared["over_limit"].notna()]
     match, miss = ran[ran["matches"].astype(bool)], ran[~ran["matches"].astype(bool)]
-    text = (f"Against transformers' SDPA path ({shape['model']}, B = {shape['B']}, N = {shape['N']}, "
-            f"{shape['dtype']}), {len(match)} of {len(ran)} builds give its loss and every parameter's gradient "
-            f"within the rule (each difference at most twice {mt.YARDSTICK}'s, or {floor:g}, whichever is larger)"
-            + (f": {', '.join(match['build'])}." if len(match) else "."))
+    where = f"transformers' SDPA path ({shape['model']}, B = {shape['B']}, N = {shape['N']}, {shape['dtype']})"
+    if ran.empty:
+        text = f"No build was compared with {where}."
+    else:
+        text = (f"Against {where}, {len(match)} of {len(ran)} builds give its loss and every parameter's gradient "
+                f"within the rule (each difference at most twice {mt.YARDSTICK}'s, or {floor:g}, whichever is "
+                "larger)" + (f": {', '.join(match['build'])}." if len(match) else "."))
     if len(miss):
         text += " Outside it: " + "; ".join(f"{r.build}, whose {r.over_limit_at} differs {r.over_limit:.3g}× its "
                                             "limit" for r in miss.itertuples()) + "."
