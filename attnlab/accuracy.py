@@ -7,9 +7,6 @@ err_lowp is the error of the same math done by plain torch in the inputs' dtype 
 a build may be at most twice as wrong as straightforward torch. FLOOR keeps the rule meaningful where torch is
 nearly exact; CAP is the hard ceiling per dtype whatever torch does (METHOD.md: bf16 between 1e-3 and 1e-2).
 NaN or inf never passes.
-
-Gradients (judge_grads) follow the same rule: err is the largest of dQ's, dK's and dV's relative errors against
-torch.autograd through the oracle in float64, err_lowp the largest of plain torch autograd's in the inputs' dtype.
 """
 from __future__ import annotations
 
@@ -48,27 +45,5 @@ def judge(o, q, k, v, *, causal=False, attn_mask=None, scale=None, ablation=None
         ref = reference.attend(q, k, v, **kw)
     err = rel_error(o, ref)
     err_lowp = rel_error(reference.attend(q, k, v, dtype=q.dtype, **kw), ref)
-    most = limit(err_lowp, q.dtype)
-    return Verdict(err, err_lowp, most, err <= most)
-
-
-def limit(err_lowp: float, dtype: torch.dtype) -> float:
-    """The most a build's error may be: twice plain torch's, within FLOOR and CAP for the dtype."""
-    return min(max(2 * err_lowp, FLOOR[dtype]), CAP[dtype])
-
-
-def oracle_grads(q, k, v, do, *, dtype=torch.float64, **kw) -> tuple:
-    """(dQ, dK, dV) of reference.attend computed in `dtype` for the output gradient `do`, through torch.autograd."""
-    leaves = [x.detach().to(dtype).requires_grad_() for x in (q, k, v)]
-    o = reference.attend(*leaves, dtype=dtype, **kw)
-    return torch.autograd.grad(o, leaves, do.to(dtype))
-
-
-def judge_grads(grads, q, k, v, do, *, causal=False, attn_mask=None, scale=None) -> Verdict:
-    """Compare one build's (dQ, dK, dV) for the output gradient `do` with the oracle's under the forward's rule."""
-    kw = dict(causal=causal, attn_mask=attn_mask, scale=scale)
-    ref = oracle_grads(q, k, v, do, **kw)
-    err = max(rel_error(g, r) for g, r in zip(grads, ref))
-    err_lowp = max(rel_error(g, r) for g, r in zip(oracle_grads(q, k, v, do, dtype=q.dtype, **kw), ref))
-    most = limit(err_lowp, q.dtype)
-    return Verdict(err, err_lowp, most, err <= most)
+    limit = min(max(2 * err_lowp, FLOOR[q.dtype]), CAP[q.dtype])
+    return Verdict(err, err_lowp, limit, err <= limit)

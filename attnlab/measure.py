@@ -21,7 +21,8 @@ pass        a case times its build's forward (the build's own call), or its back
             (Case.pass_) through the build's differentiable callable (`differentiable`): dQ, dK, dV for a random
             normal dO (grad_output) through torch.autograd.grad; a backward alone walks the graph of one forward
             made before its cold call, outside every timed call. The gradients are what a backward call outputs:
-            consumed, and checked against torch.autograd through the fp64 oracle (attnlab.accuracy.judge_grads).
+            consumed, and checked against torch.autograd through the fp64 oracle where attnlab.accuracy has a rule
+            for gradients (grad_verdict).
     cold    wall time of the very first call (Triton compile and autotune, torch.compile, module load), synced on
             both sides: its own figure, never mixed into the warm numbers. It is the first call *in this process*:
             Triton's and inductor's on-disk caches, and earlier cases sharing a kernel, can make it a load.
@@ -68,8 +69,8 @@ from typing import Callable
 
 import torch
 
-from attnlab import builds, cost, provenance
-from attnlab.accuracy import judge, judge_grads
+from attnlab import accuracy, builds, cost, provenance
+from attnlab.accuracy import judge
 from attnlab.builds import Unsupported
 from attnlab.schema import BEFORE_BACKWARD, COLUMNS, PASSES, TYPES, less_consumption
 from attnlab.triton import launch
@@ -495,13 +496,15 @@ def pass_plan(attend, q, k, v, *, causal: bool, pass_: str, do: torch.Tensor | N
                            (retain_graph: each call walks the same graph)
 
     A backward pass takes q, k, v as leaves that require grad (the caller's tensors are left as they are), and
-    carries its forward alone, whose leftovers are held_bytes."""
+    carries its forward alone, whose leftovers are held_bytes; its forward records a graph whatever the caller's
+    grad mode."""
     if pass_ == "forward":
         return Plan(lambda: attend(q, k, v, causal=causal), inputs=(q, k, v))
     q, k, v = (x.detach().requires_grad_() for x in (q, k, v))
 
     def forward():
-        return attend(q, k, v, causal=causal)
+        with torch.enable_grad():
+            return attend(q, k, v, causal=causal)
 
     if pass_ == "forward+backward":
         return Plan(lambda: torch.autograd.grad(forward(), (q, k, v), do), forward=forward, inputs=(q, k, v, do))
@@ -750,13 +753,19 @@ def judge_slice(case: Case, b: int, h: int, o, q, k, v, ablation=None):
     return judge(o[:b, :h], q[:b, :h], k[:b, :hk], v[:b, :hk], causal=case.causal, ablation=ablation)
 
 
-def judge_grads_slice(case: Case, b: int, h: int, grads, q, k, v, do):
-    """attnlab.accuracy.judge_grads on batches 0:b and query heads 0:h: dQ's heads, and dK's and dV's for the k/v
-    heads those query heads read (each k/v head's gradient sums over its whole group, which the slice keeps)."""
+def grad_verdict(case: Case, b: int, h: int, grads, q, k, v, do):
+    """(name, Verdict) of the gradient nearest its limit (largest err / limit) under attnlab.accuracy's rule for
+    gradients (grad_refs, judge_grads: each of dQ, dK, dV against torch.autograd through the oracle in float64) on
+    batches 0:b and query heads 0:h, with the k/v heads those read (each k/v head's gradient sums over its whole
+    group, which ref_slice keeps); None where this checkout's attnlab.accuracy has no rule for gradients."""
+    if not hasattr(accuracy, "judge_grads"):
+        return None
     hk = h // (case.H // case.Hkv)
     dq, dk, dv = grads
-    return judge_grads((dq[:b, :h], dk[:b, :hk], dv[:b, :hk]), q[:b, :h].detach(), k[:b, :hk].detach(),
-                       v[:b, :hk].detach(), do[:b, :h], causal=case.causal)
+    refs = accuracy.grad_refs(do[:b, :h], q[:b, :h].detach(), k[:b, :hk].detach(), v[:b, :hk].detach(),
+                              causal=case.causal)
+    verdicts = accuracy.judge_grads((dq[:b, :h], dk[:b, :hk], dv[:b, :hk]), refs)
+    return max(verdicts.items(), key=lambda item: item[1].err / item[1].limit)
 
 
 def _error(case: Case, q, k, v, out, budget: int, ablation=None, do=None) -> dict:
@@ -765,11 +774,19 @@ def _error(case: Case, q, k, v, out, budget: int, ablation=None, do=None) -> dic
     b, h, note = ref_slice(case, budget if do is None else budget // 2)
     notes = [note] if note else []
     try:
-        verdict = (judge_slice(case, b, h, out, q, k, v, ablation) if do is None
-                   else judge_grads_slice(case, b, h, out, q, k, v, do))
+        if do is None:
+            verdict = judge_slice(case, b, h, out, q, k, v, ablation)
+        else:
+            found = grad_verdict(case, b, h, out, q, k, v, do)
+            if found is None:
+                notes.append("gradients not checked: this checkout's attnlab.accuracy has no rule for them")
+                return dict(err=math.nan, err_limit=math.nan, err_note="; ".join(notes))
+            which, verdict = found
+            notes.append(f"err of {which}, the gradient nearest its limit")
     except Exception as e:  # the reference failing says nothing about the build's timing
         why = oom_status(e, 0) if is_oom(e) else f"{type(e).__name__}: {e}"
-        return dict(err=math.nan, err_limit=math.nan, err_note=one_line("; ".join(notes + [f"reference failed: {why}"])))
+        return dict(err=math.nan, err_limit=math.nan,
+                    err_note=one_line("; ".join(notes + [f"reference failed: {why}"])))
     if not verdict.ok:
         notes.append(f"FAILS accuracy rule: err {verdict.err:.3g} > limit {verdict.limit:.3g}")
     return dict(err=verdict.err, err_limit=verdict.limit, err_note="; ".join(notes))
