@@ -78,8 +78,8 @@ def test_what_a_forward_leaves_held_is_its_saved_tensors_without_its_inputs_and_
 def test_our_builds_need_attnlab_builds_training_and_an_ablation_has_no_backward(monkeypatch):
     from attnlab.measure import differentiable
 
-    assert differentiable("torch_eager") is builds.get("torch_eager").attend
     if importlib.util.find_spec("attnlab.builds.training") is None:
+        assert differentiable("torch_eager") is builds.get("torch_eager").attend
         with pytest.raises(builds.Unsupported, match="attnlab.builds.training is not installed"):
             differentiable("fused")
         assert m.measure(case("fused"), **FAST)["status"] == ("unsupported: fused has no backward here: "
