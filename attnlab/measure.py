@@ -17,7 +17,7 @@ A failing step leaves the fields of the steps before it, and the caller turns th
     time_case(name, ...)   the benchmark's figures: Replays                 (attnlab.bench, attnlab.autotune)
     explore.measure_live   Eager, one window;   model_forward.measure_forward   Eager, `windows` windows
 
-pass        a case times its build's forward (the build's own call), or its backward or forward+backward
+    pass    a case times its build's forward (the build's own call), or its backward or forward+backward
             (Case.pass_) through the build's differentiable callable (`differentiable`): dQ, dK, dV for a random
             normal dO (grad_output) through torch.autograd.grad; a backward alone walks the graph of one forward
             made before its cold call, outside every timed call. The gradients are what a backward call outputs:

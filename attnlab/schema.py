@@ -129,7 +129,7 @@ def forward_rows(results):
     are the forward's (BEFORE_BACKWARD)."""
     if "pass" not in results:
         return results
-    return results[~results["pass"].isin(PASSES[1:])]
+    return results[~results["pass"].isin([p for p in PASSES if p != "forward"])]
 
 
 def less_consumption(ms: float, consume_ms: float) -> float:

@@ -22,8 +22,8 @@ Params keys (defaults in DEFAULTS; every other key is required):
 
 Every finished row is appended to results.csv at once as one whole line, flushed and fsync'd, so a crash loses no
 finished row; reading it back (read_results) gives the forward rows, which every table and figure compares, unless
-other passes are named; re-running with the same out_dir and the same params measures only the cases whose case_id is not there
-yet (a partial last line, from a crash mid-write, is dropped first). A resume on another device, or with other params
+other passes are named. Re-running with the same out_dir and the same params measures only the cases whose case_id
+is not there yet (a partial last line, from a crash mid-write, is dropped first). A resume on another device, or with other params
 (but out_dir), is refused before anything is written: the rows and provenance.json describe one run. A case that runs out of memory is an 'oom' row and one that
 raises is an 'error' row (attnlab.measure); the sweep frees memory and goes on. Bad params raise ParamsError
 before anything is written.
