@@ -17,6 +17,8 @@ A failing step leaves the fields of the steps before it, and the caller turns th
     time_case(name, ...)   the benchmark's figures: Replays                 (attnlab.bench, attnlab.autotune)
     explore.measure_live   Eager, one window;   model_forward.measure_forward   Eager, `windows` windows
 
+The sweep's row, field by field:
+
     pass    a case times its build's forward (the build's own call), or its backward or forward+backward
             (Case.pass_) through the build's differentiable callable (`differentiable`): dQ, dK, dV for a random
             normal dO (grad_output) through torch.autograd.grad; a backward alone walks the graph of one forward
@@ -32,7 +34,8 @@ A failing step leaves the fields of the steps before it, and the caller turns th
             'do_bench+graph'), so the time is the kernels' and not Python's cost to launch them; `host_ms` keeps
             that cost (what an eager caller pays), and `eager_ms` times the same call issued eagerly, back to back,
             as a user's loop issues it (CUDA events around the window): where the two part, launch cost is what a
-            Python caller meets. A build that cannot be captured is timed eagerly and says why.
+            Python caller meets. A build that cannot be captured is timed eagerly and says why, as is a backward
+            alone, which runs on the stream of its forward, made outside the capture (NOT_CAPTURED).
             CPU: time.perf_counter around each call, a 64 MiB buffer written between calls (the CPU's cache
             flush); at least `min_reps` calls, more while `reps_ms` of wall time lasts.
     peak    its own pass after timing: sync, reset peak stats, run, sync; peak minus what
@@ -43,12 +46,14 @@ A failing step leaves the fields of the steps before it, and the caller turns th
             the fp64 scores B·H·N²·8 exceed `ref_budget_bytes`, on a batch slice, then a head slice in whole
             groups of H/Hkv (so grouped-query attention stays right), and err_note says which.
     model   attnlab.cost's FLOPs and bytes; achieved TFLOP/s and TB/s at the median; % of the run's ceilings.
+            The byte model counts the forward: a backward pass's row has no bytes, and no TB/s.
     status  'ok', 'unsupported: <why>', 'oom: <bytes> bytes wanted (...)' or 'error: <type>: <message>'.
 
-Every timed call consumes its output: `acc += o.sum(dtype=float32)` on the device, the same step for every build, so
-no ablation's work can be dropped as dead code and the step cancels in differences between builds. acc is read once
-after timing; `checksum` is acc divided by the number of calls (the mean of o.sum(), comparable across builds of a
-shape whatever the repetition count). `consume_ms` times that step alone: it is inside `ms`.
+Every timed call consumes its output: `acc += o.sum(dtype=float32)` on the device (a backward's, each gradient's
+sum: checksum_of), the same step for every build, so no ablation's work can be dropped as dead code and the step
+cancels in differences between builds. acc is read once after timing; `checksum` is acc divided by the number of
+calls (the mean of o.sum(), comparable across builds of a shape whatever the repetition count). `consume_ms` times
+that step alone: it is inside `ms`.
 
 A row whose err exceeds its limit keeps status 'ok' (the timing is real) and says 'FAILS accuracy rule' in err_note;
 the correctness gate (attnlab.gate) is where a wrong build fails. Inputs are random normal, never zeros, seeded by
@@ -879,7 +884,8 @@ def oracle_check(name, o, q, k, v, causal):
 
 
 BENCH_TIMING = dict(warmup_ms=100.0, reps_ms=100.0, min_reps=10)  # the benchmark's and the autotune's settings
-# time_case's keys, in the order a bench row holds them
+# time_case's keys in the order a bench row holds them (any other field of the pipeline's after them, but the
+# peak's note, which a bench row does not carry)
 BENCH_KEYS = ("cold_s", "ms", "ms_min", "ms_max", "status", "o", "timer", "compile_note", "graph_ms", "sm_clock_mhz",
               "power_w", "clock_reasons", "graph_mhz", "eager_ms", "peak_bytes", "held_bytes")
 
@@ -914,7 +920,7 @@ def time_case(name, q, k, v, causal, repeats: int = 1, load=None, pass_: str = "
     e = got.error
     if e is None:
         fields = {**got.fields, "status": "ok", "o": got.out}
-        return {key: fields[key] for key in BENCH_KEYS if key in fields}
+        return {key: fields[key] for key in (*BENCH_KEYS, *fields) if key in fields and key != "peak_note"}
     if isinstance(e, Unsupported):
         status = f"unsupported: {e}"
     elif isinstance(e, torch.OutOfMemoryError):

@@ -2,7 +2,6 @@
 kept as the error with the earlier steps' fields, the peak pass's out of memory losing the peak alone, and the
 timers each caller chooses (Graphed, Replays, Eager)."""
 import math
-import statistics
 
 import pytest
 import torch
@@ -101,7 +100,7 @@ def test_the_graphed_timer_consumes_every_timed_call():
     x = torch.arange(6.0).reshape(2, 3)
     t = m.Graphed(warmup_ms=0.0, reps_ms=1.0, min_reps=3)(m.Plan(lambda: x * 2), CPU)
     assert t["checksum"] == 30.0 and t["timer"] == "perf_counter" and t["reps"] >= 3  # the mean of (2x).sum()
-    assert t["ms"] == statistics.median([t["ms"]]) and t["timing_note"] == "" and math.isnan(t["host_ms"])
+    assert 0 < t["ms_p20"] <= t["ms"] <= t["ms_p80"] and t["timing_note"] == "" and math.isnan(t["host_ms"])
     grads = (torch.ones(2), torch.full((3,), 2.0))  # a backward's output: each gradient's sum, summed
     assert m.Graphed(warmup_ms=0.0, reps_ms=1.0, min_reps=3)(m.Plan(lambda: grads), CPU)["checksum"] == 8.0
 
