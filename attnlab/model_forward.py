@@ -10,7 +10,7 @@ Every build runs in the same model object (the same weights): only `config._attn
 them (attnlab.hf_attention registers ours under "attnlab_<build>"). Each row holds
 
     forward     the whole forward (logits of B·N tokens, no KV cache) called eagerly from Python, back to back, as a
-                user runs a model (attnlab.measure.eager_ms: CUDA events around each window, no graph); `windows`
+                user runs a model (attnlab.measure.Eager: CUDA events around each window, no graph); `windows`
                 such windows, their median, p20 and p80. The first call is a figure of its own (cold_s: Triton
                 compiles there). On a CPU our kernels run in Triton's interpreter: the times measure Python.
     attention   one layer's attention call alone, at the model's shape (B, H, Hkv, N, D, causal), through the same
@@ -27,7 +27,6 @@ Inputs are random token ids seeded by (seed, B, N), never by the build, so every
 from __future__ import annotations
 
 import math
-import statistics
 import zlib
 from dataclasses import dataclass
 
@@ -239,80 +238,74 @@ def base_row(model, spec: ModelSpec, build_name: str, B: int, N: int, run_id: st
     return row
 
 
-def _windows(call, dev, *, windows: int, reps_ms: float, min_reps: int) -> tuple[list, int, str]:
-    """(per-call ms of each window, calls in all, timer): `windows` eager windows of attnlab.measure.eager_ms."""
-    times, calls, timer = [], 0, ""
-    for _ in range(windows):
-        ms, n, timer = measure.eager_ms(call, dev, reps_ms=reps_ms, min_reps=min_reps)
-        times.append(ms)
-        calls += n
-    return times, calls, timer
-
-
 def attention_alone(model, spec: ModelSpec, build_name: str, B: int, N: int, seed: int = 0, **timing
                     ) -> tuple[float, int]:
-    """(ms per call, calls) of one layer's attention alone at the model's shape, causal, eagerly: the function
-    transformers calls for this build, with the first layer's module, on random q (B, H, N, D), k, v (B, Hkv, N, D)."""
+    """(ms per call, calls) of one layer's attention alone at the model's shape, causal, eagerly (attnlab.measure's
+    pipeline with its Eager timer, no peak pass): the function transformers calls for this build, with the first
+    layer's module, on random q (B, H, N, D), k, v (B, Hkv, N, D). Raises what the call raises."""
     module = attention_module(model)
     p = next(model.parameters())
-    case = measure.Case("fused", B, spec.heads, spec.kv_heads, N, spec.head_dim, p.dtype, True, str(p.device))
-    q, k, v = measure.make_inputs(case, seed)  # inputs depend on the shape only, never on the build
-    fn = hf_attention.transformers_function(impl_of(build_name), module)
 
-    def call():
-        return fn(module, q, k, v, None, scaling=module.scaling, dropout=0.0)
+    def prepare() -> measure.Plan:
+        case = measure.Case("fused", B, spec.heads, spec.kv_heads, N, spec.head_dim, p.dtype, True, str(p.device))
+        q, k, v = measure.make_inputs(case, seed)  # inputs depend on the shape only, never on the build
+        fn = hf_attention.transformers_function(impl_of(build_name), module)
+        return measure.Plan(lambda: fn(module, q, k, v, None, scaling=module.scaling, dropout=0.0))
 
-    measure.cold_call(call, p.device)
-    ms, n, _ = measure.eager_ms(call, p.device, reps_ms=timing["reps_ms"], min_reps=timing["min_reps"])
-    return ms, n
+    got = measure.pipeline(prepare, p.device, measure.Eager(**timing), peak=False)
+    if got.error is not None:
+        raise got.error
+    return got.fields["ms"], got.fields["reps"]
 
 
 def _failure(e: BaseException) -> str:
+    if isinstance(e, hf_attention.Unsupported):
+        return measure.one_line(f"unsupported: {e}")
     if measure.is_oom(e):
         status = measure.oom_status(e, 0)
         return status if "failed allocation" in status else "oom: the allocator named no size"
     return measure.one_line(f"error: {type(e).__name__}: {e}")
 
 
+def check_logits(model, build_name: str, ids: torch.Tensor, logits: torch.Tensor, ref: References) -> dict:
+    """logits_maxdiff and logits_rel of the first forward's logits against transformers' SDPA path, padded_maxdiff
+    of a forward with ref's padding mask over the real tokens, and err_note (the reference itself; a padded run
+    refused or failed: the unpadded figures stand)."""
+    if build_name == REFERENCE:
+        return dict(err_note="the reference: every other row's logits are compared with this build's")
+    out, notes = {}, []
+    out["logits_maxdiff"], out["logits_rel"] = differences(logits, ref.logits)
+    try:
+        padded = run_model(model, ids, ref.mask)
+        real = ref.mask.bool()
+        out["padded_maxdiff"] = differences(padded[real], ref.padded[real])[0]
+    except hf_attention.Unsupported as e:
+        notes.append(measure.one_line(f"padded run unsupported: {e}"))
+    except Exception as e:
+        notes.append(f"padded run failed: {_failure(e)}")
+    return {**out, "err_note": "; ".join(notes)}
+
+
+RENAMED = {"ms": "forward_ms", "ms_p20": "forward_p20", "ms_p80": "forward_p80"}  # the Eager timer's -> a row's
+
+
 def measure_forward(model, spec: ModelSpec, build_name: str, B: int, N: int, *, ref: References, seed: int = 0,
                     windows: int = 3, reps_ms: float = 100.0, min_reps: int = 3, run_id: str = "") -> dict:
-    """One row of COLUMNS: `build_name`'s whole forward at (B, N) in `model` (module docstring). A build that cannot
-    run is a status, never an exception."""
+    """One row of COLUMNS: `build_name`'s whole forward at (B, N) in `model` (module docstring): attnlab.measure's
+    pipeline with its Eager timer over `windows` windows, the logits checked (check_logits), then one layer's
+    attention alone (attention_alone). A build that cannot run is a status, never an exception."""
     row = base_row(model, spec, build_name, B, N, run_id)
     dev = next(model.parameters()).device
     ids = token_ids(spec, B, N, seed, dev)
-    notes = []
-    try:
+
+    def prepare() -> measure.Plan:
         use(model, build_name)
+        return measure.Plan(lambda: run_model(model, ids), check=lambda logits: check_logits(model, build_name, ids,
+                                                                                            logits, ref),
+                            after=lambda out, fields: dict(zip(("attention_ms", "attention_reps"), attention_alone(
+                                model, spec, build_name, B, N, seed, reps_ms=reps_ms, min_reps=min_reps))))
 
-        def call():
-            return run_model(model, ids)
-
-        row["cold_s"], logits = measure.cold_call(call, dev)
-        times, row["reps"], row["timer"] = _windows(call, dev, windows=windows, reps_ms=reps_ms, min_reps=min_reps)
-        row.update(forward_ms=statistics.median(times), forward_p20=measure.percentile(times, 20),
-                   forward_p80=measure.percentile(times, 80))
-        row["peak_bytes"], row["peak_note"], _ = measure.peak_pass(call, dev)
-        if build_name == REFERENCE:
-            notes.append("the reference: every other row's logits are compared with this build's")
-        else:
-            row["logits_maxdiff"], row["logits_rel"] = differences(logits, ref.logits)
-            try:
-                padded = run_model(model, ids, ref.mask)
-                real = ref.mask.bool()
-                row["padded_maxdiff"] = differences(padded[real], ref.padded[real])[0]
-            except hf_attention.Unsupported as e:
-                notes.append(measure.one_line(f"padded run unsupported: {e}"))
-            except Exception as e:  # the unpadded row stands; say why the padded one does not
-                notes.append(f"padded run failed: {_failure(e)}")
-        row["attention_ms"], row["attention_reps"] = attention_alone(model, spec, build_name, B, N, seed,
-                                                                     reps_ms=reps_ms, min_reps=min_reps)
-        row["status"] = "ok"
-    except hf_attention.Unsupported as e:
-        row["status"] = measure.one_line(f"unsupported: {e}")
-    except Exception as e:
-        row["status"] = _failure(e)
-    row["err_note"] = "; ".join(notes)
-    if row["status"] != "ok":
-        measure.release(dev)
+    got = measure.pipeline(prepare, dev, measure.Eager(windows, reps_ms=reps_ms, min_reps=min_reps))
+    row.update({RENAMED.get(k, k): v for k, v in got.fields.items() if RENAMED.get(k, k) in row})
+    row["status"] = "ok" if got.error is None else _failure(got.error)
     return row
