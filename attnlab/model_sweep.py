@@ -205,8 +205,9 @@ def append_row(path: Path, row: dict) -> None:
 UNMODED = ("mode", "graph_breaks")  # the columns a results file written before compiled rows lacks
 
 
-def read_results(path) -> pd.DataFrame:
-    """A model results file (or its folder) as a typed table, complete lines only."""
+def read_results(path, modes=(mf.EAGER,)) -> pd.DataFrame:
+    """A model results file (or its folder) as a typed table, complete lines only: the rows of `modes` (the eager
+    forward's, which every section but the deployed one compares; None: every row)."""
     path = Path(path)
     if path.is_dir():
         path = path / RESULTS
@@ -226,7 +227,7 @@ def read_results(path) -> pd.DataFrame:
             df[c] = df[c].replace("", "nan").astype(float)
         elif kind == "int":
             df[c] = df[c].astype("int64")
-    return df
+    return df if modes is None else df[df["mode"].isin(modes)].reset_index(drop=True)
 
 
 def software() -> dict:
@@ -250,7 +251,7 @@ def run(params, out_dir=None, *, progress: bool = True, bar=None) -> pd.DataFram
     out.mkdir(parents=True, exist_ok=True)
     results, prov_path = out / RESULTS, out / PROVENANCE
     try:
-        done = set(read_results(results)["case_id"])
+        done = set(read_results(results, modes=None)["case_id"])
     except ValueError as e:
         raise ParamsError("out_dir", str(out), f"cannot be resumed: {e}") from None
     prov = json.loads(prov_path.read_text()) if prov_path.exists() else {}
@@ -295,7 +296,7 @@ def run(params, out_dir=None, *, progress: bool = True, bar=None) -> pd.DataFram
         session.update(ended=provenance.now(), interrupted=not finished)
         prov["ended"] = session["ended"]
         sweep.write_json(prov_path, prov)
-    df = read_results(results)
+    df = read_results(results, modes=None)
     df.attrs["out_dir"] = str(out)
     return df
 
