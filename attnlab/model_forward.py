@@ -229,8 +229,9 @@ def case_id(spec: ModelSpec, B: int, N: int, dtype: str, build_name: str, mode: 
 
 
 def blank_row() -> dict:
+    """Every column empty (NaN, 0 or ""), and the mode eager."""
     empty = {"str": "", "float": math.nan, "int": 0}
-    return {c: empty[TYPES[c]] for c in COLUMNS}
+    return {**{c: empty[TYPES[c]] for c in COLUMNS}, "mode": EAGER}
 
 
 def base_row(model, spec: ModelSpec, build_name: str, B: int, N: int, run_id: str = "", mode: str = EAGER) -> dict:
