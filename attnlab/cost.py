@@ -30,6 +30,8 @@ Bytes held at once (the floor on peak allocation; a build allocating less is not
 
 FLOPs: 4·B·H·N²·D (two N×N×D products, 2 FLOPs per multiply-add), halved for causal: the count FlashAttention,
 Triton's tutorial and attention-gym use, so achieved TFLOP/s compare across them. Softmax FLOPs are not counted.
+A case of a backward pass (its `pass_`, 'forward' where it has none) counts five such products (QKᵀ recomputed, dV,
+dP, dQ, dK: 2.5× the forward, FlashAttention's count), forward+backward seven.
 
 Training (the backward pass, attnlab.builds.training). What a build saves for its backward, alive from the forward's
 end to the backward's (inputs and O excluded: the caller holds them anyway):
@@ -38,8 +40,9 @@ end to the backward's (inputs and O excluded: the caller holds them anyway):
                         sdpa_math keep softmax's output
     "none" builds       the row statistics: a logsumexp per query row, B·H·N float32 (4 bytes)
 
-Backward FLOPs, halved for causal: the four N×N×D products (dV = PᵀdO, dP = dO·Vᵀ, dQ = dS·K, dK = dSᵀQ), 8·B·H·N²·D;
-a build that saved no P recomputes S = QKᵀ first, one more product: 10·B·H·N²·D, 2.5× the forward's 4. Backward bytes
+Backward FLOPs a build does (backward_flops), halved for causal: the four N×N×D products (dV = PᵀdO, dP = dO·Vᵀ,
+dQ = dS·K, dK = dSᵀQ), 8·B·H·N²·D; a build that saved no P recomputes S = QKᵀ first, one more product: 10·B·H·N²·D,
+2.5× the forward's 4. A row's rate divides flops() instead, five products for every build, so rates compare. Backward bytes
 through device memory, beyond Q, K, V, O, dO read and dQ, dK, dV written once each (4·qb + 2·kvb):
 
     materialised   P read for dV, dP written and read, P read again for dS, dS written, dS read for dQ and for dK: 7·Pb
@@ -177,9 +180,14 @@ def sizes(case) -> dict:
     return dict(E=E, Pb=Pb, qb=qb, ob=qb, kvb=kvb)
 
 
+# N×N×D products of each pass (module docstring)
+PRODUCTS = {"forward": 2, "backward": 5, "forward+backward": 7}
+
+
 def flops(case) -> int:
-    """4·B·H·N²·D, halved for causal (exact: the product is a multiple of 4)."""
-    f = 4 * case.B * case.H * case.N * case.N * case.D
+    """2·B·H·N²·D per N×N×D product of the case's pass (4·B·H·N²·D for the forward), halved for causal (exact: the
+    product is a multiple of 2)."""
+    f = 2 * PRODUCTS[getattr(case, "pass_", "forward")] * case.B * case.H * case.N * case.N * case.D
     return f // 2 if case.causal else f
 
 

@@ -1,7 +1,7 @@
 """The shape explorer behind notebooks/explore_shapes.ipynb: controls for one attention shape and the builds to run,
 a figure that updates in place, and only what can honestly be shown on the machine at hand.
 
-On a GPU (live)    each build is called as a user calls it: eagerly, back to back (attnlab.measure.eager_ms, CUDA
+On a GPU (live)    each build is called as a user calls it: eagerly, back to back (attnlab.measure.Eager, CUDA
                    events around the window; the per-call time includes Python's cost to launch it), its peak
                    allocation measured in a pass of its own, its output checked against the fp64 oracle (on a slice
                    where the reference would not fit). A build whose inputs plus the tensors it must hold
@@ -41,8 +41,7 @@ from attnlab.accuracy import judge
 from attnlab.builds import Unsupported
 from attnlab.report import palette
 from attnlab.report.units import byte_axis, byte_label
-from attnlab.measure import (CompileWatch, Case, cold_call, eager_ms, judge_slice, make_inputs, peak_pass,
-                             ref_slice, release)
+from attnlab.measure import Case, Eager, case_plan, make_inputs, pipeline, release
 
 N_OPTIONS = tuple(2 ** i for i in range(6, 18))  # 64 … 131072
 D_OPTIONS = (16, 32, 64, 128, 256)
@@ -152,26 +151,17 @@ def small_case(shape: Shape, build: str) -> Case:
 # -- one case: measured live, or checked in the interpreter -------------------------------------------------------
 
 def measure_live(case: Case, *, reps_ms: float = 100.0) -> dict:
-    """One build at one shape on a GPU: cold call, eager per-call time (attnlab.measure.eager_ms), peak allocation,
-    error against the fp64 oracle. Raises what the build raises (Unsupported, ValueError, out of memory)."""
-    b = builds.get(case.build)
-    dev = torch.device(case.device)
-    q, k, v = make_inputs(case)
-
-    def call():
-        return b.attend(q, k, v, causal=case.causal)
-
-    watch = CompileWatch(b.base)
-    cold_s, _ = cold_call(call, dev)
-    watch.cold_done()
-    ms, reps, timer = eager_ms(call, dev, reps_ms=reps_ms)
-    notes = [watch.note().get("compile_note", "")]
-    peak, _, o = peak_pass(call, dev)
-    bb, hh, sliced = ref_slice(case, LIVE_REF_BUDGET)
-    verdict = judge_slice(case, bb, hh, o, q, k, v, b.ablation)
-    notes.append(sliced)
-    return dict(status="ok", message="; ".join(n for n in notes if n), ms=ms, reps=reps, timer=timer, cold_s=cold_s,
-                peak_bytes=peak, err=verdict.err, err_limit=verdict.limit, passed=verdict.ok)
+    """One build at one shape on a GPU: attnlab.measure's pipeline with its Eager timer, one window: cold call,
+    error against the fp64 oracle (on a slice where the reference would not fit), eager per-call time, peak
+    allocation. Raises what the build raises (Unsupported, ValueError, out of memory)."""
+    got = pipeline(lambda: case_plan(case, ref_budget_bytes=LIVE_REF_BUDGET), torch.device(case.device),
+                   Eager(reps_ms=reps_ms), base=builds.get(case.build).base)
+    if got.error is not None:
+        raise got.error
+    f = got.fields
+    message = "; ".join(n for n in (f.get("compile_note", ""), f["err_note"]) if n)
+    return dict(status="ok", message=message, ms=f["ms"], reps=f["reps"], timer=f["timer"], cold_s=f["cold_s"],
+                peak_bytes=f["peak_bytes"], err=f["err"], err_limit=f["err_limit"], passed=f["err"] <= f["err_limit"])
 
 
 def check_small(case: Case) -> dict:

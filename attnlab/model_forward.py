@@ -10,7 +10,7 @@ Every build runs in the same model object (the same weights): only `config._attn
 them (attnlab.hf_attention registers ours under "attnlab_<build>"). Each row holds
 
     forward     the whole forward (logits of B·N tokens, no KV cache) called eagerly from Python, back to back, as a
-                user runs a model (attnlab.measure.eager_ms: CUDA events around each window, no graph); `windows`
+                user runs a model (attnlab.measure.Eager: CUDA events around each window, no graph); `windows`
                 such windows, their median, p20 and p80. The first call is a figure of its own (cold_s: Triton
                 compiles there). On a CPU our kernels run in Triton's interpreter: the times measure Python.
     attention   one layer's attention call alone, at the model's shape (B, H, Hkv, N, D, causal), through the same
@@ -27,7 +27,6 @@ Inputs are random token ids seeded by (seed, B, N), never by the build, so every
 from __future__ import annotations
 
 import math
-import statistics
 import zlib
 from dataclasses import dataclass
 
@@ -53,6 +52,10 @@ COLUMNS = {
     "dtype": "the model's dtype",
     "build": "the attention: 'transformers_sdpa' or 'transformers_eager' (transformers' own), one of attnlab's builds "
              "(ours or a library row), or 'copy_v' (attention replaced by a copy of V)",
+    "mode": "'eager' (the model called from Python as it is) or the torch.compile mode the whole forward ran under "
+            "('reduce-overhead': compiled by inductor, replayed as CUDA graphs): as deployed",
+    "graph_breaks": "graph breaks torch.compile reported compiling the forward (NaN for eager rows): 0 means one "
+                    "graph, our attention traced as one op",
     "family": "'transformers', 'ours', 'library' or 'ablation' (copy_v)",
     "impl": "the attention implementation's name in transformers (e.g. 'attnlab_fused', 'sdpa')",
     "device": "e.g. 'cuda:0' or 'cpu'", "device_name": "e.g. 'NVIDIA H200' or the CPU model",
@@ -78,11 +81,11 @@ COLUMNS = {
     "code": "fingerprint of the attnlab sources that measured the row (provenance.code_hash)",
 }
 TYPES = {
-    **{c: "str" for c in ("run_id", "case_id", "model", "model_type", "dtype", "build", "family", "impl", "device",
+    **{c: "str" for c in ("run_id", "case_id", "model", "model_type", "dtype", "build", "mode", "family", "impl", "device",
                           "device_name", "status", "timer", "peak_note", "err_note", "started", "code")},
     **{c: "int" for c in ("layers", "hidden", "intermediate", "vocab", "params", "H", "Hkv", "D", "B", "N", "reps",
                           "attention_reps")},
-    **{c: "float" for c in ("cold_s", "forward_ms", "forward_p20", "forward_p80", "attention_ms", "peak_bytes",
+    **{c: "float" for c in ("graph_breaks", "cold_s", "forward_ms", "forward_p20", "forward_p80", "attention_ms", "peak_bytes",
                             "logits_maxdiff", "logits_rel", "padded_maxdiff")},
 }
 assert set(TYPES) == set(COLUMNS), set(TYPES) ^ set(COLUMNS)
@@ -216,21 +219,27 @@ def differences(out: torch.Tensor, ref: torch.Tensor) -> tuple[float, float]:
     return float(d.abs().max()), float(d.norm() / ref.float().norm())
 
 
-def case_id(spec: ModelSpec, B: int, N: int, dtype: str, build_name: str) -> str:
-    return "|".join(str(x) for x in (spec.name, B, N, dtype, build_name))
+EAGER = "eager"  # a row's mode when the model runs as it is; any other mode is torch.compile's
+COMPILE_MODES = ("default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs")
+
+
+def case_id(spec: ModelSpec, B: int, N: int, dtype: str, build_name: str, mode: str = EAGER) -> str:
+    """model|B|N|dtype|build, and |mode for a compiled row (an eager row's id is the same as before modes existed)."""
+    return "|".join(str(x) for x in (spec.name, B, N, dtype, build_name, *(() if mode == EAGER else (mode,))))
 
 
 def blank_row() -> dict:
+    """Every column empty (NaN, 0 or ""), and the mode eager."""
     empty = {"str": "", "float": math.nan, "int": 0}
-    return {c: empty[TYPES[c]] for c in COLUMNS}
+    return {**{c: empty[TYPES[c]] for c in COLUMNS}, "mode": EAGER}
 
 
-def base_row(model, spec: ModelSpec, build_name: str, B: int, N: int, run_id: str = "") -> dict:
+def base_row(model, spec: ModelSpec, build_name: str, B: int, N: int, run_id: str = "", mode: str = EAGER) -> dict:
     """The row's identity: everything known before the build runs."""
     p = next(model.parameters())
     dtype = str(p.dtype).removeprefix("torch.")
     row = blank_row()
-    row.update(run_id=run_id, case_id=case_id(spec, B, N, dtype, build_name), model=spec.name,
+    row.update(run_id=run_id, case_id=case_id(spec, B, N, dtype, build_name, mode), model=spec.name, mode=mode,
                model_type=spec.model_type, layers=spec.layers, hidden=spec.hidden, intermediate=spec.intermediate,
                vocab=spec.vocab, params=sum(t.numel() for t in model.parameters()), H=spec.heads, Hkv=spec.kv_heads,
                D=spec.head_dim, B=B, N=N, dtype=dtype, build=build_name, family=family_of(build_name),
@@ -239,80 +248,106 @@ def base_row(model, spec: ModelSpec, build_name: str, B: int, N: int, run_id: st
     return row
 
 
-def _windows(call, dev, *, windows: int, reps_ms: float, min_reps: int) -> tuple[list, int, str]:
-    """(per-call ms of each window, calls in all, timer): `windows` eager windows of attnlab.measure.eager_ms."""
-    times, calls, timer = [], 0, ""
-    for _ in range(windows):
-        ms, n, timer = measure.eager_ms(call, dev, reps_ms=reps_ms, min_reps=min_reps)
-        times.append(ms)
-        calls += n
-    return times, calls, timer
-
-
 def attention_alone(model, spec: ModelSpec, build_name: str, B: int, N: int, seed: int = 0, **timing
                     ) -> tuple[float, int]:
-    """(ms per call, calls) of one layer's attention alone at the model's shape, causal, eagerly: the function
-    transformers calls for this build, with the first layer's module, on random q (B, H, N, D), k, v (B, Hkv, N, D)."""
+    """(ms per call, calls) of one layer's attention alone at the model's shape, causal, eagerly (attnlab.measure's
+    pipeline with its Eager timer, no peak pass): the function transformers calls for this build, with the first
+    layer's module, on random q (B, H, N, D), k, v (B, Hkv, N, D). Raises what the call raises."""
     module = attention_module(model)
     p = next(model.parameters())
-    case = measure.Case("fused", B, spec.heads, spec.kv_heads, N, spec.head_dim, p.dtype, True, str(p.device))
-    q, k, v = measure.make_inputs(case, seed)  # inputs depend on the shape only, never on the build
-    fn = hf_attention.transformers_function(impl_of(build_name), module)
 
-    def call():
-        return fn(module, q, k, v, None, scaling=module.scaling, dropout=0.0)
+    def prepare() -> measure.Plan:
+        case = measure.Case("fused", B, spec.heads, spec.kv_heads, N, spec.head_dim, p.dtype, True, str(p.device))
+        q, k, v = measure.make_inputs(case, seed)  # inputs depend on the shape only, never on the build
+        fn = hf_attention.transformers_function(impl_of(build_name), module)
+        return measure.Plan(lambda: fn(module, q, k, v, None, scaling=module.scaling, dropout=0.0))
 
-    measure.cold_call(call, p.device)
-    ms, n, _ = measure.eager_ms(call, p.device, reps_ms=timing["reps_ms"], min_reps=timing["min_reps"])
-    return ms, n
+    got = measure.pipeline(prepare, p.device, measure.Eager(**timing), peak=False)
+    if got.error is not None:
+        raise got.error
+    return got.fields["ms"], got.fields["reps"]
 
 
 def _failure(e: BaseException) -> str:
+    if isinstance(e, hf_attention.Unsupported):
+        return measure.one_line(f"unsupported: {e}")
     if measure.is_oom(e):
         status = measure.oom_status(e, 0)
         return status if "failed allocation" in status else "oom: the allocator named no size"
     return measure.one_line(f"error: {type(e).__name__}: {e}")
 
 
+def check_logits(model, build_name: str, ids: torch.Tensor, logits: torch.Tensor, ref: References) -> dict:
+    """logits_maxdiff and logits_rel of the first forward's logits against transformers' SDPA path, padded_maxdiff
+    of a forward with ref's padding mask over the real tokens, and err_note (the reference itself; a padded run
+    refused or failed: the unpadded figures stand)."""
+    if build_name == REFERENCE:
+        return dict(err_note="the reference: every other row's logits are compared with this build's")
+    out, notes = {}, []
+    out["logits_maxdiff"], out["logits_rel"] = differences(logits, ref.logits)
+    try:
+        padded = run_model(model, ids, ref.mask)
+        real = ref.mask.bool()
+        out["padded_maxdiff"] = differences(padded[real], ref.padded[real])[0]
+    except hf_attention.Unsupported as e:
+        notes.append(measure.one_line(f"padded run unsupported: {e}"))
+    except Exception as e:
+        notes.append(f"padded run failed: {_failure(e)}")
+    return {**out, "err_note": "; ".join(notes)}
+
+
+RENAMED = {"ms": "forward_ms", "ms_p20": "forward_p20", "ms_p80": "forward_p80"}  # the Eager timer's -> a row's
+
+
+def compiled(model, mode: str):
+    """The model's forward compiled by torch.compile in `mode`, as a user deploys it, and a count of the graph breaks
+    it reports: (call(ids) -> logits, breaks() -> int). Dynamo's caches are reset first, so each build compiles its
+    own graph (the attention implementation is read while tracing)."""
+    if mode not in COMPILE_MODES:
+        raise ValueError(f"mode must be one of {', '.join(COMPILE_MODES)}, got {mode!r}")
+    import torch._dynamo
+    from torch._dynamo.utils import counters
+
+    torch._dynamo.reset()
+    counters.clear()
+    fn = torch.compile(model, mode=mode)
+
+    def call(ids: torch.Tensor) -> torch.Tensor:
+        with torch.no_grad():  # not inference_mode: CUDA-graph trees record under no_grad
+            return fn(input_ids=ids, use_cache=False).logits
+
+    return call, lambda: sum(counters["graph_break"].values())
+
+
 def measure_forward(model, spec: ModelSpec, build_name: str, B: int, N: int, *, ref: References, seed: int = 0,
-                    windows: int = 3, reps_ms: float = 100.0, min_reps: int = 3, run_id: str = "") -> dict:
-    """One row of COLUMNS: `build_name`'s whole forward at (B, N) in `model` (module docstring). A build that cannot
-    run is a status, never an exception."""
-    row = base_row(model, spec, build_name, B, N, run_id)
+                    windows: int = 3, reps_ms: float = 100.0, min_reps: int = 3, run_id: str = "",
+                    mode: str = EAGER) -> dict:
+    """One row of COLUMNS: `build_name`'s whole forward at (B, N) in `model` (module docstring): attnlab.measure's
+    pipeline with its Eager timer over `windows` windows, the logits checked (check_logits), then one layer's
+    attention alone (attention_alone). Under a compile `mode` the forward is the compiled model's (compiled),
+    its first call compiles (cold_s) and its graph breaks are counted; attention alone is the eager row's and is not
+    measured again. A build that cannot run is a status, never an exception."""
+    row = base_row(model, spec, build_name, B, N, run_id, mode)
     dev = next(model.parameters()).device
     ids = token_ids(spec, B, N, seed, dev)
-    notes = []
-    try:
+    breaks = None
+
+    def prepare() -> measure.Plan:
+        nonlocal breaks
         use(model, build_name)
+        def check(logits):
+            return check_logits(model, build_name, ids, logits, ref)
 
-        def call():
-            return run_model(model, ids)
+        if mode != EAGER:
+            call, breaks = compiled(model, mode)
+            return measure.Plan(lambda: call(ids), check=check)
+        return measure.Plan(lambda: run_model(model, ids), check=check,
+                            after=lambda out, fields: dict(zip(("attention_ms", "attention_reps"), attention_alone(
+                                model, spec, build_name, B, N, seed, reps_ms=reps_ms, min_reps=min_reps))))
 
-        row["cold_s"], logits = measure.cold_call(call, dev)
-        times, row["reps"], row["timer"] = _windows(call, dev, windows=windows, reps_ms=reps_ms, min_reps=min_reps)
-        row.update(forward_ms=statistics.median(times), forward_p20=measure.percentile(times, 20),
-                   forward_p80=measure.percentile(times, 80))
-        row["peak_bytes"], row["peak_note"], _ = measure.peak_pass(call, dev)
-        if build_name == REFERENCE:
-            notes.append("the reference: every other row's logits are compared with this build's")
-        else:
-            row["logits_maxdiff"], row["logits_rel"] = differences(logits, ref.logits)
-            try:
-                padded = run_model(model, ids, ref.mask)
-                real = ref.mask.bool()
-                row["padded_maxdiff"] = differences(padded[real], ref.padded[real])[0]
-            except hf_attention.Unsupported as e:
-                notes.append(measure.one_line(f"padded run unsupported: {e}"))
-            except Exception as e:  # the unpadded row stands; say why the padded one does not
-                notes.append(f"padded run failed: {_failure(e)}")
-        row["attention_ms"], row["attention_reps"] = attention_alone(model, spec, build_name, B, N, seed,
-                                                                     reps_ms=reps_ms, min_reps=min_reps)
-        row["status"] = "ok"
-    except hf_attention.Unsupported as e:
-        row["status"] = measure.one_line(f"unsupported: {e}")
-    except Exception as e:
-        row["status"] = _failure(e)
-    row["err_note"] = "; ".join(notes)
-    if row["status"] != "ok":
-        measure.release(dev)
+    got = measure.pipeline(prepare, dev, measure.Eager(windows, reps_ms=reps_ms, min_reps=min_reps))
+    row.update({RENAMED.get(k, k): v for k, v in got.fields.items() if RENAMED.get(k, k) in row})
+    if breaks is not None:
+        row["graph_breaks"] = float(breaks())
+    row["status"] = "ok" if got.error is None else _failure(got.error)
     return row

@@ -18,6 +18,7 @@ from pathlib import Path
 import pandas as pd
 
 from attnlab import builds, environment, provenance
+from attnlab.schema import forward_rows
 from attnlab.sweep import PROVENANCE, RESULTS
 
 _NEVER = datetime.min.replace(tzinfo=timezone.utc)
@@ -59,19 +60,21 @@ def find_runs(root=None) -> list[Path]:
 
 def reference_run(root=None, need=builds.OURS) -> Path | None:
     """The newest run (by its provenance's start time, never by a folder's name) measured on a CUDA device whose
-    results hold ok rows of every build in `need` (default: our three), rendered with a card's own params where one
-    is (a variant's params name carries a '-', as params/seeds-policy.yaml's: its grid is narrower than the card's,
-    e.g. one head dim); else the newest variant; None when there is none."""
+    results hold ok forward rows of every build in `need` (default: our three), rendered with a card's own params
+    where one is (a variant's params name carries a '-', as params/seeds-policy.yaml's: its grid is narrower than
+    the card's, e.g. one head dim); else the newest variant; None when there is none."""
     variants = []
     for folder in reversed(find_runs(root)):
         prov = json.loads((folder / PROVENANCE).read_text())
         if not str((prov.get("device") or {}).get("device", "")).startswith("cuda"):
             continue
-        try:
-            rows = pd.read_csv(results_path(folder, prov), usecols=["build", "status"], dtype=str)
-        except (ValueError, OSError):
+        try:  # the forward rows (a results file may hold other passes' beside them)
+            rows = forward_rows(pd.read_csv(results_path(folder, prov), dtype=str,
+                                            usecols=lambda c: c in ("build", "status", "pass")))
+            ok = set(rows.loc[rows["status"] == "ok", "build"])
+        except (ValueError, OSError, KeyError):  # unreadable, or not a results file (no build or status column)
             continue
-        if not set(need) <= set(rows.loc[rows["status"] == "ok", "build"]):
+        if not set(need) <= ok:
             continue
         if "-" in str((prov.get("params") or {}).get("name", "")):
             variants.append(folder)

@@ -21,6 +21,8 @@ COLUMNS = {
     "dtype": "'bfloat16', 'float16' or 'float32'",
     "causal": "bool; causal and non-causal rows never share a ratio",
     "mask": "'none' or 'zero' (the zero_mask ablation's all-zero additive mask)",
+    "pass": "'forward', 'backward' (dQ, dK, dV from dO through torch.autograd, the forward outside the timed call) "
+            "or 'forward+backward'; a file without the column holds forward rows",
     "device": "e.g. 'cuda:0' or 'cpu'",
     "device_name": "e.g. 'NVIDIA H200' or the CPU model",
     # outcome
@@ -46,7 +48,11 @@ COLUMNS = {
                      "its maximum to stay under the card's power limit); '' for none or unknown",
     "peak_bytes": "peak allocation above what was allocated before the call (NaN where unknowable)",
     "peak_note": "why peak_bytes is NaN (e.g. 'n/a: CPU has no allocator statistics')",
-    "hold_bytes": "predicted bytes the build must hold at once: O, plus S and P (materialised) or P (qk_softmax)",
+    "hold_bytes": "predicted bytes the build must hold at once: O, plus S and P (materialised) or P (qk_softmax); "
+                  "0 on a backward pass's row (the byte model counts the forward)",
+    "held_bytes": "bytes the forward leaves allocated for the backward (what the build saved for it), its output and "
+                  "inputs excluded: on CUDA memory allocated after the forward returns less before it, less the "
+                  "output; on a CPU (no allocator statistics) the storages torch.autograd saved; NaN on a forward row",
     "alloc_flag": "'' or a warning that peak_bytes is below hold_bytes (a build that is not what its name says)",
     "err": "‖o − ref‖/‖ref‖ against the fp64 reference",
     "err_limit": "the FlashAttention-rule limit err must stay under (attnlab.accuracy)",
@@ -55,8 +61,9 @@ COLUMNS = {
                 "Σ o.sum() over every call of the timing phase (its warm-up too), read once, divided by the calls",
     "consume_ms": "median ms of the consumption step alone (o.sum into the checksum); it is inside ms, the same "
                   "for every build of a shape",
-    "flops": "4·B·H·N²·D, halved for causal",
-    "bytes_moved": "the fewest bytes this build must move through device memory (attnlab.cost)",
+    "flops": "4·B·H·N²·D, halved for causal; ×2.5 for a backward pass, ×3.5 forward+backward (attnlab.cost)",
+    "bytes_moved": "the fewest bytes this build must move through device memory (attnlab.cost); 0 on a backward "
+                   "pass's row (the byte model counts the forward)",
     "tflops": "achieved TFLOP/s at the median less consume_ms (the attention alone)",
     "tbps": "achieved TB/s at the median less consume_ms",
     "pct_flops": "tflops as % of the run's measured matmul ceiling",
@@ -74,15 +81,20 @@ COLUMNS = {
 # still read, these columns then unknown; a sweep does not append to it (attnlab.sweep.read_results, run).
 LATER = ("sm_clock_mhz", "power_w", "clock_reasons", "eager_ms")
 
+# The passes a row may time, and the columns that came with the backward pass: a file written before them holds
+# forward rows, with nothing held for a backward (the value each reads as, as written in a file).
+PASSES = ("forward", "backward", "forward+backward")
+BEFORE_BACKWARD = {"pass": "forward", "held_bytes": "nan"}
+
 # The type of every column, for writing and reading results files (attnlab.sweep.read_results). "int" columns are
 # always known (reps is 0 when nothing was timed); unknown "float"s are NaN; unknown "str"s are ''.
 TYPES = {
     **{c: "str" for c in ("run_id", "case_id", "build", "family", "base", "ablation", "dtype", "mask", "device",
                           "device_name", "status", "timer", "peak_note", "alloc_flag", "err_note", "tiles",
-                          "compile_note", "started", "code", "timing_note", "clock_reasons")},
+                          "compile_note", "started", "code", "timing_note", "clock_reasons", "pass")},
     **{c: "int" for c in ("B", "H", "Hkv", "N", "D", "reps", "hold_bytes", "flops", "bytes_moved")},
     **{c: "float" for c in ("host_ms", "eager_ms", "cold_s", "ms", "ms_p20", "ms_p80", "consume_ms", "peak_bytes",
-                            "err", "err_limit",
+                            "held_bytes", "err", "err_limit",
                             "checksum", "tflops", "tbps", "pct_flops", "pct_bw", "ceiling_tflops", "ceiling_tbps",
                             "sm_clock_mhz", "power_w")},
     "causal": "bool",
@@ -109,6 +121,15 @@ def kernel_label(tiles_json, kernel: str | None = "fused") -> str:
     if not picked:
         return ""
     return "gluon" if any(t.get("gluon") for t in picked) else "triton"
+
+
+def forward_rows(results):
+    """The rows of the forward pass: what every table and figure of the lab compares (a backward row beside a forward
+    one of the same case would be two rows for one key). A row that names no pass, and a table without the column,
+    are the forward's (BEFORE_BACKWARD)."""
+    if "pass" not in results:
+        return results
+    return results[~results["pass"].isin([p for p in PASSES if p != "forward"])]
 
 
 def less_consumption(ms: float, consume_ms: float) -> float:

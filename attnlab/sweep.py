@@ -14,13 +14,16 @@ Params keys (defaults in DEFAULTS; every other key is required):
                   'fixed': the same B and H everywhere — keys `batch`, `heads`
     group         query heads per k/v head (1: no grouped-query attention); Hkv = H / group
     builds        'all', or a list of build names and the families 'ours', 'ablation', 'library'
+    passes        the passes each build is timed in, of 'forward', 'backward', 'forward+backward' (default
+                  forward); an ablation is timed forward only (an ablated program has no backward)
     warmup_ms, reps_ms, min_reps   timing (attnlab.measure); ref_budget_gib   fp64 reference budget
     seed          input seed (inputs depend on the shape and this only)
     out_dir       where results go (the --out flag wins); default outputs/<device>/<timestamp>
 
 Every finished row is appended to results.csv at once as one whole line, flushed and fsync'd, so a crash loses no
-finished row; re-running with the same out_dir and the same params measures only the cases whose case_id is not there
-yet (a partial last line, from a crash mid-write, is dropped first). A resume on another device, or with other params
+finished row; reading it back (read_results) gives the forward rows, which every table and figure compares, unless
+other passes are named. Re-running with the same out_dir and the same params measures only the cases whose case_id
+is not there yet (a partial last line, from a crash mid-write, is dropped first). A resume on another device, or with other params
 (but out_dir), is refused before anything is written: the rows and provenance.json describe one run. A case that runs out of memory is an 'oom' row and one that
 raises is an 'error' row (attnlab.measure); the sweep frees memory and goes on. Bad params raise ParamsError
 before anything is written.
@@ -43,14 +46,14 @@ import yaml
 from attnlab import builds, measure as _measure, cost, provenance
 from attnlab.ceilings import measure_ceilings
 from attnlab.telemetry import LoadLog
-from attnlab.schema import COLUMNS, LATER, TYPES
+from attnlab.schema import BEFORE_BACKWARD, COLUMNS, LATER, PASSES, TYPES
 from attnlab.validate import DTYPES, MAX_HEAD_DIM
 
 RESULTS = "results.csv"
 PROVENANCE = "provenance.json"
 POLICIES = {"fixed_tokens": ("tokens", "width"), "fixed": ("batch", "heads")}
 DEFAULTS = dict(device="auto", causal=[False, True], group=1, warmup_ms=25.0, reps_ms=100.0, min_reps=5,
-                ref_budget_gib=2.0, seed=0, out_dir=None, name="")
+                ref_budget_gib=2.0, seed=0, out_dir=None, name="", passes=["forward"])
 REQUIRED = ("dtype", "seq_lens", "head_dims", "batch_policy", "builds")
 KNOWN = (*REQUIRED, *DEFAULTS, *(k for keys in POLICIES.values() for k in keys))
 FAMILIES = {"ours": "ours", "ablation": "ablation", "ablations": "ablation", "library": "library"}
@@ -177,6 +180,10 @@ def validate(raw: dict) -> dict:
         if h % p["group"]:
             raise ParamsError("group", p["group"], f"must divide the number of query heads, got H={h}")
     p["builds"] = _builds(p["builds"])
+    passes = p["passes"] if isinstance(p["passes"], list) else [p["passes"]]
+    if not passes or any(x not in PASSES for x in passes):
+        raise ParamsError("passes", p["passes"], f"must list passes of {', '.join(PASSES)}")
+    p["passes"] = list(dict.fromkeys(passes))
     p["warmup_ms"] = float(valid_number("warmup_ms", p["warmup_ms"], sign=">= 0"))
     for key in ("reps_ms", "ref_budget_gib"):
         p[key] = float(valid_number(key, p[key]))
@@ -241,7 +248,7 @@ def check_out_dir(out: Path) -> None:
 
 def grid(params: dict, device: str) -> list[_measure.Case]:
     """Every case, shape by shape (causal, then D, then N ascending: the largest N of each (causal, D) last), every
-    build at each shape."""
+    build at each shape in each of the params' passes (an ablation in the forward pass only)."""
     cases = []
     for causal in params["causal"]:
         for D in params["head_dims"]:
@@ -251,8 +258,10 @@ def grid(params: dict, device: str) -> list[_measure.Case]:
                 else:
                     B, H = params["batch"], params["heads"]
                 for name in params["builds"]:
-                    cases.append(_measure.Case(name, B, H, H // params["group"], N, D, params["dtype"], causal,
-                                               device))
+                    for pass_ in params["passes"]:
+                        if pass_ == "forward" or not builds.get(name).ablation:
+                            cases.append(_measure.Case(name, B, H, H // params["group"], N, D, params["dtype"],
+                                                       causal, device, pass_))
     return cases
 
 
@@ -296,10 +305,15 @@ def repair(path: Path) -> None:
                 os.fsync(f.fileno())
 
 
-def read_results(path, *, appendable: bool = False) -> pd.DataFrame:
-    """A results file as a typed table (attnlab.schema.TYPES): complete lines only, causal as bool. A file written
-    before some of schema.LATER's columns existed reads with them unknown, unless `appendable` (a sweep about to add
-    rows of the whole schema to it)."""
+FORWARD = ("forward",)
+
+
+def read_results(path, *, appendable: bool = False, passes=FORWARD) -> pd.DataFrame:
+    """A results file as a typed table (attnlab.schema.TYPES): complete lines only, causal as bool, the rows of
+    `passes` (the forward's, which every table and figure of the lab compares; None for every row). A file written
+    before some of schema.LATER's columns existed reads with them unknown, and one written before the backward
+    pass's columns with forward rows (schema.BEFORE_BACKWARD), unless `appendable` (a sweep about to add rows of
+    the whole schema to it)."""
     path = Path(path)
     if path.is_dir():
         path = path / RESULTS
@@ -308,8 +322,9 @@ def read_results(path, *, appendable: bool = False) -> pd.DataFrame:
         return pd.DataFrame({c: pd.Series(dtype=_PANDAS[TYPES[c]]) for c in COLUMNS})
     records = list(csv.reader(io.StringIO(text)))
     header = records[0]
-    # an older file lacks some of LATER's columns and has the rest in COLUMNS' order
-    older = header == [c for c in COLUMNS if c in header] and set(COLUMNS) - set(header) <= set(LATER)
+    # an older file lacks some of LATER's or the backward's columns and has the rest in COLUMNS' order
+    older = (header == [c for c in COLUMNS if c in header]
+             and set(COLUMNS) - set(header) <= {*LATER, *BEFORE_BACKWARD})
     if header != list(COLUMNS) and (appendable or not older):
         raise ValueError(f"{path} has columns of another schema ({sorted(set(records[0]) ^ set(COLUMNS))} differ): "
                          "measure into a fresh out_dir")
@@ -320,6 +335,9 @@ def read_results(path, *, appendable: bool = False) -> pd.DataFrame:
     for c in LATER:
         if c not in df:
             df[c] = ""
+    for c, value in BEFORE_BACKWARD.items():
+        if c not in df:
+            df[c] = value
     df = df[list(COLUMNS)]
     for c in COLUMNS:
         kind = TYPES[c]
@@ -329,7 +347,8 @@ def read_results(path, *, appendable: bool = False) -> pd.DataFrame:
             df[c] = df[c].astype("int64")
         elif kind == "bool":
             df[c] = df[c].map({"True": True, "False": False}).astype(bool)
-    return df
+    df["pass"] = df["pass"].where(df["pass"].isin(PASSES), BEFORE_BACKWARD["pass"])  # a row naming none: forward
+    return df if passes is None else df[df["pass"].isin(list(passes))].reset_index(drop=True)
 
 
 _PANDAS = {"str": object, "float": float, "int": "int64", "bool": bool}
@@ -351,7 +370,8 @@ def write_json(path: Path, data: dict) -> None:
 # -- the sweep ----------------------------------------------------------------------------------------------------
 
 def run(params, out_dir=None, *, progress: bool = True, bar=None) -> pd.DataFrame:
-    """Measure every case of `params` (a path or a dict) not yet in out_dir's results; return all its rows. `bar`:
+    """Measure every case of `params` (a path or a dict) not yet in out_dir's results; return its forward rows
+    (read_results: read_results(out_dir, passes=None) gives every pass's). `bar`:
     the tqdm class that draws the progress (tqdm.auto's unless given; the walkthrough passes one that leaves a single
     line on a rendered page).
 
@@ -364,7 +384,7 @@ def run(params, out_dir=None, *, progress: bool = True, bar=None) -> pd.DataFram
     out.mkdir(parents=True, exist_ok=True)
     results, prov_path = out / RESULTS, out / PROVENANCE
     try:
-        done = set(read_results(results, appendable=True)["case_id"])
+        done = set(read_results(results, appendable=True, passes=None)["case_id"])
     except ValueError as e:
         raise ParamsError("out_dir", str(out), f"cannot be resumed: {e}") from None
     prov = json.loads(prov_path.read_text()) if prov_path.exists() else {}
