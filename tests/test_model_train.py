@@ -81,11 +81,13 @@ def test_every_build_gives_sdpas_loss_and_gradients_within_the_rule(rows):
     assert rows.set_index("build").loc["materialised", "saved"] == "P"
 
 
-@pytest.mark.parametrize("build", ["materialised", "qk_softmax"])
+@pytest.mark.parametrize("build", ["materialised", "qk_softmax", "fused"])
 def test_the_model_runs_our_builds_training_forward_and_the_backward_registered_with_it(build):
     """hf_attention calls torch.ops.attnlab.<build>; with grad on and q, k, v requiring it (they come from trainable
     projections), the op is the build's forward op, whose registered autograd node sits in the loss's graph once a
     layer."""
+    if build == "fused" and not HAS_FUSED_TRAIN:
+        pytest.skip(f"{training.FUSED_TRAIN} is not in this checkout: the fused build's backward comes with it")
     model = mt.trainable(mf.build(TINY, seed=0))
     assert model.training and all(p.requires_grad for p in model.parameters())
     ids = mf.token_ids(TINY, 1, 16, 0, "cpu")
