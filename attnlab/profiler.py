@@ -31,6 +31,8 @@ STAGES = {
 }
 # the kernels that run a whole build in one launch: no stage of theirs can be timed apart (stage_table refuses them)
 UNSTAGED = ("fused_kernel", "fused_gluon_kernel")
+# the backward pass's kernels (attnlab.triton.backward, attnlab.triton.fused_backward): a forward call launches none
+BACKWARD = ("delta_kernel", "dq_kernel", "ds_kernel", "dkdv_kernel", "transposed_kernel")
 
 
 class StagesNotSeparable(ValueError):
