@@ -40,8 +40,9 @@ end to the backward's (inputs and O excluded: the caller holds them anyway):
                         sdpa_math keep softmax's output
     "none" builds       the row statistics: a logsumexp per query row, B·H·N float32 (4 bytes)
 
-Backward FLOPs, halved for causal: the four N×N×D products (dV = PᵀdO, dP = dO·Vᵀ, dQ = dS·K, dK = dSᵀQ), 8·B·H·N²·D;
-a build that saved no P recomputes S = QKᵀ first, one more product: 10·B·H·N²·D, 2.5× the forward's 4. Backward bytes
+Backward FLOPs a build does (backward_flops), halved for causal: the four N×N×D products (dV = PᵀdO, dP = dO·Vᵀ,
+dQ = dS·K, dK = dSᵀQ), 8·B·H·N²·D; a build that saved no P recomputes S = QKᵀ first, one more product: 10·B·H·N²·D,
+2.5× the forward's 4. A row's rate divides flops() instead, five products for every build, so rates compare. Backward bytes
 through device memory, beyond Q, K, V, O, dO read and dQ, dK, dV written once each (4·qb + 2·kvb):
 
     materialised   P read for dV, dP written and read, P read again for dS, dS written, dS read for dQ and for dK: 7·Pb

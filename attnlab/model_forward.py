@@ -52,6 +52,10 @@ COLUMNS = {
     "dtype": "the model's dtype",
     "build": "the attention: 'transformers_sdpa' or 'transformers_eager' (transformers' own), one of attnlab's builds "
              "(ours or a library row), or 'copy_v' (attention replaced by a copy of V)",
+    "mode": "'eager' (the model called from Python as it is) or the torch.compile mode the whole forward ran under "
+            "('reduce-overhead': compiled by inductor, replayed as CUDA graphs): as deployed",
+    "graph_breaks": "graph breaks torch.compile reported compiling the forward (NaN for eager rows): 0 means one "
+                    "graph, our attention traced as one op",
     "family": "'transformers', 'ours', 'library' or 'ablation' (copy_v)",
     "impl": "the attention implementation's name in transformers (e.g. 'attnlab_fused', 'sdpa')",
     "device": "e.g. 'cuda:0' or 'cpu'", "device_name": "e.g. 'NVIDIA H200' or the CPU model",
@@ -77,11 +81,11 @@ COLUMNS = {
     "code": "fingerprint of the attnlab sources that measured the row (provenance.code_hash)",
 }
 TYPES = {
-    **{c: "str" for c in ("run_id", "case_id", "model", "model_type", "dtype", "build", "family", "impl", "device",
+    **{c: "str" for c in ("run_id", "case_id", "model", "model_type", "dtype", "build", "mode", "family", "impl", "device",
                           "device_name", "status", "timer", "peak_note", "err_note", "started", "code")},
     **{c: "int" for c in ("layers", "hidden", "intermediate", "vocab", "params", "H", "Hkv", "D", "B", "N", "reps",
                           "attention_reps")},
-    **{c: "float" for c in ("cold_s", "forward_ms", "forward_p20", "forward_p80", "attention_ms", "peak_bytes",
+    **{c: "float" for c in ("graph_breaks", "cold_s", "forward_ms", "forward_p20", "forward_p80", "attention_ms", "peak_bytes",
                             "logits_maxdiff", "logits_rel", "padded_maxdiff")},
 }
 assert set(TYPES) == set(COLUMNS), set(TYPES) ^ set(COLUMNS)
@@ -215,21 +219,27 @@ def differences(out: torch.Tensor, ref: torch.Tensor) -> tuple[float, float]:
     return float(d.abs().max()), float(d.norm() / ref.float().norm())
 
 
-def case_id(spec: ModelSpec, B: int, N: int, dtype: str, build_name: str) -> str:
-    return "|".join(str(x) for x in (spec.name, B, N, dtype, build_name))
+EAGER = "eager"  # a row's mode when the model runs as it is; any other mode is torch.compile's
+COMPILE_MODES = ("default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs")
+
+
+def case_id(spec: ModelSpec, B: int, N: int, dtype: str, build_name: str, mode: str = EAGER) -> str:
+    """model|B|N|dtype|build, and |mode for a compiled row (an eager row's id is the same as before modes existed)."""
+    return "|".join(str(x) for x in (spec.name, B, N, dtype, build_name, *(() if mode == EAGER else (mode,))))
 
 
 def blank_row() -> dict:
+    """Every column empty (NaN, 0 or ""), and the mode eager."""
     empty = {"str": "", "float": math.nan, "int": 0}
-    return {c: empty[TYPES[c]] for c in COLUMNS}
+    return {**{c: empty[TYPES[c]] for c in COLUMNS}, "mode": EAGER}
 
 
-def base_row(model, spec: ModelSpec, build_name: str, B: int, N: int, run_id: str = "") -> dict:
+def base_row(model, spec: ModelSpec, build_name: str, B: int, N: int, run_id: str = "", mode: str = EAGER) -> dict:
     """The row's identity: everything known before the build runs."""
     p = next(model.parameters())
     dtype = str(p.dtype).removeprefix("torch.")
     row = blank_row()
-    row.update(run_id=run_id, case_id=case_id(spec, B, N, dtype, build_name), model=spec.name,
+    row.update(run_id=run_id, case_id=case_id(spec, B, N, dtype, build_name, mode), model=spec.name, mode=mode,
                model_type=spec.model_type, layers=spec.layers, hidden=spec.hidden, intermediate=spec.intermediate,
                vocab=spec.vocab, params=sum(t.numel() for t in model.parameters()), H=spec.heads, Hkv=spec.kv_heads,
                D=spec.head_dim, B=B, N=N, dtype=dtype, build=build_name, family=family_of(build_name),
@@ -289,23 +299,55 @@ def check_logits(model, build_name: str, ids: torch.Tensor, logits: torch.Tensor
 RENAMED = {"ms": "forward_ms", "ms_p20": "forward_p20", "ms_p80": "forward_p80"}  # the Eager timer's -> a row's
 
 
+def compiled(model, mode: str):
+    """The model's forward compiled by torch.compile in `mode`, as a user deploys it, and a count of the graph breaks
+    it reports: (call(ids) -> logits, breaks() -> int). Dynamo's caches are reset first, so each build compiles its
+    own graph (the attention implementation is read while tracing)."""
+    if mode not in COMPILE_MODES:
+        raise ValueError(f"mode must be one of {', '.join(COMPILE_MODES)}, got {mode!r}")
+    import torch._dynamo
+    from torch._dynamo.utils import counters
+
+    torch._dynamo.reset()
+    counters.clear()
+    fn = torch.compile(model, mode=mode)
+
+    def call(ids: torch.Tensor) -> torch.Tensor:
+        with torch.no_grad():  # not inference_mode: CUDA-graph trees record under no_grad
+            return fn(input_ids=ids, use_cache=False).logits
+
+    return call, lambda: sum(counters["graph_break"].values())
+
+
 def measure_forward(model, spec: ModelSpec, build_name: str, B: int, N: int, *, ref: References, seed: int = 0,
-                    windows: int = 3, reps_ms: float = 100.0, min_reps: int = 3, run_id: str = "") -> dict:
+                    windows: int = 3, reps_ms: float = 100.0, min_reps: int = 3, run_id: str = "",
+                    mode: str = EAGER) -> dict:
     """One row of COLUMNS: `build_name`'s whole forward at (B, N) in `model` (module docstring): attnlab.measure's
     pipeline with its Eager timer over `windows` windows, the logits checked (check_logits), then one layer's
-    attention alone (attention_alone). A build that cannot run is a status, never an exception."""
-    row = base_row(model, spec, build_name, B, N, run_id)
+    attention alone (attention_alone). Under a compile `mode` the forward is the compiled model's (compiled),
+    its first call compiles (cold_s) and its graph breaks are counted; attention alone is the eager row's and is not
+    measured again. A build that cannot run is a status, never an exception."""
+    row = base_row(model, spec, build_name, B, N, run_id, mode)
     dev = next(model.parameters()).device
     ids = token_ids(spec, B, N, seed, dev)
+    breaks = None
 
     def prepare() -> measure.Plan:
+        nonlocal breaks
         use(model, build_name)
-        return measure.Plan(lambda: run_model(model, ids), check=lambda logits: check_logits(model, build_name, ids,
-                                                                                            logits, ref),
+        def check(logits):
+            return check_logits(model, build_name, ids, logits, ref)
+
+        if mode != EAGER:
+            call, breaks = compiled(model, mode)
+            return measure.Plan(lambda: call(ids), check=check)
+        return measure.Plan(lambda: run_model(model, ids), check=check,
                             after=lambda out, fields: dict(zip(("attention_ms", "attention_reps"), attention_alone(
                                 model, spec, build_name, B, N, seed, reps_ms=reps_ms, min_reps=min_reps))))
 
     got = measure.pipeline(prepare, dev, measure.Eager(windows, reps_ms=reps_ms, min_reps=min_reps))
     row.update({RENAMED.get(k, k): v for k, v in got.fields.items() if RENAMED.get(k, k) in row})
+    if breaks is not None:
+        row["graph_breaks"] = float(breaks())
     row["status"] = "ok" if got.error is None else _failure(got.error)
     return row

@@ -44,7 +44,7 @@ from attnlab.runs import outputs_root, started
 
 NOTEBOOK = render.NOTEBOOKS / "model_forward.ipynb"
 KEYS = ("name", "device", "dtype", "models", "seq_lens", "batches", "max_tokens", "builds", "baseline", "windows",
-        "reps_ms", "min_reps", "seed")
+        "reps_ms", "min_reps", "seed", "compile_modes", "compile_builds")
 MAKE_ONE = ("STEPS=model bash scripts/device.sh on a GPU machine (or `python -m attnlab.model_lab --params "
             "params/model/h200.yaml`), then commit its folder under outputs/<gpu>/")
 
@@ -597,6 +597,72 @@ def memory(run: Run | Lessons | None) -> list:
     return [_source(les), memory_table(les.results)]
 
 
+# -- as deployed: the forward compiled --------------------------------------------------------------------------
+
+def deployed_table(rows: pd.DataFrame) -> pd.DataFrame:
+    """Per model, shape and build measured compiled: its forward eagerly and compiled (ms), each over
+    transformers_sdpa's forward in the same mode, and the compiled graph's breaks. `rows`: every mode's rows."""
+    ok = rows[rows["status"] == "ok"]
+    key = ["model", "B", "N"]
+    ms = ok.pivot_table(index=[*key, "build"], columns="mode", values="forward_ms", aggfunc="first")
+    compiled_modes = [m for m in ms.columns if m != mf.EAGER]
+    if not compiled_modes or mf.EAGER not in ms.columns:
+        return pd.DataFrame()
+    mode = compiled_modes[0]
+    sdpa = ms.xs(mf.REFERENCE, level="build")
+    t = ms[[mf.EAGER, mode]].dropna().reset_index()
+    t = t[t["build"] != mf.REFERENCE]
+    t = t.join(sdpa[[mf.EAGER, mode]].rename(columns=lambda c: f"sdpa_{c}"), on=key)
+    t["over_sdpa_eager"] = t[mf.EAGER] / t[f"sdpa_{mf.EAGER}"]
+    t["over_sdpa_compiled"] = t[mode] / t[f"sdpa_{mode}"]
+    breaks = ok[ok["mode"] == mode].set_index([*key, "build"])["graph_breaks"]
+    t["graph_breaks"] = [breaks.get(tuple(r)) for r in t[[*key, "build"]].itertuples(index=False)]
+    t.attrs["mode"] = mode
+    return t.rename(columns={mf.EAGER: "eager_ms", mode: "compiled_ms"})[
+        [*key, "build", "eager_ms", "compiled_ms", "over_sdpa_eager", "over_sdpa_compiled", "graph_breaks"]]
+
+
+def deployed_figure(t: pd.DataFrame):
+    """Each build's forward over SDPA's, eager (light) and compiled (solid), per shape: below 1, faster than SDPA."""
+    import plotly.graph_objects as go
+
+    shape = [f"{m} B={b} N={n}" for m, b, n in zip(t["model"], t["B"], t["N"])]
+    fig = go.Figure()
+    for build, g in t.groupby("build", sort=False):
+        x = [s for s, b in zip(shape, t["build"]) if b == build]
+        fig.add_bar(x=x, y=g["over_sdpa_eager"], name=f"{build}, eager", marker_color=palette.colour(build),
+                    opacity=0.35)
+        fig.add_bar(x=x, y=g["over_sdpa_compiled"], name=f"{build}, compiled ({t.attrs.get('mode', '')})",
+                    marker_color=palette.colour(build))
+    fig.add_hline(y=1.0, line_dash="dot", annotation_text="SDPA's forward in the same mode")
+    fig.update_layout(barmode="group", height=400, title="the whole forward over SDPA's: eager against compiled",
+                      yaxis_title="forward time / SDPA's forward time (same mode)")
+    return fig
+
+
+def deployed_note(t: pd.DataFrame) -> str:
+    """One sentence per build and shape, read off the table: compiled and eager, each over SDPA's."""
+    lines = []
+    for r in t.itertuples():
+        breaks = "" if pd.isna(r.graph_breaks) else f", {int(r.graph_breaks)} graph break{'s' * (r.graph_breaks != 1)}"
+        lines.append(f"- {r.model} B = {r.B}, N = {r.N}: {r.build}'s compiled forward {r.compiled_ms:.2f} ms, "
+                     f"{r.over_sdpa_compiled:.2f}× SDPA's compiled; eagerly {r.eager_ms:.2f} ms, "
+                     f"{r.over_sdpa_eager:.2f}× SDPA's eager{breaks}.")
+    return "\n".join(lines)
+
+
+def deployed(run: Run | Lessons | None) -> list:
+    """Section: the forward as deployed, compiled by torch.compile (params compile_modes), beside the eager one,
+    each build over SDPA's in the same mode, from the rows lessons(run) names (their folder's compiled rows)."""
+    les = lessons(run)
+    if les is None:
+        return _no_gpu_rows()
+    t = deployed_table(lab.gpu_rows(model_sweep.read_results(les.folder, modes=None)))
+    if t.empty:
+        return [_source(les), _note("*These rows hold no compiled forward: the params named no `compile_modes`.*")]
+    return [_source(les), deployed_figure(t), _note(deployed_note(t))]
+
+
 def interpreter_note(run: Run):
     """Under the correctness table: where rows were measured off a GPU, that their times measure Python."""
     from IPython.display import Markdown
@@ -746,7 +812,7 @@ def render_notebook(params_path, out=None, *, timeout: float | None = None, exec
     code, message = render.run_notebook(NOTEBOOK, nb_out, {**raw, "out_dir": str(out)}, timeout=timeout,
                                         execute=execute)
     html = render.export_html(nb_out) if nb_out.exists() else None
-    rows = len(model_sweep.read_results(out)) if (out / model_sweep.RESULTS).exists() else 0
+    rows = len(model_sweep.read_results(out, modes=None)) if (out / model_sweep.RESULTS).exists() else 0
     where = relative_path(out)
     if code:
         message = f"{NOTEBOOK.name} stopped: {message}. Kept in {where}: the partial notebook and {rows} row(s)"

@@ -19,6 +19,10 @@ Params keys (defaults in DEFAULTS; the others are required):
                 replaced by a copy of V: the forward without attention's work) are always measured, first
     baseline    the build whose forward and attention the speedups are over (default: materialised)
     windows, reps_ms, min_reps   timing (attnlab.model_forward: eager windows, their median and spread)
+    compile_modes   torch.compile modes to measure the forward in as well, as deployed (e.g. [reduce-overhead];
+                    default none): one more row per mode for each of compile_builds
+    compile_builds  the builds measured compiled (names or families as in builds; default: transformers_sdpa and
+                    those of ours in builds)
     seed        weights and token ids (the same model for every build)
     out_dir     where results go (--out wins); default outputs/<device>/<time>
 
@@ -51,7 +55,8 @@ PROVENANCE = "model_provenance.json"
 ALWAYS = (mf.REFERENCE, mf.ABLATED)  # measured at every shape, first: the logits' reference, attention ablated
 FAMILIES = ("ours", "library")
 DEFAULTS = dict(device="auto", batches=[1], max_tokens=None, builds=["transformers_eager", "ours"],
-                baseline="materialised", windows=3, reps_ms=100.0, min_reps=3, seed=0, out_dir=None, name="")
+                baseline="materialised", windows=3, reps_ms=100.0, min_reps=3, seed=0, out_dir=None, name="",
+                compile_modes=[], compile_builds=None)
 REQUIRED = ("dtype", "models", "seq_lens")
 MODEL_KEYS = ("name", "model_type", *mf.SPEC_KEYS)
 
@@ -95,9 +100,9 @@ def known_builds() -> list[str]:
     return [*mf.TRANSFORMERS, *hf_attention.REGISTERED]
 
 
-def _builds(value) -> list[str]:
+def _builds(value, always=ALWAYS) -> list[str]:
     values = value if isinstance(value, list) else [value]
-    out = list(ALWAYS)
+    out = list(always)
     for name in values:
         if name in FAMILIES:
             out += [b for b in hf_attention.REGISTERED if builds.get(b).family == name]
@@ -138,6 +143,18 @@ def validate(raw: dict) -> dict:
     if not isinstance(p["device"], str) or not re.fullmatch(r"auto|cpu|cuda(:\d+)?", p["device"]):
         raise ParamsError("device", p["device"], "must be 'auto', 'cpu', 'cuda' or 'cuda:<index>'")
     p["builds"] = _builds(p["builds"])
+    modes = p["compile_modes"] if isinstance(p["compile_modes"], list) else [p["compile_modes"]]
+    for mode in modes:
+        if mode not in mf.COMPILE_MODES:
+            raise ParamsError("compile_modes", mode, f"is not a torch.compile mode; known: {', '.join(mf.COMPILE_MODES)}")
+    p["compile_modes"] = list(dict.fromkeys(modes))
+    if p["compile_builds"] is None:
+        p["compile_builds"] = [b for b in _builds([mf.REFERENCE, "ours"], always=()) if b in p["builds"]]
+    p["compile_builds"] = _builds(p["compile_builds"], always=())
+    unmeasured = [b for b in p["compile_builds"] if b not in p["builds"]]
+    if unmeasured:
+        raise ParamsError("compile_builds", unmeasured[0], "must be one of the builds measured eagerly: "
+                                                           f"{', '.join(p['builds'])}")
     if p["baseline"] not in p["builds"]:
         raise ParamsError("baseline", p["baseline"], f"must be one of the builds measured: {', '.join(p['builds'])}")
     p["windows"] = sweep.valid_number("windows", p["windows"], integer=True)
@@ -161,9 +178,11 @@ def shapes(p: dict) -> list[tuple[int, int]]:
             if p["max_tokens"] is None or B * N <= p["max_tokens"]]
 
 
-def grid(p: dict) -> list[tuple[mf.ModelSpec, int, int, str]]:
-    """Every (model, B, N, build) in measuring order: model by model, shape by shape, the ALWAYS builds first."""
-    return [(s, B, N, b) for s in specs(p) for B, N in shapes(p) for b in p["builds"]]
+def grid(p: dict) -> list[tuple[mf.ModelSpec, int, int, str, str]]:
+    """Every (model, B, N, build, mode) in measuring order: model by model, shape by shape, the ALWAYS builds first,
+    every build eagerly, then the compile_builds in each compile mode."""
+    return [(s, B, N, b, m) for s in specs(p) for B, N in shapes(p)
+            for m in (mf.EAGER, *p["compile_modes"]) for b in (p["builds"] if m == mf.EAGER else p["compile_builds"])]
 
 
 # -- the results file ---------------------------------------------------------------------------------------------
@@ -183,8 +202,12 @@ def append_row(path: Path, row: dict) -> None:
         os.fsync(f.fileno())
 
 
-def read_results(path) -> pd.DataFrame:
-    """A model results file (or its folder) as a typed table, complete lines only."""
+UNMODED = ("mode", "graph_breaks")  # the columns a results file written before compiled rows lacks
+
+
+def read_results(path, modes=(mf.EAGER,)) -> pd.DataFrame:
+    """A model results file (or its folder) as a typed table, complete lines only: the rows of `modes` (the eager
+    forward's, which every section but the deployed one compares; None: every row)."""
     path = Path(path)
     if path.is_dir():
         path = path / RESULTS
@@ -193,6 +216,9 @@ def read_results(path) -> pd.DataFrame:
         return pd.DataFrame({c: pd.Series(dtype={"str": object, "float": float, "int": "int64"}[mf.TYPES[c]])
                              for c in mf.COLUMNS})
     df = pd.read_csv(io.StringIO(text), dtype=str, keep_default_na=False)
+    if "mode" not in df.columns and list(df.columns) == [c for c in mf.COLUMNS if c not in UNMODED]:
+        df.insert(list(mf.COLUMNS).index("mode"), "mode", mf.EAGER)  # a file from before modes: every row eager
+        df.insert(list(mf.COLUMNS).index("graph_breaks"), "graph_breaks", "")
     if list(df.columns) != list(mf.COLUMNS):
         raise ValueError(f"{path} has columns of another schema ({sorted(set(df.columns) ^ set(mf.COLUMNS))} "
                          "differ): measure into a fresh out_dir")
@@ -201,7 +227,7 @@ def read_results(path) -> pd.DataFrame:
             df[c] = df[c].replace("", "nan").astype(float)
         elif kind == "int":
             df[c] = df[c].astype("int64")
-    return df
+    return df if modes is None else df[df["mode"].isin(modes)].reset_index(drop=True)
 
 
 def software() -> dict:
@@ -225,7 +251,7 @@ def run(params, out_dir=None, *, progress: bool = True, bar=None) -> pd.DataFram
     out.mkdir(parents=True, exist_ok=True)
     results, prov_path = out / RESULTS, out / PROVENANCE
     try:
-        done = set(read_results(results)["case_id"])
+        done = set(read_results(results, modes=None)["case_id"])
     except ValueError as e:
         raise ParamsError("out_dir", str(out), f"cannot be resumed: {e}") from None
     prov = json.loads(prov_path.read_text()) if prov_path.exists() else {}
@@ -234,7 +260,7 @@ def run(params, out_dir=None, *, progress: bool = True, bar=None) -> pd.DataFram
         raise ParamsError("out_dir", str(out), f"holds a run measured on {prov['device']['name']!r}, this is "
                                                f"{here['device']['name']!r}: use another out_dir")
     sweep.repair(results)
-    todo = [c for c in grid(p) if mf.case_id(c[0], c[1], c[2], p["dtype"], c[3]) not in done]
+    todo = [c for c in grid(p) if mf.case_id(c[0], c[1], c[2], p["dtype"], c[3], c[4]) not in done]
     session = dict(started=provenance.now(), ended=None, params=p, rows=len(grid(p)), already_measured=len(grid(p))
                    - len(todo), measured=0, interrupted=None)
     prov = {**here, "software": software(), "run_id": out.name, "results": RESULTS, "params": prov.get("params", p),
@@ -253,10 +279,11 @@ def run(params, out_dir=None, *, progress: bool = True, bar=None) -> pd.DataFram
             model = mf.build(spec, dtype=p["dtype"], device=device, seed=p["seed"])
             for B, N in dict.fromkeys((c[1], c[2]) for c in mine):
                 ref = mf.references(model, spec, B, N, p["seed"])
-                for _, _, _, name in [c for c in mine if (c[1], c[2]) == (B, N)]:
-                    bar.set_description_str(mf.case_id(spec, B, N, p["dtype"], name))
+                for _, _, _, name, mode in [c for c in mine if (c[1], c[2]) == (B, N)]:
+                    bar.set_description_str(mf.case_id(spec, B, N, p["dtype"], name, mode))
                     row = mf.measure_forward(model, spec, name, B, N, ref=ref, seed=p["seed"], windows=p["windows"],
-                                             reps_ms=p["reps_ms"], min_reps=p["min_reps"], run_id=out.name)
+                                             reps_ms=p["reps_ms"], min_reps=p["min_reps"], run_id=out.name,
+                                             mode=mode)
                     append_row(results, row)
                     session["measured"] += 1
                     bar.update()
@@ -269,7 +296,7 @@ def run(params, out_dir=None, *, progress: bool = True, bar=None) -> pd.DataFram
         session.update(ended=provenance.now(), interrupted=not finished)
         prov["ended"] = session["ended"]
         sweep.write_json(prov_path, prov)
-    df = read_results(results)
+    df = read_results(results, modes=None)
     df.attrs["out_dir"] = str(out)
     return df
 

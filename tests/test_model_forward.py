@@ -361,7 +361,8 @@ def test_the_notebook_renders_the_cpu_run_and_a_committed_gpu_run(tmp_path, monk
                      + str(o.get("data", {}).get("text/html", "")) for o in outputs)
     assert "From a committed GPU run" in text and "NVIDIA H200" in text
     committed = f"the committed run {tmp_path / 'outputs' / 'h200' / 'x-model'}, measured on NVIDIA H200"
-    assert text.count(f"Rows: from a committed GPU run, not from this machine: {committed}") == 4  # every section
+    assert text.count(f"Rows: from a committed GPU run, not from this machine: {committed}") == 5  # every section
+    assert "These rows hold no compiled forward: the params named no `compile_modes`." in text  # as deployed
     assert "Triton's interpreter" in text  # the CPU rows are labelled as Python's time
     assert text.count("<details>") >= 5 and "f = 0.60" in text
     figures = [o for o in outputs if "application/vnd.plotly.v1+json" in o.get("data", {})]

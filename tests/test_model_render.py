@@ -18,7 +18,8 @@ pytest.importorskip("transformers", reason="the model extra: pip install -e '.[m
 
 TINY = dict(name="t", device="cpu", dtype="float32", models=[dict(name="tiny", layers=2, hidden=64, heads=4,
             kv_heads=2, head_dim=16, intermediate=96, vocab=128)], batches=[1], builds=["materialised", "fused"],
-            baseline="materialised", windows=1, reps_ms=1, min_reps=1)
+            baseline="materialised", windows=1, reps_ms=1, min_reps=1, compile_modes=["reduce-overhead"],
+            compile_builds=["transformers_sdpa", "fused"])
 
 
 def _render(tmp: Path, out: Path, seq_lens: list, env: dict):
@@ -82,9 +83,17 @@ def test_a_resumed_render_shows_both_parts_rows_in_every_section(two_parts):
     rows = model_sweep.read_results(second.out)
     assert len(rows) == 8 and set(rows["device"]) == {"cuda:0"}
     sessions = json.loads((second.out / model_sweep.PROVENANCE).read_text())["sessions"]
-    assert [(s["already_measured"], s["measured"]) for s in sessions] == [(0, 4), (4, 4)]  # N = 64 measured second
+    assert [(s["already_measured"], s["measured"]) for s in sessions] == [(0, 6), (6, 6)]  # N = 64 measured second
+    assert len(model_sweep.read_results(second.out, modes=None)) == 12  # each N: 4 eager rows, 2 compiled
     text, figures = _page(nbformat.read(str(second.notebook), as_version=4))
-    assert text.count(f"Rows: this run, measured on {standin.DEVICE_NAME}") == 4  # speed, share, speedups, memory
+    assert text.count(f"Rows: this run, measured on {standin.DEVICE_NAME}") == 5  # speed, share, speedups, deployed,
+    # memory
+    # as deployed: each compiled forward over SDPA's compiled, beside the eager ratio, one line a shape
+    for n in (32, 64):
+        c, e = standin.COMPILED_MS[n], standin.FORWARD_MS[n]
+        assert (f"tiny B = 1, N = {n}: fused's compiled forward {c['fused']:.2f} ms, "
+                f"{c['fused'] / c['transformers_sdpa']:.2f}× SDPA's compiled; eagerly {e['fused']:.2f} ms, "
+                f"{e['fused'] / e['transformers_sdpa']:.2f}× SDPA's eager, 0 graph breaks.") in text
     assert "From a committed GPU run" not in text and "Triton's interpreter: their times" not in text
     # the forward and the attention alone, both parts' markers
     for n in (32, 64):

@@ -16,12 +16,18 @@ waits for a score matmul at once but leaves PV(A) running on the tensor cores (i
 iteration later), so softmax(B) overlaps it: Hopper's matmul units and its exp/FMA units work at the same time, which
 a single-block loop never lets them do. The masked tiles (the two diagonals, or the ragged tail) follow in one
 masked paired pass.
+
+Training (STORE_LSE): the kernel also writes each row's logsumexp, lse = ln Σ_n exp(s_n) of the scaled and masked
+scores, fp32, (B, H, N) contiguous; +inf for a row every key of which is masked, so that the backward's
+exp(s − lse) is 0 there (attnlab.triton.fused_backward recomputes P from it). Off, nothing of it is compiled in.
 """
 import triton
 import triton.language as tl
 
 from attnlab.triton.tiles import (dot, load_rows, masked_to_zero, no_pv_output, no_pv_step, nonzero_sum,
                                   pv_accumulator, score_tile)
+
+LN2 = tl.constexpr(0.6931471805599453)  # the running max and sum are in log2 units (exp2); lse is a natural log
 
 
 @triton.jit
@@ -152,7 +158,7 @@ def _attend_rows(acc, l_i, m_i, q, k_base, v_base, m_base, offs_m, row0, N, skn,
     acc, l_i, m_i = _stream_kv(acc, l_i, m_i, q, k_base, v_base, m_base, offs_m, free_hi,
                                masked_hi, N, skn, svn, smn, qk_scale, mask_scale, inv_n, D, BLOCK_D, BLOCK_M,
                                BLOCK_N, True, CAUSAL, MASK_KIND, NO_SOFTMAX, NO_PV, IEEE, UPCAST)
-    return acc, l_i
+    return acc, l_i, m_i
 
 
 @triton.jit
@@ -167,15 +173,26 @@ def _write_rows(O, acc, l_i, offs_m, offs_d, o_base, son, N, D, BLOCK_M: tl.cons
 
 
 @triton.jit
+def _write_lse(LSE, l_i, m_i, offs_m, bh, N):
+    """Each row's logsumexp, ln 2 · (m_i + log2 l_i) (m_i, l_i: the running max and sum, in log2 units); +inf for a
+    fully masked row (l_i = 0)."""
+    lse = (m_i + tl.math.log2(nonzero_sum(l_i))) * LN2
+    lse = tl.where(l_i == 0.0, float("inf"), lse)
+    tl.store(LSE + bh * N + offs_m, lse, mask=offs_m < N)
+
+
+@triton.jit
 def fused_kernel(Q, K, V, O, M,
                  sqb, sqh, sqn, skb, skh, skn, svb, svh, svn, sob, soh, son, smb, smh, smm, smn,
                  N, H, GROUP, qk_scale, mask_scale, inv_n,
                  D: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
                  CAUSAL: tl.constexpr, MASK_KIND: tl.constexpr, NO_SOFTMAX: tl.constexpr, NO_PV: tl.constexpr,
-                 IEEE: tl.constexpr, UPCAST: tl.constexpr, HEAVY_FIRST: tl.constexpr, PAIRED: tl.constexpr):
+                 IEEE: tl.constexpr, UPCAST: tl.constexpr, HEAVY_FIRST: tl.constexpr, PAIRED: tl.constexpr,
+                 LSE=None, STORE_LSE: tl.constexpr = False):
     # grid: (cdiv(N, rows per program), B·H), rows per program = BLOCK_M, or 2·BLOCK_M when PAIRED. Requires
     # BLOCK_M % BLOCK_N == 0 (the causal split is in whole key tiles). qk_scale = scale · log2 e (natural scale
     # under NO_SOFTMAX, whose P is S itself).
+    # STORE_LSE (training; no ablation): each row's logsumexp into LSE, fp32 (B, H, N) contiguous (module docstring).
     start_m = tl.program_id(0)
     if HEAVY_FIRST:
         # the GPU starts programs roughly in order of id: under a causal mask the last query block has the most key
@@ -229,8 +246,12 @@ def fused_kernel(Q, K, V, O, M,
             done, hi, N, skn, svn, smn, qk_scale, mask_scale, inv_n, D, BLOCK_D, BLOCK_M, BLOCK_N, True, CAUSAL,
             MASK_KIND, NO_SOFTMAX, NO_PV, IEEE, UPCAST)
         _write_rows(O, acc_b, l_b, offs_b, offs_d, o_base, son, N, D, BLOCK_M, BLOCK_D, NO_SOFTMAX, NO_PV)
+        if STORE_LSE:
+            _write_lse(LSE, l_b, m_b, offs_b, bh, N)
     else:
-        acc_a, l_a = _attend_rows(acc_a, l_a, m_a, q_a, k_base, v_base, mb_a, offs_a, row0, N, skn,
-                                  svn, smn, qk_scale, mask_scale, inv_n, D, BLOCK_D, BLOCK_M, BLOCK_N, CAUSAL,
-                                  MASK_KIND, NO_SOFTMAX, NO_PV, IEEE, UPCAST)
+        acc_a, l_a, m_a = _attend_rows(acc_a, l_a, m_a, q_a, k_base, v_base, mb_a, offs_a, row0, N, skn,
+                                       svn, smn, qk_scale, mask_scale, inv_n, D, BLOCK_D, BLOCK_M, BLOCK_N, CAUSAL,
+                                       MASK_KIND, NO_SOFTMAX, NO_PV, IEEE, UPCAST)
     _write_rows(O, acc_a, l_a, offs_a, offs_d, o_base, son, N, D, BLOCK_M, BLOCK_D, NO_SOFTMAX, NO_PV)
+    if STORE_LSE:
+        _write_lse(LSE, l_a, m_a, offs_a, bh, N)

@@ -8,6 +8,10 @@
     plan_fused       the fused build's kernel         FusedPlan (Triton), FusedGluonPlan (Hopper)
     plan_ds          the backward's dS kernel         BackwardPlan (materialised's and qk_softmax's backward,
     plan_transposed  the backward's dV and dK kernel  BackwardPlan  attnlab.triton.backward)
+    plan_fused_train the fused kernel keeping lse     FusedPlan (Triton, every device: the training forward)
+    plan_fused_dkdv  the fused backward's dK, dV      FusedBackwardPlan (attnlab.triton.fused_backward; its tiles:
+    plan_fused_dq    the fused backward's dQ          FusedBackwardPlan  fused_backward_tiles)
+    plan_fused_delta the fused backward's Δ           FusedBackwardPlan
 
 A plan holds the kernel's block sizes and its own flags (nothing another kernel reads), its tile label, its grid, its
 constexpr arguments and launch options, and for a Hopper kernel its descriptors' boxes and shared-memory layouts:
@@ -246,7 +250,7 @@ def lookup(kernel: str, family: str, D: int, causal: bool, itemsize: int, gluon:
 
 def forget() -> None:
     """Drop every plan made so far (for a test that changes a constant the rules or the plans read)."""
-    for made in (_scores, _softmax, _qk_softmax, _pv, _fused, _backward):
+    for made in (_scores, _softmax, _qk_softmax, _pv, _fused, _backward, _fused_train, _fused_backward):
         made.cache_clear()
 
 
@@ -726,3 +730,86 @@ def _fused(heads, N, D, dtype, causal, mask, ablation, tiles, t: Target, overrid
         constexprs=_frozen(**fused_gluon.constexprs(tiles, D=D, causal=causal, mask=mask, o_tma=o_tma,
                                                     no_softmax=no_softmax, no_pv=no_pv)),
         options=_frozen(num_warps=4, maxnreg=maxnreg))
+
+
+# the fused build's training kernels ---------------------------------------------------------------------------------
+
+def plan_fused_train(heads: int, N: int, D: int, dtype: torch.dtype, causal: bool, mask: MaskLayout | None,
+                     device: torch.device) -> FusedPlan:
+    """The fused kernel for a training forward, which keeps each row's logsumexp (its STORE_LSE; the launch,
+    attnlab.triton.fused_train): the Triton kernel on every device, with the tiles the rules (or the overrides) give it
+    where the Gluon kernel, which keeps none, is ruled out."""
+    t = target(device)
+    tiles = lookup("fused", t.family, D, causal, dtype.itemsize, False, N, heads, t.sms)
+    return _fused_train(heads, N, D, dtype, causal, mask, tiles, t)
+
+
+@functools.lru_cache(maxsize=4096)
+def _fused_train(heads, N, D, dtype, causal, mask, tiles, t: Target) -> FusedPlan:
+    inference = _fused(heads, N, D, dtype, causal, mask, None, tiles, t, NONE)  # given tiles, no overrides read
+    return replace(inference, constexprs=_frozen(**inference.constexprs, STORE_LSE=True))
+
+
+def fused_backward_tiles(kernel: str, family: str, D: int, itemsize: int) -> Tiles:
+    """The tiles of one of the fused backward's kernels (attnlab.triton.fused_backward): a `dkdv` program owns BLOCK_N
+    keys and steps through BLOCK_M query rows at a time (BLOCK_N a multiple of BLOCK_M), a `dq` program owns BLOCK_M
+    rows and steps through BLOCK_N keys (BLOCK_M a multiple of BLOCK_N). Set by hand, the same for both, never timed
+    (the overrides do not reach them). In the interpreter, blocks of 32, so that the tests' short sequences cross
+    several blocks (diagonal, steady and ragged tiles). On a GPU, FlashAttention-2's 64 × 64 in 16 bits, smaller
+    blocks or more warps where sm90's compile report (python -m attnlab.triton.resources --kernels
+    fused_dkdv,fused_dq) showed the dK/dV kernel spilling, which holds two (BLOCK_N, D) fp32 accumulators and K and V
+    in registers: at D = 128 4 warps spilled 20–216 bytes a thread, 8 warps 0–64; fp32's dots (IEEE, on the FMA
+    units) spill least at 32 × 32 up to D = 64 and 16 × 16 past it, with 8 warps."""
+    if kernel not in ("dkdv", "dq"):
+        raise ValueError(f"kernel must be 'dkdv' or 'dq', got {kernel!r}")
+    bucket = head_dim_bucket(D)
+    if family == "interpreter":
+        return Tiles(32, 32)
+    if itemsize == 4:
+        return Tiles(32, 32, 8, 2) if bucket <= 64 else Tiles(16, 16, 8, 2)
+    if bucket <= 64:
+        return Tiles(64, 64, 4, 2)
+    return Tiles(64, 64, 8, 2) if bucket == 128 else Tiles(32, 32, 8, 2)
+
+
+@dataclass(frozen=True)
+class FusedBackwardPlan(TiledPlan):
+    """One of the fused backward's kernels (attnlab.triton.fused_backward): dkdv_kernel, a program a block of BLOCK_N
+    keys of one k/v head (grid over B·Hkv); dq_kernel, a program a block of BLOCK_M query rows (grid over B·H); or
+    delta_kernel, with dq's grid and rows."""
+
+
+def plan_fused_dkdv(kv_heads: int, N: int, D: int, dtype: torch.dtype, causal: bool, mask: MaskLayout | None,
+                    device: torch.device) -> FusedBackwardPlan:
+    """dK and dV, a program a block of keys of one k/v head (B·Hkv of them)."""
+    return _fused_backward("dkdv", kv_heads, N, D, dtype, causal, mask.kind if mask else 0, target(device))
+
+
+def plan_fused_dq(heads: int, N: int, D: int, dtype: torch.dtype, causal: bool, mask: MaskLayout | None,
+                  device: torch.device) -> FusedBackwardPlan:
+    """dQ, a program a block of query rows of one head (B·H of them)."""
+    return _fused_backward("dq", heads, N, D, dtype, causal, mask.kind if mask else 0, target(device))
+
+
+def plan_fused_delta(heads: int, N: int, D: int, dtype: torch.dtype, device: torch.device) -> FusedBackwardPlan:
+    """Δ = rowsum(dO ∘ O), a program a block of dq's BLOCK_M query rows of one head."""
+    return _fused_backward("delta", heads, N, D, dtype, False, 0, target(device))
+
+
+@functools.lru_cache(maxsize=4096)
+def _fused_backward(kernel, heads, N, D, dtype, causal, mask_kind, t: Target) -> FusedBackwardPlan:
+    tiles = fused_backward_tiles("dq" if kernel == "delta" else kernel, t.family, D, dtype.itemsize)
+    if kernel == "delta":
+        return FusedBackwardPlan(tiles.BLOCK_M, tiles.BLOCK_N, tiles.num_warps, tiles.num_stages,
+                                 grid=_grid_m(N, heads, tiles.BLOCK_M),
+                                 constexprs=_frozen(D=D, BLOCK_D=head_dim_bucket(D), BLOCK_M=tiles.BLOCK_M),
+                                 options=_frozen(num_warps=tiles.num_warps))
+    owned, step = (tiles.BLOCK_N, tiles.BLOCK_M) if kernel == "dkdv" else (tiles.BLOCK_M, tiles.BLOCK_N)
+    if owned % step:  # the causal diagonal is whole blocks of the loop
+        raise ValueError(f"{kernel} tiles need the block a program owns to be a whole number of the blocks it steps "
+                         f"through (dkdv: BLOCK_N % BLOCK_M == 0, dq: BLOCK_M % BLOCK_N == 0), got {tiles.label}")
+    return FusedBackwardPlan(tiles.BLOCK_M, tiles.BLOCK_N, tiles.num_warps, tiles.num_stages,
+                             grid=_grid_m(N, heads, owned),
+                             constexprs=_frozen(MASK_KIND=mask_kind, **_shared(D, dtype, causal, t),
+                                                BLOCK_M=tiles.BLOCK_M, BLOCK_N=tiles.BLOCK_N),
+                             options=_frozen(num_warps=tiles.num_warps, num_stages=tiles.num_stages))

@@ -2,6 +2,8 @@
 
     python -m attnlab.triton.resources [--kernels fused,qk_softmax,pv] [--head-dims 64,128] [--tiles 128x64w8s3,...]
 
+Kernels: fused, qk_softmax, pv, scores (the forward's), fused_dkdv and fused_dq (the fused backward's).
+
 Triton compiles for any target on any machine (its wheel carries ptxas), so shared memory, registers, stack and
 spills of a tile configuration can be read before device time is spent on it: a candidate over the SM's 227 KiB of
 shared memory per block fails to launch (fused 128×128 w8 s3 at D = 128 with a mask tile did, on the H200), and one
@@ -28,16 +30,21 @@ from attnlab import environment
 from attnlab.triton import config
 from attnlab.triton.hopper.common import smem_limit
 
-FLOATS = ("qk_scale", "mask_scale", "inv_n")
-POINTERS = re.compile(r"^(Q|K|V|O|M|P|S|DK|DV)$")
+FLOATS = ("qk_scale", "mask_scale", "inv_n", "scale")
+POINTERS = re.compile(r"^(Q|K|V|O|M|P|S|DO|DQ|DK|DV)$")
+FP32_POINTERS = ("LSE", "DELTA")  # the fused backward's row statistics
 DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}  # compile_info's dtype names
+# pointers a launch passes only under a flag, else None: the repair's row flags (qk_softmax, REPAIR), each row's
+# logsumexp (fused, STORE_LSE: the training forward)
+OPTIONAL_POINTERS = {"FLAGS": ("REPAIR", "*i8"), "LSE": ("STORE_LSE", "*fp32")}
 
 
 def _kernel(name: str):
-    from attnlab.triton import fused, materialised, pv, qk_softmax
+    from attnlab.triton import fused, fused_backward, materialised, pv, qk_softmax
 
     return {"fused": fused.fused_kernel, "qk_softmax": qk_softmax.qk_softmax_kernel, "pv": pv.pv_kernel,
-            "scores": materialised.scores_kernel}[name]
+            "scores": materialised.scores_kernel, "fused_dkdv": fused_backward.dkdv_kernel,
+            "fused_dq": fused_backward.dq_kernel}[name]
 
 
 def compile_info(kernel: str, D: int, causal: bool, tiles: config.Tiles, mask_kind: int = 0,
@@ -59,6 +66,7 @@ def compile_info(kernel: str, D: int, causal: bool, tiles: config.Tiles, mask_ki
                   CAUSAL=causal, MASK_KIND=mask_kind, NO_SOFTMAX=False, NO_PV=False, IEEE=dtype == "fp32",
                   UPCAST=False, HEAVY_FIRST=tiles.heavy_first, PAIRED=tiles.paired,
                   STAGES=tiles.num_stages, ONE_TILE=n <= tiles.BLOCK_N, REPAIR=False, REPAIR_SPAN=REPAIR_SPAN,
+                  STORE_LSE=False,
                   ROWS_16B=rows_16b(n, DTYPES[dtype]), ROWS_PAD=ragged_rows(n, DTYPES[dtype].itemsize))
     values.update(flags)
     constexprs = {n: values[n] for n in constexpr_names}
@@ -68,14 +76,18 @@ def compile_info(kernel: str, D: int, causal: bool, tiles: config.Tiles, mask_ki
     for a in fn.arg_names:
         if a in constexprs:
             sig[a] = "constexpr"
-        elif a == "FLAGS":  # the repair's row flags (qk_softmax, REPAIR); a launch without passes nothing: None
-            if values.get("REPAIR"):
-                sig[a] = "*i8"
+        elif a in OPTIONAL_POINTERS and OPTIONAL_POINTERS[a][0] in constexpr_names:
+            flag, pointer = OPTIONAL_POINTERS[a]
+            if values.get(flag):
+                sig[a] = pointer
             else:
                 sig[a], constexprs[a] = "constexpr", None
         elif POINTERS.match(a):
             sig[a] = "*u8" if (a == "M" and mask_kind == 1) else f"*{dtype}"
             div16.append(a)  # the caching allocator aligns every tensor to far more than 16 bytes
+        elif a in FP32_POINTERS:
+            sig[a] = "*fp32"
+            div16.append(a)
         elif a in FLOATS:
             sig[a] = "fp32"
         elif _becomes_constant(fn, a, ints[a]):
@@ -243,8 +255,8 @@ def _int_args(D: int, mask_kind: int, N: int = 4096, width: int = 2048) -> dict:
     in none of them): the strides of contiguous (B, H, N, D) q, k, v, o and of an (N, N) mask broadcast to
     (B, H, N, N), whose values decide how Triton specialises the compile (1 → constant, multiple of 16 → aligned)."""
     H = width // D
-    out = dict(N=N, H=H, GROUP=1)
-    for t in "qkvo":
+    out = dict(N=N, H=H, HKV=H, GROUP=1)
+    for t in ("q", "k", "v", "o", "do", "dq", "dk", "dv"):
         out.update({f"s{t}b": H * N * D, f"s{t}h": N * D, f"s{t}n": D})
     out.update(dict(zip(("smb", "smh", "smm", "smn"), (0, 0, N, 1) if mask_kind else (0, 0, 0, 0))))
     return out
@@ -269,9 +281,18 @@ def parse_tiles(text: str) -> config.Tiles:
                         **{field: bool(m[5 + i]) for i, (_, field, _) in enumerate(LABEL_FLAGS)})
 
 
+def _rules_tiles(kernel: str, D: int, causal: bool, n: int, flags: dict) -> config.Tiles:
+    """The tiles the rules (attnlab.triton.plan) give `kernel` on an sm90 GPU (H100, H200) in bf16: for the fused
+    kernel under STORE_LSE, the training forward's (the Triton kernel's: plan.plan_fused_train)."""
+    from attnlab.triton import plan
+
+    if kernel.startswith("fused_"):
+        return plan.fused_backward_tiles(kernel.removeprefix("fused_"), "sm90", D, 2)
+    return plan.lookup(kernel, "sm90", D, causal, 2, gluon=not flags.get("STORE_LSE"), N=n)
+
+
 def main(argv=None) -> int:
     from attnlab import args as cli
-    from attnlab.triton import plan
 
     ap = cli.Parser(prog="python -m attnlab.triton.resources", description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -313,7 +334,7 @@ def main(argv=None) -> int:
         for D in (int(d) for d in args.head_dims.split(",")):
             for causal in (bool(int(c)) for c in args.causal.split(",")):
                 for mask_kind in ((int(m) for m in args.masks.split(",")) if kernel != "pv" else (0,)):
-                    for t in cands or [plan.lookup(kernel, "sm90", D, causal, 2, N=args.n)]:  # H100/H200, bf16
+                    for t in cands or [_rules_tiles(kernel, D, causal, args.n, flags)]:
                         rows.append({**compile_info(kernel, D, causal, t, mask_kind, n=args.n, **flags), **flags})
     if args.json:
         print(json.dumps(rows))
