@@ -21,7 +21,6 @@ renders the notebook with papermill into a run folder (default a new outputs/<de
 """
 from __future__ import annotations
 
-import argparse
 import importlib
 import json
 import math
@@ -34,9 +33,9 @@ import pandas as pd
 import yaml
 
 from attnlab import cost, lab, render, sweep, train_sweep
-from attnlab.args import Parser, existing_file, out_dir as out_dir_arg, positive_float
 from attnlab.lab import notebook, page, readable_bytes, relative_path
 from attnlab.lab.answers import Question
+from attnlab.lab.run import cell_params
 from attnlab.lab.source import named_device
 from attnlab.measure import Case
 from attnlab.report import training as rt
@@ -59,14 +58,8 @@ def setup() -> dict:
 
 
 def params(**cell) -> dict:
-    """The parameters cell as validated params (attnlab.train_sweep.validate): None means 'not given', and the keys
-    of the batch policy not chosen are dropped (the cell defines both pairs so papermill can inject either)."""
-    unknown = sorted(set(cell) - set(KEYS) - {"out_dir"})
-    if unknown:
-        raise sweep.ParamsError(unknown[0], cell[unknown[0]], f"is not a params key; known: {', '.join(KEYS)}, "
-                                                               "out_dir")
-    other = [k for policy, keys in sweep.POLICIES.items() if policy != cell.get("batch_policy") for k in keys]
-    return train_sweep.validate({k: v for k, v in cell.items() if v is not None and k not in other})
+    """The parameters cell as validated params (attnlab.train_sweep.validate; attnlab.lab.run.cell_params)."""
+    return cell_params(cell, KEYS, train_sweep.validate)
 
 
 Run = lab.Run  # a run's folder and what is in it (its gate stays empty: the rows carry their own checks)
@@ -177,6 +170,14 @@ def _note(text: str):
 def _nothing() -> list:
     return [_note(f"*Nothing to show: no GPU training rows (this run has none, and no committed GPU training run was "
                   f"found under `{relative_path(outputs_root())}`). To make one: {MAKE_ONE}.*")]
+
+
+def _figure(draw, les: lab.Lessons):
+    """draw(the lesson rows), or a line saying why there is no figure (rows with nothing it can draw)."""
+    try:
+        return draw(les.results)
+    except ValueError as e:
+        return _note(f"*No figure: {e}.*")
 
 
 def ceilings_of(les: lab.Lessons) -> dict:
@@ -313,11 +314,7 @@ def speedup(run: Run | lab.Lessons | None) -> list:
     les = lessons(run)
     if les is None:
         return _nothing()
-    try:
-        fig = rt.speedup_figure(les.results)
-    except ValueError as e:
-        fig = _note(f"*No figure: {e}.*")
-    return [_source(les), _note(speed_prediction(les)), fig, _note(speed_words(les)),
+    return [_source(les), _note(speed_prediction(les)), _figure(rt.speedup_figure, les), _note(speed_words(les)),
             page.fold(speed_table(les), "forward+backward times (ms) and speedups over materialised, per shape")]
 
 
@@ -366,13 +363,9 @@ def memory(run: Run | lab.Lessons | None) -> list:
     les = lessons(run)
     if les is None:
         return _nothing()
-    try:
-        fig = rt.held_figure(les.results)
-    except ValueError as e:
-        fig = _note(f"*No figure: {e}.*")
     t = rt.held(les.results)
     t = lab.readable(t, ["held_bytes", "saved_bytes"]).assign(note=t["status"].where(t["status"] != "ok", ""))
-    return [_source(les), _note(memory_prediction(les)), fig, _note(memory_words(les)),
+    return [_source(les), _note(memory_prediction(les)), _figure(rt.held_figure, les), _note(memory_words(les)),
             page.noted(t.drop(columns="status"), "note", fold="held for the backward, per head dim, N and build, "
                                                               "beside what the build must save")]
 
@@ -527,37 +520,14 @@ def real_model(run: Run):
 # -- rendering ----------------------------------------------------------------------------------------------------
 
 def render_notebook(params_path, out=None, *, timeout: float | None = None, execute=None) -> render.Rendered:
-    """notebooks/training.ipynb executed by papermill with the params file's keys into a run folder, and its HTML.
-    Bad params raise ParamsError before anything is written; a failing or timed-out cell gives a non-zero code and
-    keeps the partial notebook and every row measured."""
-    p = train_sweep.load_params(params_path)
-    raw = sweep.read_yaml(params_path)
-    out = Path(out) if out else lab.new_folder(sweep.resolve_device(p))
-    sweep.check_out_dir(out)
-    out.mkdir(parents=True, exist_ok=True)
-    out = out.resolve()
-    nb_out = out / NOTEBOOK.name
-    code, message = render.run_notebook(NOTEBOOK, nb_out, {**raw, "out_dir": str(out)}, timeout=timeout,
-                                        execute=execute)
-    html = render.export_html(nb_out) if nb_out.exists() else None
-    rows = len(train_sweep.read_results(out)) if (out / train_sweep.RESULTS).exists() else 0
-    where = relative_path(out)
-    if code:
-        message = f"{NOTEBOOK.name} stopped: {message}. Kept in {where}: the partial notebook and {rows} row(s)"
-    else:
-        message = f"{NOTEBOOK.name} rendered with {params_path} into {where}: {rows} rows, notebook and HTML"
-    return render.Rendered(code, out, nb_out, html, message)
+    """notebooks/training.ipynb executed by papermill with the params file's keys into a run folder (attnlab.render's
+    render_run), and its HTML. Bad params raise ParamsError before anything is written."""
+    return render.render_run(NOTEBOOK, params_path, train_sweep.load_params(params_path), out, timeout=timeout,
+                             execute=execute, rows=lambda folder: len(train_sweep.read_results(folder))
+                             if (folder / train_sweep.RESULTS).exists() else 0)
 
 
-def main(argv=None) -> int:
-    ap = Parser(prog="python -m attnlab.train_lab", description=__doc__,
-                formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--params", required=True, type=existing_file, metavar="FILE", help="params YAML")
-    ap.add_argument("--out", type=out_dir_arg, metavar="DIR", help="run folder (default: a new "
-                                                                    "outputs/<device>/<time>/)")
-    ap.add_argument("--timeout", type=positive_float, metavar="S", help="seconds a cell may run (default: none)")
-    args = ap.parse_args(argv)
-    return render.finish(lambda: render_notebook(args.params, args.out, timeout=args.timeout))
+main = render.command("python -m attnlab.train_lab", __doc__, render_notebook)
 
 
 if __name__ == "__main__":

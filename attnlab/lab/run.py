@@ -39,14 +39,20 @@ WARM_JOBS = 4
 
 
 def params(**cell) -> dict:
-    """The parameters cell as validated params (attnlab.sweep.validate): None means 'not given', and the keys of the
-    batch policy not chosen are dropped (the cell defines both pairs so papermill can inject either)."""
-    unknown = sorted(set(cell) - set(KEYS) - {"out_dir"})
+    """The parameters cell as validated params (attnlab.sweep.validate; cell_params)."""
+    return cell_params(cell, KEYS, sweep.validate)
+
+
+def cell_params(cell: dict, keys, validate) -> dict:
+    """A parameters cell of `keys` (and out_dir) as `validate` checks params: None means 'not given', and the keys of
+    the batch policy not chosen are dropped (the cell defines both pairs so papermill can inject either); a name
+    not in `keys` is a ParamsError."""
+    unknown = sorted(set(cell) - set(keys) - {"out_dir"})
     if unknown:
-        raise sweep.ParamsError(unknown[0], cell[unknown[0]], f"is not a params key; known: {', '.join(KEYS)}, "
+        raise sweep.ParamsError(unknown[0], cell[unknown[0]], f"is not a params key; known: {', '.join(keys)}, "
                                                                "out_dir")
-    other = [k for policy, keys in sweep.POLICIES.items() if policy != cell.get("batch_policy") for k in keys]
-    return sweep.validate({k: v for k, v in cell.items() if v is not None and k not in other})
+    other = [k for policy, names in sweep.POLICIES.items() if policy != cell.get("batch_policy") for k in names]
+    return validate({k: v for k, v in cell.items() if v is not None and k not in other})
 
 
 @dataclass

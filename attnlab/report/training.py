@@ -122,8 +122,8 @@ def speedup_figure(rows: pd.DataFrame, pass_: str = FORWARD_BACKWARD, baseline: 
         for c, d in enumerate(dims, start=1):
             part = t[(t["causal"].astype(bool) == causal) & (t["D"] == d)]
             for build in order:
-                line = part[part["build"] == build].sort_values("N")
-                if line["speedup"].notna().any():
+                line = part[(part["build"] == build) & part["speedup"].notna()].sort_values("N")
+                if len(line):
                     fig.add_trace(go.Scatter(x=line["N"], y=line["speedup"], mode="lines+markers", name=build,
                                              legendgroup=build, showlegend=(r, c) == (1, 1), **palette.style(build)),
                                   row=r, col=c)
