@@ -30,6 +30,10 @@ INSTALL = "pip install -e '.[model]'"
 # The builds registered (ours and the library rows; the kernel ablations are questions about attention alone)
 REGISTERED = tuple(b.name for b in builds.BUILDS.values() if b.family in ("ours", "library"))
 COPY_V = "copy_v"  # attention ablated: each query head's output is its k/v head's V, unchanged
+# transformers reads an implementation name that holds "flash" as a request for the flash-attn package or a hub
+# kernel (transformers.utils.generic.is_flash_attention_requested) and fails to load one, so such a build is
+# registered under another name
+ALIASES = {"sdpa_flash": "sdpa_fa2"}
 
 
 def available() -> bool:
@@ -45,10 +49,11 @@ def require() -> None:
 
 
 def impl_name(build: str) -> str:
-    """The name a build is registered under in transformers ('fused' -> 'attnlab_fused')."""
+    """The name a build is registered under in transformers ('fused' -> 'attnlab_fused'; ALIASES: 'sdpa_flash' ->
+    'attnlab_sdpa_fa2')."""
     if build not in REGISTERED and build != COPY_V:
         raise ValueError(f"build must be one of {', '.join((*REGISTERED, COPY_V))}; got {build!r}")
-    return PREFIX + build
+    return PREFIX + ALIASES.get(build, build)
 
 
 def _causal_flag(module, query, attention_mask, is_causal) -> bool:
@@ -60,7 +65,8 @@ def _causal_flag(module, query, attention_mask, is_causal) -> bool:
 
 def _refuse(query, key, dropout, kwargs) -> None:
     if dropout:
-        raise Unsupported(f"dropout {dropout} in attention: our builds compute inference attention (model.eval())")
+        raise Unsupported(f"dropout {dropout} in attention: our builds apply none (a config with attention_dropout "
+                          "0, or the model in eval())")
     if kwargs.get("softcap") is not None:
         raise Unsupported("a logit softcap: our builds apply none")
     if key.shape[2] != query.shape[2]:

@@ -28,7 +28,7 @@ LAYERS = [
     ("launchers", ["attnlab.triton.launch", "attnlab.triton.resources", "attnlab.triton.train_launch",
                    "attnlab.triton.fused_train"]),
     ("builds", ["attnlab.builds", "attnlab.builds.*", "attnlab.hf_attention"]),
-    ("measure", ["attnlab.measure", "attnlab.profiler", "attnlab.model_forward"]),
+    ("measure", ["attnlab.measure", "attnlab.profiler", "attnlab.model_forward", "attnlab.model_train"]),
     ("sweep and commands over cases", ["attnlab.sweep", "attnlab.runs", "attnlab.gate", "attnlab.grad_gate",
                                        "attnlab.warm", "attnlab.autotune", "attnlab.selfcheck", "attnlab.model_sweep",
                                        "attnlab.train_sweep"]),

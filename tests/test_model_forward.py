@@ -46,8 +46,9 @@ def test_register_adds_every_build_to_both_of_transformers_tables(tiny):
 
     names = hf_attention.register()
     for build in (*OURS, "torch_eager", "sdpa_flash", "flex", "copy_v"):
-        assert f"attnlab_{build}" in names
-        assert f"attnlab_{build}" in AttentionInterface() and f"attnlab_{build}" in ALL_MASK_ATTENTION_FUNCTIONS
+        name = hf_attention.impl_name(build)
+        assert name in names and name.startswith("attnlab_")
+        assert name in AttentionInterface() and name in ALL_MASK_ATTENTION_FUNCTIONS
     assert not any(n.endswith(("no_pv", "no_softmax", "zero_mask")) for n in names)  # ablations of attention alone
     tiny.set_attn_implementation("attnlab_fused")
     assert tiny.config._attn_implementation == "attnlab_fused"
@@ -66,6 +67,18 @@ def test_each_of_our_builds_gives_sdpas_logits_causal_and_padded(tiny, build):
     padded_ref = _logits(tiny, "transformers_sdpa", ids, mask)
     assert (_logits(tiny, build, ids, mask)[real] - padded_ref[real]).abs().max() < 1e-5
     assert (padded_ref[1, 6:] - ref[1, 6:]).abs().max() > 1e-3  # the padding changes the real tokens' logits
+
+
+def test_every_registered_name_can_be_the_models_attention(tiny):
+    """transformers reads a name holding "flash" as a request for a flash-attn kernel it then fails to load:
+    sdpa_flash goes by an alias, and runs (SDPA's flash backend has a CPU kernel)."""
+    names = hf_attention.register()
+    assert not [n for n in names if "flash" in n] and hf_attention.impl_name("sdpa_flash") == "attnlab_sdpa_fa2"
+    for name in names:
+        tiny.set_attn_implementation(name)
+        assert tiny.config._attn_implementation == name
+    ids = mf.token_ids(TINY, 1, 8, 0, "cpu")
+    assert (_logits(tiny, "sdpa_flash", ids) - _logits(tiny, "transformers_sdpa", ids)).abs().max() < 1e-5
 
 
 def test_a_registration_that_drops_the_causal_mask_is_caught(tiny, monkeypatch):

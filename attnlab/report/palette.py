@@ -30,6 +30,8 @@ BUILD_COLOURS = {
     "flex": "#7FC4C4",  # muted teal
     "compiled": "#C9B79C",  # muted sand
     "copy_v": "#A0A0A0",  # the model lab's attention that computes nothing
+    "transformers_sdpa": "#4D4D4D",  # charcoal: a transformers model's own SDPA attention, the model labs' reference
+    "transformers_eager": "#7A5C4F",  # dark muted brown: a transformers model's own eager attention
 }
 OTHER = "#B5B5B5"  # a build this map does not name
 OURS_WIDTH, LIBRARY_WIDTH = 3.5, 1.5
