@@ -12,8 +12,8 @@ the memory held for the backward, the recompute trade, check yourself, and a rea
     source_note(run), speedup(run), memory(run), recompute(run), check_yourself(run)
                                          the sections: each a prediction from the card's measured ceilings, one
                                          figure, a few sentences computed from the rows, its table folded
-    real_model(run)                      a real model's training step (attnlab.model_train's section, where that
-                                         module is in this checkout; else a line that says it was not measured)
+    real_model(run)                      a real model's training step per build (attnlab.model_train: loss and
+                                         gradients against SDPA's, peak, step time), where the params name one
 
     attnlab train [--params FILE] [--out DIR]     (python -m attnlab.train_lab --params FILE [--out DIR])
 
@@ -21,8 +21,6 @@ renders the notebook with papermill into a run folder (default a new outputs/<de
 """
 from __future__ import annotations
 
-import importlib
-import json
 import math
 import re
 import sys
@@ -30,20 +28,19 @@ from pathlib import Path
 from types import SimpleNamespace
 
 import pandas as pd
-import yaml
 
-from attnlab import cost, lab, render, sweep, train_sweep
+from attnlab import cost, hf_attention, lab, render, sweep, train_sweep
 from attnlab.lab import notebook, page, readable_bytes, relative_path
 from attnlab.lab.answers import Question
-from attnlab.lab.run import cell_params
+from attnlab.lab.run import cell_params, load_folder, open_folder, read_folder
 from attnlab.lab.source import named_device
 from attnlab.measure import Case
 from attnlab.report import training as rt
+from attnlab.report import training_step
 from attnlab.runs import find_runs, outputs_root
 
 NOTEBOOK = render.NOTEBOOKS / "training.ipynb"
-KEYS = tuple(k for k in sweep.KNOWN if k != "out_dir")
-MODEL_TRAIN = "attnlab.model_train"  # a real model's training step: its section, where this checkout has it
+KEYS = (*(k for k in sweep.KNOWN if k != "out_dir"), "model_step")
 NEED = ("materialised", "fused")  # a GPU training run teaches from ok forward+backward rows of these
 MAKE_ONE = ("`STEPS=train bash scripts/device.sh` on a GPU machine (or `attnlab train --params "
             "params/training/h100.yaml`), then commit its folder under `outputs/<gpu>/`")
@@ -67,22 +64,12 @@ Run = lab.Run  # a run's folder and what is in it (its gate stays empty: the row
 
 def begin(p: dict) -> Run:
     """The device resolved, the run folder made (or out_dir reopened) with its params.yaml, its rows read."""
-    device = sweep.resolve_device(p)
-    out = Path(p["out_dir"]) if p["out_dir"] else lab.new_folder(device)
-    sweep.check_out_dir(out)
-    out.mkdir(parents=True, exist_ok=True)
-    p = {**p, "out_dir": str(out)}
-    (out / lab.PARAMS).write_text(yaml.safe_dump({k: v for k, v in p.items() if k != "out_dir"}, sort_keys=False))
+    out, device, p = open_folder(p)
     return _read(Run(out, p, device, {}))
 
 
 def _read(run: Run) -> Run:
-    prov = run.out / train_sweep.PROVENANCE
-    if prov.exists():
-        run.provenance = json.loads(prov.read_text())
-    if (run.out / train_sweep.RESULTS).exists():
-        run.results = train_sweep.read_results(run.out)
-    return run
+    return read_folder(run, train_sweep.PROVENANCE, train_sweep.RESULTS, train_sweep.read_results)
 
 
 def sweep_run(run: Run, progress: bool = True):
@@ -100,12 +87,7 @@ def sweep_run(run: Run, progress: bool = True):
 
 def load(folder) -> Run:
     """A training run's folder as attnlab.train_sweep writes it."""
-    out = Path(folder)
-    prov = out / train_sweep.PROVENANCE
-    if not prov.exists():
-        raise ValueError(f"{out} holds no {train_sweep.PROVENANCE}: give a training run's output folder")
-    data = json.loads(prov.read_text())
-    return _read(Run(out, data.get("params", {}), str(data.get("device", {}).get("device", "cpu")), data))
+    return load_folder(folder, train_sweep.PROVENANCE, _read)
 
 
 def reference_run(root=None, need=NEED) -> Path | None:
@@ -504,17 +486,39 @@ def check_yourself(run: Run, les: lab.Lessons | None = None):
 
 # -- a real model's training step ----------------------------------------------------------------------------------
 
-def real_model(run: Run):
-    """Section: a real model's training step, from attnlab.model_train's `section(run)` where this checkout has that
-    module; else a line saying it was not measured in this run."""
-    try:
-        module = importlib.import_module(MODEL_TRAIN)
-    except ModuleNotFoundError as e:
-        if e.name != MODEL_TRAIN:
-            raise
-        return [_note(f"*A real model's training step: not measured in this run (`{MODEL_TRAIN}` is not in this "
-                      "checkout).*")]
-    return module.section(run)
+STEP_COLUMNS = ["build", "status", "loss", "loss_diff", "grad_rel_max", "over_limit", "matches", "peak_bytes",
+                "step_ms"]
+
+
+def _step_section(rows: pd.DataFrame, label: str) -> list:
+    """attnlab.report.training_step's section of one run's model-step rows: the line naming them, the figure, the
+    sentences, the rows folded."""
+    fig, text = training_step.section(rows)
+    return [_note(f"*Rows: {label}.*"), fig, _note(text),
+            page.fold(lab.readable(rows[STEP_COLUMNS], ["peak_bytes"]), "each build's step against SDPA's")]
+
+
+def real_model(run: Run) -> list:
+    """Section: a real model's training step (attnlab.model_train, measured by the sweep into model_train.csv where
+    the params name a model_step): this run's rows, and where those were not measured on a GPU, the committed GPU
+    training run's beside them (lessons(run)), each through attnlab.report.training_step; else a line saying it was
+    not measured in this run, and why."""
+    out = []
+    mine = train_sweep.read_step(run.out)
+    if mine is not None and len(mine):
+        out += _step_section(mine, f"this run, `{relative_path(run.out / train_sweep.MODEL_STEP)}`")
+    if mine is None or lab.gpu_rows(mine).empty:
+        les = lessons(run)
+        theirs = train_sweep.read_step(les.folder) if les is not None and not les.own else None
+        if theirs is not None and len(lab.gpu_rows(theirs)):
+            out += _step_section(theirs, f"from a committed GPU run, not from this machine: {les.label}")
+    if out:
+        return out
+    why = ("its params name no model_step" if not run.params.get("model_step") else
+           f"transformers is not installed: {hf_attention.INSTALL}" if not hf_attention.available() else
+           "the sweep above has not reached it")
+    return [_note(f"*A real model's training step: not measured in this run ({why}), and no committed GPU training "
+                  "run holds one.*")]
 
 
 # -- rendering ----------------------------------------------------------------------------------------------------

@@ -1,10 +1,8 @@
 """attnlab.report.training on rows made here (no kernels run), and train_lab's hook for a real model's training step:
 a gradient over its limit fails, a build with no ok row is 'not run', a speedup needs the baseline at the same shape,
-the memory table reads one causal value, the recompute trade's ratio is 1.5·E·R/D at every N, and a section from
-attnlab.model_train is shown where that module exists."""
+the memory table reads one causal value, the recompute trade's ratio is 1.5·E·R/D at every N, and a run with no model step says why it shows
+none."""
 import math
-import sys
-import types
 
 import pandas as pd
 import pytest
@@ -75,15 +73,10 @@ def test_the_recompute_trade_is_the_same_ratio_at_every_n_and_twice_it_causal():
     assert one["fused_backward_ms"] == 1.0 and math.isnan(one["qk_softmax_backward_ms"])
 
 
-def test_a_real_models_section_comes_from_attnlab_model_train_where_it_exists(monkeypatch):
+def test_a_run_without_a_model_step_says_so_and_why(tmp_path, monkeypatch):
     from attnlab.lab import Run
 
-    run = Run(None, {}, "cpu", {})
-    monkeypatch.delitem(sys.modules, train_lab.MODEL_TRAIN, raising=False)
-    monkeypatch.setattr(train_lab.importlib, "import_module", lambda name: (_ for _ in ()).throw(
-        ModuleNotFoundError(f"No module named {name!r}", name=name)))
-    [note] = train_lab.real_model(run)
-    assert "not measured in this run" in note.data
-    module = types.SimpleNamespace(section=lambda r: ["the step", r])
-    monkeypatch.setattr(train_lab.importlib, "import_module", lambda name: module)
-    assert train_lab.real_model(run) == ["the step", run]
+    monkeypatch.setenv("ATTNLAB_OUTPUTS", str(tmp_path / "none"))  # no committed training run either
+    [note] = train_lab.real_model(Run(tmp_path, {"model_step": None}, "cpu", {}))
+    assert note.data.startswith("*A real model's training step: not measured in this run (its params name no "
+                                "model_step)")
