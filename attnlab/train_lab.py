@@ -302,9 +302,16 @@ def speedup(run: Run | lab.Lessons | None) -> list:
 
 # -- memory held for the backward ---------------------------------------------------------------------------------
 
+def fills_at(total: float, r, dtype: str, tokens_fixed: bool) -> float:
+    """The N at which P alone, B·H·N² elements, fills `total` bytes: with B·H·N fixed by the grid (the bench's
+    policy) P grows as N, total / (B·H·N·E); with B and H fixed, as N², √(total / (B·H·E))."""
+    per = int(r.B) * int(r.H) * cost.itemsize(dtype)
+    return total / (per * int(r.N)) if tokens_fixed else math.sqrt(total / per)
+
+
 def memory_prediction(les: lab.Lessons) -> str:
     """What P and the logsumexp weigh at the largest N of each head dim, their ratio N·E/4, and the N at which P
-    alone fills the card's memory (B·H·N fixed by the grid)."""
+    alone fills the card's memory (fills_at)."""
     rows, dtype = les.results, rt.one_dtype(les.results)
     total = (les.provenance.get("device") or {}).get("total_memory")
     parts = []
@@ -312,8 +319,9 @@ def memory_prediction(les: lab.Lessons) -> str:
         r = g.loc[g["N"].idxmax()]
         p = cost.saved_bytes(_case("materialised", r, dtype))
         lse = cost.saved_bytes(_case("fused", r, dtype))
-        fills = f"; P alone would fill this card's {readable_bytes(total)} at N ≈ {total / (p / int(r.N)):,.0f}" \
-            if total else ""
+        tokens_fixed = (g["B"] * g["H"] * g["N"]).nunique() == 1 and g["N"].nunique() > 1
+        fills = (f"; P alone would fill this card's {readable_bytes(total)} at N ≈ "
+                 f"{fills_at(total, r, dtype, tokens_fixed):,.0f}" if total else "")
         parts.append(f"at D = {d}, N = {int(r.N)} (B·H = {int(r.B) * int(r.H)}), P is {readable_bytes(p)} and the "
                      f"logsumexp {readable_bytes(lse)}, {p / lse:,.0f}× less{fills}")
     return ("**Prediction, from the model before the rows:** materialised and qk_softmax keep P, B·H·N² elements of "

@@ -80,3 +80,12 @@ def test_a_run_without_a_model_step_says_so_and_why(tmp_path, monkeypatch):
     [note] = train_lab.real_model(Run(tmp_path, {"model_step": None}, "cpu", {}))
     assert note.data.startswith("*A real model's training step: not measured in this run (its params name no "
                                 "model_step)")
+
+
+def test_p_fills_the_card_at_an_n_that_follows_the_grids_batch_policy():
+    from types import SimpleNamespace
+
+    r = SimpleNamespace(B=4, H=32, N=4096)
+    p = cost.saved_bytes(Case("materialised", 4, 32, 32, 4096, 64, "bfloat16"))
+    assert train_lab.fills_at(p, r, "bfloat16", True) == 4096  # B·H·N fixed: P grows as N
+    assert train_lab.fills_at(4 * p, r, "bfloat16", False) == pytest.approx(8192)  # B, H fixed: as N²

@@ -14,6 +14,7 @@ from attnlab.sweep import ParamsError
 TINY = dict(name="t", device="cpu", dtype="float32", seq_lens=[16], head_dims=[16], causal=[True],
             batch_policy="fixed", batch=1, heads=2, builds=["materialised", "fused"],
             passes=["backward", "forward+backward"], warmup_ms=0, reps_ms=1, min_reps=1)
+STEP_MODEL = dict(name="tiny", layers=1, hidden=32, heads=2, kv_heads=1, head_dim=16, intermediate=64, vocab=64)
 
 
 def test_rows_hold_each_pass_with_held_bytes_beside_the_model_and_a_stopped_run_resumes(tmp_path, monkeypatch):
@@ -77,6 +78,13 @@ def test_a_case_out_of_memory_is_a_row_and_the_sweep_goes_on(tmp_path, monkeypat
     (dict(passes=["sideways"]), "params key 'passes': value ['sideways'] must list passes of"),
     (dict(seq_lens=[0]), "params key 'seq_lens': value 0 must be > 0"),
     (dict(epochs=3), "params key 'epochs': value 3 is not a params key"),
+    (dict(model_step=dict(model=STEP_MODEL, batch=1, seq_len=32)), "params key 'model_step': value"),
+    (dict(model_step=dict(model={**STEP_MODEL, "vocab": 0}, batch=1, seq_len=32, builds=["fused"])),
+     "params key 'model_step.model': value"),
+    (dict(model_step=dict(model=STEP_MODEL, batch=1, seq_len=1, builds=["fused"])),
+     "params key 'model_step.seq_len': value 1 must be >= 2"),
+    (dict(model_step=dict(model=STEP_MODEL, batch=1, seq_len=32, builds=["fused-no_pv"])),
+     "params key 'model_step.builds': value 'fused-no_pv' is not a build with a backward here"),
 ])
 def test_bad_params_are_one_error_before_anything_is_written(tmp_path, change, says):
     out = tmp_path / "run"
@@ -99,3 +107,22 @@ def test_the_command_line_says_one_line_for_bad_params(tmp_path, capsys):
     err = capsys.readouterr().err
     assert err.startswith("attnlab: error: params key 'builds'") and err.count("\n") == 1
     assert not (tmp_path / "o").exists()
+
+
+def test_a_model_step_is_measured_once_after_the_grid_into_its_own_file(tmp_path, monkeypatch):
+    import pandas as pd
+
+    from attnlab import hf_attention, model_train
+
+    calls = []
+    monkeypatch.setattr(hf_attention, "available", lambda: True)
+    monkeypatch.setattr(model_train, "measure", lambda spec, builds, **kw: calls.append((spec.name, builds, kw))
+                        or pd.DataFrame({c: ["x"] for c in model_train.COLUMNS}))
+    step = dict(model=STEP_MODEL, batch=2, seq_len=32, builds=["fused", "materialised"])
+    params = {**TINY, "builds": ["torch_eager"], "passes": ["forward+backward"], "model_step": step, "seed": 3}
+    train_sweep.run(params, tmp_path, progress=False)
+    assert calls == [("tiny", ["fused", "materialised"], dict(B=2, N=32, dtype="float32", device="cpu", seed=3,
+                                                              reps_ms=1.0, min_reps=1))]
+    assert list(train_sweep.read_step(tmp_path).columns) == list(model_train.COLUMNS)
+    train_sweep.run(params, tmp_path, progress=False)  # resumed: the step is there already
+    assert len(calls) == 1
