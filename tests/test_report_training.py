@@ -89,3 +89,18 @@ def test_p_fills_the_card_at_an_n_that_follows_the_grids_batch_policy():
     p = cost.saved_bytes(Case("materialised", 4, 32, 32, 4096, 64, "bfloat16"))
     assert train_lab.fills_at(p, r, "bfloat16", True) == 4096  # B·H·N fixed: P grows as N
     assert train_lab.fills_at(4 * p, r, "bfloat16", False) == pytest.approx(8192)  # B, H fixed: as N²
+
+
+def test_the_training_notebooks_parameters_are_its_params_keys():
+    from pathlib import Path
+
+    import nbformat
+    import papermill
+    import yaml
+
+    names = set(papermill.inspect_notebook(str(train_lab.NOTEBOOK)))
+    assert names == set(train_lab.KEYS) | {"out_dir"}
+    nb = nbformat.read(str(train_lab.NOTEBOOK), as_version=4)
+    assert sum("parameters" in c.metadata.get("tags", []) for c in nb.cells) == 1
+    for path in sorted((Path(__file__).resolve().parents[1] / "params" / "training").glob("*.yaml")):
+        assert set(yaml.safe_load(path.read_text())) <= names, path  # every key of a params file lands in the cell
