@@ -9,6 +9,10 @@
                                                          rendered by papermill with the params for this device: the
                                                          gate, the sweep, every section, as a notebook and its HTML
     attnlab run --params FILE --gpus 0,1,...             one render per GPU at once, then notebooks/compare_gpus.ipynb
+    attnlab train [--params FILE] [--out DIR]            training: every build with a backward timed forward,
+                                                         backward and both (attnlab.train_sweep), and
+                                                         notebooks/training.ipynb rendered over the rows
+                                                         (attnlab.train_lab); params/training/<gpu>.yaml by default
     attnlab report DIR                                   every table of DIR/results.csv (DIR/tables.txt) and its
                                                          figures (DIR/figures.html, draws offline)
     attnlab slurm submit PARAMS... | resume FOLDER...    the walkthrough on a Slurm cluster, one render per params
@@ -44,7 +48,7 @@ def parser() -> argparse.ArgumentParser:
     from attnlab.builds import names
 
     top = cli.Parser(prog="attnlab", description="Measure what fusion buys in attention.")
-    sub = top.add_subparsers(dest="command", metavar="{sweep,check,bench,run,report,slurm}", required=True)
+    sub = top.add_subparsers(dest="command", metavar="{sweep,check,bench,run,train,report,slurm}", required=True)
     sweep = sub.add_parser("sweep", help="measure a params grid into a results directory",
                            description="Measure every case of a params file; append rows to DIR/results.csv as "
                                        "they finish; re-running with the same --out resumes.")
@@ -76,6 +80,20 @@ def parser() -> argparse.ArgumentParser:
                           "to its own folder; then notebooks/compare_gpus.ipynb over them")
     run.add_argument("--timeout", type=cli.positive_float, metavar="S",
                      help="seconds any one cell may run (default: no limit)")
+    train = sub.add_parser("train", help="training: every build with a backward timed forward, backward and "
+                                         "both, and notebooks/training.ipynb rendered over the rows",
+                           description="Render notebooks/training.ipynb with papermill into a new "
+                                       "outputs/<gpu-or-cpu>/<time>/ (or --out DIR, which resumes a folder holding "
+                                       "rows): the training sweep (train_results.csv, train_provenance.json), then "
+                                       "its sections, as a notebook and its HTML. Params: --params FILE, else "
+                                       "params/training/<gpu>.yaml when a file is named for the GPU, else "
+                                       "params/training/gpu.yaml; params/training/cpu.yaml without a GPU.")
+    train.add_argument("--params", metavar="FILE", type=cli.existing_file,
+                       help="training params YAML (default: the one for this device, above)")
+    train.add_argument("--out", metavar="DIR", type=cli.out_dir, help="output directory (a folder holding rows "
+                                                                       "resumes)")
+    train.add_argument("--timeout", type=cli.positive_float, metavar="S",
+                       help="seconds any one cell may run (default: no limit)")
     report = sub.add_parser("report", help="every table (speedup, attribution, memory, ablations) of a results dir",
                             description="Read DIR/results.csv; print the tables of attnlab.report per (dtype, "
                                         "causal) group, write them to DIR/tables.txt and the figures to "
@@ -156,7 +174,18 @@ def main(argv=None) -> int:
         return _sweep(args.params, args.out, args.quiet)[0]
     if args.command == "report":
         return _report(args.dir, args.baseline)
+    if args.command == "train":
+        return _train(args)
     return _run(args)
+
+
+def _train(args) -> int:
+    """`attnlab train`: notebooks/training.ipynb rendered (attnlab.train_lab) with the params for this device."""
+    from attnlab import render, train_lab
+
+    params, why = (Path(args.params), f"params {args.params}") if args.params else params_here(PARAMS / "training")
+    print(f"attnlab: {why}", flush=True)
+    return render.finish(lambda: train_lab.render_notebook(params, args.out, timeout=args.timeout))
 
 
 def _run(args) -> int:
@@ -181,18 +210,24 @@ def _run(args) -> int:
 
 
 def params_for(device_name: str | None, folder: Path | None = None) -> tuple[Path, str]:
-    """The params file `attnlab run` sweeps on this machine, and why: cpu.yaml without a GPU; the file named for the
-    GPU's model, a word of its name holding a digit (h200.yaml for 'NVIDIA H200'; a vendor word like 'nvidia' never
-    matches), any case; else the generic gpu.yaml."""
+    """The params file `attnlab run` sweeps on this machine (in `folder`: params/, or params/training/ for `attnlab
+    train`), and why: cpu.yaml without a GPU; the file named for the GPU's model, a word of its name holding a digit
+    (h200.yaml for 'NVIDIA H200'; a vendor word like 'nvidia' never matches), any case; else the generic gpu.yaml."""
     folder = folder or (PARAMS if PARAMS.exists() else Path("params"))  # the checkout's, else the working dir's
+    shown = str(folder.relative_to(PARAMS.parent)) if folder.is_relative_to(PARAMS.parent) else str(folder)
     if device_name is None:
-        return folder / "cpu.yaml", "no CUDA GPU here: the CPU path, params/cpu.yaml"
+        return folder / "cpu.yaml", f"no CUDA GPU here: the CPU path, {shown}/cpu.yaml"
     words = {w for w in re.split(r"[^a-z0-9]+", device_name.lower()) if re.search(r"\d", w)}
     for f in sorted(folder.glob("*.yaml")):
         if f.stem.lower() in words:
-            return f, f"{device_name}: params/{f.name}"
-    return folder / "gpu.yaml", (f"{device_name}: no params file is named for it, so the generic params/gpu.yaml "
-                                 "(copy it to params/<gpu>.yaml to tune the grid for this card)")
+            return f, f"{device_name}: {shown}/{f.name}"
+    return folder / "gpu.yaml", (f"{device_name}: no params file is named for it, so the generic {shown}/gpu.yaml "
+                                 f"(copy it to {shown}/<gpu>.yaml to tune the grid for this card)")
+
+
+def params_here(folder: Path | None = None) -> tuple[Path, str]:
+    """params_for this machine: its GPU's name, or None without one."""
+    return params_for(torch.cuda.get_device_name() if torch.cuda.is_available() else None, folder)
 
 
 if __name__ == "__main__":

@@ -49,6 +49,11 @@ through device memory, beyond Q, K, V, O, dO read and dQ, dK, dV written once ea
     qk_softmax     dS in one kernel from P, dO and V (dP never written): P read twice, dS written, read twice: 5·Pb
     fused          none: P is recomputed tile by tile from Q, K and the logsumexp, and never stored
 
+The recompute trade: fused spends recompute_flops (one QKᵀ pass) to never move the P a P-keeping build stores once and
+reads twice (kept_p_bytes, 3·Pb). Per score that is 2·D FLOPs (D when causal, half the scores live) against 3·E
+bytes: at a card's ridge R = matmul rate / copy bandwidth, moving P takes 1.5·E·R/D times as long as recomputing it
+(twice that when causal), the same at every N.
+
 A case here is anything with the fields of attnlab.measure.Case (build, B, H, Hkv, N, D, dtype, causal). What a build
 must hold comes from its name alone (HOLDS): the model sits below the builds, which take their `holds` from here.
 
@@ -240,6 +245,13 @@ def backward_flops(case) -> int:
 def recompute_flops(case) -> int:
     """FLOPs a build that saved no P spends recomputing S in its backward (one QKᵀ pass); 0 for the others."""
     return qk_pass_flops(case.B, case.H, case.N, case.D, bool(case.causal)) if holds(case.build) == "none" else 0
+
+
+def kept_p_bytes(case) -> int:
+    """The bytes of P that a build keeping it for its backward moves, and one that recomputes it never does: written
+    once by the forward, read twice by the backward (dV = Pᵀ dO, then dS = P ∘ (dP − Δ)): 3·Pb, the full N × N as our
+    kernels write and read it, causal or not. Set against recompute_flops, this is training's recompute trade."""
+    return 3 * sizes(case)["Pb"]
 
 
 def backward_bytes(case) -> int:

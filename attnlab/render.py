@@ -24,6 +24,7 @@ import time
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
+from typing import Callable
 
 import yaml
 
@@ -279,6 +280,47 @@ def render_compare(folders: list[Path], notebook: Path, out: Path, *, timeout: f
         return Rendered(code, out, nb_out, None, f"{notebook.name} stopped: {message}")
     return Rendered(0, out, nb_out, export_html(nb_out), f"{notebook.name} rendered over {len(folders)} run(s) into "
                                                          f"{_short(out)}")
+
+
+def render_run(notebook: Path, params_path, p: dict, out=None, *, rows: Callable[[Path], int],
+               timeout: float | None = None, execute=None) -> Rendered:
+    """`notebook` executed by papermill with the params file's keys (`p`: them validated, before anything is written)
+    into a run folder, `out` or a new outputs/<device>/<time>/, and its HTML: what a notebook with a sweep of its own
+    inside (the model's, training's) renders as. `rows(out)` counts the rows the message names. A failing or
+    timed-out cell gives a non-zero code and keeps the partial notebook and every row measured."""
+    raw = sweep.read_yaml(params_path)
+    if out is None:
+        from attnlab import lab
+
+        out = lab.new_folder(sweep.resolve_device(p))
+    out = Path(out)
+    sweep.check_out_dir(out)
+    out.mkdir(parents=True, exist_ok=True)
+    out = out.resolve()
+    nb_out = out / notebook.name
+    code, message = run_notebook(notebook, nb_out, {**raw, "out_dir": str(out)}, timeout=timeout, execute=execute)
+    html = export_html(nb_out) if nb_out.exists() else None
+    count = rows(out)
+    where = _short(out)
+    if code:
+        message = f"{notebook.name} stopped: {message}. Kept in {where}: the partial notebook and {count} row(s)"
+    else:
+        message = f"{notebook.name} rendered with {params_path} into {where}: {count} rows, notebook and HTML"
+    return Rendered(code, out, nb_out, html, message)
+
+
+def command(prog: str, description: str, render_call: Callable) -> Callable:
+    """The main(argv) of `python -m <prog>`: --params FILE, --out DIR, --timeout S, then
+    finish(render_call(params, out, timeout=...))."""
+    def main(argv=None) -> int:
+        ap = Parser(prog=prog, description=description, formatter_class=argparse.RawDescriptionHelpFormatter)
+        ap.add_argument("--params", required=True, type=existing_file, metavar="FILE", help="params YAML")
+        ap.add_argument("--out", type=out_dir, metavar="DIR", help="run folder (default: a new "
+                                                                   "outputs/<device>/<time>/)")
+        ap.add_argument("--timeout", type=positive_float, metavar="S", help="seconds a cell may run (default: none)")
+        args = ap.parse_args(argv)
+        return finish(lambda: render_call(args.params, args.out, timeout=args.timeout))
+    return main
 
 
 def finish(render_call) -> int:

@@ -2,7 +2,7 @@
 
     outputs_root()             the repository's outputs/, or the folder ATTNLAB_OUTPUTS names
     started(prov)              when a run started, comparable across time zones
-    find_runs(root)            every run folder under root, oldest first
+    find_runs(root)            every run folder under root, oldest first (a training run's: its own file names)
     reference_run(root, need)  the newest run measured on a CUDA device with ok rows of every build in `need`,
                                a card's own params before a variant's
 
@@ -43,12 +43,13 @@ def results_path(folder: Path, prov: dict) -> Path:
     return Path(folder) / (prov.get("results") or RESULTS)
 
 
-def find_runs(root=None) -> list[Path]:
-    """Every folder under `root` (default: outputs_root()) holding a provenance.json and the results file it names,
-    oldest first. A run folder may sit one level deeper than outputs/<gpu>/<run>/: it is found all the same."""
+def find_runs(root=None, provenance_name: str = PROVENANCE) -> list[Path]:
+    """Every folder under `root` (default: outputs_root()) holding a provenance.json (or the provenance file
+    `provenance_name`: a training run's, attnlab.train_sweep) and the results file it names, oldest first. A run
+    folder may sit one level deeper than outputs/<gpu>/<run>/: it is found all the same."""
     root = Path(root) if root is not None else outputs_root()
     found = []
-    for prov_path in root.rglob(PROVENANCE) if root.is_dir() else ():
+    for prov_path in root.rglob(provenance_name) if root.is_dir() else ():
         try:
             prov = json.loads(prov_path.read_text())
         except (OSError, ValueError):

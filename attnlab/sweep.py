@@ -78,6 +78,12 @@ class ParamsError(ValueError):
 
 def load_params(path) -> dict:
     """Read a YAML params file (safe_load) and validate it; ParamsError names what is wrong."""
+    return validate(read_yaml(path))
+
+
+def read_yaml(path) -> dict:
+    """A YAML params file's mapping (safe_load), not yet validated; ParamsError when it cannot be read, is not YAML
+    or holds no mapping."""
     try:
         text = Path(path).read_text()
     except (OSError, UnicodeDecodeError) as e:
@@ -90,7 +96,7 @@ def load_params(path) -> dict:
         raise ParamsError(None, path, f"is not valid YAML{at}: {getattr(e, 'problem', None) or e}") from None
     if not isinstance(raw, dict):
         raise ParamsError(None, path, f"must hold a mapping of params keys, got {type(raw).__name__}")
-    return validate(raw)
+    return raw
 
 
 def valid_ints(key, value, lo, hi=None) -> list[int]:
@@ -369,11 +375,13 @@ def write_json(path: Path, data: dict) -> None:
 
 # -- the sweep ----------------------------------------------------------------------------------------------------
 
-def run(params, out_dir=None, *, progress: bool = True, bar=None) -> pd.DataFrame:
+def run(params, out_dir=None, *, progress: bool = True, bar=None, files: tuple[str, str] = (RESULTS, PROVENANCE)
+        ) -> pd.DataFrame:
     """Measure every case of `params` (a path or a dict) not yet in out_dir's results; return its forward rows
     (read_results: read_results(out_dir, passes=None) gives every pass's). `bar`:
     the tqdm class that draws the progress (tqdm.auto's unless given; the walkthrough passes one that leaves a single
-    line on a rendered page).
+    line on a rendered page). `files`: the results file's and the provenance's names in out_dir (a training sweep,
+    attnlab.train_sweep, names its own, so that attnlab.runs never takes it for an attention run).
 
     Checks every param, the device and out_dir before writing anything (ParamsError). Ceilings are measured once
     per run and kept in provenance.json, so a resumed run states its % of ceiling against the same figures."""
@@ -382,7 +390,7 @@ def run(params, out_dir=None, *, progress: bool = True, bar=None) -> pd.DataFram
     out = Path(out_dir or p["out_dir"] or default_out_dir(device))
     check_out_dir(out)
     out.mkdir(parents=True, exist_ok=True)
-    results, prov_path = out / RESULTS, out / PROVENANCE
+    results, prov_path = out / files[0], out / files[1]
     try:
         done = set(read_results(results, appendable=True, passes=None)["case_id"])
     except ValueError as e:
@@ -407,7 +415,7 @@ def run(params, out_dir=None, *, progress: bool = True, bar=None) -> pd.DataFram
     ceilings = prov.get("ceilings", {}).get(p["dtype"])
     if ceilings is None:
         ceilings = measure_ceilings(device, p["dtype"])
-    prov = {**here, "run_id": out.name, "results": RESULTS, "params": prov.get("params", p),
+    prov = {**here, "run_id": out.name, "results": files[0], "params": prov.get("params", p),
             "started": prov.get("started", session["started"]), "ended": None,
             "ceilings": {**prov.get("ceilings", {}), p["dtype"]: ceilings},
             "sessions": [*prov.get("sessions", []), session]}

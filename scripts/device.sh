@@ -14,6 +14,9 @@
 #   model      a whole transformers model's forward per build (MODEL_PARAMS, default params/model/h200.yaml): the sweep
 #              (python -m attnlab.model_sweep), then notebooks/model_forward.ipynb rendered over its rows
 #              (python -m attnlab.model_lab), all in model/; needs transformers, which the GPU image has
+#   train      training: every build with a backward timed forward, backward and both (TRAIN_PARAMS, default the
+#              file params/training/ names for this GPU): the sweep (python -m attnlab.train_sweep), then
+#              notebooks/training.ipynb rendered over its rows (attnlab train), all in train/
 #
 # ATTNLAB_COMMIT: the commit the caller sent (the copy's own .git names the last one landed), written into every
 # provenance.json. Each step's output goes to $OUT/<step>.log; <STEP>_TIMEOUT overrides its timeout in seconds (RUN_TIMEOUT=540). A
@@ -23,7 +26,7 @@
 # when there are more, they go back packed in $OUT/bundle.tar (tar xf it).
 set -u
 cd "$(dirname "$0")/.." || exit 1
-STEP_NAMES="run gate bench selfcheck autotune model"
+STEP_NAMES="run gate bench selfcheck autotune model train"
 P_BUILDS=materialised,qk_softmax,qk_softmax-no_pv,materialised-no_pv,qk_softmax-zero_mask,qk_softmax-no_softmax
 
 steps=${STEPS:-run}
@@ -85,6 +88,15 @@ model() {
   step model "${MODEL_TIMEOUT:-470}" python3 -m attnlab.model_sweep --params "$params" --out "$out/model" || return
   step model_notebook "${MODEL_NOTEBOOK_TIMEOUT:-110}" python3 -m attnlab.model_lab --params "$params" \
     --out "$out/model"
+}
+train() {
+  local params=${TRAIN_PARAMS:-}
+  if [ -z "$params" ]; then  # the file attnlab train picks on this machine (params/training/<gpu>.yaml)
+    params=$(python3 -c 'from attnlab import cli; print(cli.params_here(cli.PARAMS / "training")[0])') || return
+  fi
+  step train "${TRAIN_TIMEOUT:-540}" python3 -m attnlab.train_sweep --params "$params" --out "$out/train" || return
+  step train_notebook "${TRAIN_NOTEBOOK_TIMEOUT:-120}" python3 -m attnlab.cli train --params "$params" \
+    --out "$out/train"
 }
 bundle() {  # more than 8 files under $out, or any deeper than 2 folders: all of them in one $out/bundle.tar
   local n deep tmp

@@ -13,6 +13,10 @@ not on the page) are removed, then the tags.
                              collapsed) prints on two rows or more, numbers masked: a note said per row instead of once
                              under the table (a shape, 'B=1 H=4 N=256 D=64', is no sentence)
     noise(nb)                progress bars, widgets and warnings that a static page freezes or should not show
+    page(nb)                 every text the outputs hold (plain, markdown and HTML, unescaped) and the plotly figures,
+                             for a test to find its known numbers in; an error output fails the test
+    trace(figures, title, name, axis)   the y values of the trace `name` in the panel `axis` of the figure titled
+                                        `title...`
 """
 from __future__ import annotations
 
@@ -202,3 +206,34 @@ def noise(nb) -> list[str]:
 def report(nb) -> dict:
     return {"expanded_tables": sum(n for _, n in expanded_tables(nb)), "generated_words": generated_words(nb),
             "repeated_notes": repeated_notes(nb), "noise": noise(nb)}
+
+
+def page(nb) -> tuple[str, list]:
+    """Every text the executed notebook's outputs show (text/plain, text/markdown, text/html; HTML unescaped), and
+    its plotly figures (dicts). An error output fails the calling test."""
+    import json
+
+    texts, figures = [], []
+    for cell in nb.cells:
+        for o in cell.get("outputs", []):
+            assert o.get("output_type") != "error", o
+            data = o.get("data", {})
+            texts += [str(data.get(k, "")) for k in ("text/plain", "text/markdown", "text/html")]
+            if "application/vnd.plotly.v1+json" in data:
+                fig = data["application/vnd.plotly.v1+json"]
+                figures.append(json.loads(fig) if isinstance(fig, str) else fig)
+    return html.unescape("\n".join(texts)), figures
+
+
+def trace(figures, title: str, name: str, axis: str = "x") -> list:
+    """The y values of the trace named `name` on x axis `axis` of the first figure whose title starts with `title`
+    (plotly >= 6 stores arrays as base64 of one dtype: decoded)."""
+    import base64
+
+    import numpy as np
+
+    fig = next(f for f in figures if f["layout"]["title"]["text"].startswith(title))
+    y = next(t for t in fig["data"] if t.get("name") == name and t.get("xaxis", "x") == axis)["y"]
+    if isinstance(y, dict):
+        y = np.frombuffer(base64.b64decode(y["bdata"]), dtype=y["dtype"])
+    return list(y)

@@ -233,6 +233,32 @@ def test_a_new_params_file_is_found_by_the_gpu_name(tmp_path):
     assert cli.params_for("NVIDIA H100 80GB HBM3", tmp_path)[0] == tmp_path / "gpu.yaml"
 
 
+def test_train_renders_the_training_notebook_with_the_training_params_for_this_device(monkeypatch, tmp_path, capsys):
+    from attnlab import render, train_lab
+
+    calls = []
+    monkeypatch.setattr(train_lab, "render_notebook", lambda params, out, timeout=None: calls.append(
+        (Path(params), out, timeout)) or render.Rendered(0, tmp_path, tmp_path / "n.ipynb", None, "rendered"))
+    assert cli.main(["train"]) == 0
+    expected, why = cli.params_for(torch.cuda.get_device_name() if torch.cuda.is_available() else None,
+                                   cli.PARAMS / "training")
+    assert calls == [(expected, None, None)] and expected.exists() and expected.parent.name == "training"
+    assert f"attnlab: {why}" in capsys.readouterr().out and "params/training/" in why
+    p = params_file(tmp_path)
+    assert cli.main(["train", "--params", str(p), "--out", str(tmp_path / "o"), "--timeout", "30"]) == 0
+    assert calls[-1] == (p, str(tmp_path / "o"), 30.0)
+
+
+@pytest.mark.parametrize("name, file", [(None, "cpu.yaml"), ("NVIDIA H100 80GB HBM3", "h100.yaml"),
+                                        ("NVIDIA H200", "h200.yaml"), ("NVIDIA GeForce RTX 4090", "gpu.yaml")])
+def test_every_training_params_file_the_command_picks_exists_and_validates(name, file):
+    from attnlab import train_sweep
+
+    path, why = cli.params_for(name, cli.PARAMS / "training")
+    assert path == ROOT / "params" / "training" / file and f"params/training/{file}" in why
+    assert train_sweep.load_params(path)["passes"] == ["forward", "backward", "forward+backward"]
+
+
 def test_default_out_dir_is_outputs_device_timestamp():
     out = sweep.default_out_dir("cpu")
     assert out.parts[:2] == ("outputs", "cpu") and re.fullmatch(r"\d{8}-\d{6}", out.parts[2])

@@ -55,7 +55,7 @@ def test_the_script_parses_and_every_step_its_usage_names_is_defined_and_accepte
     text = SCRIPT.read_text()
     assert subprocess.run(["bash", "-n", str(SCRIPT)], capture_output=True).returncode == 0
     named = usage_steps()
-    assert named == ["run", "gate", "bench", "selfcheck", "autotune", "model"]
+    assert named == ["run", "gate", "bench", "selfcheck", "autotune", "model", "train"]
     assert re.search(r'^STEP_NAMES="([^"]*)"', text, flags=re.M).group(1).split() == named
     defined = set(re.findall(r"^(\w+)\(\) \{", text, flags=re.M))
     assert set(named) <= defined
@@ -98,10 +98,22 @@ def test_the_model_step_sweeps_then_renders_the_notebook_over_the_same_folder(ch
     assert r.returncode == 3 and calls[-1].startswith("-m attnlab.model_sweep --params params/model/cpu.yaml")
 
 
+def test_the_train_step_sweeps_then_renders_the_notebook_over_the_same_folder(checkout, tmp_path):
+    r, calls = checkout("train", tmp_path / "out", TRAIN_PARAMS="params/training/h100.yaml")
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert calls == [f"-m attnlab.train_sweep --params params/training/h100.yaml --out {tmp_path}/out/train",
+                     f"-m attnlab.cli train --params params/training/h100.yaml --out {tmp_path}/out/train"]
+    _, calls = checkout("train", tmp_path / "out2")  # no TRAIN_PARAMS: the file attnlab train picks here
+    assert calls[-3].startswith("-c ") and "params_here" in calls[-3]
+    assert calls[-2] == f"-m attnlab.train_sweep --params 6 --out {tmp_path}/out2/train"  # the stand-in printed 6
+    r, calls = checkout("train", tmp_path / "out3", TRAIN_PARAMS="p.yaml", FAIL_ON="attnlab.train_sweep")
+    assert r.returncode == 3 and calls[-1].startswith("-m attnlab.train_sweep --params p.yaml")
+
+
 def test_an_unknown_step_is_refused_before_anything_runs(checkout, tmp_path):
     r, calls = checkout("gate benhc", tmp_path / "out")
     assert r.returncode == 2 and calls == []
-    assert "unknown step 'benhc'" in r.stderr and "run gate bench selfcheck autotune model" in r.stderr
+    assert "unknown step 'benhc'" in r.stderr and "run gate bench selfcheck autotune model train" in r.stderr
     assert not (tmp_path / "out").exists()
 
 

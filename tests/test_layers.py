@@ -30,11 +30,13 @@ LAYERS = [
     ("builds", ["attnlab.builds", "attnlab.builds.*", "attnlab.hf_attention"]),
     ("measure", ["attnlab.measure", "attnlab.profiler", "attnlab.model_forward", "attnlab.model_train"]),
     ("sweep and commands over cases", ["attnlab.sweep", "attnlab.runs", "attnlab.gate", "attnlab.grad_gate",
-                                       "attnlab.warm", "attnlab.autotune", "attnlab.selfcheck", "attnlab.model_sweep"]),
+                                       "attnlab.warm", "attnlab.autotune", "attnlab.selfcheck", "attnlab.model_sweep",
+                                       "attnlab.train_sweep"]),
     ("report", ["attnlab.report", "attnlab.report.*"]),
     ("CLI and notebooks", ["attnlab", "attnlab.bench", "attnlab.cli", "attnlab.lab", "attnlab.lab.*", "attnlab.lies",
                            "attnlab.render", "attnlab.explore", "attnlab.compare", "attnlab.exercises",
-                           "attnlab.exercises.*", "attnlab.model_lab", "attnlab.page_check", "attnlab.slurm"]),
+                           "attnlab.exercises.*", "attnlab.model_lab", "attnlab.page_check", "attnlab.slurm",
+                           "attnlab.train_lab"]),
 ]
 
 # Within the walkthrough's package, bottom to top: a module imports from its own level and those below.

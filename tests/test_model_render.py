@@ -2,7 +2,6 @@
 tests/standin/model_forward.py (installed in the kernel by tests/standin/sitecustomize.py), whose numbers are known,
 so the page must show them in every speed section, in two parts of one run folder as in one, and name the rows it
 reads."""
-import html
 import json
 from pathlib import Path
 
@@ -11,6 +10,7 @@ import pytest
 import yaml
 
 from attnlab import model_lab as ml, model_sweep
+from tests import page_budget
 from tests.standin import installed
 from tests.standin import model_forward as standin
 
@@ -41,30 +41,7 @@ def two_parts(tmp_path_factory):
     return first, first_nb, second
 
 
-def _page(nb) -> tuple[str, list]:
-    """Every text the executed notebook's outputs show (HTML unescaped), and its plotly figures."""
-    texts, figures = [], []
-    for cell in nb.cells:
-        for o in cell.get("outputs", []):
-            assert o.output_type != "error", o
-            data = o.get("data", {})
-            texts += [str(data.get(k, "")) for k in ("text/plain", "text/markdown", "text/html")]
-            if "application/vnd.plotly.v1+json" in data:
-                fig = data["application/vnd.plotly.v1+json"]
-                figures.append(json.loads(fig) if isinstance(fig, str) else fig)
-    return html.unescape("\n".join(texts)), figures
-
-
-def _trace(figures, title: str, name: str) -> list:
-    import base64
-
-    import numpy as np
-
-    fig = next(f for f in figures if f["layout"]["title"]["text"].startswith(title))
-    y = next(t for t in fig["data"] if t.get("name") == name)["y"]
-    if isinstance(y, dict):  # plotly >= 6 stores arrays as base64 of one dtype
-        y = np.frombuffer(base64.b64decode(y["bdata"]), dtype=y["dtype"])
-    return list(y)
+_page, _trace = page_budget.page, page_budget.trace  # what a page shows; a figure's trace
 
 
 def test_the_first_part_shows_its_own_rows(two_parts):
@@ -125,8 +102,6 @@ def test_a_resumed_render_shows_both_parts_rows_in_every_section(two_parts):
 
 
 def test_both_parts_pages_keep_the_page_budget_and_no_bar_frozen_part_way(two_parts):
-    from tests import page_budget
-
     _, first_nb, second = two_parts
     for nb in (first_nb, nbformat.read(str(second.notebook), as_version=4)):
         assert len(page_budget.expanded_tables(nb)) <= page_budget.BUDGET_TABLES, page_budget.expanded_tables(nb)

@@ -16,6 +16,7 @@ import os
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Callable
 
 import pandas as pd
 import yaml
@@ -39,14 +40,20 @@ WARM_JOBS = 4
 
 
 def params(**cell) -> dict:
-    """The parameters cell as validated params (attnlab.sweep.validate): None means 'not given', and the keys of the
-    batch policy not chosen are dropped (the cell defines both pairs so papermill can inject either)."""
-    unknown = sorted(set(cell) - set(KEYS) - {"out_dir"})
+    """The parameters cell as validated params (attnlab.sweep.validate; cell_params)."""
+    return cell_params(cell, KEYS, sweep.validate)
+
+
+def cell_params(cell: dict, keys, validate) -> dict:
+    """A parameters cell of `keys` (and out_dir) as `validate` checks params: None means 'not given', and the keys of
+    the batch policy not chosen are dropped (the cell defines both pairs so papermill can inject either); a name
+    not in `keys` is a ParamsError."""
+    unknown = sorted(set(cell) - set(keys) - {"out_dir"})
     if unknown:
-        raise sweep.ParamsError(unknown[0], cell[unknown[0]], f"is not a params key; known: {', '.join(KEYS)}, "
+        raise sweep.ParamsError(unknown[0], cell[unknown[0]], f"is not a params key; known: {', '.join(keys)}, "
                                                                "out_dir")
-    other = [k for policy, keys in sweep.POLICIES.items() if policy != cell.get("batch_policy") for k in keys]
-    return sweep.validate({k: v for k, v in cell.items() if v is not None and k not in other})
+    other = [k for policy, names in sweep.POLICIES.items() if policy != cell.get("batch_policy") for k in names]
+    return validate({k: v for k, v in cell.items() if v is not None and k not in other})
 
 
 @dataclass
@@ -87,9 +94,9 @@ def new_folder(device: str, root: Path | None = None) -> Path:
     raise FileExistsError(f"{base}: no free folder name")
 
 
-def begin(p: dict) -> Run:
-    """Resolve the device, make or reopen the output folder and write its params.yaml; measure the run's ceilings
-    once into provenance.json (the sweep reuses them, so the rows, the roofline and section 2 quote one pair)."""
+def open_folder(p: dict) -> tuple[Path, str, dict]:
+    """(folder, device, params with out_dir set): the params' device resolved, their out_dir made or reopened (else a
+    new_folder), and their params.yaml written in it."""
     device = sweep.resolve_device(p)
     if p["out_dir"]:
         out = Path(p["out_dir"])
@@ -99,6 +106,37 @@ def begin(p: dict) -> Run:
         out = new_folder(device)
     p = {**p, "out_dir": str(out)}
     (out / PARAMS).write_text(yaml.safe_dump({k: v for k, v in p.items() if k != "out_dir"}, sort_keys=False))
+    return out, device, p
+
+
+def read_folder(run: "Run", provenance_name: str, results_name: str, read_results: Callable) -> "Run":
+    """`run` with its provenance (the file provenance_name) and its rows (read_results(folder), where the file
+    results_name is there) as its folder holds them now: another notebook's run (a training run, say)."""
+    prov = run.out / provenance_name
+    if prov.exists():
+        run.provenance = json.loads(prov.read_text())
+    if (run.out / results_name).exists():
+        run.results = read_results(run.out)
+    return run
+
+
+def load_folder(folder, provenance_name: str, read: Callable[["Run"], "Run"]) -> "Run":
+    """A finished run of another notebook (a training run, say) from its folder: its provenance file
+    `provenance_name` (ValueError where there is none), its params and device from it, then read(run) adds its
+    rows."""
+    out = Path(folder)
+    prov = out / provenance_name
+    if not prov.exists():
+        raise ValueError(f"{out} holds no {provenance_name}: give that run's output folder")
+    data = json.loads(prov.read_text())
+    return read(Run(out, data.get("params", {}), str(data.get("device", {}).get("device", "cpu")), data))
+
+
+def begin(p: dict) -> Run:
+    """Resolve the device, make or reopen the output folder and write its params.yaml (open_folder); measure the
+    run's ceilings once into provenance.json (the sweep reuses them, so the rows, the roofline and section 2 quote
+    one pair)."""
+    out, device, p = open_folder(p)
     prov_path = out / sweep.PROVENANCE
     prov = json.loads(prov_path.read_text()) if prov_path.exists() else {}
     if p["dtype"] not in prov.get("ceilings", {}):

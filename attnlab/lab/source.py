@@ -65,7 +65,7 @@ def relative_path(folder: Path) -> str:
         return str(folder)
 
 
-def _named(rows: pd.DataFrame, fallback: str) -> str:
+def named_device(rows: pd.DataFrame, fallback: str) -> str:
     """The device the rows name (their most common device_name), else `fallback`."""
     names = rows["device_name"].dropna().astype(str) if "device_name" in rows else pd.Series(dtype=str)
     names = names[names != ""]
@@ -87,7 +87,7 @@ def lessons(run: Run | Lessons | None, root=None) -> Lessons | None:
         return run
     mine = gpu_rows(run.results)
     if has_ours(mine):
-        return Lessons(mine, run.out, _named(mine, run.device_name), True, run.provenance)
+        return Lessons(mine, run.out, named_device(mine, run.device_name), True, run.provenance)
     folder = reference_run(root)
     if folder is None:
         return None
