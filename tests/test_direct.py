@@ -121,3 +121,27 @@ def test_a_launch_hook_or_the_interpreter_takes_kernel_grid_every_call(kernel, m
 def test_an_argument_with_no_launch_signature_is_refused(kernel):
     with pytest.raises(TypeError, match="argument of type object"):
         direct.run(kernel, Plan(), object(), 1024, 0.5)
+
+
+@dataclass
+class Descriptor:
+    """What direct.run reads of a host tensor descriptor (Gluon's TensorDescriptor carries these)."""
+
+    base: torch.Tensor
+    shape: list
+    strides: list
+    block_shape: list
+    layout: str = "nvmma-128B"
+    padding: str = "zero"
+
+
+def test_a_descriptor_signs_with_its_base_shape_strides_block_and_layout(kernel):
+    plan, x = Plan(), torch.zeros(4, 64, dtype=torch.bfloat16)
+    same = [Descriptor(x, [4, 64], [64, 1], [2, 64]) for _ in range(2)]
+    for d in same:
+        direct.run(kernel, plan, d, 1024, 0.5)
+    assert kinds(kernel) == ["jit", "direct"]
+    for other in (Descriptor(x, [4, 64], [64, 1], [4, 64]), Descriptor(x, [4, 64], [64, 1], [2, 64], layout="other"),
+                  Descriptor(x[:, 1:], [4, 63], [64, 1], [2, 64])):  # another block, layout, base alignment
+        direct.run(kernel, plan, other, 1024, 0.5)
+    assert kinds(kernel) == ["jit", "direct", "jit", "jit", "jit"]

@@ -37,7 +37,8 @@ def _signature(a):
         return a.dtype, a.data_ptr() % 16 == 0
     base = getattr(a, "base", None)  # a host tensor descriptor
     if isinstance(base, torch.Tensor):
-        return (base.dtype, base.data_ptr() % 16 == 0, *a.shape, *a.strides, *a.block_shape, a.layout, a.padding)
+        return (base.dtype, base.data_ptr() % 16 == 0, *a.shape, *a.strides, *a.block_shape, getattr(a, "layout", None),
+                getattr(a, "padding", None))
     raise TypeError(f"direct.run: an argument of type {type(a).__name__} has no launch signature here")
 
 
