@@ -574,7 +574,7 @@ class Graphed:
         out.update(checksum=acc.item() / calls[0], ms=ms, ms_p20=percentile(times, 20),
                    ms_p80=percentile(times, 80), reps=len(times), timer=timer)  # the one read of acc
         # what issuing one call eagerly costs (a user calling from Python pays it); a few calls suffice past 1 ms,
-        # where the probe's sync would otherwise wait on 20 slow calls (40 s of the H200 sweep)
+        # where the probe's sync would otherwise wait on 20 slow calls (20 s for a 1-second call)
         out["host_ms"] = host_ms(step, dev, calls=20 if ms < 1 else 3)
         if dev.type == "cuda":  # as a user calls it: back to back from Python, launch cost included
             out["eager_ms"] = eager_ms(step, dev, reps_ms=self.reps_ms, min_reps=self.min_reps)[0]

@@ -202,7 +202,7 @@ def append_row(path: Path, row: dict) -> None:
         os.fsync(f.fileno())
 
 
-UNMODED = ("mode", "graph_breaks")  # the columns a results file written before compiled rows lacks
+UNMODED = ("mode", "graph_breaks")  # the columns an eager-only results file may lack
 
 
 def read_results(path, modes=(mf.EAGER,)) -> pd.DataFrame:
@@ -217,7 +217,7 @@ def read_results(path, modes=(mf.EAGER,)) -> pd.DataFrame:
                              for c in mf.COLUMNS})
     df = pd.read_csv(io.StringIO(text), dtype=str, keep_default_na=False)
     if "mode" not in df.columns and list(df.columns) == [c for c in mf.COLUMNS if c not in UNMODED]:
-        df.insert(list(mf.COLUMNS).index("mode"), "mode", mf.EAGER)  # a file from before modes: every row eager
+        df.insert(list(mf.COLUMNS).index("mode"), "mode", mf.EAGER)  # a file without modes: every row eager
         df.insert(list(mf.COLUMNS).index("graph_breaks"), "graph_breaks", "")
     if list(df.columns) != list(mf.COLUMNS):
         raise ValueError(f"{path} has columns of another schema ({sorted(set(df.columns) ^ set(mf.COLUMNS))} "

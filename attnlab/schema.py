@@ -81,8 +81,8 @@ COLUMNS = {
 # still read, these columns then unknown; a sweep does not append to it (attnlab.sweep.read_results, run).
 LATER = ("sm_clock_mhz", "power_w", "clock_reasons", "eager_ms")
 
-# The passes a row may time, and the columns that came with the backward pass: a file written before them holds
-# forward rows, with nothing held for a backward (the value each reads as, as written in a file).
+# The passes a row may time, and the columns a backward pass needs: a file without them holds forward rows, with
+# nothing held for a backward (the value each reads as, as written in a file).
 PASSES = ("forward", "backward", "forward+backward")
 BEFORE_BACKWARD = {"pass": "forward", "held_bytes": "nan"}
 
