@@ -199,13 +199,6 @@ def source_note(run: Run, les: Lessons | None = None):
                     "memory sections read that run's rows.")
 
 
-def _source(les: Lessons):
-    """The one line above a section's numbers that names their rows."""
-    if les.own:
-        return _note(f"*Rows: {les.label}.*")
-    return _note(f"*Rows: from a committed GPU run, not from this machine: {les.label}.*")
-
-
 # -- the models and correctness -----------------------------------------------------------------------------------
 
 def models_table(results: pd.DataFrame) -> pd.DataFrame:
@@ -550,7 +543,8 @@ def speed(run: Run | Lessons | None) -> list:
     les = lessons(run)
     if les is None:
         return _no_gpu_rows()
-    return [_source(les), _note("**Forward, ms** (eager, as a user calls `model(...)`):"), forward_table(les.results),
+    return [lab.rows_line(les), _note("**Forward, ms** (eager, as a user calls `model(...)`):"),
+            forward_table(les.results),
             _note("**One layer's attention alone, ms** (the function transformers calls, eagerly):"),
             forward_table(les.results, "attention_ms"), _note(floor_note(les.results))]
 
@@ -561,7 +555,7 @@ def _amdahl_rows(les: Lessons | None, build: str):
         return None, _no_gpu_rows()
     t = amdahl_table(les.results, build, les.baseline)
     if t.empty:
-        return None, [_source(les), _note(f"*No shape has ok rows of {build}, {les.baseline} and copy_v.*")]
+        return None, [lab.rows_line(les), _note(f"*No shape has ok rows of {build}, {les.baseline} and copy_v.*")]
     return t, None
 
 
@@ -570,8 +564,8 @@ def shares(run: Run | Lessons | None, build: str = "fused") -> list:
     how it moves with N (share_note)."""
     les = lessons(run)
     t, notes = _amdahl_rows(les, build)
-    return notes or [_source(les), share_figure(t), t[["model", "B", "N", "baseline_ms", "copy_v_ms", "share",
-                                                       "share_alone", "ceiling"]],
+    return notes or [lab.rows_line(les), share_figure(t), t[["model", "B", "N", "baseline_ms", "copy_v_ms",
+                                                              "share", "share_alone", "ceiling"]],
                      _note(share_note(les.results, build, les.baseline))]
 
 
@@ -581,7 +575,7 @@ def speedups(run: Run | Lessons | None, build: str = "fused") -> list:
     t, notes = _amdahl_rows(les, build)
     if notes:
         return notes
-    out = [_source(les), speedup_figure(t, les.label),
+    out = [lab.rows_line(les), speedup_figure(t, les.label),
            t[["model", "B", "N", "share", "attn_speedup", "attn_speedup_in_model", "predicted", "measured",
               "ceiling"]]]
     if not launch_floor(les.results).empty:
@@ -594,7 +588,7 @@ def memory(run: Run | Lessons | None) -> list:
     les = lessons(run)
     if les is None:
         return _no_gpu_rows()
-    return [_source(les), memory_table(les.results)]
+    return [lab.rows_line(les), memory_table(les.results)]
 
 
 # -- as deployed: the forward compiled --------------------------------------------------------------------------
@@ -659,8 +653,9 @@ def deployed(run: Run | Lessons | None) -> list:
         return _no_gpu_rows()
     t = deployed_table(lab.gpu_rows(model_sweep.read_results(les.folder, modes=None)))
     if t.empty:
-        return [_source(les), _note("*These rows hold no compiled forward: the params named no `compile_modes`.*")]
-    return [_source(les), deployed_figure(t), _note(deployed_note(t))]
+        return [lab.rows_line(les),
+                _note("*These rows hold no compiled forward: the params named no `compile_modes`.*")]
+    return [lab.rows_line(les), deployed_figure(t), _note(deployed_note(t))]
 
 
 def interpreter_note(run: Run):

@@ -137,12 +137,6 @@ def source_note(run: Run, les: lab.Lessons | None = None):
                     f"machine:** {les.label}. Here {why}.")
 
 
-def _source(les: lab.Lessons):
-    """The one line above a section's numbers that names their rows."""
-    where = "" if les.own else "from a committed GPU run, not from this machine: "
-    return _note(f"*Rows: {where}{les.label}.*")
-
-
 def _note(text: str):
     from IPython.display import Markdown
 
@@ -296,7 +290,7 @@ def speedup(run: Run | lab.Lessons | None) -> list:
     les = lessons(run)
     if les is None:
         return _nothing()
-    return [_source(les), _note(speed_prediction(les)), _figure(rt.speedup_figure, les), _note(speed_words(les)),
+    return [lab.rows_line(les), _note(speed_prediction(les)), _figure(rt.speedup_figure, les), _note(speed_words(les)),
             page.fold(speed_table(les), "forward+backward times (ms) and speedups over materialised, per shape")]
 
 
@@ -355,7 +349,7 @@ def memory(run: Run | lab.Lessons | None) -> list:
         return _nothing()
     t = rt.held(les.results)
     t = lab.readable(t, ["held_bytes", "saved_bytes"]).assign(note=t["status"].where(t["status"] != "ok", ""))
-    return [_source(les), _note(memory_prediction(les)), _figure(rt.held_figure, les), _note(memory_words(les)),
+    return [lab.rows_line(les), _note(memory_prediction(les)), _figure(rt.held_figure, les), _note(memory_words(les)),
             page.noted(t.drop(columns="status"), "note", fold="held for the backward, per head dim, N and build, "
                                                               "beside what the build must save")]
 
@@ -403,11 +397,11 @@ def recompute(run: Run | lab.Lessons | None) -> list:
         return _nothing()
     c = ceilings_of(les)
     if not (c["tbps"] > 0 and c["tflops"] > 0):
-        return [_source(les), _note("*The lesson rows' run recorded no ceilings: no trade to compute.*")]
+        return [lab.rows_line(les), _note("*The lesson rows' run recorded no ceilings: no trade to compute.*")]
     table = rt.recompute(les.results, c)
     shown = table.assign(recompute_flops=table["recompute_flops"].map(lambda f: f"{f / 1e9:,.4g} GFLOP"),
                          p_bytes=table["p_bytes"].map(readable_bytes)).round(4)
-    return [_source(les), _note(recompute_prediction(les)), rt.recompute_figure(table, les.device_name),
+    return [lab.rows_line(les), _note(recompute_prediction(les)), rt.recompute_figure(table, les.device_name),
             _note(recompute_words(les, table)), page.fold(shown, "the trade per shape, with the backward passes "
                                                                  "measured")]
 

@@ -5,7 +5,7 @@ lives in one module of this package, which imports the ones below it only:
     run             the run's lifecycle: params, begin, load, gate, sweep_run, correctness
     notebook        the first cell's setup: offline figures, wide tables, which environment runs the kernel
     page            how a table sits on the page: folded into <details>, its per-row notes said once beneath it
-    source          where the speed and memory lessons come from (lessons, Lessons, source_note), and the
+    source          where the speed and memory lessons come from (lessons, Lessons, source_note, rows_line), and the
                     formatters every section shares (readable_bytes, relative_path)
     sections        sections 1, 2 and 5 to 8 and 10: device, hypothesis, speedup, batch policy, head dim, memory
                     (its figure and its folded tables), attribution, ablations, overlap, roofline, the benchmark's
@@ -31,7 +31,7 @@ from attnlab.lab.run import (GATE, GATE_SKIPS, KEYS, OURS, PARAMS, WARM_JOBS, Ga
 from attnlab.lab.notebook import RENDERER, offline_renderer, setup
 from attnlab.lab.page import Folded, Noted, fold, fold_all, noted
 from attnlab.lab.source import (Lessons, gpu_rows, groups_of, has_ours, lessons, needs_lessons, no_lessons,
-                                readable, readable_bytes, relative_path, source_note)
+                                readable, readable_bytes, relative_path, rows_line, source_note)
 from attnlab.lab.sections import (HOPPER_FLOPS_PER_EXP, LIES, SMALL_SHARE, ablation_figure, ablations, attribution,
                                   attribution_figure, batch_policy, batch_policy_figures, batch_policy_note,
                                   byte_model, curve_words, dominant, head_dim_facts, head_dim_note, head_dim_words,

@@ -120,6 +120,14 @@ def source_note(run: Run, les: Lessons | None = None, brief: bool = False):
                     f"memory lessons are drawn from that run's rows.{roofs}")
 
 
+def rows_line(les: Lessons):
+    """The one line above a section's numbers that names their rows: this run's, or a committed GPU run's."""
+    from IPython.display import Markdown
+
+    where = "" if les.own else "from a committed GPU run, not from this machine: "
+    return Markdown(f"*Rows: {where}{les.label}.*")
+
+
 def no_lessons():
     from IPython.display import Markdown
 

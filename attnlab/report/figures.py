@@ -33,7 +33,8 @@ from attnlab.report.units import BYTE_TITLE, byte_axis, byte_label, n_axis
 MEMORY_AXIS = "memory per call"
 
 
-def _panels(dims, title: str, ns=()):
+def panels(dims, title: str, ns=()):
+    """One row of panels, one per head dim, sharing y, on a log N axis."""
     fig = make_subplots(rows=1, cols=len(dims), subplot_titles=[f"D = {d}" for d in dims], shared_yaxes=True)
     fig.update_layout(title=title, template="plotly_white", legend_title_text="build")
     fig.update_xaxes(type="log", title_text="sequence length N (tokens)", **n_axis(ns))
@@ -45,7 +46,7 @@ def speedup_figure(group, baseline: str = "materialised", builds=None) -> go.Fig
     t = speedup(group, baseline=baseline, builds=builds)
     ratio = f"x_vs_{baseline}"
     dims = sorted(t["D"].unique())
-    fig = _panels(dims, f"speedup over {baseline} ({dtype}, {'causal' if causal else 'non-causal'}; "
+    fig = panels(dims, f"speedup over {baseline} ({dtype}, {'causal' if causal else 'non-causal'}; "
                         f"times net of the consumption step)", t["N"])
     for col, d in enumerate(dims, start=1):
         for build, rows in t[t["D"] == d].groupby("build", sort=False):
@@ -72,10 +73,9 @@ def memory_figure(group, builds=None) -> go.Figure:
     if ok.empty:
         raise ValueError("no row holds a measured peak allocation to draw (a CPU run has none: no device allocator)")
     dims = sorted(ok["D"].unique())
-    fig = _panels(dims, f"peak allocation per call ({dtype}, {'causal' if causal else 'non-causal'}): solid, the "
+    fig = panels(dims, f"peak allocation per call ({dtype}, {'causal' if causal else 'non-causal'}): solid, the "
                         "measured peak; dashed, what the build must hold", ok["N"])
-    order = [b for b in palette.OURS if b in set(ok["build"])] + [b for b in dict.fromkeys(ok["build"])
-                                                                  if not palette.is_ours(b)]
+    order = palette.ours_first(ok["build"])
     for col, d in enumerate(dims, start=1):
         part = ok[ok["D"] == d]
         for build in order:

@@ -61,6 +61,12 @@ def is_ours(build: str) -> bool:
     return base_of(build) in OURS
 
 
+def ours_first(builds) -> list[str]:
+    """The builds in drawing order: ours in OURS's order, then the others as they first appear."""
+    present = list(dict.fromkeys(builds))
+    return [b for b in OURS if b in present] + [b for b in present if not is_ours(b)]
+
+
 def colour(build: str) -> str:
     return BUILD_COLOURS.get(base_of(build), OTHER)
 

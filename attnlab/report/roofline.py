@@ -63,8 +63,7 @@ def roofline_figure(results: pd.DataFrame, dtype: str, builds=None) -> go.Figure
     fig = go.Figure()
     fig.add_trace(go.Scatter(x=xs, y=np.minimum(top, xs * bw), mode="lines", name="roof (measured ceilings)",
                              line=dict(color=palette.QUANTITY_COLOURS["roof"], width=2)))
-    order = [b for b in palette.OURS if b in set(t["build"])] + [b for b in dict.fromkeys(t["build"])
-                                                                 if not palette.is_ours(b)]
+    order = palette.ours_first(t["build"])
     for build in order:  # one trace a build, both causal values in it (the marker says which): ours first
         part = t[t["build"] == build]
         look = palette.style(build)

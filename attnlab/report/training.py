@@ -27,6 +27,7 @@ from plotly.subplots import make_subplots
 from attnlab import cost
 from attnlab.measure import Case
 from attnlab.report import palette
+from attnlab.report.figures import panels
 from attnlab.report.units import BYTE_TITLE, byte_axis, byte_label, n_axis
 from attnlab.schema import less_consumption
 
@@ -116,8 +117,7 @@ def speedup_figure(rows: pd.DataFrame, pass_: str = FORWARD_BACKWARD, baseline: 
         raise ValueError(f"no shape has an ok {pass_} row of both {baseline} and another build")
     fig, causals, dims = _grid(t, f"{pass_}: speedup over {baseline} ({one_dtype(rows)}; times net of the "
                                   "consumption step)")
-    order = [b for b in palette.OURS if b in set(t["build"])] + [b for b in dict.fromkeys(t["build"])
-                                                                 if not palette.is_ours(b)]
+    order = palette.ours_first(t["build"])
     for r, causal in enumerate(causals, start=1):
         for c, d in enumerate(dims, start=1):
             part = t[(t["causal"].astype(bool) == causal) & (t["D"] == d)]
@@ -185,14 +185,11 @@ def held_figure(rows: pd.DataFrame) -> go.Figure:
     if good.empty:
         raise ValueError("no backward row holds a measured held_bytes to draw")
     dims = sorted(t["D"].unique())
-    fig = make_subplots(rows=1, cols=len(dims), subplot_titles=[f"D = {d}" for d in dims], shared_yaxes=True)
-    fig.update_layout(title=f"Memory held from forward to backward ({dtype}, {_causal_word(t.attrs['causal'])}): "
-                            "measured, and what the model says each build must keep", template="plotly_white",
-                      legend_title_text="build", height=460)
-    fig.update_xaxes(type="log", title_text="sequence length N (tokens)", **n_axis(t["N"]))
+    fig = panels(dims, f"Memory held from forward to backward ({dtype}, {_causal_word(t.attrs['causal'])}): "
+                       "measured, and what the model says each build must keep", t["N"])
+    fig.update_layout(height=460)
     model = model_lines(t, dtype)
-    order = [b for b in palette.OURS if b in set(good["build"])] + [b for b in dict.fromkeys(good["build"])
-                                                                    if not palette.is_ours(b)]
+    order = palette.ours_first(good["build"])
     for col, d in enumerate(dims, start=1):
         part = good[good["D"] == d]
         for build in order:
