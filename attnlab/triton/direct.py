@@ -18,12 +18,12 @@ triton.knobs.runtime.launch_enter_hook) or the kernel runs in Triton's interpret
 from __future__ import annotations
 
 import torch
+from triton import knobs
+from triton.runtime import driver
 
 KEPT_MAX = 4096  # signatures kept; past it the cache starts over (a sweep of many shapes), never grows without bound
 
 _kept: dict = {}
-
-
 _PLAIN = frozenset((int, float, bool, type(None)))
 
 
@@ -44,22 +44,16 @@ def _signature(a):
 
 def device() -> int:
     """The current CUDA device's index, as Triton's driver sees it."""
-    from triton.runtime import driver
-
     return driver.active.get_current_device()
 
 
 def stream(index: int) -> int:
     """The current stream of device `index`, as Triton's driver sees it (torch's current stream)."""
-    from triton.runtime import driver
-
     return driver.active.get_current_stream(index)
 
 
 def _hooked() -> bool:
     """Whether a launch hook is set (Triton keeps them as chains, empty unless a profiler such as proton adds one)."""
-    from triton import knobs
-
     return any(h is not None and getattr(h, "calls", True)
                for h in (knobs.runtime.launch_enter_hook, knobs.runtime.launch_exit_hook))
 

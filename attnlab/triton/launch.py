@@ -146,13 +146,6 @@ def qk_softmax(q, k, v, *, causal=False, attn_mask=None, scale=None, ablation=No
     return pv(c.spec, qk_softmax_p(c, ablation), c.v, ablation=ablation, out=out)
 
 
-def qk_softmax_with(c: _Call, chosen: Tiles, ablation: str | None = None, out=None) -> torch.Tensor:
-    """The qk_softmax build on a prepared call with `chosen` tiles for its P kernel (write_p), then the PV kernel."""
-    P = scores_buffer(c.spec)
-    write_p(c, P, chosen, no_softmax=ablation == "no_softmax")
-    return pv(c.spec, P, c.v, ablation=ablation, out=out)
-
-
 def write_p(c: _Call, P: torch.Tensor, chosen: Tiles, no_softmax: bool = False) -> None:
     """The qk_softmax build's first kernel with `chosen` tiles, at any N: P = softmax(scale·QKᵀ + mask) into the
     (B, H, N, N) P (S itself under the no_softmax ablation): the Gluon kernel for Gluon tiles, else the Triton one.
