@@ -268,7 +268,9 @@ def attention_alone(model, spec: ModelSpec, build_name: str, B: int, N: int, see
     return got.fields["ms"], got.fields["reps"]
 
 
-def _failure(e: BaseException) -> str:
+def failure(e: BaseException) -> str:
+    """A row's status for a call that raised: unsupported, out of memory (with the failed allocation's size where
+    the allocator names it), or the error in one line."""
     if isinstance(e, hf_attention.Unsupported):
         return measure.one_line(f"unsupported: {e}")
     if measure.is_oom(e):
@@ -292,7 +294,7 @@ def check_logits(model, build_name: str, ids: torch.Tensor, logits: torch.Tensor
     except hf_attention.Unsupported as e:
         notes.append(measure.one_line(f"padded run unsupported: {e}"))
     except Exception as e:
-        notes.append(f"padded run failed: {_failure(e)}")
+        notes.append(f"padded run failed: {failure(e)}")
     return {**out, "err_note": "; ".join(notes)}
 
 
@@ -349,5 +351,5 @@ def measure_forward(model, spec: ModelSpec, build_name: str, B: int, N: int, *, 
     row.update({RENAMED.get(k, k): v for k, v in got.fields.items() if RENAMED.get(k, k) in row})
     if breaks is not None:
         row["graph_breaks"] = float(breaks())
-    row["status"] = "ok" if got.error is None else _failure(got.error)
+    row["status"] = "ok" if got.error is None else failure(got.error)
     return row

@@ -39,7 +39,7 @@ import pandas as pd
 import torch
 
 from attnlab import accuracy, measure as harness, model_forward as mf, provenance
-from attnlab.builds import Unsupported, training
+from attnlab.builds import training
 
 REFERENCE = mf.REFERENCE  # transformers' SDPA path: every row's loss and gradients are compared with its
 YARDSTICK = "transformers_eager"  # transformers' eager attention: its difference to SDPA sets each limit
@@ -159,18 +159,6 @@ def judge(diffs: dict[str, float], yardstick: dict[str, float], dtype: torch.dty
     return {"over_limit": ratios[at], "over_limit_at": at, "matches": ratios[at] <= 1}
 
 
-def failure(e: BaseException) -> str:
-    """A row's status for a step that raised: unsupported, out of memory (with the failed allocation's size where
-    the allocator names it), or the error in one line."""
-    if isinstance(e, Unsupported):
-        return harness.one_line(f"unsupported: {e}")
-    if harness.is_oom(e) and "Tried to allocate" in str(e):
-        return harness.oom_status(e, 0)
-    if harness.is_oom(e):
-        return "oom: the allocator named no size"
-    return harness.one_line(f"error: {type(e).__name__}: {e}")
-
-
 def base_row(model, spec: mf.ModelSpec, build_name: str, B: int, N: int) -> dict:
     p = next(model.parameters())
     row = {c: math.nan for c in COLUMNS}
@@ -256,7 +244,7 @@ def measure(spec: mf.ModelSpec, builds, B: int, N: int, dtype: str = "float32", 
                 row["timer"] += " (Python's time: Triton's interpreter, not kernels)"
             row["status"] = "ok"
         except Exception as e:  # a build that cannot step is its row's status; the others still run
-            row["status"] = failure(e)
+            row["status"] = mf.failure(e)
         model.zero_grad(set_to_none=True)
         if row["status"] != "ok":
             harness.release(dev)
