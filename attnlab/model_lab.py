@@ -35,12 +35,12 @@ from types import SimpleNamespace
 import pandas as pd
 import yaml
 
-from attnlab import builds, hf_attention, lab, cost as bd, model_forward as mf, model_sweep, render, sweep
+from attnlab import builds, hf_attention, lab, cost as bd, model_forward as mf, model_sweep, render, runs, sweep
 from attnlab.args import Parser, existing_file, out_dir as out_dir_arg, positive_float
 from attnlab.lab import Question, notebook, readable_bytes, relative_path
 from attnlab.lab import setup as lab_setup
 from attnlab.report import palette
-from attnlab.runs import outputs_root, started
+from attnlab.runs import outputs_root
 
 NOTEBOOK = render.NOTEBOOKS / "model_forward.ipynb"
 KEYS = ("name", "device", "dtype", "models", "seq_lens", "batches", "max_tokens", "builds", "baseline", "windows",
@@ -124,17 +124,8 @@ def load(folder) -> Run:
 
 def find_runs(root=None) -> list[Path]:
     """Every model run folder under `root` (default attnlab.runs.outputs_root()), oldest first by its provenance's
-    start time."""
-    root = Path(root) if root is not None else outputs_root()
-    found = []
-    for prov in root.rglob(model_sweep.PROVENANCE) if root.is_dir() else ():
-        try:
-            data = json.loads(prov.read_text())
-        except (OSError, ValueError):
-            continue
-        if (prov.parent / model_sweep.RESULTS).is_file():
-            found.append((started(data), str(prov.parent)))
-    return [Path(f) for _, f in sorted(found)]
+    start time: attnlab.runs.find_runs of the model sweep's provenance file."""
+    return runs.find_runs(root, model_sweep.PROVENANCE)
 
 
 def reference_run(root=None, need=("materialised", "fused")) -> Path | None:
