@@ -4,11 +4,12 @@ The training forward (attnlab.triton.fused with STORE_LSE) keeps O and each row'
 P's B·H·N². With S = scale·QKᵀ + mask, the backward recomputes P = exp(S − lse) tile by tile on chip:
 
     delta_kernel  Δ  = rowsum(dO ∘ O)               reads O, dO                   writes Δ (B, H, N) fp32
-    dkdv_kernel   a program per key block; for each query block of each query head of its k/v head:
-                  P  = exp(S − lse)                 recomputed, never stored
+    dkdv_kernel   a program per key block; for each query block of each query head of its k/v head, in tiles
+                  transposed (keys down), as FlashAttention-2 and Triton's tutorial compute them:
+                  Pᵀ = exp(Sᵀ − lse)                recomputed, never stored
                   dV += Pᵀ dO
-                  dP = dO Vᵀ
-                  dS = P ∘ (dP − Δ)
+                  dPᵀ = V dOᵀ
+                  dSᵀ = Pᵀ ∘ (dPᵀ − Δ)
                   dK += dSᵀ Q · scale                reads Q, K, V, dO, lse, Δ      writes dK, dV
     dq_kernel     a program per query block; for each key block:
                   the same P and dS; dQ += dS K · scale                            writes dQ
@@ -92,24 +93,48 @@ def _dscores(p, do, v, delta, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, IEEE
 
 
 @triton.jit
+def _probs_t(k, q, lse2, mask_ptrs, offs_m, offs_n, N, qk_scale, mask_scale,
+             BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, MASKED: tl.constexpr, CAUSAL: tl.constexpr,
+             MASK_KIND: tl.constexpr, IEEE: tl.constexpr, UPCAST: tl.constexpr):
+    """Pᵀ of this tile, (BLOCK_N, BLOCK_M): keys down, query rows across, the orientation of the dK/dV program's
+    accumulators, so that Pᵀ and dSᵀ feed its next dots straight from registers; P itself would reach them only
+    through a transpose in shared memory each step. The scores and masks of _probs, transposed (mask_ptrs address
+    the mask's (key, row) entries). Keys past N are not masked: see dkdv_kernel."""
+    st = dot(k, tl.trans(q), tl.zeros([BLOCK_N, BLOCK_M], dtype=tl.float32), IEEE, UPCAST) * qk_scale
+    if MASK_KIND != 0:
+        inside = (offs_n[:, None] < N) & (offs_m[None, :] < N)
+        if MASK_KIND == 1:
+            keep = tl.load(mask_ptrs, mask=inside, other=0)
+            st = tl.where(keep != 0, st, float("-inf"))
+        else:
+            add = tl.load(mask_ptrs, mask=inside, other=0.0)
+            st = st + add.to(tl.float32) * mask_scale
+    if MASKED and CAUSAL:
+        st = tl.where(offs_m[None, :] >= offs_n[:, None], st, float("-inf"))
+    return tl.math.exp2(st - lse2[None, :])  # masked entries, and rows past N (lse = +inf): 0
+
+
+@triton.jit
 def _dkdv_over_queries(dk, dv, k, v, q_base, do_base, lse_base, delta_base, m_base, offs_n, lo, hi, N,
                        sqn, sdon, smm, smn, qk_scale, mask_scale,
                        D: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
                        MASKED: tl.constexpr, CAUSAL: tl.constexpr, MASK_KIND: tl.constexpr,
                        IEEE: tl.constexpr, UPCAST: tl.constexpr):
-    """dK (unscaled) and dV of one key block, summed over the query blocks [lo, hi) of one query head."""
+    """dK (unscaled) and dV of one key block, summed over the query blocks [lo, hi) of one query head; every tile
+    transposed (keys down), as _probs_t computes it."""
     offs_d = tl.arange(0, BLOCK_D)
     for start_m in range(lo, hi, BLOCK_M):
         offs_m = start_m + tl.arange(0, BLOCK_M)
         q = load_rows(q_base + offs_m[:, None] * sqn, offs_m, offs_d, N, D, MASKED, BLOCK_D != D)
         do = load_rows(do_base + offs_m[:, None] * sdon, offs_m, offs_d, N, D, MASKED, BLOCK_D != D)
         lse2, delta = _row_stats(lse_base + offs_m, delta_base + offs_m, offs_m, N, MASKED)
-        mask_ptrs = m_base + offs_m.to(tl.int64)[:, None] * smm + offs_n[None, :] * smn  # int64: row · N overflows
-        p = _probs(q, k, lse2, mask_ptrs, offs_m, offs_n, N, qk_scale, mask_scale, BLOCK_M, BLOCK_N, MASKED, CAUSAL,
-                   MASK_KIND, IEEE, UPCAST)
-        dv = dot(tl.trans(p).to(do.dtype), do, dv, IEEE, UPCAST)  # dV += Pᵀ dO
-        ds = _dscores(p, do, v, delta, BLOCK_M, BLOCK_N, IEEE, UPCAST)
-        dk = dot(tl.trans(ds).to(q.dtype), q, dk, IEEE, UPCAST)  # dK += dSᵀ Q; the scale once, at the end
+        mask_ptrs = m_base + offs_m.to(tl.int64)[None, :] * smm + offs_n[:, None] * smn  # int64: row · N overflows
+        pt = _probs_t(k, q, lse2, mask_ptrs, offs_m, offs_n, N, qk_scale, mask_scale, BLOCK_M, BLOCK_N, MASKED,
+                      CAUSAL, MASK_KIND, IEEE, UPCAST)
+        dv = dot(pt.to(do.dtype), do, dv, IEEE, UPCAST)  # dV += Pᵀ dO
+        dpt = dot(v, tl.trans(do), tl.zeros([BLOCK_N, BLOCK_M], dtype=tl.float32), IEEE, UPCAST)  # dPᵀ = V dOᵀ
+        dst = pt * (dpt - delta[None, :])  # dSᵀ = Pᵀ ∘ (dPᵀ − Δ)
+        dk = dot(dst.to(q.dtype), q, dk, IEEE, UPCAST)  # dK += dSᵀ Q; the scale once, at the end
     return dk, dv
 
 
