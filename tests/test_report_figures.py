@@ -258,3 +258,13 @@ def test_the_memory_figure_refuses_rows_without_a_measured_peak():
     g["peak_bytes"] = math.nan  # a CPU run: no device allocator to read a peak from
     with pytest.raises(ValueError, match="no row holds a measured peak allocation"):
         figures.memory_figure(g)
+
+
+def test_the_speedup_axis_is_ticked_in_full_at_values_the_figure_draws():
+    from attnlab.report.units import log_ticks
+
+    fig = figures.speedup_figure(_group())
+    axis = fig.layout.yaxis
+    assert axis.type == "log" and all(re.fullmatch(r"\d+(\.\d+)?", t) for t in axis.ticktext)
+    drawn = [v for t in fig.data if t.yaxis in (None, "y") for v in t.y]
+    assert list(axis.tickvals) == log_ticks(drawn)[0]

@@ -39,3 +39,42 @@ def test_no_values_no_ticks_and_the_axis_arguments():
     assert byte_axis([1 << 20, 1 << 30]) == dict(type="log", tickmode="array",
                                                  tickvals=byte_ticks([1 << 20, 1 << 30])[0],
                                                  ticktext=byte_ticks([1 << 20, 1 << 30])[1])
+
+
+@pytest.mark.parametrize("lo, hi, ticks", [
+    (0.3, 40, [0.2, 0.5, 1, 2, 5, 10, 20, 50]),  # 1, 2, 5 a decade
+    (0.05, 0.2, [0.05, 0.1, 0.2]),
+    (1, 1e6, [1, 10, 100, 1000, 10000, 100000, 1e6]),  # too many for 1, 2, 5: decades alone
+    (1e-4, 1e8, [1e-4, 1e-2, 1, 100, 1e4, 1e6, 1e8]),  # too many decades: every other one
+    (2.5, 3.1, [2.5, 3, 4]),  # a narrow range: denser, so that two ticks fall among the values
+])
+def test_log_ticks_span_the_values_in_one_two_five_steps_and_read_in_full(lo, hi, ticks):
+    from attnlab.report.units import log_ticks
+
+    vals, text = log_ticks([hi, float("nan"), lo, -1, 0])
+    assert vals == pytest.approx(ticks) and len(vals) <= 8
+    assert vals[0] <= lo and vals[-1] >= hi
+    assert sum(lo <= v <= hi for v in vals) >= 2
+    assert all(re.fullmatch(r"\d+(\.\d+)?", t) for t in text), text  # no exponent, no SI suffix
+    assert [float(t) for t in text] == pytest.approx(vals)
+    assert log_ticks([]) == ([], [])
+
+
+def test_every_log_axis_of_a_figure_gets_readable_ticks_of_its_own_values_except_those_that_have_ticks():
+    import plotly.graph_objects as go
+    from plotly.subplots import make_subplots
+
+    from attnlab.report.units import log_ticks, readable_log_axes
+
+    fig = make_subplots(rows=2, cols=2, shared_yaxes=True)
+    fig.add_trace(go.Scatter(x=[1, 2], y=[0.3, 3]), row=1, col=1)
+    fig.add_trace(go.Scatter(x=[1, 2], y=[5, 40]), row=1, col=2)  # matches row 1's first axis: one set for both
+    fig.add_trace(go.Scatter(x=[1, 2], y=[100, 650]), row=2, col=1)
+    fig.update_yaxes(type="log")
+    fig.update_yaxes(tickvals=[1, 10], row=2, col=2)  # an axis with ticks of its own keeps them
+    readable_log_axes(fig)
+    layout = fig.layout
+    assert list(layout.yaxis.tickvals) == list(layout.yaxis2.tickvals) == log_ticks([0.3, 3, 5, 40])[0]
+    assert list(layout.yaxis3.tickvals) == log_ticks([100, 650])[0]
+    assert list(layout.yaxis4.tickvals) == [1, 10]
+    assert layout.xaxis.tickvals is None  # a linear axis is left to plotly

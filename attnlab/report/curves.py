@@ -29,7 +29,7 @@ from attnlab.report import palette
 from attnlab.report.boundary_time import attribution
 from attnlab.report.groups import cases, one_group, split
 from attnlab.report.ratios import speedup
-from attnlab.report.units import n_axis
+from attnlab.report.units import n_axis, readable_log_axes
 
 DASHES = ("solid", "dash", "dot", "dashdot", "longdash")
 SYMBOLS = ("circle", "square", "diamond", "triangle-up", "x")
@@ -87,7 +87,7 @@ def speedup_curves(results, dtype: str, baseline: str = "materialised", builds=N
     fig.update_layout(title=f"Speedup over {baseline}, latency and achieved rate of our builds ({dtype}; times net "
                             "of the consumption step; colour: build, dash: head dim D)",
                       template="plotly_white", height=330 * len(ROWS), legend_title_text="build, head dim")
-    return palette.limit_visible(fig)
+    return palette.limit_visible(readable_log_axes(fig))
 
 
 def library_curves(results, dtype: str, baseline: str = "materialised", ours: str = "fused") -> go.Figure | None:
@@ -124,7 +124,7 @@ def library_curves(results, dtype: str, baseline: str = "materialised", ours: st
     fig.update_layout(title=f"The library builds beside {ours}: speedup over {baseline} ({dtype}; {ours} bold, each "
                             "library thin; click a legend entry to hide or show it)",
                       template="plotly_white", height=300 * len(dims) + 120, legend_title_text="build")
-    return palette.limit_visible(fig)
+    return palette.limit_visible(readable_log_axes(fig))
 
 
 def attribution_figure(group) -> go.Figure:
@@ -239,4 +239,4 @@ def policy_figure(runs: dict, build: str = "fused", baseline: str = "materialise
     fig.update_layout(title=f"How the batch policy shapes the curve: {build} over {baseline} "
                             f"({', '.join(sorted({d[0] for d in dtypes.values()}))})",
                       template="plotly_white", legend_title_text="run (dash), head dim (marker)")
-    return palette.limit_visible(fig)
+    return palette.limit_visible(readable_log_axes(fig))

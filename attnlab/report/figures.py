@@ -28,7 +28,7 @@ from attnlab.report import palette
 from attnlab.report.ablation import ablation_table
 from attnlab.report.groups import LEADING, one_group
 from attnlab.report.ratios import speedup
-from attnlab.report.units import BYTE_TITLE, byte_axis, byte_label, n_axis
+from attnlab.report.units import BYTE_TITLE, byte_axis, byte_label, n_axis, readable_log_axes
 
 MEMORY_AXIS = "memory per call"
 
@@ -56,7 +56,7 @@ def speedup_figure(group, baseline: str = "materialised", builds=None) -> go.Fig
                                      hovertext=rows["note"], **palette.style(build)), row=1, col=col)
     fig.update_yaxes(type="log")
     fig.update_yaxes(title_text=f"× faster than {baseline} (ratio of times)", col=1)
-    return palette.limit_visible(fig)
+    return palette.limit_visible(readable_log_axes(fig))
 
 
 def memory_figure(group, builds=None) -> go.Figure:
@@ -93,7 +93,7 @@ def memory_figure(group, builds=None) -> go.Figure:
                                      legendgroup=f"{build} must hold", showlegend=col == 1, **look), row=1, col=col)
     fig.update_yaxes(**byte_axis(list(ok["peak_bytes"]) + list(ok["hold_bytes"])))
     fig.update_yaxes(title_text=f"{MEMORY_AXIS} ({BYTE_TITLE})", col=1)
-    return palette.limit_visible(fig)
+    return palette.limit_visible(readable_log_axes(fig))
 
 
 def ablation_figure(group, base: str = "fused") -> go.Figure:
@@ -168,7 +168,7 @@ def _by_run(tables: dict, y: str, line: str, title: str, y_title: str, hover: st
     if bytes_axis:
         fig.update_yaxes(**byte_axis([v for t in tables.values() for v in t[y]]))
     fig.update_yaxes(title_text=y_title, col=1)
-    return palette.limit_visible(fig)
+    return palette.limit_visible(readable_log_axes(fig))
 
 
 def speedup_by_run(groups: dict, baseline: str = "materialised", builds=None) -> go.Figure:

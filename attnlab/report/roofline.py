@@ -23,6 +23,7 @@ import plotly.graph_objects as go
 
 from attnlab.report import palette
 from attnlab.report.groups import LEADING, require
+from attnlab.report.units import readable_log_axes
 
 
 def ceilings(rows: pd.DataFrame) -> tuple[float, float]:
@@ -81,4 +82,4 @@ def roofline_figure(results: pd.DataFrame, dtype: str, builds=None) -> go.Figure
     fig.update_layout(title=f"Roofline ({dtype}): copy bandwidth {bw:.3g} TB/s and matmul rate {top:.3g} TFLOP/s, "
                             "both measured in the run; circles non-causal, diamonds causal", template="plotly_white",
                       legend_title_text="build", height=520)
-    return palette.limit_visible(fig)
+    return palette.limit_visible(readable_log_axes(fig))

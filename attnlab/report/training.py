@@ -28,7 +28,7 @@ from attnlab import cost
 from attnlab.measure import Case
 from attnlab.report import palette
 from attnlab.report.figures import panels
-from attnlab.report.units import BYTE_TITLE, byte_axis, byte_label, n_axis
+from attnlab.report.units import BYTE_TITLE, byte_axis, byte_label, n_axis, readable_log_axes
 from attnlab.schema import less_consumption
 
 FORWARD_BACKWARD = "forward+backward"
@@ -130,7 +130,7 @@ def speedup_figure(rows: pd.DataFrame, pass_: str = FORWARD_BACKWARD, baseline: 
     fig.add_hline(y=1, line=dict(color=palette.QUANTITY_COLOURS["ceiling"], width=1, dash="dot"))
     fig.update_yaxes(type="log")
     fig.update_yaxes(title_text=f"× faster than {baseline}", col=1)
-    return palette.limit_visible(fig)
+    return palette.limit_visible(readable_log_axes(fig))
 
 
 # -- memory -------------------------------------------------------------------------------------------------------
@@ -206,7 +206,7 @@ def held_figure(rows: pd.DataFrame) -> go.Figure:
                                      showlegend=col == 1, line=MODEL_STYLE[what]), row=1, col=col)
     fig.update_yaxes(**byte_axis([*good["held_bytes"], *model["P"], *model["logsumexp"]]))
     fig.update_yaxes(title_text=f"held for the backward ({BYTE_TITLE})", col=1)
-    return palette.limit_visible(fig)
+    return palette.limit_visible(readable_log_axes(fig))
 
 
 # -- the recompute trade ------------------------------------------------------------------------------------------
@@ -257,4 +257,4 @@ def recompute_figure(table: pd.DataFrame, label: str = "") -> go.Figure:
                               row=1, col=col)
     fig.update_yaxes(type="log")
     fig.update_yaxes(title_text="time at the card's ceiling (ms)", col=1)
-    return fig
+    return readable_log_axes(fig)
