@@ -392,7 +392,7 @@ def run(params, out_dir=None, *, progress: bool = True, bar=None, files: tuple[s
     out.mkdir(parents=True, exist_ok=True)
     results, prov_path = out / files[0], out / files[1]
     try:
-        done = set(read_results(results, appendable=True, passes=None)["case_id"])
+        done = set(read_results(results, passes=None)["case_id"])
     except ValueError as e:
         raise ParamsError("out_dir", str(out), f"cannot be resumed: {e}") from None
     prov = json.loads(prov_path.read_text()) if prov_path.exists() else {}
@@ -408,6 +408,11 @@ def run(params, out_dir=None, *, progress: bool = True, bar=None, files: tuple[s
     repair(results)
     cases = grid(p, device)
     todo = [c for c in cases if c.case_id not in done]
+    if todo:  # rows of the whole schema go only after rows of it; a finished older run renders as it is
+        try:
+            read_results(results, appendable=True, passes=None)
+        except ValueError as e:
+            raise ParamsError("out_dir", str(out), f"cannot be resumed: {e}") from None
     # each session names its own commit and code: a resumed run's rows may come from more than one
     session = dict(started=provenance.now(), ended=None, params=p, cases=len(cases), already_measured=len(cases)
                    - len(todo), measured=0, interrupted=None, clocks_start=_clocks(device), git=here.get("git"),

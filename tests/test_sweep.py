@@ -348,8 +348,27 @@ def test_results_written_before_the_clock_columns_read_but_are_not_appended_to(t
     assert list(back.columns) == list(COLUMNS) and back.sm_clock_mhz.isna().all() and len(back) == len(df)
     assert back.ms.tolist() == pytest.approx(df.ms.tolist())
     lacking = r"columns of another schema \(\['clock_reasons', 'eager_ms', 'power_w', 'sm_clock_mhz'\] differ\)"
+    old.iloc[:0].to_csv(out / sweep.RESULTS, index=False)  # its case left to measure
     with pytest.raises(ParamsError, match="cannot be resumed: .* " + lacking):
-        sweep.run({**TINY, "builds": ["fused"], "seq_lens": [32, 64]}, out)
+        sweep.run({**TINY, "builds": ["fused"], "seq_lens": [32]}, out)
+
+
+def test_a_finished_run_of_an_older_schema_resumes_with_nothing_to_measure_and_its_file_untouched(tmp_path):
+    """A run of record written before the backward pass's columns renders again (attnlab run over its folder): with
+    every case measured, the resume appends nothing, so the older file is read, kept byte for byte, and returned."""
+    from attnlab import schema
+
+    out = tmp_path / "run"
+    p = {**TINY, "builds": ["fused"], "seq_lens": [32]}
+    df = sweep.run(p, out)
+    df.drop(columns=list(schema.BEFORE_BACKWARD)).to_csv(out / sweep.RESULTS, index=False)
+    before = (out / sweep.RESULTS).read_bytes()
+    again = sweep.run(p, out)
+    assert (out / sweep.RESULTS).read_bytes() == before
+    assert again.case_id.tolist() == df.case_id.tolist() and (again["pass"] == "forward").all()
+    df.drop(columns=list(schema.BEFORE_BACKWARD)).iloc[:0].to_csv(out / sweep.RESULTS, index=False)
+    with pytest.raises(ParamsError, match=r"cannot be resumed: .* \(\['held_bytes', 'pass'\] differ\)"):
+        sweep.run(p, out)  # a case left to measure: not appended to the older file
 
 
 def test_results_with_the_clock_columns_but_not_the_eager_time_read_too(tmp_path):

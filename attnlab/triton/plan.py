@@ -753,13 +753,17 @@ def _fused_train(heads, N, D, dtype, causal, mask, tiles, t: Target) -> FusedPla
 def fused_backward_tiles(kernel: str, family: str, D: int, itemsize: int) -> Tiles:
     """The tiles of one of the fused backward's kernels (attnlab.triton.fused_backward): a `dkdv` program owns BLOCK_N
     keys and steps through BLOCK_M query rows at a time (BLOCK_N a multiple of BLOCK_M), a `dq` program owns BLOCK_M
-    rows and steps through BLOCK_N keys (BLOCK_M a multiple of BLOCK_N). Set by hand, the same for both, never timed
-    (the overrides do not reach them). In the interpreter, blocks of 32, so that the tests' short sequences cross
-    several blocks (diagonal, steady and ragged tiles). On a GPU, FlashAttention-2's 64 × 64 in 16 bits, smaller
-    blocks or more warps where sm90's compile report (python -m attnlab.triton.resources --kernels
-    fused_dkdv,fused_dq) showed the dK/dV kernel spilling, which holds two (BLOCK_N, D) fp32 accumulators and K and V
-    in registers: at D = 128 4 warps spilled 20–216 bytes a thread, 8 warps 0–64; fp32's dots (IEEE, on the FMA
-    units) spill least at 32 × 32 up to D = 64 and 16 × 16 past it, with 8 warps."""
+    rows and steps through BLOCK_N keys (BLOCK_M a multiple of BLOCK_N); the overrides do not reach them.
+    - The interpreter: blocks of 32, so that the tests' short sequences cross several blocks (diagonal, steady and
+      ragged tiles).
+    - 16 bits, D ≤ 64: 64 × 64, 4 warps, for both.
+    - 16 bits, D = 128: dK/dV 128 keys a program stepping 64 rows, 8 warps (two warpgroups, each with 64 rows of the
+      two fp32 accumulators); dQ 128 rows stepping 64 keys, 8 warps, 3 stages. These were the fastest of 10 and 7
+      candidates timed on an H100 at B·H = 64, N = 4096 and B·H = 256, N = 1024 (docs/performance.md, "Training").
+    - fp32's dots (IEEE, on the FMA units) spill least at 32 × 32 up to D = 64 and 16 × 16 past it, with 8 warps;
+      16 bits past D = 128, 32 × 32 with 8 warps.
+    sm90's compile report (python -m attnlab.triton.resources --kernels fused_dkdv,fused_dq) shows what each asks of
+    an SM."""
     if kernel not in ("dkdv", "dq"):
         raise ValueError(f"kernel must be 'dkdv' or 'dq', got {kernel!r}")
     bucket = head_dim_bucket(D)
@@ -769,7 +773,9 @@ def fused_backward_tiles(kernel: str, family: str, D: int, itemsize: int) -> Til
         return Tiles(32, 32, 8, 2) if bucket <= 64 else Tiles(16, 16, 8, 2)
     if bucket <= 64:
         return Tiles(64, 64, 4, 2)
-    return Tiles(64, 64, 8, 2) if bucket == 128 else Tiles(32, 32, 8, 2)
+    if bucket == 128:
+        return Tiles(64, 128, 8, 2) if kernel == "dkdv" else Tiles(128, 64, 8, 3)
+    return Tiles(32, 32, 8, 2)
 
 
 @dataclass(frozen=True)
