@@ -58,13 +58,10 @@ def hypothesis(p: dict):
 
     ns = sorted(p["seq_lens"])
     return Markdown(
-        f"**Hypothesis.** Fused's speedup over materialised grows with N and then flattens: at small N every build "
-        f"moves few bytes and launches dominate; as N grows, materialised writes and reads back S and P (4·N² elements "
-        f"per head) while fused moves only Q, K, V and O, until fused itself is bound by its arithmetic "
-        f"(the exponentials and the two matmuls) and the ratio stops growing. **It is refuted** if the speedup "
-        f"falls with N, stays flat from the first N, or is still rising by more than 5 % over the last doubling of "
-        f"N. This run's grid: N = {', '.join(map(str, ns))}; D = {', '.join(map(str, p['head_dims']))}; "
-        f"{p['dtype']}; causal {', '.join(map(str, p['causal']))}; batch policy `{p['batch_policy']}`.")
+        f"**It is refuted** if the speedup falls with N, stays flat from the first N, or is still rising by more than "
+        f"{curves.FLAT:.0%} over the last doubling of N. This run's grid: N = {', '.join(map(str, ns))}; "
+        f"D = {', '.join(map(str, p['head_dims']))}; {p['dtype']}; causal {', '.join(map(str, p['causal']))}; "
+        f"batch policy `{p['batch_policy']}`.")
 
 
 @needs_lessons(many=True)
@@ -160,6 +157,15 @@ def curve_words(rows: pd.DataFrame, build: str = "fused", baseline: str = "mater
     return "; ".join(parts)
 
 
+def curve_shapes(rows: pd.DataFrame, build: str = "fused", baseline: str = "materialised") -> str:
+    """The shape speedup_trend gives each (dtype, causal, D) curve of `build` over `baseline`, curves of one shape
+    named together: 'flat at non-causal D = 64, non-causal D = 128; rises then flattens at causal D = 64'."""
+    named: dict[str, list[str]] = {}
+    for r in curves.speedup_trend(rows, build=build, baseline=baseline).itertuples():
+        named.setdefault(r.shape, []).append(f"{'causal' if r.causal else 'non-causal'} D = {r.D}")
+    return "; ".join(f"{shape} at {', '.join(names)}" for shape, names in named.items())
+
+
 @needs_lessons()
 def batch_policy_note(les: Lessons):
     """What the lesson rows' batch policy is, what their curves did, and the same card's run of the other policy
@@ -171,19 +177,17 @@ def batch_policy_note(les: Lessons):
     mine, *others = runs
     policy = mine.split(" ")[0]
     if policy == "fixed_tokens":
-        text = (f"**fixed tokens** (B·N = {int(t['tokens'].iloc[0])} and H·D = {int(t['width'].iloc[0])} at every "
-                "N): every call holds the same number of query rows, so every N gives the card the same amount of "
-                "parallel work.")
+        text = f"**fixed tokens** (B·N = {int(t['tokens'].iloc[0])} and H·D = {int(t['width'].iloc[0])} at every N)."
         other = "params/seeds-policy.yaml"
     elif policy == "fixed":
         text = (f"**fixed B and H** (B = {int(t['B'].iloc[0])}, H = {int(t['H'].iloc[0])} at every N, the seeds' "
-                "policy): a call at small N holds few query rows, so it may leave much of the card idle, and the "
-                "work per call grows as N².")
+                "policy).")
         other = "params/<gpu>.yaml"  # the card's own params hold tokens fixed
     else:
         text = "**mixed**: B and H change between N in no single pattern; read each curve with its row's B and H."
         other = "params/seeds-policy.yaml"
-    text += f" Measured here, fused over materialised: {curve_words(runs[mine])}."
+    text += (f" Measured here, fused over materialised is {curve_shapes(runs[mine])} (the trend above gives its "
+             "numbers).")
     for label in others:
         text += (f" On the same card under **{label.split(' ')[0].replace('_', ' ')}** ({label.split('(', 1)[1][:-1]}"
                  f"): {curve_words(runs[label])}. The figure below sets the two side by side.")
@@ -252,8 +256,8 @@ def head_dim_words(les: Lessons) -> list[str]:
 
 @needs_lessons()
 def head_dim_note(les: Lessons):
-    """head_dim_facts as one paragraph: each group's speedups and bytes per FLOP in one clause, why they fall as 1/D
-    said once, and which groups are ordered as that predicts; or the line that these rows hold one head dim."""
+    """head_dim_facts as one paragraph: each group's speedups and bytes per FLOP in one clause, and which groups are
+    ordered as 1/D predicts (the notebook says why, once); or the line that these rows hold one head dim."""
     from IPython.display import Markdown
 
     facts = head_dim_facts(les)
@@ -270,9 +274,7 @@ def head_dim_note(les: Lessons):
     verdict = ("The larger D's curve sits lower in every group, as predicted." if not bad else
                f"Here it does not in {', '.join(bad)}: at that N something besides S and P's traffic sets the ratio "
                "(the ablations below look inside).")
-    return Markdown(f"Fused over materialised at {dims}, at the largest N every head dim reaches: {groups}. The bytes "
-                    f"per FLOP fall as {WHY_1_OVER_D}; so a larger D leaves materialised less extra traffic per unit "
-                    f"of work and fused less to win, and its curve should sit lower. {verdict}")
+    return Markdown(f"Fused over materialised at {dims}, at the largest N every head dim reaches: {groups}. {verdict}")
 
 
 # -- section 6: memory --------------------------------------------------------------------------------------------
@@ -495,17 +497,15 @@ def pv_by_head_dim(les: Lessons, base: str = "fused"):
     if not all(med[a] < med[b] for a, b in zip(dims, dims[1:])) or med[dims[-1]] - med[dims[0]] < SMALL_SHARE:
         return Markdown(text + f" The saving does not grow with D by {SMALL_SHARE:.0%} or more in these rows.")
     per = " and ".join(f"one per {4 * d} matmul FLOPs at D = {d}" for d in dims)
-    text += (f" Why D changes it: PV is 2·N²·D FLOPs a head, as QKᵀ is, so the two matmuls do 4·N²·D FLOPs against "
-             f"N² exponentials, one a score: {per}.")
+    text += f" Why D changes it: QKᵀ and PV do 4·N²·D FLOPs a head against N² exponentials, {per}."
     if set(t["kernel_kind"]) != {"gluon"}:
         return Markdown(text + f" Not every {base} kernel here records Gluon tiles (warp-specialised), so these rows "
                                "give no reason to read the small saving as PV hidden under the softmax.")
     ratio = " and ".join(f"{4 * d / HOPPER_FLOPS_PER_EXP:g}× its exponential's time at D = {d}" for d in dims)
-    return Markdown(text + f" A Hopper SM does {HOPPER_FLOPS_PER_EXP} dense 16-bit matmul FLOPs in the time its MUFU "
-                           f"units compute one exponential, so a score's two matmuls take {ratio}. Near 1× the "
-                           f"softmax is the likely bound, and {base}'s kernel here, warp-specialised (its tiles say "
-                           "gluon), runs PV on the tensor cores under it; as D grows the matmuls outgrow the "
-                           "exponentials, and PV's time shows.")
+    return Markdown(text + f" A Hopper SM does {HOPPER_FLOPS_PER_EXP} 16-bit matmul FLOPs in one MUFU exponential's "
+                           f"time, so a score's matmuls take {ratio}: near 1× the softmax is the likely bound, and "
+                           f"{base}'s warp-specialised kernel (its tiles say gluon) runs PV under it; as D grows, "
+                           "PV's time shows.")
 
 
 # -- section 8: roofline ------------------------------------------------------------------------------------------
