@@ -35,7 +35,7 @@ import triton
 import triton.language as tl
 
 from attnlab.triton import config
-from attnlab.triton.tiles import dot, load_rows, score_tile
+from attnlab.triton.tiles import dot, load_rows, masked, score_tile
 
 LOG2E = tl.constexpr(config.LOG2E)  # a global a @triton.jit function reads must be a constexpr
 
@@ -102,13 +102,7 @@ def _probs_t(k, q, lse2, mask_ptrs, offs_m, offs_n, N, qk_scale, mask_scale,
     the mask's (key, row) entries). Keys past N are not masked: see dkdv_kernel."""
     st = dot(k, tl.trans(q), tl.zeros([BLOCK_N, BLOCK_M], dtype=tl.float32), IEEE, UPCAST) * qk_scale
     if MASK_KIND != 0:
-        inside = (offs_n[:, None] < N) & (offs_m[None, :] < N)
-        if MASK_KIND == 1:
-            keep = tl.load(mask_ptrs, mask=inside, other=0)
-            st = tl.where(keep != 0, st, float("-inf"))
-        else:
-            add = tl.load(mask_ptrs, mask=inside, other=0.0)
-            st = st + add.to(tl.float32) * mask_scale
+        st = masked(st, mask_ptrs, (offs_n[:, None] < N) & (offs_m[None, :] < N), mask_scale, MASK_KIND)
     if MASKED and CAUSAL:
         st = tl.where(offs_m[None, :] >= offs_n[:, None], st, float("-inf"))
     return tl.math.exp2(st - lse2[None, :])  # masked entries, and rows past N (lse = +inf): 0

@@ -43,6 +43,19 @@ def load_rows(ptrs, rows, cols, N, D, ROW_BOUNDS: tl.constexpr, PAD_D: tl.conste
 
 
 @triton.jit
+def masked(s, mask_ptrs, inside, mask_scale, MASK_KIND: tl.constexpr):
+    """A score tile with its mask tile applied (entries outside `inside`, past N, read as masked out): boolean-False
+    entries -inf (MASK_KIND 1), or the additive mask times mask_scale added (MASK_KIND 2)."""
+    if MASK_KIND == 1:
+        keep = tl.load(mask_ptrs, mask=inside, other=0)
+        s = tl.where(keep != 0, s, float("-inf"))
+    elif MASK_KIND == 2:
+        add = tl.load(mask_ptrs, mask=inside, other=0.0)
+        s = s + add.to(tl.float32) * mask_scale
+    return s
+
+
+@triton.jit
 def score_tile(q, k, mask_ptrs, offs_m, offs_n, N, qk_scale, mask_scale,
                BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
                CAUSAL_TILE: tl.constexpr, COL_BOUNDS: tl.constexpr, MASK_KIND: tl.constexpr,
@@ -56,13 +69,7 @@ def score_tile(q, k, mask_ptrs, offs_m, offs_n, N, qk_scale, mask_scale,
     s = dot(q, tl.trans(k), tl.zeros([BLOCK_M, BLOCK_N], dtype=tl.float32), IEEE, UPCAST)
     s = s * qk_scale
     if MASK_KIND != 0:
-        inside = (offs_m[:, None] < N) & (offs_n[None, :] < N)
-        if MASK_KIND == 1:
-            keep = tl.load(mask_ptrs, mask=inside, other=0)
-            s = tl.where(keep != 0, s, float("-inf"))
-        else:
-            add = tl.load(mask_ptrs, mask=inside, other=0.0)
-            s = s + add.to(tl.float32) * mask_scale
+        s = masked(s, mask_ptrs, (offs_m[:, None] < N) & (offs_n[None, :] < N), mask_scale, MASK_KIND)
     if CAUSAL_TILE:
         s = tl.where(offs_m[:, None] >= offs_n[None, :], s, float("-inf"))
     if COL_BOUNDS:
