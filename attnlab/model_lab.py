@@ -39,6 +39,7 @@ from attnlab import builds, hf_attention, lab, cost as bd, model_forward as mf, 
 from attnlab.args import Parser, existing_file, out_dir as out_dir_arg, positive_float
 from attnlab.lab import Question, notebook, readable_bytes, relative_path
 from attnlab.lab import setup as lab_setup
+from attnlab.lab.run import open_folder
 from attnlab.report import palette
 from attnlab.runs import outputs_root
 
@@ -77,13 +78,8 @@ Run = lab.Run  # a run's folder and what is in it (its gate stays empty: a model
 
 
 def begin(p: dict) -> Run:
-    """The device resolved, the run folder made (or out_dir reopened) with its params.yaml, its rows read."""
-    device = sweep.resolve_device(p)
-    out = Path(p["out_dir"]) if p["out_dir"] else lab.new_folder(device)
-    sweep.check_out_dir(out)
-    out.mkdir(parents=True, exist_ok=True)
-    p = {**p, "out_dir": str(out)}
-    (out / "params.yaml").write_text(yaml.safe_dump({k: v for k, v in p.items() if k != "out_dir"}, sort_keys=False))
+    """The device resolved, the run folder made (or out_dir reopened) with its model_params.yaml, its rows read."""
+    out, device, p = open_folder(p, model_sweep.PARAMS)
     return _read(Run(out, p, device, {}))
 
 

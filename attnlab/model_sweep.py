@@ -52,6 +52,7 @@ from attnlab.sweep import ParamsError
 
 RESULTS = "model_results.csv"
 PROVENANCE = "model_provenance.json"
+PARAMS = "model_params.yaml"  # the model page's params, as its parameters cell validated them
 ALWAYS = (mf.REFERENCE, mf.ABLATED)  # measured at every shape, first: the logits' reference, attention ablated
 FAMILIES = ("ours", "library")
 DEFAULTS = dict(device="auto", batches=[1], max_tokens=None, builds=["transformers_eager", "ours"],

@@ -63,8 +63,8 @@ Run = lab.Run  # a run's folder and what is in it (its gate stays empty: the row
 
 
 def begin(p: dict) -> Run:
-    """The device resolved, the run folder made (or out_dir reopened) with its params.yaml, its rows read."""
-    out, device, p = open_folder(p)
+    """The device resolved, the run folder made (or out_dir reopened) with its train_params.yaml, its rows read."""
+    out, device, p = open_folder(p, train_sweep.PARAMS)
     return _read(Run(out, p, device, {}))
 
 

@@ -49,6 +49,7 @@ from attnlab.sweep import ParamsError
 
 RESULTS = "train_results.csv"
 PROVENANCE = "train_provenance.json"
+PARAMS = "train_params.yaml"  # the training page's params, as its parameters cell validated them
 TRAIN_FILES = (RESULTS, PROVENANCE)
 MODEL_STEP = "model_train.csv"  # the real model's training step, one row per build (attnlab.model_train.COLUMNS)
 STEP_KEYS = ("model", "batch", "seq_len", "builds")

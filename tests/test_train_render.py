@@ -126,3 +126,19 @@ def test_both_pages_keep_the_page_budget_with_no_bar_frozen_part_way(pages):
         assert page_budget.generated_words(nb) <= page_budget.BUDGET_WORDS, page_budget.words_by_cell(nb)
         assert page_budget.noise(nb) == [] and page_budget.repeated_notes(nb) == []
         assert Path(rendered.html).exists()
+
+
+def test_the_model_and_training_pages_keep_their_own_params_in_a_shared_folder(tmp_path):
+    """Each page writes its params under its own name (model_params.yaml, train_params.yaml), never the walkthrough's
+    params.yaml: a folder that holds two pages keeps what each one ran with."""
+    from attnlab import model_lab, model_sweep, train_lab, train_sweep
+
+    root = Path(__file__).resolve().parent.parent / "params"
+    out = tmp_path / "run"
+    model = {**model_sweep.load_params(root / "model" / "cpu.yaml"), "out_dir": str(out)}
+    train = {**train_sweep.load_params(root / "training" / "cpu.yaml"), "out_dir": str(out)}
+    model_lab.begin(model)
+    train_lab.begin(train)
+    assert sorted(p.name for p in out.glob("*.yaml")) == ["model_params.yaml", "train_params.yaml"]
+    assert yaml.safe_load((out / model_sweep.PARAMS).read_text())["name"] == model["name"]
+    assert yaml.safe_load((out / train_sweep.PARAMS).read_text())["name"] == train["name"]

@@ -94,9 +94,10 @@ def new_folder(device: str, root: Path | None = None) -> Path:
     raise FileExistsError(f"{base}: no free folder name")
 
 
-def open_folder(p: dict) -> tuple[Path, str, dict]:
+def open_folder(p: dict, params_name: str = PARAMS) -> tuple[Path, str, dict]:
     """(folder, device, params with out_dir set): the params' device resolved, their out_dir made or reopened (else a
-    new_folder), and their params.yaml written in it."""
+    new_folder), and the params written in it as `params_name` (each page's own name, so that the model and training
+    pages can share a folder with the walkthrough's params.yaml)."""
     device = sweep.resolve_device(p)
     if p["out_dir"]:
         out = Path(p["out_dir"])
@@ -105,7 +106,7 @@ def open_folder(p: dict) -> tuple[Path, str, dict]:
     else:
         out = new_folder(device)
     p = {**p, "out_dir": str(out)}
-    (out / PARAMS).write_text(yaml.safe_dump({k: v for k, v in p.items() if k != "out_dir"}, sort_keys=False))
+    (out / params_name).write_text(yaml.safe_dump({k: v for k, v in p.items() if k != "out_dir"}, sort_keys=False))
     return out, device, p
 
 
