@@ -17,6 +17,11 @@
 #   train      training: every build with a backward timed forward, backward and both (TRAIN_PARAMS, default the
 #              file params/training/ names for this GPU): the sweep (python -m attnlab.train_sweep), then
 #              notebooks/training.ipynb rendered over its rows (attnlab train), all in train/
+#   pages      every walkthrough of record measured on this card (outputs/*/*/ whose provenance.json names this GPU)
+#              rendered again from its own rows, with today's notebook and package: its results.csv, gate.csv,
+#              provenance.json and params.yaml copied to pages/<folder>/, then `attnlab run --params` its
+#              params.yaml there (nothing left to measure, so only the page, the profiler section and the traces
+#              are made again); one log a folder, page_<folder>.log
 #
 # ATTNLAB_COMMIT: the commit the caller sent (the copy's own .git names the last one landed), written into every
 # provenance.json. Each step's output goes to $OUT/<step>.log; <STEP>_TIMEOUT overrides its timeout in seconds (RUN_TIMEOUT=540). A
@@ -26,7 +31,7 @@
 # when there are more, they go back packed in $OUT/bundle.tar (tar xf it).
 set -u
 cd "$(dirname "$0")/.." || exit 1
-STEP_NAMES="run gate bench selfcheck autotune model train"
+STEP_NAMES="run gate bench selfcheck autotune model train pages"
 P_BUILDS=materialised,qk_softmax,qk_softmax-no_pv,materialised-no_pv,qk_softmax-zero_mask,qk_softmax-no_softmax
 
 steps=${STEPS:-run}
@@ -97,6 +102,25 @@ train() {
   step train "${TRAIN_TIMEOUT:-540}" python3 -m attnlab.train_sweep --params "$params" --out "$out/train" || return
   step train_notebook "${TRAIN_NOTEBOOK_TIMEOUT:-120}" python3 -m attnlab.cli train --params "$params" \
     --out "$out/train"
+}
+pages() {
+  local card src name dst rc=0
+  card=$(python3 -c 'import torch; print(torch.cuda.get_device_name())') || return
+  for src in outputs/*/*/; do
+    src=${src%/}
+    [ -f "$src/attention_lab.ipynb" ] && [ -f "$src/params.yaml" ] && [ -f "$src/results.csv" ] || continue
+    [ "$(python3 -c 'import json, sys; print(json.load(open(sys.argv[1]))["device"]["name"])' \
+          "$src/provenance.json")" = "$card" ] || continue
+    name=$(basename "$src")
+    dst=$out/pages/$name
+    mkdir -p "$dst" || return
+    for f in results.csv gate.csv gate_ragged.csv provenance.json params.yaml; do
+      [ -f "$src/$f" ] && cp "$src/$f" "$dst/"
+    done
+    step "page_$name" "${PAGES_TIMEOUT:-150}" python3 -m attnlab.cli run --params "$dst/params.yaml" --out "$dst" \
+      || rc=$?
+  done
+  return "$rc"
 }
 bundle() {  # more than 8 files under $out, or any deeper than 2 folders: all of them in one $out/bundle.tar
   local n deep tmp

@@ -55,7 +55,7 @@ def test_the_script_parses_and_every_step_its_usage_names_is_defined_and_accepte
     text = SCRIPT.read_text()
     assert subprocess.run(["bash", "-n", str(SCRIPT)], capture_output=True).returncode == 0
     named = usage_steps()
-    assert named == ["run", "gate", "bench", "selfcheck", "autotune", "model", "train"]
+    assert named == ["run", "gate", "bench", "selfcheck", "autotune", "model", "train", "pages"]
     assert re.search(r'^STEP_NAMES="([^"]*)"', text, flags=re.M).group(1).split() == named
     defined = set(re.findall(r"^(\w+)\(\) \{", text, flags=re.M))
     assert set(named) <= defined
@@ -108,6 +108,29 @@ def test_the_train_step_sweeps_then_renders_the_notebook_over_the_same_folder(ch
     assert calls[-2] == f"-m attnlab.train_sweep --params 6 --out {tmp_path}/out2/train"  # the stand-in printed 6
     r, calls = checkout("train", tmp_path / "out3", TRAIN_PARAMS="p.yaml", FAIL_ON="attnlab.train_sweep")
     assert r.returncode == 3 and calls[-1].startswith("-m attnlab.train_sweep --params p.yaml")
+
+
+def test_the_pages_step_renders_each_walkthrough_of_record_again_over_a_copy_of_its_rows(checkout, tmp_path):
+    """Every folder holding a rendered walkthrough, its params and its rows is copied (rows, gate, provenance, params:
+    never the page) and rendered there; a folder without a page is not a walkthrough of record. (The stand-in prints
+    the same word for the card's name and every provenance's device, so each walkthrough here counts as this
+    card's.)"""
+    outputs = checkout.root / "outputs" / "card"
+    for name, files in (("walk", ["attention_lab.ipynb", "params.yaml", "results.csv", "gate.csv", "provenance.json",
+                                  "tables.txt"]),
+                        ("model", ["model_results.csv", "model_params.yaml", "model_provenance.json"])):
+        (outputs / name).mkdir(parents=True)
+        for f in files:
+            (outputs / name / f).write_text(f"{name}/{f}\n")
+    out = tmp_path / "out"
+    r, calls = checkout("pages", out)
+    assert r.returncode == 0, r.stdout + r.stderr
+    commands = [c for c in calls if not c.startswith("-c ")]
+    assert commands == [f"-m attnlab.cli run --params {out}/pages/walk/params.yaml --out {out}/pages/walk"]
+    copied = out / "pages" / "walk"
+    assert sorted(p.name for p in copied.iterdir()) == ["gate.csv", "params.yaml", "provenance.json", "results.csv"]
+    assert (copied / "results.csv").read_text() == "walk/results.csv\n"
+    assert "page_walk: rc=0" in r.stdout and (out / "page_walk.log").exists()
 
 
 def test_an_unknown_step_is_refused_before_anything_runs(checkout, tmp_path):
