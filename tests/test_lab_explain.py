@@ -159,7 +159,7 @@ def test_gqa_predicts_from_bytes_and_reads_a_committed_pair_of_benches(les, tmp_
     assert "every row has Hkv = H" in page
     assert "card/gqa (Hkv &lt; H) and" in page and "card/mha (Hkv = H)" in page and "other-card" not in page
     assert "fused over 2 shapes: its time with GQA over without, median 0.970 (0.960 to 0.980)" in page
-    assert "its bytes fell to 62.5%" in page and "<details>" in page and "<code>attnlab bench --group 4" in page
+    assert "its bytes fell to 62.5%" in page and "<details>" in page and "Measure it on this card" in page
     alone = lab.gqa(les, root=tmp_path / "nothing").data
     assert "Measured in" not in alone and "Measure it on this card" in alone
     # the lesson rows' own pairs come first: fused at Hkv = H / 4, 1 % faster
@@ -185,8 +185,10 @@ def test_warm_cold_sets_each_first_call_beside_its_warm_time(les):
     assert fused["first call (ms)"] == pytest.approx(900) and fused["warm median (ms)"] == pytest.approx(ms)
     assert fused["first / warm"] == pytest.approx(900 / ms) and fused["first call at its other shapes, median (ms)"] \
         == pytest.approx(3)
-    text = lab.warm_cold(variant(les, rows))[0].data
+    text, table = lab.warm_cold(variant(les, rows))
+    text = text.data
     assert f"({'fused'}: 900 ms against {ms:.3g} ms)" in text
+    assert type(table).__name__ == "Folded" and "first call beside its warm median" in table.summary  # detail folded
     assert "our builds' first calls took a median 3 ms: their kernels are compiled once" in text
     assert "the first calls of sdpa_flash still took a median 0.4 s: more than 0.1 s" in text
     rows.loc[~first & (rows["build"] == "torch_eager"), "cold_s"] = 0.8

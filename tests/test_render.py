@@ -122,6 +122,26 @@ def test_the_cpu_render_keeps_to_the_page_budget(rendered):
                for o in gate)  # the bar's one summary line
 
 
+def test_make_runs_page_keeps_to_the_budget_over_the_committed_gpu_runs(tmp_path):
+    """`make run` without a GPU: params/cpu.yaml, its speed lessons read from the newest committed GPU run (the
+    repository's outputs/, not a made-up one), whose real rows say more than the stand-in's do."""
+    old = os.environ.pop("ATTNLAB_OUTPUTS", None)
+    try:
+        result = render.render(ROOT / "params" / "cpu.yaml", tmp_path / "out")
+    finally:
+        if old is not None:
+            os.environ["ATTNLAB_OUTPUTS"] = old
+    nb = nbformat.read(str(result.notebook), as_version=4)
+    budget = page_budget.report(nb)
+    assert budget["expanded_tables"] <= page_budget.BUDGET_TABLES, page_budget.expanded_tables(nb)
+    assert budget["generated_words"] <= page_budget.BUDGET_WORDS, page_budget.words_by_cell(nb)
+    assert budget["repeated_notes"] == [] and budget["noise"] == []
+    from attnlab.runs import reference_run
+
+    named = reference_run().relative_to(ROOT).as_posix()  # the committed run the lessons came from, named on the page
+    assert any(named in str(o) for c in nb.cells if c.cell_type == "code" for o in c.outputs), named
+
+
 def test_the_html_export_draws_with_no_network(rendered):
     page = rendered.html.read_text(encoding="utf-8")
     assert page.count("Plotly.newPlot") >= 4

@@ -14,6 +14,7 @@ import pandas as pd
 
 from attnlab import cost
 from attnlab.lab.explain import case_of, ceilings_of, recorded_tiles, shape_words, teaching_row
+from attnlab.lab.page import fold
 from attnlab.lab.run import OURS, Run
 from attnlab.lab.source import Lessons, needs_lessons, readable_bytes, relative_path
 from attnlab.report import correctness as cr
@@ -138,8 +139,7 @@ def gqa(les: Lessons, root=None):
     pair of benches (bench_pairs), with the command that measures it on this card."""
     parts = [_p(gqa_prediction(les))]
     mine = gqa_pairs(les.results)
-    how = ("Measure it on this card: `attnlab bench --group 4 --builds fused,materialised --out DIR` beside the same "
-           "command without `--group` (a params file's `group` holds for its whole grid).")
+    how = "Measure it on this card with the bench command above."
     if len(mine):
         parts.append(_p(_measured(mine, les.label)))
         parts.append(_details("GQA over MHA: each build's median time ratio per head dim and mask", _by_head(mine)))
@@ -181,7 +181,8 @@ def warm_cold_table(les: Lessons) -> tuple[pd.DataFrame, pd.Series | None]:
 
 @needs_lessons(many=True)
 def warm_cold(les: Lessons) -> list:
-    """Seed 003's warm against cold: a paragraph and warm_cold_table, every number from the rows."""
+    """Seed 003's warm against cold: a paragraph and warm_cold_table folded beneath it, every number from the
+    rows."""
     from IPython.display import Markdown
 
     t, first = warm_cold_table(les)
@@ -203,7 +204,8 @@ def warm_cold(les: Lessons) -> list:
         text += (f" At their other shapes the first calls of {', '.join(per_shape['build'])} still took a median "
                  + (f"{lo:.3g} s" if f"{lo:.3g}" == f"{hi:.3g}" else f"{lo:.3g} to {hi:.3g} s")
                  + f": more than {COMPILE_S:g} s, as if compiled at every shape.")
-    return [Markdown(text), t.set_index("build").map(lambda x: float(f"{x:.3g}"))]
+    return [Markdown(text), fold(t.set_index("build").map(lambda x: float(f"{x:.3g}")),
+                                 "Each build's first call beside its warm median, and its first calls at later shapes")]
 
 
 # -- ragged N in the gate -----------------------------------------------------------------------------------------
