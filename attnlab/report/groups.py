@@ -182,7 +182,7 @@ def notes(*parts: str) -> str:
     return "; ".join(dict.fromkeys(p for p in parts if p))
 
 
-# The same case timed twice in one run may differ by this share (the bound the H200 self-check meets):
+# The same case timed twice in one run may differ by this share (the bound attnlab.selfcheck holds a GPU to):
 # a difference below it is not evidence of anything.
 REPEAT_SHARE = 0.02
 

@@ -285,7 +285,8 @@ def _consumer(q_desc, o_desc, o_ptr, o_strides, q_smem, k_smem, v_smem, o_smem, 
 
 
 # N is never made a constant: Triton specialises an int argument equal to 1, and at N = 1 with a mask that compile
-# fails in Triton 3.6's lowering (PassManager::run failed; seen on the H200, reproduced offline).
+# fails in the Gluon lowering of the Triton releases attnlab.triton.config.GLUON_TRITON names (PassManager::run
+# failed; an offline sm_90a compile fails the same way).
 @gluon.jit(do_not_specialize=["N"])
 def fused_gluon_kernel(q_desc, k_desc, v_desc, o_desc, o_ptr, sob, soh, son, M, smb, smh, smm, smn, mask_desc, N, H,
                        GROUP, total, qk_scale, mask_scale, inv_n, D: gl.constexpr, BLOCK_M: gl.constexpr,
