@@ -40,6 +40,7 @@ from attnlab.args import Parser, existing_file, out_dir as out_dir_arg, positive
 from attnlab.lab import Question, notebook, readable_bytes, relative_path
 from attnlab.lab import setup as lab_setup
 from attnlab.lab.run import open_folder
+from attnlab.lab.source import committed_source_note
 from attnlab.report import palette
 from attnlab.runs import outputs_root
 
@@ -172,18 +173,9 @@ def lessons(run: Run | Lessons | None, root=None) -> Lessons | None:
 
 def source_note(run: Run, les: Lessons | None = None):
     """Where the speed sections' numbers come from, and why (`les`: lessons(run) unless given)."""
-    from IPython.display import Markdown
-
-    les = les or lessons(run)
-    if les is None:
-        return Markdown(f"**No GPU measurements to draw on:** this run has none, and no committed GPU model run was "
-                        f"found under `{relative_path(outputs_root())}`. To make one: {MAKE_ONE}.")
-    if les.own:
-        return Markdown(f"**Measured here:** {les.label}.")
-    why = ("this machine has no GPU: our kernels run in Triton's interpreter here, whose times measure Python"
-           if not run.gpu else "this run has no ok GPU row of our builds (yet)")
-    return Markdown(f"**From a committed GPU run, not from this machine:** {les.label}. Here {why}, so the speed and "
-                    "memory sections read that run's rows.")
+    return committed_source_note(les or lessons(run), run.gpu, kind="model", make_one=MAKE_ONE,
+                                 lacking="ok GPU row", head="From a committed GPU run, not from this machine",
+                                 tail=", so the speed and memory sections read that run's rows")
 
 
 # -- the models and correctness -----------------------------------------------------------------------------------

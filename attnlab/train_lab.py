@@ -33,7 +33,7 @@ from attnlab import cost, hf_attention, lab, render, sweep, train_sweep
 from attnlab.lab import notebook, page, readable_bytes, relative_path
 from attnlab.lab.answers import Question
 from attnlab.lab.run import cell_params, load_folder, open_folder, read_folder
-from attnlab.lab.source import named_device
+from attnlab.lab.source import committed_source_note, named_device
 from attnlab.measure import Case
 from attnlab.report import training as rt
 from attnlab.report import training_step
@@ -123,18 +123,10 @@ def lessons(run: Run | lab.Lessons | None, root=None) -> lab.Lessons | None:
 
 def source_note(run: Run, les: lab.Lessons | None = None):
     """Where the speed and memory sections' numbers come from, and why (`les`: lessons(run) unless given)."""
-    from IPython.display import Markdown
-
-    les = les or lessons(run)
-    if les is None:
-        return Markdown(f"**No GPU measurements to draw on:** this run has none, and no committed GPU training run was "
-                        f"found under `{relative_path(outputs_root())}`. To make one: {MAKE_ONE}.")
-    if les.own:
-        return Markdown(f"**Measured here:** {les.label}.")
-    why = ("this machine has no GPU: our kernels run in Triton's interpreter here, whose times measure Python"
-           if not run.gpu else "this run has no ok forward+backward GPU row of our builds (yet)")
-    return Markdown(f"**Correctness from this run; speed and memory from a committed GPU run, not from this "
-                    f"machine:** {les.label}. Here {why}.")
+    return committed_source_note(les or lessons(run), run.gpu, kind="training", make_one=MAKE_ONE,
+                                 lacking="ok forward+backward GPU row",
+                                 head="Correctness from this run; speed and memory from a committed GPU run, not "
+                                      "from this machine")
 
 
 def _note(text: str):

@@ -120,6 +120,24 @@ def source_note(run: Run, les: Lessons | None = None, brief: bool = False):
                     f"memory lessons are drawn from that run's rows.{roofs}")
 
 
+def committed_source_note(les: Lessons | None, gpu: bool, *, kind: str, make_one: str, lacking: str, head: str,
+                          tail: str = ""):
+    """The source note of a page that reads a committed GPU run of its `kind` where its own rows hold none (the
+    model and training pages): nothing to draw on (and `make_one`, how to make such a run), measured here, or
+    `head`: the committed run, then why this run's rows do not serve (no GPU; `lacking`: the rows it has none
+    of), then `tail`."""
+    from IPython.display import Markdown
+
+    if les is None:
+        return Markdown(f"**No GPU measurements to draw on:** this run has none, and no committed GPU {kind} run was "
+                        f"found under `{relative_path(outputs_root())}`. To make one: {make_one}.")
+    if les.own:
+        return Markdown(f"**Measured here:** {les.label}.")
+    why = ("this machine has no GPU: our kernels run in Triton's interpreter here, whose times measure Python"
+           if not gpu else f"this run has no {lacking} of our builds (yet)")
+    return Markdown(f"**{head}:** {les.label}. Here {why}{tail}.")
+
+
 def rows_line(les: Lessons):
     """The one line above a section's numbers that names their rows: this run's, or a committed GPU run's."""
     from IPython.display import Markdown
