@@ -319,7 +319,7 @@ def read_results(path, *, appendable: bool = False, passes=FORWARD) -> pd.DataFr
     `passes` (the forward's, which every table and figure of the lab compares; None for every row). A file written
     before some of schema.LATER's columns existed reads with them unknown, and one written before the backward
     pass's columns with forward rows (schema.BEFORE_BACKWARD), unless `appendable` (a sweep about to add rows of
-    the whole schema to it)."""
+    the whole schema to it); such a table's attrs[OLDER] says why rows of the whole schema cannot follow them."""
     path = Path(path)
     if path.is_dir():
         path = path / RESULTS
@@ -331,9 +331,10 @@ def read_results(path, *, appendable: bool = False, passes=FORWARD) -> pd.DataFr
     # an older file lacks some of LATER's or the backward's columns and has the rest in COLUMNS' order
     older = (header == [c for c in COLUMNS if c in header]
              and set(COLUMNS) - set(header) <= {*LATER, *BEFORE_BACKWARD})
-    if header != list(COLUMNS) and (appendable or not older):
-        raise ValueError(f"{path} has columns of another schema ({sorted(set(records[0]) ^ set(COLUMNS))} differ): "
-                         "measure into a fresh out_dir")
+    other = (f"{path} has columns of another schema ({sorted(set(header) ^ set(COLUMNS))} differ): measure into a "
+             "fresh out_dir") if header != list(COLUMNS) else ""
+    if other and (appendable or not older):
+        raise ValueError(other)
     short = [i + 1 for i, r in enumerate(records) if len(r) != len(records[0])]
     if short:  # cannot happen through append_row; say where rather than read a shifted table
         raise ValueError(f"{path}: line(s) {short[:5]} do not have the header's {len(records[0])} fields")
@@ -354,9 +355,13 @@ def read_results(path, *, appendable: bool = False, passes=FORWARD) -> pd.DataFr
         elif kind == "bool":
             df[c] = df[c].map({"True": True, "False": False}).astype(bool)
     df["pass"] = df["pass"].where(df["pass"].isin(PASSES), BEFORE_BACKWARD["pass"])  # a row naming none: forward
-    return df if passes is None else df[df["pass"].isin(list(passes))].reset_index(drop=True)
+    df = df if passes is None else df[df["pass"].isin(list(passes))].reset_index(drop=True)
+    if other:
+        df.attrs[OLDER] = other
+    return df
 
 
+OLDER = "older"  # read_results' attrs key: why an older file's rows take no rows of the whole schema after them
 _PANDAS = {"str": object, "float": float, "int": "int64", "bool": bool}
 
 
@@ -392,9 +397,10 @@ def run(params, out_dir=None, *, progress: bool = True, bar=None, files: tuple[s
     out.mkdir(parents=True, exist_ok=True)
     results, prov_path = out / files[0], out / files[1]
     try:
-        done = set(read_results(results, passes=None)["case_id"])
+        measured = read_results(results, passes=None)
     except ValueError as e:
         raise ParamsError("out_dir", str(out), f"cannot be resumed: {e}") from None
+    done = set(measured["case_id"])
     prov = json.loads(prov_path.read_text()) if prov_path.exists() else {}
     here = provenance.collect(device)
     name = here["device"]["name"]
@@ -408,11 +414,9 @@ def run(params, out_dir=None, *, progress: bool = True, bar=None, files: tuple[s
     repair(results)
     cases = grid(p, device)
     todo = [c for c in cases if c.case_id not in done]
-    if todo:  # rows of the whole schema go only after rows of it; a finished older run renders as it is
-        try:
-            read_results(results, appendable=True, passes=None)
-        except ValueError as e:
-            raise ParamsError("out_dir", str(out), f"cannot be resumed: {e}") from None
+    # rows of the whole schema go only after rows of it; a finished older run renders as it is
+    if todo and OLDER in measured.attrs:
+        raise ParamsError("out_dir", str(out), f"cannot be resumed: {measured.attrs[OLDER]}")
     # each session names its own commit and code: a resumed run's rows may come from more than one
     session = dict(started=provenance.now(), ended=None, params=p, cases=len(cases), already_measured=len(cases)
                    - len(todo), measured=0, interrupted=None, clocks_start=_clocks(device), git=here.get("git"),
