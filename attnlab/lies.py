@@ -151,7 +151,7 @@ def dropped_output_note(case, kept_ms: float, dead_ms: float) -> str:
 def dead_output_demo(measured: list, where: str) -> Demo:
     """The dead-output demonstration from `measured`, (case, consumed ms, unread ms) per shape, least work first:
     every figure and every verdict of the guard is computed from them."""
-    rows, verdicts = [], []
+    rows, verdicts, quoted = [], [], False
     for case, kept_ms, dead_ms in measured:
         note = dropped_output_note(case, kept_ms, dead_ms)
         share = dead_ms / kept_ms
@@ -159,10 +159,10 @@ def dead_output_demo(measured: list, where: str) -> Demo:
                      "flagged" if note else "quiet"))
         if not note:
             said = f"nothing: the unread call ran in {share:.0%} of the consumed one, not under {DROPPED_SHARE:.0%}"
-        elif any("\u201c" in v for v in verdicts):  # the flag's words once; a second flag by its share alone
+        elif quoted:  # the flag's words once; a second flag by its share alone
             said = f"the same, at {share:.0%}"
         else:
-            said = f"\u201c{note}\u201d"
+            said, quoted = f"\u201c{note}\u201d", True
         verdicts.append(f"at {_shape(case)}, {said}")
     evidence = pd.DataFrame(rows, columns=["shape", "matmul GFLOP", "output consumed (acc += o.sum()), ms",
                                            "output never read, ms", "never read / consumed",
