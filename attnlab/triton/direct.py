@@ -4,11 +4,11 @@
                                                    **plan.options) launches, on the same compiled kernel
 
 Triton's `kernel[grid](...)` binds and specialises every argument again at each call (JITFunction.run: the argument
-binder, the specialisation of each argument, the compile-cache key), which costs more host time than the launch
-itself: on an H100 at B·H = 16, N = 1024, the Gluon fused kernel's `kernel[grid]` takes 47 µs of host time a call,
-its compiled kernel's launcher alone 15 µs (docs/performance.md, "Our builds as a user calls them"). So the first call
-of each (kernel, plan, argument signature) goes through `kernel[grid]`, which compiles or finds the compiled kernel
-and launches it, and is kept; later calls with the same signature call that compiled kernel's launcher directly.
+binder, the specialisation of each argument, the compile-cache key), which costs the host about three times what
+the compiled kernel's own launcher does (docs/performance.md, "Our builds as a user calls them", has the figures).
+So the first call of each (kernel, plan, argument signature) goes through `kernel[grid]`, which compiles or finds the
+compiled kernel and launches it, and is kept; later calls with the same signature call that compiled kernel's
+launcher directly.
 
 The signature holds everything Triton specialises on, and more: each integer's value, each tensor's dtype and
 whether its address is 16-byte aligned, each tensor descriptor's block, shape, strides and base, the device. A call

@@ -758,8 +758,8 @@ def fused_backward_tiles(kernel: str, family: str, D: int, itemsize: int) -> Til
       ragged tiles).
     - 16 bits, D ≤ 64: 64 × 64, 4 warps, for both.
     - 16 bits, D = 128: dK/dV 128 keys a program stepping 64 rows, 8 warps (two warpgroups, each with 64 rows of the
-      two fp32 accumulators); dQ 128 rows stepping 64 keys, 8 warps, 3 stages. These were the fastest of 10 and 7
-      candidates timed on an H100 at B·H = 64, N = 4096 and B·H = 256, N = 1024 (docs/performance.md, "Training").
+      two fp32 accumulators); dQ 128 rows stepping 64 keys, 8 warps, 3 stages: the fastest of the candidates
+      docs/performance.md ("Training") sets side by side.
     - fp32's dots (IEEE, on the FMA units) spill least at 32 × 32 up to D = 64 and 16 × 16 past it, with 8 warps;
       16 bits past D = 128, 32 × 32 with 8 warps.
     sm90's compile report (python -m attnlab.triton.resources --kernels fused_dkdv,fused_dq) shows what each asks of
