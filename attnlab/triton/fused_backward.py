@@ -109,14 +109,13 @@ def _probs_t(k, q, lse2, mask_ptrs, offs_m, offs_n, N, qk_scale, mask_scale,
 
 
 @triton.jit
-def _dkdv_over_queries(dk, dv, k, v, q_base, do_base, lse_base, delta_base, m_base, dq_base, offs_n, lo, hi, N,
-                       sqn, sdon, smm, smn, sdqn, qk_scale, mask_scale, scale,
+def _dkdv_over_queries(dk, dv, k, v, q_base, do_base, lse_base, delta_base, m_base, offs_n, lo, hi, N,
+                       sqn, sdon, smm, smn, qk_scale, mask_scale,
                        D: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
-                       MASKED: tl.constexpr, CAUSAL: tl.constexpr, MASK_KIND: tl.constexpr, DQ_ATOMIC: tl.constexpr,
+                       MASKED: tl.constexpr, CAUSAL: tl.constexpr, MASK_KIND: tl.constexpr,
                        IEEE: tl.constexpr, UPCAST: tl.constexpr):
     """dK (unscaled) and dV of one key block, summed over the query blocks [lo, hi) of one query head; every tile
-    transposed (keys down), as _probs_t computes it. DQ_ATOMIC: each query block's part of dQ, dS K · scale, is
-    added into the fp32 rows at dq_base as well."""
+    transposed (keys down), as _probs_t computes it."""
     offs_d = tl.arange(0, BLOCK_D)
     for start_m in range(lo, hi, BLOCK_M):
         offs_m = start_m + tl.arange(0, BLOCK_M)
@@ -130,26 +129,19 @@ def _dkdv_over_queries(dk, dv, k, v, q_base, do_base, lse_base, delta_base, m_ba
         dpt = dot(v, tl.trans(do), tl.zeros([BLOCK_N, BLOCK_M], dtype=tl.float32), IEEE, UPCAST)  # dPᵀ = V dOᵀ
         dst = pt * (dpt - delta[None, :])  # dSᵀ = Pᵀ ∘ (dPᵀ − Δ)
         dk = dot(dst.to(q.dtype), q, dk, IEEE, UPCAST)  # dK += dSᵀ Q; the scale once, at the end
-        if DQ_ATOMIC:  # this key block's part of dQ = dS K, summed over key blocks in memory
-            dq = dot(tl.trans(dst.to(k.dtype)), k, tl.zeros([BLOCK_M, BLOCK_D], dtype=tl.float32), IEEE, UPCAST)
-            inside = (offs_m[:, None] < N) & (offs_d[None, :] < D)
-            tl.atomic_add(dq_base + offs_m[:, None] * sdqn, dq * scale, mask=inside, sem="relaxed")
     return dk, dv
 
 
 @triton.jit
-def dkdv_kernel(Q, K, V, DO, LSE, DELTA, DK, DV, DQ, M,
+def dkdv_kernel(Q, K, V, DO, LSE, DELTA, DK, DV, M,
                 sqb, sqh, sqn, skb, skh, skn, svb, svh, svn, sdob, sdoh, sdon,
-                sdkb, sdkh, sdkn, sdvb, sdvh, sdvn, sdqb, sdqh, sdqn, smb, smh, smm, smn,
+                sdkb, sdkh, sdkn, sdvb, sdvh, sdvn, smb, smh, smm, smn,
                 N, H, HKV, GROUP, qk_scale, mask_scale, scale,
                 D: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
-                CAUSAL: tl.constexpr, MASK_KIND: tl.constexpr, DQ_ATOMIC: tl.constexpr, IEEE: tl.constexpr,
-                UPCAST: tl.constexpr):
+                CAUSAL: tl.constexpr, MASK_KIND: tl.constexpr, IEEE: tl.constexpr, UPCAST: tl.constexpr):
     # grid: (cdiv(N, BLOCK_N), B·Hkv): a program owns BLOCK_N keys of one k/v head and streams query blocks of
     # BLOCK_M rows past them. Requires BLOCK_N % BLOCK_M == 0 (the causal diagonal is whole query blocks).
     # LSE, DELTA: fp32 (B, H, N) contiguous. qk_scale = scale · log2 e, mask_scale = log2 e.
-    # DQ_ATOMIC: DQ is fp32 (B, H, N, D), zeroed, and gains each key block's part of dQ (scaled) by atomic adds;
-    # otherwise DQ is never read (dq_kernel computes dQ).
     start_n = tl.program_id(0) * BLOCK_N
     bhk = tl.program_id(1).to(tl.int64)
     b = bhk // HKV
@@ -178,19 +170,16 @@ def dkdv_kernel(Q, K, V, DO, LSE, DELTA, DK, DV, DQ, M,
         lse_base = LSE + (b * H + h) * N
         delta_base = DELTA + (b * H + h) * N
         m_base = M + b * smb + h * smh
-        dq_base = DQ + b * sdqb + h * sdqh + offs_d[None, :]
         if CAUSAL:
-            dk, dv = _dkdv_over_queries(dk, dv, k, v, q_base, do_base, lse_base, delta_base, m_base, dq_base, offs_n,
-                                        start_n, diagonal_hi, N, sqn, sdon, smm, smn, sdqn, qk_scale, mask_scale,
-                                        scale, D, BLOCK_D, BLOCK_M, BLOCK_N, True, CAUSAL, MASK_KIND, DQ_ATOMIC, IEEE,
-                                        UPCAST)
-        dk, dv = _dkdv_over_queries(dk, dv, k, v, q_base, do_base, lse_base, delta_base, m_base, dq_base, offs_n,
-                                    diagonal_hi, full, N, sqn, sdon, smm, smn, sdqn, qk_scale, mask_scale, scale, D,
-                                    BLOCK_D, BLOCK_M, BLOCK_N, False, CAUSAL, MASK_KIND, DQ_ATOMIC, IEEE, UPCAST)
-        dk, dv = _dkdv_over_queries(dk, dv, k, v, q_base, do_base, lse_base, delta_base, m_base, dq_base, offs_n,
-                                    tl.maximum(diagonal_hi, full), N, N, sqn, sdon, smm, smn, sdqn, qk_scale,
-                                    mask_scale, scale, D, BLOCK_D, BLOCK_M, BLOCK_N, True, CAUSAL, MASK_KIND,
-                                    DQ_ATOMIC, IEEE, UPCAST)
+            dk, dv = _dkdv_over_queries(dk, dv, k, v, q_base, do_base, lse_base, delta_base, m_base, offs_n, start_n,
+                                        diagonal_hi, N, sqn, sdon, smm, smn, qk_scale, mask_scale, D, BLOCK_D, BLOCK_M,
+                                        BLOCK_N, True, CAUSAL, MASK_KIND, IEEE, UPCAST)
+        dk, dv = _dkdv_over_queries(dk, dv, k, v, q_base, do_base, lse_base, delta_base, m_base, offs_n, diagonal_hi,
+                                    full, N, sqn, sdon, smm, smn, qk_scale, mask_scale, D, BLOCK_D, BLOCK_M, BLOCK_N,
+                                    False, CAUSAL, MASK_KIND, IEEE, UPCAST)
+        dk, dv = _dkdv_over_queries(dk, dv, k, v, q_base, do_base, lse_base, delta_base, m_base, offs_n,
+                                    tl.maximum(diagonal_hi, full), N, N, sqn, sdon, smm, smn, qk_scale, mask_scale, D,
+                                    BLOCK_D, BLOCK_M, BLOCK_N, True, CAUSAL, MASK_KIND, IEEE, UPCAST)
     inside = (offs_n[:, None] < N) & (offs_d[None, :] < D)
     tl.store(DK + b * sdkb + hk * sdkh + offs_n[:, None] * sdkn + offs_d[None, :],
              (dk * scale).to(DK.dtype.element_ty), mask=inside)

@@ -45,23 +45,16 @@ def backward(do, q, k, v, o, lse, *, causal=False, attn_mask=None, scale=None,
     do = _like_o("do", do, s)
     lse = _checked_lse(lse, s)
     dq, dk, dv = _gradients(s, out)
-    atomic = plan.fused_dq_by_atomics(plan.target(s.device).family, s.D, s.dtype.itemsize,
-                                      torch.are_deterministic_algorithms_enabled())
-    pk = plan.plan_fused_dkdv(s.B * s.Hkv, s.N, s.D, s.dtype, s.causal, c.layout, s.device, atomic)
+    pk = plan.plan_fused_dkdv(s.B * s.Hkv, s.N, s.D, s.dtype, s.causal, c.layout, s.device)
+    pq = plan.plan_fused_dq(s.B * s.H, s.N, s.D, s.dtype, s.causal, c.layout, s.device)
     delta = torch.empty(s.B, s.H, s.N, dtype=torch.float32, device=s.device)  # Δ = rowsum(dO ∘ O)
     direct.run(fb.delta_kernel, plan.plan_fused_delta(s.B * s.H, s.N, s.D, s.dtype, s.device), o, do, delta,
                *o.stride()[:3], *do.stride()[:3], s.N, s.H)
     # S in log2 units: qk_scale = scale · log2 e, an additive mask times log2 e; dK and dQ take the natural scale
     scales = (s.scale * LOG2E, LOG2E, s.scale)
-    # with atomics, dQ is summed in fp32 over the key blocks, then cast: (B, H, N, D) floats held for the backward
-    dq_sum = torch.zeros(s.B, s.H, s.N, s.D, dtype=torch.float32, device=s.device) if atomic else dq
-    direct.run(fb.dkdv_kernel, pk, c.q, c.k, c.v, do, lse, delta, dk, dv, dq_sum, c.mask, *c.q.stride()[:3],
+    direct.run(fb.dkdv_kernel, pk, c.q, c.k, c.v, do, lse, delta, dk, dv, c.mask, *c.q.stride()[:3],
                *c.k.stride()[:3], *c.v.stride()[:3], *do.stride()[:3], *dk.stride()[:3], *dv.stride()[:3],
-               *dq_sum.stride()[:3], *c.mask_strides, s.N, s.H, s.Hkv, s.group, *scales)
-    if atomic:
-        dq.copy_(dq_sum)
-        return dq, dk, dv
-    pq = plan.plan_fused_dq(s.B * s.H, s.N, s.D, s.dtype, s.causal, c.layout, s.device)
+               *c.mask_strides, s.N, s.H, s.Hkv, s.group, *scales)
     direct.run(fb.dq_kernel, pq, c.q, c.k, c.v, do, lse, delta, dq, c.mask, *c.q.stride()[:3], *c.k.stride()[:3],
                *c.v.stride()[:3], *do.stride()[:3], *dq.stride()[:3], *c.mask_strides, s.N, s.H, s.group, *scales)
     return dq, dk, dv

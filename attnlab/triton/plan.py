@@ -785,27 +785,10 @@ class FusedBackwardPlan(TiledPlan):
     delta_kernel, with dq's grid and rows."""
 
 
-def fused_dq_by_atomics(family: str, D: int, itemsize: int, deterministic: bool) -> bool:
-    """Whether the fused backward's dQ comes from the dK/dV program's atomic adds (one pass: 5 matrix products a tile)
-    rather than from dq_kernel's pass of its own (7: QKᵀ and dO Vᵀ computed again). Atomic adds of fp32 sum in
-    whatever order the programs reach memory, so dQ differs in its last bits from call to call: under
-    torch.use_deterministic_algorithms the pass of its own computes it.
-    - The interpreter: atomics, so that the tests cover the path the GPU runs.
-    - 16 bits at D ≤ 128: atomics, faster than the pass of its own (docs/performance.md, "Training").
-    - fp32 and D > 128: the pass of its own (their small tiles would add each dQ element many more times)."""
-    if deterministic:
-        return False
-    if family == "interpreter":
-        return True
-    return itemsize == 2 and head_dim_bucket(D) <= 128
-
-
 def plan_fused_dkdv(kv_heads: int, N: int, D: int, dtype: torch.dtype, causal: bool, mask: MaskLayout | None,
-                    device: torch.device, dq_atomic: bool = False) -> FusedBackwardPlan:
-    """dK and dV, a program a block of keys of one k/v head (B·Hkv of them); with dq_atomic, dQ as well, added into
-    a zeroed fp32 (B, H, N, D) tensor (fused_dq_by_atomics says when)."""
-    t = target(device)
-    return _fused_backward("dkdv", kv_heads, N, D, dtype, causal, mask.kind if mask else 0, t, dq_atomic)
+                    device: torch.device) -> FusedBackwardPlan:
+    """dK and dV, a program a block of keys of one k/v head (B·Hkv of them)."""
+    return _fused_backward("dkdv", kv_heads, N, D, dtype, causal, mask.kind if mask else 0, target(device))
 
 
 def plan_fused_dq(heads: int, N: int, D: int, dtype: torch.dtype, causal: bool, mask: MaskLayout | None,
@@ -820,7 +803,7 @@ def plan_fused_delta(heads: int, N: int, D: int, dtype: torch.dtype, device: tor
 
 
 @functools.lru_cache(maxsize=4096)
-def _fused_backward(kernel, heads, N, D, dtype, causal, mask_kind, t: Target, dq_atomic=False) -> FusedBackwardPlan:
+def _fused_backward(kernel, heads, N, D, dtype, causal, mask_kind, t: Target) -> FusedBackwardPlan:
     tiles = fused_backward_tiles("dq" if kernel == "delta" else kernel, t.family, D, dtype.itemsize)
     if kernel == "delta":
         return FusedBackwardPlan(tiles.BLOCK_M, tiles.BLOCK_N, tiles.num_warps, tiles.num_stages,
@@ -831,9 +814,8 @@ def _fused_backward(kernel, heads, N, D, dtype, causal, mask_kind, t: Target, dq
     if owned % step:  # the causal diagonal is whole blocks of the loop
         raise ValueError(f"{kernel} tiles need the block a program owns to be a whole number of the blocks it steps "
                          f"through (dkdv: BLOCK_N % BLOCK_M == 0, dq: BLOCK_M % BLOCK_N == 0), got {tiles.label}")
-    own = dict(DQ_ATOMIC=dq_atomic) if kernel == "dkdv" else {}
     return FusedBackwardPlan(tiles.BLOCK_M, tiles.BLOCK_N, tiles.num_warps, tiles.num_stages,
                              grid=_grid_m(N, heads, owned),
-                             constexprs=_frozen(MASK_KIND=mask_kind, **_shared(D, dtype, causal, t), **own,
+                             constexprs=_frozen(MASK_KIND=mask_kind, **_shared(D, dtype, causal, t),
                                                 BLOCK_M=tiles.BLOCK_M, BLOCK_N=tiles.BLOCK_N),
                              options=_frozen(num_warps=tiles.num_warps, num_stages=tiles.num_stages))

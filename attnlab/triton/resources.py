@@ -55,7 +55,7 @@ def compile_info(kernel: str, D: int, causal: bool, tiles: config.Tiles, mask_ki
         return _gluon_info(kernel, D, causal, tiles, mask_kind, dtype, n, **flags)
     # the launcher's rules: the compile is the one a call makes (on scores_buffer's rows, which have room to pad)
     from attnlab.triton.layout import line_row, ragged_rows, rows_16b
-    from attnlab.triton.plan import REPAIR_SPAN, fused_dq_by_atomics
+    from attnlab.triton.plan import REPAIR_SPAN
 
     fn = _kernel(kernel)
     if not isinstance(fn, triton.runtime.jit.JITFunction):
@@ -66,7 +66,7 @@ def compile_info(kernel: str, D: int, causal: bool, tiles: config.Tiles, mask_ki
                   CAUSAL=causal, MASK_KIND=mask_kind, NO_SOFTMAX=False, NO_PV=False, IEEE=dtype == "fp32",
                   UPCAST=False, HEAVY_FIRST=tiles.heavy_first, PAIRED=tiles.paired,
                   STAGES=tiles.num_stages, ONE_TILE=n <= tiles.BLOCK_N, REPAIR=False, REPAIR_SPAN=REPAIR_SPAN,
-                  STORE_LSE=False, DQ_ATOMIC=fused_dq_by_atomics("sm90", D, DTYPES[dtype].itemsize, False),
+                  STORE_LSE=False,
                   ROWS_16B=rows_16b(n, DTYPES[dtype]), ROWS_PAD=ragged_rows(n, DTYPES[dtype].itemsize))
     values.update(flags)
     constexprs = {n: values[n] for n in constexpr_names}
@@ -82,9 +82,6 @@ def compile_info(kernel: str, D: int, causal: bool, tiles: config.Tiles, mask_ki
                 sig[a] = pointer
             else:
                 sig[a], constexprs[a] = "constexpr", None
-        elif a == "DQ" and values.get("DQ_ATOMIC") and "DQ_ATOMIC" in constexpr_names:  # dQ summed in fp32
-            sig[a] = "*fp32"
-            div16.append(a)
         elif POINTERS.match(a):
             sig[a] = "*u8" if (a == "M" and mask_kind == 1) else f"*{dtype}"
             div16.append(a)  # the caching allocator aligns every tensor to far more than 16 bytes
