@@ -214,13 +214,7 @@ def dq_kernel(Q, K, V, DO, LSE, DELTA, DQ, M,
               CAUSAL: tl.constexpr, MASK_KIND: tl.constexpr, IEEE: tl.constexpr, UPCAST: tl.constexpr):
     # grid: (cdiv(N, BLOCK_M), B·H): a program owns BLOCK_M query rows of one head and streams key blocks of BLOCK_N
     # past them. Requires BLOCK_M % BLOCK_N == 0 (the causal diagonal is whole key blocks).
-    block = tl.program_id(0)
-    if CAUSAL:
-        # the GPU starts programs roughly in order of id, and under a causal mask the last row block has the most key
-        # blocks: hand it out first, so that the short blocks fill the gaps at the end of the grid (as the forward's
-        # HEAVY_FIRST; a dK/dV program's first key block has the most query blocks already)
-        block = tl.num_programs(0) - 1 - block
-    row0 = block * BLOCK_M
+    row0 = tl.program_id(0) * BLOCK_M
     bh = tl.program_id(1).to(tl.int64)
     b = bh // H
     h = bh % H

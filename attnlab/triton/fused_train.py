@@ -8,8 +8,8 @@ is masked. dq is (B, H, N, D), dk and dv (B, Hkv, N, D), in the inputs' dtype; a
 are 0. What the forward keeps for the backward is O and lse, B·H·N floats beside O, where materialised keeps P's
 B·H·N².
 
-The forward runs the kernel inference runs (the Gluon kernel on Hopper in 16 bits at D = 64 and 128, the Triton one
-elsewhere) with STORE_LSE; the backward runs attnlab.triton.fused_backward's three kernels. Their plans
+The forward runs the Triton fused kernel with STORE_LSE (attnlab.triton.fused) on every device, Hopper included,
+where inference runs the Gluon kernel; the backward runs attnlab.triton.fused_backward's three kernels. Their plans
 (tiles, grids, constexprs) are attnlab.triton.plan's plan_fused_train, plan_fused_delta, plan_fused_dkdv and
 plan_fused_dq; the backward's tiles are chosen in one place, plan.fused_backward_tiles.
 """
@@ -30,7 +30,7 @@ def forward(q, k, v, *, causal=False, attn_mask=None, scale=None) -> tuple[torch
     pf = plan.plan_fused_train(s.B * s.H, s.N, s.D, s.dtype, s.causal, c.layout, s.device)
     o = torch.empty(s.B, s.H, s.N, s.D, dtype=s.dtype, device=s.device)
     lse = torch.empty(s.B, s.H, s.N, dtype=torch.float32, device=s.device)
-    launch.run_fused(c, pf, o, lse)
+    launch.triton_fused(c, pf, o, lse)
     return o, lse
 
 

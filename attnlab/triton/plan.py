@@ -8,7 +8,7 @@
     plan_fused       the fused build's kernel         FusedPlan (Triton), FusedGluonPlan (Hopper)
     plan_ds          the backward's dS kernel         BackwardPlan (materialised's and qk_softmax's backward,
     plan_transposed  the backward's dV and dK kernel  BackwardPlan  attnlab.triton.backward)
-    plan_fused_train the fused kernel keeping lse     FusedPlan or FusedGluonPlan (the training forward)
+    plan_fused_train the fused kernel keeping lse     FusedPlan (Triton, every device: the training forward)
     plan_fused_dkdv  the fused backward's dK, dV      FusedBackwardPlan (attnlab.triton.fused_backward; its tiles:
     plan_fused_dq    the fused backward's dQ          FusedBackwardPlan  fused_backward_tiles)
     plan_fused_delta the fused backward's Δ           FusedBackwardPlan
@@ -737,17 +737,17 @@ def _fused(heads, N, D, dtype, causal, mask, ablation, tiles, t: Target, overrid
 def plan_fused_train(heads: int, N: int, D: int, dtype: torch.dtype, causal: bool, mask: MaskLayout | None,
                      device: torch.device) -> FusedPlan:
     """The fused kernel for a training forward, which keeps each row's logsumexp (its STORE_LSE; the launch,
-    attnlab.triton.fused_train): the kernel and tiles the inference build runs (the Gluon kernel where the rules give
-    it, the Triton one elsewhere), with the logsumexp stored as well."""
+    attnlab.triton.fused_train): the Triton kernel on every device, with the tiles the rules (or the overrides) give it
+    where the Gluon kernel, which keeps none, is ruled out."""
     t = target(device)
-    tiles = lookup("fused", t.family, D, causal, dtype.itemsize, t.gluon, N, heads, t.sms)
+    tiles = lookup("fused", t.family, D, causal, dtype.itemsize, False, N, heads, t.sms)
     return _fused_train(heads, N, D, dtype, causal, mask, tiles, t)
 
 
 @functools.lru_cache(maxsize=4096)
-def _fused_train(heads, N, D, dtype, causal, mask, tiles, t: Target) -> FusedPlan | FusedGluonPlan:
+def _fused_train(heads, N, D, dtype, causal, mask, tiles, t: Target) -> FusedPlan:
     inference = _fused(heads, N, D, dtype, causal, mask, None, tiles, t, NONE)  # given tiles, no overrides read
-    return replace(inference, constexprs=_frozen(**{**inference.constexprs, "STORE_LSE": True}))
+    return replace(inference, constexprs=_frozen(**inference.constexprs, STORE_LSE=True))
 
 
 def fused_backward_tiles(kernel: str, family: str, D: int, itemsize: int) -> Tiles:
