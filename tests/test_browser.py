@@ -7,8 +7,8 @@ a temporary folder with copies of the notebooks; stopped when the module ends, a
     the walkthrough   Run All with its CPU defaults (its own out_dir in the temporary folder): the speedup figure, the
                       memory table and the check-yourself answers are in the page, and no cell shows an error
     the reports       the walkthrough's HTML (exported from the notebook the browser ran and saved, as `attnlab run`
-                      exports it) and the committed H200 report, opened with every network request blocked: each
-                      plotly figure draws its traces
+                      exports it) and every committed page of record (outputs/*/*/*.html), opened with every network
+                      request blocked: each plotly figure draws its traces
 
 Each test's screenshots go to its temporary folder; a failure lists them (tests/conftest.py). The tests skip, saying
 why, only where Chromium or Playwright is missing; with ATTNLAB_BROWSER_TESTS=run (CI) they fail instead.
@@ -353,8 +353,22 @@ def test_the_walkthroughs_html_report_draws_every_figure_offline(walkthrough, pa
         assert page_outline(html.read_text(encoding="utf-8")) == ([found["title"]], found["levels"])
 
 
-def test_the_committed_h200_report_draws_every_figure_offline(page, shots):
+def _committed_html() -> list[str]:
+    import subprocess
+
+    return subprocess.run(["git", "ls-files", "outputs/*/*/*.html"], cwd=bw.ROOT, capture_output=True, text=True,
+                          check=True).stdout.split()
+
+
+@pytest.mark.parametrize("name", _committed_html())
+def test_every_committed_page_of_record_draws_every_figure_offline(page, shots, name):
+    """Each HTML page under outputs/ (walkthroughs, model and training pages, reports), as a reader opens it from
+    the repository: every request but the file's own blocked, and every plotly figure drawn with its traces."""
     with shots.kept(page):
-        found = offline(page, COMMITTED, shots)
-        assert found["divs"] >= 4 and all(d["svg"] and d["traces"] and d["inked"] for d in found["drawn"]), found
+        found = offline(page, bw.ROOT / name, shots)
+        assert found["divs"] >= 2 and all(d["svg"] and d["traces"] and d["inked"] for d in found["drawn"]), found
         assert not found["blocked"]
+
+
+def test_the_committed_pages_include_the_walkthroughs_of_record():
+    assert str(COMMITTED.relative_to(bw.ROOT)) in _committed_html()
