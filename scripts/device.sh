@@ -28,7 +28,8 @@
 # step that fails or times out stops the ones after it, and the script exits with its status. Wheels in .whl/ (the
 # machine has no network: ../shared/gpu/wheels.sh fetches them) are installed into /tmp/site first; plotly among
 # them lets `run` write its figures. The device tool brings back at most 8 files, at most 2 folders down under $OUT:
-# when there are more, they go back packed in $OUT/bundle.tar (tar xf it).
+# when there are more, they go back packed in $OUT/bundle.tgz (tar xzf it), compressed: a file over 16 MiB would not
+# come back, and two rendered pages (plotly inline in each HTML) are about 23 MiB as they lie, 7 MiB compressed.
 set -u
 cd "$(dirname "$0")/.." || exit 1
 STEP_NAMES="run gate bench selfcheck autotune model train pages"
@@ -122,14 +123,14 @@ pages() {
   done
   return "$rc"
 }
-bundle() {  # more than 8 files under $out, or any deeper than 2 folders: all of them in one $out/bundle.tar
+bundle() {  # more than 8 files under $out, or any deeper than 2 folders: all of them in one $out/bundle.tgz
   local n deep tmp
   n=$(find "$out" -type f | wc -l)
   deep=$(find "$out" -mindepth 4 -type f | wc -l)
   if [ "$n" -gt 8 ] || [ "$deep" -gt 0 ]; then
-    tmp=$(mktemp /tmp/device-bundle.XXXXXX.tar)
-    tar cf "$tmp" -C "$out" . && find "$out" -mindepth 1 -delete && mv "$tmp" "$out/bundle.tar"
-    echo "device.sh: $n files packed into $out/bundle.tar"
+    tmp=$(mktemp /tmp/device-bundle.XXXXXX.tgz)
+    tar czf "$tmp" -C "$out" . && find "$out" -mindepth 1 -delete && mv "$tmp" "$out/bundle.tgz"
+    echo "device.sh: $n files packed into $out/bundle.tgz"
   fi
 }
 

@@ -173,8 +173,8 @@ def test_more_files_than_the_device_tool_returns_go_back_in_one_tar(checkout, tm
     (out / "a" / "b" / "c").mkdir(parents=True)
     (out / "a" / "b" / "c" / "deep.txt").write_text("3 folders down")  # too deep to come back alone
     r, _ = checkout("selfcheck", out)
-    assert r.returncode == 0 and [p.name for p in out.iterdir()] == ["bundle.tar"]
-    with tarfile.open(out / "bundle.tar") as t:
+    assert r.returncode == 0 and [p.name for p in out.iterdir()] == ["bundle.tgz"]
+    with tarfile.open(out / "bundle.tgz", "r:gz") as t:
         assert {"./selfcheck.log", "./a/b/c/deep.txt"} <= set(t.getnames())
     few = tmp_path / "few"
     checkout("selfcheck", few)
