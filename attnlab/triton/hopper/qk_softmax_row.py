@@ -215,7 +215,7 @@ def _consumer(q_smem, k_smem, row_smem, tmax_smem, stats_smem, p_desc, bars, wor
     tma.store_wait(pendings=0)
 
 
-# N is never made a constant (attnlab.triton.hopper.fused: N = 1 with a mask fails to compile in Triton 3.6 if it is).
+# N is never made a constant: as a constant 1 with a mask it fails the Gluon lowering (attnlab.triton.hopper.fused).
 @gluon.jit(do_not_specialize=["N"])
 def qk_softmax_row_kernel(q_desc, k_desc, p_desc, M, N, H, GROUP, total, qk_scale, D: gl.constexpr,
                           BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, STAGES: gl.constexpr,
