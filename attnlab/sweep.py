@@ -314,12 +314,12 @@ def repair(path: Path) -> None:
 FORWARD = ("forward",)
 
 
-def read_results(path, *, appendable: bool = False, passes=FORWARD) -> pd.DataFrame:
+def read_results(path, *, passes=FORWARD) -> pd.DataFrame:
     """A results file as a typed table (attnlab.schema.TYPES): complete lines only, causal as bool, the rows of
     `passes` (the forward's, which every table and figure of the lab compares; None for every row). A file written
     before some of schema.LATER's columns existed reads with them unknown, and one written before the backward
-    pass's columns with forward rows (schema.BEFORE_BACKWARD), unless `appendable` (a sweep about to add rows of
-    the whole schema to it); such a table's attrs[OLDER] says why rows of the whole schema cannot follow them."""
+    pass's columns with forward rows (schema.BEFORE_BACKWARD); such a table's attrs[OLDER] says why rows of the
+    whole schema cannot follow them (a resumed sweep with cases left refuses it)."""
     path = Path(path)
     if path.is_dir():
         path = path / RESULTS
@@ -333,7 +333,7 @@ def read_results(path, *, appendable: bool = False, passes=FORWARD) -> pd.DataFr
              and set(COLUMNS) - set(header) <= {*LATER, *BEFORE_BACKWARD})
     other = (f"{path} has columns of another schema ({sorted(set(header) ^ set(COLUMNS))} differ): measure into a "
              "fresh out_dir") if header != list(COLUMNS) else ""
-    if other and (appendable or not older):
+    if other and not older:
         raise ValueError(other)
     short = [i + 1 for i, r in enumerate(records) if len(r) != len(records[0])]
     if short:  # cannot happen through append_row; say where rather than read a shifted table
