@@ -52,7 +52,9 @@ def test_every_run_of_record_has_provenance_and_a_row_in_its_index():
 
 def _committed_pages() -> list[str]:
     """The walkthrough pages under outputs/ that git holds (a CPU render `make run` leaves there is not one)."""
-    return subprocess.run(["git", "ls-files", "outputs/*/*/attention_lab.ipynb"], cwd=ROOT, capture_output=True,
+    from attnlab import page_check
+
+    return subprocess.run(["git", "ls-files", f"outputs/*/*/{page_check.NOTEBOOK}"], cwd=ROOT, capture_output=True,
                           text=True, check=True).stdout.split()
 
 
@@ -61,7 +63,6 @@ def test_every_committed_walkthrough_page_shows_its_own_rows():
     its own results.csv's (attnlab.page_check)."""
     from attnlab import page_check
 
-    assert page_check.NOTEBOOK == "attention_lab.ipynb"
     pages = [ROOT / p for p in _committed_pages()]
     assert pages
     for page in pages:
