@@ -59,8 +59,8 @@ def test_jobs_share_the_shapes_and_write_the_rows_one_process_writes(tmp_path, c
     assert gate.main([*argv, "--jobs", "2", "--out", str(tmp_path / "two.csv")]) == 0
     one, two = pd.read_csv(tmp_path / "one.csv"), pd.read_csv(tmp_path / "two.csv")
     assert list(two["shape"]) == sorted(two["shape"]) and len(two) == len(one) == 8
-    assert two[["build", "shape", "N", "D", "causal", "status", "err"]].equals(
-        one[["build", "shape", "N", "D", "causal", "status", "err"]])
+    cols = ["build", "shape", "N", "D", "causal", "status", "err"]
+    assert two[cols].equals(one[cols]), pd.concat([one[cols], two[cols]], axis=1, keys=["one", "two"]).to_string()
     assert "2 processes" in capsys.readouterr().out
 
 
