@@ -331,6 +331,8 @@ def _run(args, argv, cases: list, names: list[str], device: torch.device, part: 
                 continue
             new = checker.check_case(case, names, device, seed=SEED0 + i)
             rows += new
+            if device.type == "cuda":  # the processes of --jobs share one card: what one caches, the others lack
+                torch.cuda.empty_cache()
             if args.out:
                 import pandas as pd
 

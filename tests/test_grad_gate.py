@@ -73,6 +73,30 @@ def test_a_build_that_raises_fails_its_rows_only(monkeypatch, tmp_path):
     assert (rows[rows.build == "torch_eager"].status == "ok").all()
 
 
+def test_an_oracle_out_of_memory_skips_its_shape_and_the_process_goes_on(monkeypatch, tmp_path, capsys):
+    """The fp64 oracle of one shape not fitting (processes of --jobs sharing a card) makes that shape's rows "oom",
+    skipped and saying why; the shapes after it are still judged, and nothing counts as passed unjudged."""
+    from attnlab import accuracy
+
+    real, calls = accuracy.grad_refs, []
+
+    def first_does_not_fit(*args, **kw):
+        calls.append(1)
+        if len(calls) == 1:
+            raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 1024.00 MiB")
+        return real(*args, **kw)
+
+    monkeypatch.setattr(accuracy, "grad_refs", first_does_not_fit)
+    out = tmp_path / "grad.csv"
+    assert grad_gate.main([*QUICK, "--dtypes", "float32", "--builds", "fused,torch_eager", "--out", str(out)]) == 0
+    rows = pd.read_csv(out)
+    first = rows[rows["shape"] == rows["shape"].min()]
+    assert len(first) == 6 and (first.status == "oom: the fp64 oracle").all() and first.err.isna().all()
+    rest = rows[rows["shape"] != rows["shape"].min()]
+    assert len(calls) > 1 and len(rest) == 6 * (len(calls) - 1) and (rest.status == "ok").all()
+    assert f"{len(rest)} passed, 0 failed, 6 skipped" in capsys.readouterr().out
+
+
 @pytest.mark.parametrize("builds", ["fused-no_pv", "nope"])
 def test_a_build_without_a_backward_is_a_usage_error(builds, capsys):
     assert grad_gate.main(["--device", "cpu", "--quick", "--builds", builds]) == 2
