@@ -80,19 +80,14 @@ def test_the_recorded_tiles_say_which_kernel_ran():
     assert plan.lookup("fused", "sm90", 80, True, 2).as_dict()["gluon"] is False
 
 
-class _Calls(list):
-    kept: list
-
-
 @pytest.fixture
 def hopper_dispatch(monkeypatch):
     """Pretend the CPU tensors sit on an sm90 GPU, and record which kernel the fused launcher would start."""
-    calls, kept = _Calls(), []
+    calls = []
 
-    def gluon_run(p, *args, lse=None):
+    def gluon_run(p, *args):
         c = p.constexprs
         calls.append(("gluon", c["MASK_KIND"], c["NO_SOFTMAX"], c["NO_PV"], p.tiles))
-        kept.append((c["STORE_LSE"], None if lse is None else (tuple(lse.shape), lse.dtype)))
 
     class TritonKernel:
         def __getitem__(self, grid):
@@ -101,7 +96,6 @@ def hopper_dispatch(monkeypatch):
     monkeypatch.setattr(config, "family", lambda device: "sm90")
     monkeypatch.setattr(fused_gluon, "run", gluon_run)
     monkeypatch.setattr(launch._fused, "fused_kernel", TritonKernel())
-    calls.kept = kept  # the Gluon calls' (STORE_LSE, the lse tensor's shape and dtype)
     return calls
 
 
@@ -124,23 +118,6 @@ def test_a_fused_build_and_all_its_ablations_run_one_kernel(hopper_dispatch, D):
     if kernel == "gluon":  # N = 64: the tiles for the call's N, for the build and every ablation (O's store as the
         want = plan.lookup("fused", "sm90", D, True, 2, N=64)  # mask leaves room for it)
         assert all(replace(c[4], o_tma=want.o_tma) == want for c in hopper_dispatch)
-
-
-@pytest.mark.parametrize("D", [128, 64])
-def test_the_training_forward_runs_the_inference_kernel_and_keeps_the_logsumexp(hopper_dispatch, D):
-    """On sm90 in 16 bits the training forward runs the Gluon kernel inference runs, under STORE_LSE, given the
-    (B, H, N) fp32 logsumexp to fill; the inference call gives it none and stores none."""
-    if not config.interpreting():
-        pytest.skip("CPU tensors reach the launcher only under the interpreter")
-    from attnlab.triton import fused_train
-
-    q, k, v = (torch.randn(2, 3, 256, D, dtype=torch.bfloat16) for _ in range(3))
-    for causal in (False, True):
-        fused_train.forward(q, k, v, causal=causal)
-        launch.fused(q, k, v, causal=causal)
-    assert {c[0] for c in hopper_dispatch} == {"gluon"}
-    lse = ((2, 3, 256), torch.float32)
-    assert hopper_dispatch.kept == [(True, lse), (False, None), (True, lse), (False, None)]
 
 
 def test_a_descriptor_made_from_a_plans_box_is_the_one_tritons_constructor_makes():

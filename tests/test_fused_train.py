@@ -119,43 +119,6 @@ def test_without_grouped_query_heads_and_one_row():
         assert_grads_accurate(fused_train.backward(do, q, k, v, o, lse, causal=True), do, q, k, v, causal=True)
 
 
-def test_dq_by_adds_in_the_dkdv_program_and_by_its_own_pass_agree(monkeypatch, fresh_plans):
-    """The two ways to dQ (plan.fused_dq_mode): the dK/dV program's adds, which the interpreter runs, and the pass of
-    its own, which deterministic mode asks for; both within the rule, the same to fp32 rounding, dK and dV equal."""
-    q, k, v = rand_qkv(B, H, HKV, N, 64, torch.float32, seed=11)
-    do = torch.randn_like(q)
-    o, lse = fused_train.forward(q, k, v, causal=True)
-    launched = []
-    real = fused_backward.dq_kernel
-    monkeypatch.setattr(fused_backward, "dq_kernel", _Recording(real, launched))
-    adds = fused_train.backward(do, q, k, v, o, lse, causal=True)
-    assert launched == []
-    monkeypatch.setattr(torch, "are_deterministic_algorithms_enabled", lambda: True)
-    own_pass = fused_train.backward(do, q, k, v, o, lse, causal=True)
-    assert launched == ["dq_kernel"]
-    for got in (adds, own_pass):
-        assert_grads_accurate(got, do, q, k, v, causal=True)
-    torch.testing.assert_close(adds[0], own_pass[0], rtol=1e-5, atol=1e-5)
-    assert torch.equal(adds[1], own_pass[1]) and torch.equal(adds[2], own_pass[2])
-
-
-class _Recording:
-    def __init__(self, kernel, launched):
-        self.kernel, self.launched = kernel, launched
-
-    def __getitem__(self, grid):
-        self.launched.append("dq_kernel")
-        return self.kernel[grid]
-
-
-def test_how_dq_is_summed_follows_the_device_the_dtype_and_determinism():
-    mode = plan.fused_dq_mode
-    assert mode("interpreter", 64, 2, False) == plan.DQ_ATOMIC_ADDS
-    assert mode("sm90", 128, 2, False) == mode("sm90", 64, 2, False) == plan.DQ_TMA_REDUCE
-    assert mode("sm90", 80, 2, False) == mode("sm90", 128, 4, False) == mode("sm80", 64, 2, False) == plan.DQ_PASS
-    assert all(mode(f, 64, 2, True) == plan.DQ_PASS for f in ("interpreter", "sm90", "sm80"))
-
-
 @pytest.fixture
 def no_launch(monkeypatch):
     """Any launch of a kernel of the backward fails the test: bad input must be refused before."""
@@ -210,7 +173,7 @@ def _training_compiles():
     out = Compiles()
     for D in (64, 128):
         for causal in (False, True):
-            forward = plan.lookup("fused", "sm90", D, causal, 2, N=4096)  # the Gluon kernel's tiles
+            forward = plan.lookup("fused", "sm90", D, causal, 2, gluon=False, N=4096)
             out += compiles("fused", D, causal, forward.label, masks=(0, 2), flags={"STORE_LSE": True})
             for kernel in ("dkdv", "dq"):
                 tiles = plan.fused_backward_tiles(kernel, "sm90", D, 2)

@@ -11,7 +11,6 @@ import torch
 from attnlab import environment
 
 LOG2E = 1.4426950408889634  # exp(x) = exp2(x · log2 e): exp2 is the cheaper instruction
-LN2 = 0.6931471805599453  # the kernels' running max and sum are in log2 units; a logsumexp is a natural log
 
 
 @dataclass(frozen=True)

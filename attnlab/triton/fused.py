@@ -24,11 +24,10 @@ exp(s − lse) is 0 there (attnlab.triton.fused_backward recomputes P from it). 
 import triton
 import triton.language as tl
 
-from attnlab.triton import config
 from attnlab.triton.tiles import (dot, load_rows, masked_to_zero, no_pv_output, no_pv_step, nonzero_sum,
                                   pv_accumulator, score_tile)
 
-LN2 = tl.constexpr(config.LN2)  # a global a @triton.jit function reads must be a constexpr
+LN2 = tl.constexpr(0.6931471805599453)  # the running max and sum are in log2 units (exp2); lse is a natural log
 
 
 @triton.jit

@@ -1,4 +1,4 @@
-"""The fused build's backward: FlashAttention-2's (arXiv:2307.08691, Algorithm 2), in two or three kernels.
+"""The fused build's backward: FlashAttention-2's (arXiv:2307.08691, Algorithm 2), in three kernels.
 
 The training forward (attnlab.triton.fused with STORE_LSE) keeps O and each row's logsumexp lse, B·H·N floats, not
 P's B·H·N². With S = scale·QKᵀ + mask, the backward recomputes P = exp(S − lse) tile by tile on chip:
@@ -11,20 +11,17 @@ P's B·H·N². With S = scale·QKᵀ + mask, the backward recomputes P = exp(S �
                   dPᵀ = V dOᵀ
                   dSᵀ = Pᵀ ∘ (dPᵀ − Δ)
                   dK += dSᵀ Q · scale                reads Q, K, V, dO, lse, Δ      writes dK, dV
-                  dQ += dS K · scale                 with plan.DQ_TMA_REDUCE or DQ_ATOMIC_ADDS: added into fp32 dQ
-    dq_kernel     otherwise, a program per query block; for each key block:
+    dq_kernel     a program per query block; for each key block:
                   the same P and dS; dQ += dS K · scale                            writes dQ
 
 Why Δ: the softmax's backward is dS = P ∘ (dP − rowsum(P ∘ dP)), and rowsum(P ∘ dP) = rowsum(P ∘ dO Vᵀ) =
 rowsum(dO ∘ P V) = rowsum(dO ∘ O): one dot product a row from O, instead of a sum over every key tile.
 
-Two ways to dQ: dK and dV sum over query rows, dQ over keys. A program that owns a key block sums its dK and dV in
-registers over every query block; dQ of a query block needs every key block. Either each dK/dV program adds its
-part, dS K, into an fp32 dQ in memory (5 matrix products a tile; on Hopper one TMA reduction a tile, which the copy
-engine adds in L2, as FlashAttention-3 does), or dq_kernel, a second pass that owns query blocks, sums it in
-registers (7: QKᵀ and dO Vᵀ computed once more) and is deterministic. plan.fused_dq_mode chooses. Grouped-query
-attention: a dK/dV program of one k/v head loops over its group's query heads, so the group's sum also stays in
-registers.
+Why a pass of its own for dQ: dK and dV sum over query rows, dQ over keys. A program that owns a key block sums its
+dK and dV in registers over every query block; dQ of a query block needs every key block, so it is summed by a
+second pass that owns query blocks (QKᵀ and dO Vᵀ recomputed once more) instead of by atomic adds of each key
+program's part into memory. Grouped-query attention: a dK/dV program of one k/v head loops over its group's query
+heads, so the group's sum also stays in registers.
 
 As in the forward, key and query ranges are split so the steady-state loop carries no per-element mask; the masked
 tiles are the causal diagonal and the ragged tail (rows or keys past N). Causal tiles above the diagonal are never
@@ -112,17 +109,13 @@ def _probs_t(k, q, lse2, mask_ptrs, offs_m, offs_n, N, qk_scale, mask_scale,
 
 
 @triton.jit
-def _dkdv_over_queries(dk, dv, k, v, q_base, do_base, lse_base, delta_base, m_base, dq_base, dq_desc, dq_head,
-                       offs_n, lo, hi, N,
-                       sqn, sdon, smm, smn, sdqn, qk_scale, mask_scale, scale,
+def _dkdv_over_queries(dk, dv, k, v, q_base, do_base, lse_base, delta_base, m_base, offs_n, lo, hi, N,
+                       sqn, sdon, smm, smn, qk_scale, mask_scale,
                        D: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
-                       MASKED: tl.constexpr, CAUSAL: tl.constexpr, MASK_KIND: tl.constexpr, DQ_ATOMIC: tl.constexpr,
+                       MASKED: tl.constexpr, CAUSAL: tl.constexpr, MASK_KIND: tl.constexpr,
                        IEEE: tl.constexpr, UPCAST: tl.constexpr):
     """dK (unscaled) and dV of one key block, summed over the query blocks [lo, hi) of one query head; every tile
-    transposed (keys down), as _probs_t computes it. DQ_ATOMIC: each query block's part of dQ, dS K · scale, is
-    added into fp32 dQ as well: 1, element by element at dq_base (tl.atomic_add); 2, as one tile by a TMA reduction
-    through dq_desc at (dq_head, start_m, 0), which the copy engine adds in L2 (the GPU's path: Triton's interpreter
-    has no descriptor reductions)."""
+    transposed (keys down), as _probs_t computes it."""
     offs_d = tl.arange(0, BLOCK_D)
     for start_m in range(lo, hi, BLOCK_M):
         offs_m = start_m + tl.arange(0, BLOCK_M)
@@ -136,30 +129,19 @@ def _dkdv_over_queries(dk, dv, k, v, q_base, do_base, lse_base, delta_base, m_ba
         dpt = dot(v, tl.trans(do), tl.zeros([BLOCK_N, BLOCK_M], dtype=tl.float32), IEEE, UPCAST)  # dPᵀ = V dOᵀ
         dst = pt * (dpt - delta[None, :])  # dSᵀ = Pᵀ ∘ (dPᵀ − Δ)
         dk = dot(dst.to(q.dtype), q, dk, IEEE, UPCAST)  # dK += dSᵀ Q; the scale once, at the end
-        if DQ_ATOMIC != 0:  # this key block's part of dQ = dS K, summed over key blocks in memory
-            dq = dot(tl.trans(dst.to(k.dtype)), k, tl.zeros([BLOCK_M, BLOCK_D], dtype=tl.float32), IEEE, UPCAST)
-            if DQ_ATOMIC == 2:  # rows past N fall outside the descriptor's (B·H, N, D) and are dropped
-                dq_desc.atomic_add([dq_head, start_m, 0], (dq * scale).reshape([1, BLOCK_M, BLOCK_D]))
-            else:
-                inside = (offs_m[:, None] < N) & (offs_d[None, :] < D)
-                tl.atomic_add(dq_base + offs_m[:, None] * sdqn, dq * scale, mask=inside, sem="relaxed")
     return dk, dv
 
 
 @triton.jit
-def dkdv_kernel(Q, K, V, DO, LSE, DELTA, DK, DV, DQ, DQ_DESC, M,
+def dkdv_kernel(Q, K, V, DO, LSE, DELTA, DK, DV, M,
                 sqb, sqh, sqn, skb, skh, skn, svb, svh, svn, sdob, sdoh, sdon,
-                sdkb, sdkh, sdkn, sdvb, sdvh, sdvn, sdqb, sdqh, sdqn, smb, smh, smm, smn,
+                sdkb, sdkh, sdkn, sdvb, sdvh, sdvn, smb, smh, smm, smn,
                 N, H, HKV, GROUP, qk_scale, mask_scale, scale,
                 D: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
-                CAUSAL: tl.constexpr, MASK_KIND: tl.constexpr, DQ_ATOMIC: tl.constexpr, IEEE: tl.constexpr,
-                UPCAST: tl.constexpr):
+                CAUSAL: tl.constexpr, MASK_KIND: tl.constexpr, IEEE: tl.constexpr, UPCAST: tl.constexpr):
     # grid: (cdiv(N, BLOCK_N), B·Hkv): a program owns BLOCK_N keys of one k/v head and streams query blocks of
     # BLOCK_M rows past them. Requires BLOCK_N % BLOCK_M == 0 (the causal diagonal is whole query blocks).
     # LSE, DELTA: fp32 (B, H, N) contiguous. qk_scale = scale · log2 e, mask_scale = log2 e.
-    # DQ_ATOMIC 1: DQ is fp32 (B, H, N, D), zeroed, and gains each key block's part of dQ (scaled) by atomic adds;
-    # 2: the same tensor through DQ_DESC, a (B·H, N, D) descriptor with (1, BLOCK_M, D) boxes (BLOCK_D = D). 0: DQ
-    # and DQ_DESC are never read (dq_kernel computes dQ).
     start_n = tl.program_id(0) * BLOCK_N
     bhk = tl.program_id(1).to(tl.int64)
     b = bhk // HKV
@@ -172,8 +154,8 @@ def dkdv_kernel(Q, K, V, DO, LSE, DELTA, DK, DV, DQ, DQ_DESC, M,
                   BLOCK_D != D)
     dk = tl.zeros([BLOCK_N, BLOCK_D], dtype=tl.float32)
     dv = tl.zeros([BLOCK_N, BLOCK_D], dtype=tl.float32)
-    # The query blocks: the unmasked ones wholly inside N; causal, those that cross this key block's diagonal, masked
-    # (rows above them see none of its keys, rows below see all); then the ragged tail, masked. A key block
+    # The query blocks: causal, those that cross this key block's diagonal, masked (rows above them see none of its
+    # keys, rows below see all); then the unmasked ones wholly inside N; then the ragged tail, masked. A key block
     # that runs past N needs no mask of its own: its keys past N read as 0, and whatever their columns of P and dS
     # hold reaches only rows of dK and dV past N, which are never stored.
     full = (N // BLOCK_M) * BLOCK_M
@@ -188,21 +170,16 @@ def dkdv_kernel(Q, K, V, DO, LSE, DELTA, DK, DV, DQ, DQ_DESC, M,
         lse_base = LSE + (b * H + h) * N
         delta_base = DELTA + (b * H + h) * N
         m_base = M + b * smb + h * smh
-        dq_base = DQ + b * sdqb + h * sdqh + offs_d[None, :]
-        dq_head = (b * H + h).to(tl.int32)  # DQ_DESC's first index: (B·H, N, D)
-        dk, dv = _dkdv_over_queries(dk, dv, k, v, q_base, do_base, lse_base, delta_base, m_base, dq_base, DQ_DESC,
-                                    dq_head, offs_n, diagonal_hi, full, N, sqn, sdon, smm, smn, sdqn, qk_scale,
-                                    mask_scale, scale, D, BLOCK_D, BLOCK_M, BLOCK_N, False, CAUSAL, MASK_KIND,
-                                    DQ_ATOMIC, IEEE, UPCAST)
-        if CAUSAL:  # after the steady loop: before it, ptxas serialises the D = 128 kernel's wgmma (C7515)
-            dk, dv = _dkdv_over_queries(dk, dv, k, v, q_base, do_base, lse_base, delta_base, m_base, dq_base, DQ_DESC,
-                                        dq_head, offs_n, start_n, diagonal_hi, N, sqn, sdon, smm, smn, sdqn, qk_scale,
-                                        mask_scale, scale, D, BLOCK_D, BLOCK_M, BLOCK_N, True, CAUSAL, MASK_KIND,
-                                        DQ_ATOMIC, IEEE, UPCAST)
-        dk, dv = _dkdv_over_queries(dk, dv, k, v, q_base, do_base, lse_base, delta_base, m_base, dq_base, DQ_DESC,
-                                    dq_head, offs_n, tl.maximum(diagonal_hi, full), N, N, sqn, sdon, smm, smn, sdqn,
-                                    qk_scale, mask_scale, scale, D, BLOCK_D, BLOCK_M, BLOCK_N, True, CAUSAL,
-                                    MASK_KIND, DQ_ATOMIC, IEEE, UPCAST)
+        if CAUSAL:
+            dk, dv = _dkdv_over_queries(dk, dv, k, v, q_base, do_base, lse_base, delta_base, m_base, offs_n, start_n,
+                                        diagonal_hi, N, sqn, sdon, smm, smn, qk_scale, mask_scale, D, BLOCK_D, BLOCK_M,
+                                        BLOCK_N, True, CAUSAL, MASK_KIND, IEEE, UPCAST)
+        dk, dv = _dkdv_over_queries(dk, dv, k, v, q_base, do_base, lse_base, delta_base, m_base, offs_n, diagonal_hi,
+                                    full, N, sqn, sdon, smm, smn, qk_scale, mask_scale, D, BLOCK_D, BLOCK_M, BLOCK_N,
+                                    False, CAUSAL, MASK_KIND, IEEE, UPCAST)
+        dk, dv = _dkdv_over_queries(dk, dv, k, v, q_base, do_base, lse_base, delta_base, m_base, offs_n,
+                                    tl.maximum(diagonal_hi, full), N, N, sqn, sdon, smm, smn, qk_scale, mask_scale, D,
+                                    BLOCK_D, BLOCK_M, BLOCK_N, True, CAUSAL, MASK_KIND, IEEE, UPCAST)
     inside = (offs_n[:, None] < N) & (offs_d[None, :] < D)
     tl.store(DK + b * sdkb + hk * sdkh + offs_n[:, None] * sdkn + offs_d[None, :],
              (dk * scale).to(DK.dtype.element_ty), mask=inside)
@@ -237,13 +214,7 @@ def dq_kernel(Q, K, V, DO, LSE, DELTA, DQ, M,
               CAUSAL: tl.constexpr, MASK_KIND: tl.constexpr, IEEE: tl.constexpr, UPCAST: tl.constexpr):
     # grid: (cdiv(N, BLOCK_M), B·H): a program owns BLOCK_M query rows of one head and streams key blocks of BLOCK_N
     # past them. Requires BLOCK_M % BLOCK_N == 0 (the causal diagonal is whole key blocks).
-    block = tl.program_id(0)
-    if CAUSAL:
-        # the GPU starts programs roughly in order of id, and under a causal mask the last row block has the most key
-        # blocks: hand it out first, so that the short blocks fill the gaps at the end of the grid (as the forward's
-        # HEAVY_FIRST; a dK/dV program's first key block has the most query blocks already)
-        block = tl.num_programs(0) - 1 - block
-    row0 = block * BLOCK_M
+    row0 = tl.program_id(0) * BLOCK_M
     bh = tl.program_id(1).to(tl.int64)
     b = bh // H
     h = bh % H

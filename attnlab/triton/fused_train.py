@@ -8,8 +8,8 @@ is masked. dq is (B, H, N, D), dk and dv (B, Hkv, N, D), in the inputs' dtype; a
 are 0. What the forward keeps for the backward is O and lse, B·H·N floats beside O, where materialised keeps P's
 B·H·N².
 
-The forward runs the kernel inference runs (the Gluon kernel on Hopper in 16 bits at D = 64 and 128, the Triton one
-elsewhere) with STORE_LSE; the backward runs attnlab.triton.fused_backward's three kernels. Their plans
+The forward runs the Triton fused kernel with STORE_LSE (attnlab.triton.fused) on every device, Hopper included,
+where inference runs the Gluon kernel; the backward runs attnlab.triton.fused_backward's three kernels. Their plans
 (tiles, grids, constexprs) are attnlab.triton.plan's plan_fused_train, plan_fused_delta, plan_fused_dkdv and
 plan_fused_dq; the backward's tiles are chosen in one place, plan.fused_backward_tiles.
 """
@@ -30,7 +30,7 @@ def forward(q, k, v, *, causal=False, attn_mask=None, scale=None) -> tuple[torch
     pf = plan.plan_fused_train(s.B * s.H, s.N, s.D, s.dtype, s.causal, c.layout, s.device)
     o = torch.empty(s.B, s.H, s.N, s.D, dtype=s.dtype, device=s.device)
     lse = torch.empty(s.B, s.H, s.N, dtype=torch.float32, device=s.device)
-    launch.run_fused(c, pf, o, lse)
+    launch.triton_fused(c, pf, o, lse)
     return o, lse
 
 
@@ -45,38 +45,19 @@ def backward(do, q, k, v, o, lse, *, causal=False, attn_mask=None, scale=None,
     do = _like_o("do", do, s)
     lse = _checked_lse(lse, s)
     dq, dk, dv = _gradients(s, out)
-    mode = plan.fused_dq_mode(plan.target(s.device).family, s.D, s.dtype.itemsize,
-                              torch.are_deterministic_algorithms_enabled())
-    pk = plan.plan_fused_dkdv(s.B * s.Hkv, s.N, s.D, s.dtype, s.causal, c.layout, s.device, mode)
+    pk = plan.plan_fused_dkdv(s.B * s.Hkv, s.N, s.D, s.dtype, s.causal, c.layout, s.device)
+    pq = plan.plan_fused_dq(s.B * s.H, s.N, s.D, s.dtype, s.causal, c.layout, s.device)
     delta = torch.empty(s.B, s.H, s.N, dtype=torch.float32, device=s.device)  # Δ = rowsum(dO ∘ O)
     direct.run(fb.delta_kernel, plan.plan_fused_delta(s.B * s.H, s.N, s.D, s.dtype, s.device), o, do, delta,
                *o.stride()[:3], *do.stride()[:3], s.N, s.H)
     # S in log2 units: qk_scale = scale · log2 e, an additive mask times log2 e; dK and dQ take the natural scale
     scales = (s.scale * LOG2E, LOG2E, s.scale)
-    # summed in the dK/dV program: dQ in fp32 over the key blocks, then cast ((B, H, N, D) floats held meanwhile)
-    atomic = mode != plan.DQ_PASS
-    dq_sum = torch.zeros(s.B, s.H, s.N, s.D, dtype=torch.float32, device=s.device) if atomic else dq
-    dq_desc = _dq_descriptor(dq_sum, pk.BLOCK_M) if mode == plan.DQ_TMA_REDUCE else None
-    direct.run(fb.dkdv_kernel, pk, c.q, c.k, c.v, do, lse, delta, dk, dv, dq_sum, dq_desc, c.mask, *c.q.stride()[:3],
+    direct.run(fb.dkdv_kernel, pk, c.q, c.k, c.v, do, lse, delta, dk, dv, c.mask, *c.q.stride()[:3],
                *c.k.stride()[:3], *c.v.stride()[:3], *do.stride()[:3], *dk.stride()[:3], *dv.stride()[:3],
-               *dq_sum.stride()[:3], *c.mask_strides, s.N, s.H, s.Hkv, s.group, *scales)
-    if atomic:
-        dq.copy_(dq_sum)
-        return dq, dk, dv
-    pq = plan.plan_fused_dq(s.B * s.H, s.N, s.D, s.dtype, s.causal, c.layout, s.device)
+               *c.mask_strides, s.N, s.H, s.Hkv, s.group, *scales)
     direct.run(fb.dq_kernel, pq, c.q, c.k, c.v, do, lse, delta, dq, c.mask, *c.q.stride()[:3], *c.k.stride()[:3],
                *c.v.stride()[:3], *do.stride()[:3], *dq.stride()[:3], *c.mask_strides, s.N, s.H, s.group, *scales)
     return dq, dk, dv
-
-
-def _dq_descriptor(dq_sum: torch.Tensor, block_m: int):
-    """A TMA descriptor over fp32 dQ (B, H, N, D), contiguous, seen as (B·H, N, D), with (1, block_m, D) boxes: the
-    dK/dV program adds each tile of its part of dQ through it (plan.DQ_TMA_REDUCE). Rows past N fall outside it."""
-    from triton.tools.tensor_descriptor import TensorDescriptor
-
-    B, H, N, D = dq_sum.shape
-    return TensorDescriptor(dq_sum.view(B * H, N, D), shape=[B * H, N, D], strides=[N * D, D, 1],
-                            block_shape=[1, block_m, D])
 
 
 def _like_o(name: str, t, s: Spec) -> torch.Tensor:

@@ -193,24 +193,23 @@ def fused(q, k, v, *, causal=False, attn_mask=None, scale=None, ablation=None, o
     s = c.spec
     pf = plan.plan_fused(s.B * s.H, s.N, s.D, s.dtype, causal, c.layout, s.device, ablation)
     o = _out(s, out)
-    run_fused(c, pf, o)
-    return o
-
-
-def run_fused(c: _Call, pf, o: torch.Tensor, lse: torch.Tensor | None = None) -> None:
-    """The fused kernel as `pf` plans it, on a prepared call, O into `o`: the warp-specialised Gluon kernel (sm90,
-    16-bit) where the plan is one, for the build and all its ablations and masks, else the Triton kernel. Under a
-    training plan (plan.plan_fused_train: STORE_LSE) each row's logsumexp into `lse` as well (fp32, (B, H, N),
-    contiguous: what the training forward keeps for the backward, attnlab.triton.fused_train)."""
-    s = c.spec
-    if pf.constexprs.get("STORE_LSE", False) != (lse is not None):
-        raise ValueError("lse is given exactly when the plan keeps each row's logsumexp (plan.plan_fused_train)")
-    if pf.gluon:
+    if pf.gluon:  # the warp-specialised kernel (sm90, 16-bit), for the build and all its ablations and masks
         from attnlab.triton.hopper import fused as fused_gluon
 
         fused_gluon.run(pf, c.q, c.k, c.v, o, c.mask, c.mask_strides, s.N, s.H, s.group, s.scale * pf.log_scale,
-                        pf.log_scale, 1.0 / s.N, lse=lse)
-        return
+                        pf.log_scale, 1.0 / s.N)
+        return o
+    triton_fused(c, pf, o)
+    return o
+
+
+def triton_fused(c: _Call, pf: plan.FusedPlan, o: torch.Tensor, lse: torch.Tensor | None = None) -> None:
+    """The Triton fused kernel as `pf` plans it, on a prepared call, O into `o`; under a training plan
+    (plan.plan_fused_train: STORE_LSE) each row's logsumexp into `lse` as well (fp32, (B, H, N), contiguous: what the
+    training forward keeps for the backward, attnlab.triton.fused_train)."""
+    s = c.spec
+    if pf.constexprs.get("STORE_LSE", False) != (lse is not None):
+        raise ValueError("lse is given exactly when the plan keeps each row's logsumexp (plan.plan_fused_train)")
     lse_arg = {} if lse is None else {"LSE": lse}
     direct.run(_fused.fused_kernel, pf, c.q, c.k, c.v, o, c.mask, *c.q.stride()[:3], *c.k.stride()[:3],
                *c.v.stride()[:3], *o.stride()[:3], *c.mask_strides, s.N, s.H, s.group, s.scale * pf.log_scale,

@@ -8,7 +8,7 @@
     plan_fused       the fused build's kernel         FusedPlan (Triton), FusedGluonPlan (Hopper)
     plan_ds          the backward's dS kernel         BackwardPlan (materialised's and qk_softmax's backward,
     plan_transposed  the backward's dV and dK kernel  BackwardPlan  attnlab.triton.backward)
-    plan_fused_train the fused kernel keeping lse     FusedPlan or FusedGluonPlan (the training forward)
+    plan_fused_train the fused kernel keeping lse     FusedPlan (Triton, every device: the training forward)
     plan_fused_dkdv  the fused backward's dK, dV      FusedBackwardPlan (attnlab.triton.fused_backward; its tiles:
     plan_fused_dq    the fused backward's dQ          FusedBackwardPlan  fused_backward_tiles)
     plan_fused_delta the fused backward's Δ           FusedBackwardPlan
@@ -737,17 +737,17 @@ def _fused(heads, N, D, dtype, causal, mask, ablation, tiles, t: Target, overrid
 def plan_fused_train(heads: int, N: int, D: int, dtype: torch.dtype, causal: bool, mask: MaskLayout | None,
                      device: torch.device) -> FusedPlan:
     """The fused kernel for a training forward, which keeps each row's logsumexp (its STORE_LSE; the launch,
-    attnlab.triton.fused_train): the kernel and tiles the inference build runs (the Gluon kernel where the rules give
-    it, the Triton one elsewhere), with the logsumexp stored as well."""
+    attnlab.triton.fused_train): the Triton kernel on every device, with the tiles the rules (or the overrides) give it
+    where the Gluon kernel, which keeps none, is ruled out."""
     t = target(device)
-    tiles = lookup("fused", t.family, D, causal, dtype.itemsize, t.gluon, N, heads, t.sms)
+    tiles = lookup("fused", t.family, D, causal, dtype.itemsize, False, N, heads, t.sms)
     return _fused_train(heads, N, D, dtype, causal, mask, tiles, t)
 
 
 @functools.lru_cache(maxsize=4096)
-def _fused_train(heads, N, D, dtype, causal, mask, tiles, t: Target) -> FusedPlan | FusedGluonPlan:
+def _fused_train(heads, N, D, dtype, causal, mask, tiles, t: Target) -> FusedPlan:
     inference = _fused(heads, N, D, dtype, causal, mask, None, tiles, t, NONE)  # given tiles, no overrides read
-    return replace(inference, constexprs=_frozen(**{**inference.constexprs, "STORE_LSE": True}))
+    return replace(inference, constexprs=_frozen(**inference.constexprs, STORE_LSE=True))
 
 
 def fused_backward_tiles(kernel: str, family: str, D: int, itemsize: int) -> Tiles:
@@ -785,34 +785,10 @@ class FusedBackwardPlan(TiledPlan):
     delta_kernel, with dq's grid and rows."""
 
 
-DQ_PASS, DQ_ATOMIC_ADDS, DQ_TMA_REDUCE = 0, 1, 2  # how the fused backward sums dQ (fused_dq_mode)
-
-
-def fused_dq_mode(family: str, D: int, itemsize: int, deterministic: bool) -> int:
-    """How the fused backward computes dQ: DQ_PASS, dq_kernel's pass of its own (7 matrix products a tile: QKᵀ and
-    dO Vᵀ computed again); or inside the dK/dV program (5), each key block's part added into a zeroed fp32 dQ, by
-    DQ_ATOMIC_ADDS (element by element) or DQ_TMA_REDUCE (a tile at a time, a TMA reduction the copy engine adds in
-    L2, as FlashAttention-3 sums dQ). Adds of fp32 sum in whatever order the programs reach memory, so dQ differs in
-    its last bits from call to call: under torch.use_deterministic_algorithms the pass of its own computes it.
-    - The interpreter: element by element (it has no descriptor reductions), so that the tests cover the adds' path.
-    - sm90 in 16 bits at D = 64 or 128 (the TMA box is D wide): the TMA reduction. Element-wise adds lost to the pass
-      of its own on an H100 (docs/performance.md, "Routes tried and refuted").
-    - Elsewhere: the pass of its own."""
-    if deterministic:
-        return DQ_PASS
-    if family == "interpreter":
-        return DQ_ATOMIC_ADDS
-    if family == "sm90" and itemsize == 2 and D in (64, 128):
-        return DQ_TMA_REDUCE
-    return DQ_PASS
-
-
 def plan_fused_dkdv(kv_heads: int, N: int, D: int, dtype: torch.dtype, causal: bool, mask: MaskLayout | None,
-                    device: torch.device, dq_mode: int = DQ_PASS) -> FusedBackwardPlan:
-    """dK and dV, a program a block of keys of one k/v head (B·Hkv of them); under a dq_mode other than DQ_PASS, dQ
-    as well, added into a zeroed fp32 (B, H, N, D) tensor (fused_dq_mode says when and how)."""
-    t = target(device)
-    return _fused_backward("dkdv", kv_heads, N, D, dtype, causal, mask.kind if mask else 0, t, dq_mode)
+                    device: torch.device) -> FusedBackwardPlan:
+    """dK and dV, a program a block of keys of one k/v head (B·Hkv of them)."""
+    return _fused_backward("dkdv", kv_heads, N, D, dtype, causal, mask.kind if mask else 0, target(device))
 
 
 def plan_fused_dq(heads: int, N: int, D: int, dtype: torch.dtype, causal: bool, mask: MaskLayout | None,
@@ -827,7 +803,7 @@ def plan_fused_delta(heads: int, N: int, D: int, dtype: torch.dtype, device: tor
 
 
 @functools.lru_cache(maxsize=4096)
-def _fused_backward(kernel, heads, N, D, dtype, causal, mask_kind, t: Target, dq_mode=DQ_PASS) -> FusedBackwardPlan:
+def _fused_backward(kernel, heads, N, D, dtype, causal, mask_kind, t: Target) -> FusedBackwardPlan:
     tiles = fused_backward_tiles("dq" if kernel == "delta" else kernel, t.family, D, dtype.itemsize)
     if kernel == "delta":
         return FusedBackwardPlan(tiles.BLOCK_M, tiles.BLOCK_N, tiles.num_warps, tiles.num_stages,
@@ -838,9 +814,8 @@ def _fused_backward(kernel, heads, N, D, dtype, causal, mask_kind, t: Target, dq
     if owned % step:  # the causal diagonal is whole blocks of the loop
         raise ValueError(f"{kernel} tiles need the block a program owns to be a whole number of the blocks it steps "
                          f"through (dkdv: BLOCK_N % BLOCK_M == 0, dq: BLOCK_M % BLOCK_N == 0), got {tiles.label}")
-    own = dict(DQ_ATOMIC=dq_mode) if kernel == "dkdv" else {}
     return FusedBackwardPlan(tiles.BLOCK_M, tiles.BLOCK_N, tiles.num_warps, tiles.num_stages,
                              grid=_grid_m(N, heads, owned),
-                             constexprs=_frozen(MASK_KIND=mask_kind, **_shared(D, dtype, causal, t), **own,
+                             constexprs=_frozen(MASK_KIND=mask_kind, **_shared(D, dtype, causal, t),
                                                 BLOCK_M=tiles.BLOCK_M, BLOCK_N=tiles.BLOCK_N),
                              options=_frozen(num_warps=tiles.num_warps, num_stages=tiles.num_stages))

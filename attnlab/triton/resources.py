@@ -55,7 +55,7 @@ def compile_info(kernel: str, D: int, causal: bool, tiles: config.Tiles, mask_ki
         return _gluon_info(kernel, D, causal, tiles, mask_kind, dtype, n, **flags)
     # the launcher's rules: the compile is the one a call makes (on scores_buffer's rows, which have room to pad)
     from attnlab.triton.layout import line_row, ragged_rows, rows_16b
-    from attnlab.triton.plan import DQ_PASS, DQ_TMA_REDUCE, REPAIR_SPAN, fused_dq_mode
+    from attnlab.triton.plan import REPAIR_SPAN
 
     fn = _kernel(kernel)
     if not isinstance(fn, triton.runtime.jit.JITFunction):
@@ -66,7 +66,7 @@ def compile_info(kernel: str, D: int, causal: bool, tiles: config.Tiles, mask_ki
                   CAUSAL=causal, MASK_KIND=mask_kind, NO_SOFTMAX=False, NO_PV=False, IEEE=dtype == "fp32",
                   UPCAST=False, HEAVY_FIRST=tiles.heavy_first, PAIRED=tiles.paired,
                   STAGES=tiles.num_stages, ONE_TILE=n <= tiles.BLOCK_N, REPAIR=False, REPAIR_SPAN=REPAIR_SPAN,
-                  STORE_LSE=False, DQ_ATOMIC=fused_dq_mode("sm90", D, DTYPES[dtype].itemsize, False),
+                  STORE_LSE=False,
                   ROWS_16B=rows_16b(n, DTYPES[dtype]), ROWS_PAD=ragged_rows(n, DTYPES[dtype].itemsize))
     values.update(flags)
     constexprs = {n: values[n] for n in constexpr_names}
@@ -80,19 +80,6 @@ def compile_info(kernel: str, D: int, causal: bool, tiles: config.Tiles, mask_ki
             flag, pointer = OPTIONAL_POINTERS[a]
             if values.get(flag):
                 sig[a] = pointer
-            else:
-                sig[a], constexprs[a] = "constexpr", None
-        elif a == "DQ" and values["DQ_ATOMIC"] != DQ_PASS and "DQ_ATOMIC" in constexpr_names:  # dQ summed in fp32
-            sig[a] = "*fp32"
-            div16.append(a)
-        elif a == "DQ_DESC":  # the launcher's descriptor over fp32 dQ (fused_train._dq_descriptor), or None
-            if values["DQ_ATOMIC"] == DQ_TMA_REDUCE:
-                from triton.runtime.jit import mangle_type
-                from triton.tools.tensor_descriptor import TensorDescriptor
-
-                dq = torch.empty(2, n, D, dtype=torch.float32)
-                sig[a] = mangle_type(TensorDescriptor(dq, shape=list(dq.shape), strides=list(dq.stride()),
-                                                      block_shape=[1, tiles.BLOCK_M, D]))
             else:
                 sig[a], constexprs[a] = "constexpr", None
         elif POINTERS.match(a):
@@ -222,12 +209,10 @@ def _gluon_info(kernel: str, D: int, causal: bool, tiles: config.Tiles, mask_kin
                         ("o_desc", tiles.BLOCK_M)):
             sig[a] = mangle_type(common.descriptor(x, rows))
         sig["o_ptr"] = f"*{dtype}"
-        store_lse = bool(flags.pop("STORE_LSE", False))
-        sig["lse_ptr"] = "*fp32" if store_lse else sig["o_ptr"]  # else the placeholder the launcher passes: O
         run_as = replace(tiles, mask_tma=bool(flags.pop("MASK_TMA", tiles.mask_tma)))
         values = fused_gluon.constexprs(run_as, D=D, causal=causal, mask=layout,
                                         o_tma=fused_gluon.o_tma(run_as, layout, D, tdtype.itemsize),
-                                        no_softmax=no_softmax, no_pv=no_pv, store_lse=store_lse)
+                                        no_softmax=no_softmax, no_pv=no_pv)
         sig["mask_desc"] = mangle_type(common.mask_descriptor(m, common.mask_rows(run_as), run_as.BLOCK_N)[0]) if (
             values["MASK_TMA"]) else sig["q_desc"]  # else the placeholder the launcher passes
         floats = ("qk_scale", "mask_scale", "inv_n")
@@ -296,14 +281,14 @@ def parse_tiles(text: str) -> config.Tiles:
                         **{field: bool(m[5 + i]) for i, (_, field, _) in enumerate(LABEL_FLAGS)})
 
 
-def _rules_tiles(kernel: str, D: int, causal: bool, n: int) -> config.Tiles:
-    """The tiles the rules (attnlab.triton.plan) give `kernel` on an sm90 GPU (H100, H200) in bf16 (the training
-    forward, the fused kernel under STORE_LSE, runs the inference build's: plan.plan_fused_train)."""
+def _rules_tiles(kernel: str, D: int, causal: bool, n: int, flags: dict) -> config.Tiles:
+    """The tiles the rules (attnlab.triton.plan) give `kernel` on an sm90 GPU (H100, H200) in bf16: for the fused
+    kernel under STORE_LSE, the training forward's (the Triton kernel's: plan.plan_fused_train)."""
     from attnlab.triton import plan
 
     if kernel.startswith("fused_"):
         return plan.fused_backward_tiles(kernel.removeprefix("fused_"), "sm90", D, 2)
-    return plan.lookup(kernel, "sm90", D, causal, 2, N=n)
+    return plan.lookup(kernel, "sm90", D, causal, 2, gluon=not flags.get("STORE_LSE"), N=n)
 
 
 def main(argv=None) -> int:
@@ -349,7 +334,7 @@ def main(argv=None) -> int:
         for D in (int(d) for d in args.head_dims.split(",")):
             for causal in (bool(int(c)) for c in args.causal.split(",")):
                 for mask_kind in ((int(m) for m in args.masks.split(",")) if kernel != "pv" else (0,)):
-                    for t in cands or [_rules_tiles(kernel, D, causal, args.n)]:
+                    for t in cands or [_rules_tiles(kernel, D, causal, args.n, flags)]:
                         rows.append({**compile_info(kernel, D, causal, t, mask_kind, n=args.n, **flags), **flags})
     if args.json:
         print(json.dumps(rows))

@@ -19,8 +19,7 @@ A program covers 2·BLOCK_M rows: grid (cdiv(N, 2·BLOCK_M), B·H).
 
 Same arithmetic as the Triton kernel, flag for flag, so that a fused row and its ablations run one kernel: scores in
 exp2 units (scale·log2 e folded in), explicit masks (boolean or additive), causal, ragged N, GQA, the no_softmax
-(P = S) and no_pv (O = Σ_n P·n/N, V never read) ablations, O = 0 for a fully masked row, and under STORE_LSE (the
-training forward, attnlab.triton.fused_train) each row's logsumexp for the backward. Gluon has no CPU
+(P = S) and no_pv (O = Σ_n P·n/N, V never read) ablations, O = 0 for a fully masked row. Gluon has no CPU
 interpreter: CI compiles this kernel for sm_90a (tests/test_fused_gluon.py); its accuracy is checked on the GPU by
 the gate (`attnlab check`).
 """
@@ -32,12 +31,10 @@ from triton.experimental.gluon import language as gl
 from triton.experimental.gluon.language.nvidia.hopper import (fence_async_shared, mbarrier, tma, warpgroup_mma,
                                                               warpgroup_mma_wait)
 
-from attnlab.triton import config, direct
+from attnlab.triton import direct
 from attnlab.triton.hopper.common import (CONSUMER_REGS, ROWS_PER_PROGRAM, SMEM_SPARE, described, items,
                                           mask_by_tma, mask_descriptor, partitions, program, smem_limit, softmax_tile,
                                           step_item, tma_ready, warpgroup_mask)
-
-LN2 = gl.constexpr(config.LN2)  # a global a @gluon.jit function reads must be a constexpr
 
 
 @gluon.jit
@@ -88,7 +85,7 @@ def _load_item(where, t0, it, q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, ba
     """The loader's share of a work item (`where`: program's answer; this program's it-th item), whose key tiles
     take ring positions t0 on: K of tile 0, both consumers' Q (persistent: once each consumer has released its Q
     buffer, after its last QKᵀ of the previous item), then V of tile 0 and K and V tile by tile. Returns the next
-    item's first ring position. STORE_LSE (training): each row's logsumexp to lse_out = (pointer, H) as well."""
+    item's first ring position."""
     q_bars, q_empty, k_full, v_full, k_empty, v_empty = bars
     b, h, hk, start_m, n_tiles, m_head = where
     if PERSISTENT:  # K's first tile can load before the previous item's last QKᵀ has released Q
@@ -146,18 +143,18 @@ def _pv_issue(p, acc, v_smem, v_full, stage, j, offs_n, inv_n, dtype: gl.constex
 
 
 @gluon.jit
-def _attend_item(where, t0, it, q_desc, o_desc, o_ptr, o_strides, lse_out, q_smem, k_smem, v_smem, o_smem, bars,
-                 mask, N, qk_scale, mask_scale, inv_n, WG: gl.constexpr, D: gl.constexpr, BLOCK_M: gl.constexpr,
+def _attend_item(where, t0, it, q_desc, o_desc, o_ptr, o_strides, q_smem, k_smem, v_smem, o_smem, bars, mask, N,
+                 qk_scale, mask_scale, inv_n, WG: gl.constexpr, D: gl.constexpr, BLOCK_M: gl.constexpr,
                  BLOCK_N: gl.constexpr, STAGES: gl.constexpr, CAUSAL: gl.constexpr, MASK_KIND: gl.constexpr,
                  NO_SOFTMAX: gl.constexpr, NO_PV: gl.constexpr, MASK_TMA: gl.constexpr, PERSISTENT: gl.constexpr,
-                 O_TMA: gl.constexpr, ROWS: gl.constexpr, STORE_LSE: gl.constexpr):
+                 O_TMA: gl.constexpr, ROWS: gl.constexpr):
     """One warpgroup's rows of a work item (`where`: program's answer; this program's it-th item; its key tiles at
     ring positions t0 on): FA3's loop over the loader's ring, then O out. Under MASK_TMA a K slot is released only
     once this warpgroup has also read its rows of the slot's mask tile. Persistent: the Q buffer is released after
     the last QKᵀ, so the next item's Q loads under this one's last softmax, PV and store, and O goes out from
     registers (the Q buffer, which carries O by TMA otherwise, is by then the next item's), or under O_TMA by TMA
     from this warpgroup's own O tile, once the previous item's store from it has been read out. Returns the next
-    item's first ring position. STORE_LSE (training): each row's logsumexp to lse_out = (pointer, H) as well."""
+    item's first ring position."""
     q_bars, q_empty, k_full, v_full, k_empty, v_empty = bars
     M, smb, smh, smm, smn, mask_desc, mask_smem = mask
     b, h, hk, start_m, n_tiles, m_head = where
@@ -240,11 +237,6 @@ def _attend_item(where, t0, it, q_desc, o_desc, o_ptr, o_strides, lse_out, q_sme
     if not NO_SOFTMAX:
         l_o = gl.convert_layout(l_i, row_o)
         o = o / gl.where(l_o == 0.0, 1.0, l_o)[:, None]  # a fully masked row gives O = 0
-    if STORE_LSE:  # ln 2 · (m + log2 l), m and l in log2 units; +inf for a fully masked row (l = 0)
-        lse_ptr, H = lse_out
-        lse = (m_i + gl.log2(gl.where(l_i == 0.0, 1.0, l_i))) * LN2
-        lse = gl.where(l_i == 0.0, float("inf"), lse)
-        gl.store(lse_ptr + (b.to(gl.int64) * H + h) * N + offs_m, lse, mask=offs_m < N)
     if PERSISTENT and not O_TMA:
         sob, soh, son = o_strides
         offs_mo = rows + gl.arange(0, BLOCK_M, row_o)
@@ -266,11 +258,11 @@ def _attend_item(where, t0, it, q_desc, o_desc, o_ptr, o_strides, lse_out, q_sme
 
 
 @gluon.jit
-def _consumer(q_desc, o_desc, o_ptr, o_strides, lse_ptr, q_smem, k_smem, v_smem, o_smem, bars, mask, work, where,
-              N, H, GROUP, qk_scale, mask_scale, inv_n, WG: gl.constexpr, D: gl.constexpr, BLOCK_M: gl.constexpr,
+def _consumer(q_desc, o_desc, o_ptr, o_strides, q_smem, k_smem, v_smem, o_smem, bars, mask, work, where, N, H,
+              GROUP, qk_scale, mask_scale, inv_n, WG: gl.constexpr, D: gl.constexpr, BLOCK_M: gl.constexpr,
               BLOCK_N: gl.constexpr, STAGES: gl.constexpr, CAUSAL: gl.constexpr, MASK_KIND: gl.constexpr,
               NO_SOFTMAX: gl.constexpr, NO_PV: gl.constexpr, MASK_TMA: gl.constexpr, HEAVY_FIRST: gl.constexpr,
-              PERSISTENT: gl.constexpr, O_TMA: gl.constexpr, ROWS: gl.constexpr, STORE_LSE: gl.constexpr):
+              PERSISTENT: gl.constexpr, O_TMA: gl.constexpr, ROWS: gl.constexpr):
     """One warpgroup: its rows of each of this program's work items (one item unless persistent)."""
     pid, nprog, total = work
     M, smb, smh, smm, smn, mask_desc, mask_smem = mask
@@ -280,30 +272,29 @@ def _consumer(q_desc, o_desc, o_ptr, o_strides, lse_ptr, q_smem, k_smem, v_smem,
         start, end, step = items(pid, nprog, total, CAUSAL and HEAVY_FIRST)
         for x in range(start, end, step):
             where = step_item(x, work, M, smb, smh, N, H, GROUP, BLOCK_M, BLOCK_N, CAUSAL, HEAVY_FIRST, ROWS)
-            t0 = _attend_item(where, t0, it, q_desc, o_desc, o_ptr, o_strides, (lse_ptr, H), q_smem, k_smem, v_smem,
-                              o_smem, bars, mask, N, qk_scale, mask_scale, inv_n, WG, D, BLOCK_M, BLOCK_N, STAGES,
-                              CAUSAL, MASK_KIND, NO_SOFTMAX, NO_PV, MASK_TMA, True, O_TMA, ROWS, STORE_LSE)
+            t0 = _attend_item(where, t0, it, q_desc, o_desc, o_ptr, o_strides, q_smem, k_smem, v_smem, o_smem, bars,
+                              mask, N, qk_scale, mask_scale, inv_n, WG, D, BLOCK_M, BLOCK_N, STAGES, CAUSAL,
+                              MASK_KIND, NO_SOFTMAX, NO_PV, MASK_TMA, True, O_TMA, ROWS)
             it += 1
         if O_TMA:
             tma.store_wait(pendings=0)  # the last item's O
     else:
-        _attend_item(where, 0, 0, q_desc, o_desc, o_ptr, o_strides, (lse_ptr, H), q_smem, k_smem, v_smem, o_smem,
-                     bars, mask, N, qk_scale, mask_scale, inv_n, WG, D, BLOCK_M, BLOCK_N, STAGES, CAUSAL, MASK_KIND,
-                     NO_SOFTMAX, NO_PV, MASK_TMA, False, False, ROWS, STORE_LSE)
+        _attend_item(where, 0, 0, q_desc, o_desc, o_ptr, o_strides, q_smem, k_smem, v_smem, o_smem, bars, mask, N,
+                     qk_scale, mask_scale, inv_n, WG, D, BLOCK_M, BLOCK_N, STAGES, CAUSAL, MASK_KIND, NO_SOFTMAX,
+                     NO_PV, MASK_TMA, False, False, ROWS)
 
 
 # N is never made a constant: Triton specialises an int argument equal to 1, and at N = 1 with a mask that compile
 # fails in the Gluon lowering of the Triton releases attnlab.triton.config.GLUON_TRITON names (PassManager::run
 # failed; an offline sm_90a compile fails the same way).
 @gluon.jit(do_not_specialize=["N"])
-def fused_gluon_kernel(q_desc, k_desc, v_desc, o_desc, o_ptr, sob, soh, son, lse_ptr, M, smb, smh, smm, smn, mask_desc,
-                       N, H, GROUP, total, qk_scale, mask_scale, inv_n, D: gl.constexpr, BLOCK_M: gl.constexpr,
+def fused_gluon_kernel(q_desc, k_desc, v_desc, o_desc, o_ptr, sob, soh, son, M, smb, smh, smm, smn, mask_desc, N, H,
+                       GROUP, total, qk_scale, mask_scale, inv_n, D: gl.constexpr, BLOCK_M: gl.constexpr,
                        BLOCK_N: gl.constexpr, STAGES: gl.constexpr, CAUSAL: gl.constexpr, MASK_KIND: gl.constexpr,
                        NO_SOFTMAX: gl.constexpr, NO_PV: gl.constexpr, HEAVY_FIRST: gl.constexpr,
                        MASK_TMA: gl.constexpr, MASK_B: gl.constexpr, MASK_H: gl.constexpr,
                        CONSUMER_REGS: gl.constexpr, num_warps: gl.constexpr, PERSISTENT: gl.constexpr = False,
-                       O_TMA: gl.constexpr = False, ROWS: gl.constexpr = ROWS_PER_PROGRAM,
-                       STORE_LSE: gl.constexpr = False):
+                       O_TMA: gl.constexpr = False, ROWS: gl.constexpr = ROWS_PER_PROGRAM):
     """grid (total,) with total = cdiv(N, 2·BLOCK_M)·B·H work items, one a program; PERSISTENT: any smaller grid
     (one program an SM), each program taking items pid, pid + grid, … . num_warps = 4 (the default partition is
     consumer 0). q/k/v/o descriptors over (B, H or Hkv, N, D) with (1, 1, BLOCK_M or BLOCK_N, D) boxes; o_ptr and
@@ -350,12 +341,12 @@ def fused_gluon_kernel(q_desc, k_desc, v_desc, o_desc, o_ptr, sob, soh, son, lse
     # into tensors.
     if ROWS == 1:  # one consumer (the default partition) and the loader: 8 warps launched, two programs an SM
         gl.warp_specialize([
-            (_consumer, (q_desc, o_desc, o_ptr, (sob, soh, son), lse_ptr, q_smem, k_smem, v_smem, o_smem,
+            (_consumer, (q_desc, o_desc, o_ptr, (sob, soh, son), q_smem, k_smem, v_smem, o_smem,
                          (q_bars, q_empty, k_full, v_full, k_empty, v_empty),
                          (M, smb, smh, smm, smn, mask_desc, mask_smem), (pid, nprog, total),
                          (b, h, hk, start_m, n_tiles, m_head), N, H, GROUP, qk_scale,
                          mask_scale, inv_n, 0, D, BLOCK_M, BLOCK_N, STAGES, CAUSAL, MASK_KIND, NO_SOFTMAX, NO_PV,
-                         MASK_TMA, HEAVY_FIRST, PERSISTENT, O_TMA, ROWS, STORE_LSE)),
+                         MASK_TMA, HEAVY_FIRST, PERSISTENT, O_TMA, ROWS)),
             (_loader, (q_desc, k_desc, v_desc, q_smem, k_smem, v_smem,
                        (q_bars, q_empty, k_full, v_full, k_empty, v_empty),
                        (M, smb, smh, smm, smn, mask_desc, mask_smem), (pid, nprog, total),
@@ -364,18 +355,18 @@ def fused_gluon_kernel(q_desc, k_desc, v_desc, o_desc, o_ptr, sob, soh, son, lse
         ], [1], [24])
     else:
         gl.warp_specialize([
-            (_consumer, (q_desc, o_desc, o_ptr, (sob, soh, son), lse_ptr, q_smem, k_smem, v_smem, o_smem,
+            (_consumer, (q_desc, o_desc, o_ptr, (sob, soh, son), q_smem, k_smem, v_smem, o_smem,
                          (q_bars, q_empty, k_full, v_full, k_empty, v_empty),
                          (M, smb, smh, smm, smn, mask_desc, mask_smem), (pid, nprog, total),
                          (b, h, hk, start_m, n_tiles, m_head), N, H, GROUP, qk_scale,
                          mask_scale, inv_n, 0, D, BLOCK_M, BLOCK_N, STAGES, CAUSAL, MASK_KIND, NO_SOFTMAX, NO_PV,
-                         MASK_TMA, HEAVY_FIRST, PERSISTENT, O_TMA, ROWS, STORE_LSE)),
-            (_consumer, (q_desc, o_desc, o_ptr, (sob, soh, son), lse_ptr, q_smem, k_smem, v_smem, o_smem,
+                         MASK_TMA, HEAVY_FIRST, PERSISTENT, O_TMA, ROWS)),
+            (_consumer, (q_desc, o_desc, o_ptr, (sob, soh, son), q_smem, k_smem, v_smem, o_smem,
                          (q_bars, q_empty, k_full, v_full, k_empty, v_empty),
                          (M, smb, smh, smm, smn, mask_desc, mask_smem), (pid, nprog, total),
                          (b, h, hk, start_m, n_tiles, m_head), N, H, GROUP, qk_scale,
                          mask_scale, inv_n, 1, D, BLOCK_M, BLOCK_N, STAGES, CAUSAL, MASK_KIND, NO_SOFTMAX, NO_PV,
-                         MASK_TMA, HEAVY_FIRST, PERSISTENT, O_TMA, ROWS, STORE_LSE)),
+                         MASK_TMA, HEAVY_FIRST, PERSISTENT, O_TMA, ROWS)),
             (_loader, (q_desc, k_desc, v_desc, q_smem, k_smem, v_smem,
                        (q_bars, q_empty, k_full, v_full, k_empty, v_empty),
                        (M, smb, smh, smm, smn, mask_desc, mask_smem), (pid, nprog, total),
@@ -406,7 +397,7 @@ def o_tma(tiles, mask, D: int, itemsize: int) -> bool:
 
 
 def constexprs(tiles, *, D: int, causal: bool, mask, o_tma: bool, no_softmax: bool = False,
-               no_pv: bool = False, store_lse: bool = False) -> dict:
+               no_pv: bool = False) -> dict:
     """The kernel's constexpr arguments for these tiles and this call (mask: its layout.MaskLayout or None; o_tma:
     o_tma's answer): what the plan holds and what attnlab.triton.resources compiles offline, from one place so that
     the two cannot drift apart."""
@@ -414,24 +405,20 @@ def constexprs(tiles, *, D: int, causal: bool, mask, o_tma: bool, no_softmax: bo
     return dict(D=D, BLOCK_M=tiles.BLOCK_M, BLOCK_N=tiles.BLOCK_N, STAGES=tiles.num_stages, CAUSAL=causal,
                 MASK_KIND=mask.kind if mask else 0, NO_SOFTMAX=no_softmax, NO_PV=no_pv, HEAVY_FIRST=tiles.heavy_first,
                 MASK_TMA=by_tma, MASK_B=int(by_tma and mask.vary_b), MASK_H=int(by_tma and mask.vary_h),
-                CONSUMER_REGS=CONSUMER_REGS, PERSISTENT=tiles.persistent, O_TMA=o_tma, ROWS=partitions(tiles)[0],
-                STORE_LSE=store_lse)
+                CONSUMER_REGS=CONSUMER_REGS, PERSISTENT=tiles.persistent, O_TMA=o_tma, ROWS=partitions(tiles)[0])
 
 
-def run(plan, q, k, v, o, mask, mask_strides, N, H, group, qk_scale, mask_scale, inv_n, lse=None) -> None:
+def run(plan, q, k, v, o, mask, mask_strides, N, H, group, qk_scale, mask_scale, inv_n) -> None:
     """Run the kernel as `plan` (attnlab.triton.plan.FusedGluonPlan) says on checked (B, H, N, D) tensors
     (attnlab.triton.launch.fused calls it). Under its MASK_TMA the mask comes through the loader warp, else by the
-    consumers' loads; q, k, v and o where TMA cannot read them as they lie go through aligned copies. Under its
-    STORE_LSE each row's logsumexp goes into `lse`, fp32 (B, H, N) contiguous."""
-    if plan.constexprs["STORE_LSE"] != (lse is not None):
-        raise ValueError("lse is given exactly when the plan keeps each row's logsumexp (plan.plan_fused_train)")
+    consumers' loads; q, k, v and o where TMA cannot read them as they lie go through aligned copies."""
     q, k, v = tma_ready(q), tma_ready(k), tma_ready(v)
     o_t = tma_ready(o)
     q_box, kv_box, o_box = plan.boxes
     q_desc = described(q, q_box)
     mask_desc = mask_descriptor(mask, plan.mask_rows, plan.BLOCK_N)[0] if plan.constexprs["MASK_TMA"] else q_desc
     direct.run(fused_gluon_kernel, plan, q_desc, described(k, kv_box), described(v, kv_box), described(o_t, o_box),
-               o_t, *o_t.stride()[:3], o_t if lse is None else lse, mask, *mask_strides, mask_desc, N, H, group,
-               plan.total, qk_scale, mask_scale, inv_n)
+               o_t, *o_t.stride()[:3], mask, *mask_strides, mask_desc, N, H, group, plan.total, qk_scale, mask_scale,
+               inv_n)
     if o_t is not o:
         o.copy_(o_t)
