@@ -33,6 +33,30 @@ def test_gate_fails_a_wrong_build(monkeypatch, tmp_path, capsys):
     assert "FAIL torch_eager" in capsys.readouterr().out
 
 
+def test_a_reference_out_of_memory_is_the_references_row_not_the_builds(monkeypatch, tmp_path, capsys):
+    """The fp64 reference of one shape not fitting makes that shape's rows "oom: the fp64 reference", skipped, not
+    the build's "oom"; the shapes after it are judged."""
+    from attnlab import reference
+
+    real, calls = reference.attend, []
+
+    def first_does_not_fit(*args, **kw):
+        calls.append(1)
+        if len(calls) == 1:
+            raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 1024.00 MiB")
+        return real(*args, **kw)
+
+    monkeypatch.setattr(reference, "attend", first_does_not_fit)
+    out = tmp_path / "gate.csv"
+    assert gate.main(["--device", "cpu", "--quick", "--builds", "torch_eager,fused", "--dtypes", "float32", "--out",
+                      str(out)]) == 0
+    rows = pd.read_csv(out)
+    first = rows[rows["shape"] == rows["shape"].min()]
+    assert list(first.status) == ["oom: the fp64 reference"] * 2 and first.err.isna().all()
+    assert (rows[rows["shape"] != rows["shape"].min()].status == "ok").all()
+    assert "gate: 6 passed, 0 failed, 2 skipped" in capsys.readouterr().out
+
+
 def test_our_builds_are_judged_on_a_repeated_call_that_must_equal_the_first(monkeypatch, tmp_path, capsys):
     fused = builds.get("fused")
     calls = []
