@@ -2,8 +2,8 @@
 
 Two sources give the same table:
 
-    gate rows      attnlab.gate.check_case: status 'ok' / 'FAIL[: why]' / 'unsupported: why' / 'oom', err, limit,
-                   unwritten (elements of a NaN-poisoned output the build never wrote)
+    gate rows      attnlab.gate.check_case: status 'ok' / 'FAIL[: why]' / 'unsupported: why' / 'oom[: what]', err,
+                   limit, unwritten (elements of a NaN-poisoned output the build never wrote)
     results rows   attnlab.schema: status, err, err_limit, err_note (the sweep judges every measured row the same way)
 
     correctness_table(rows)     one row per (build, shape): err, limit, err / limit, verdict, note
