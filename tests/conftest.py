@@ -27,6 +27,21 @@ def rand_qkv(B=1, H=2, Hkv=None, N=64, D=64, dtype=torch.float32, seed=0, device
     return q, k, v
 
 
+def out_of_memory_once(monkeypatch, module, name: str) -> list:
+    """module.name raises torch.OutOfMemoryError on its first call (as a CUDA allocation too large for what other
+    processes left free) and works after it; the list returned gains an entry a call."""
+    real, calls = getattr(module, name), []
+
+    def first_does_not_fit(*args, **kw):
+        calls.append(1)
+        if len(calls) == 1:
+            raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 1024.00 MiB")
+        return real(*args, **kw)
+
+    monkeypatch.setattr(module, name, first_does_not_fit)
+    return calls
+
+
 def offline_compile(*args: str, timeout: int = 600) -> list[dict]:
     """The rows of `python -m attnlab.triton.resources --json ARGS`, run as a user's command runs: in a child process
     that restarts itself with TRITON_INTERPRET=0 (this one has our kernels loaded for the interpreter). Tests of the

@@ -5,6 +5,7 @@ import torch
 
 from attnlab import builds, gate
 from attnlab.builds import Build
+from tests.conftest import out_of_memory_once
 
 
 def test_gate_passes_correct_builds_and_writes_every_row(tmp_path, capsys):
@@ -38,15 +39,7 @@ def test_a_reference_out_of_memory_is_the_references_row_not_the_builds(monkeypa
     the build's "oom"; the shapes after it are judged."""
     from attnlab import reference
 
-    real, calls = reference.attend, []
-
-    def first_does_not_fit(*args, **kw):
-        calls.append(1)
-        if len(calls) == 1:
-            raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 1024.00 MiB")
-        return real(*args, **kw)
-
-    monkeypatch.setattr(reference, "attend", first_does_not_fit)
+    out_of_memory_once(monkeypatch, reference, "attend")
     out = tmp_path / "gate.csv"
     assert gate.main(["--device", "cpu", "--quick", "--builds", "torch_eager,fused", "--dtypes", "float32", "--out",
                       str(out)]) == 0

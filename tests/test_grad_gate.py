@@ -6,6 +6,7 @@ import torch
 
 from attnlab import cli, gate, grad_gate
 from attnlab.triton import train_launch
+from tests.conftest import out_of_memory_once
 
 QUICK = ["--device", "cpu", "--quick", "--ns", "40", "--dtypes", "float32,bfloat16"]
 
@@ -78,15 +79,7 @@ def test_an_oracle_out_of_memory_skips_its_shape_and_the_process_goes_on(monkeyp
     skipped and saying why; the shapes after it are still judged, and nothing counts as passed unjudged."""
     from attnlab import accuracy
 
-    real, calls = accuracy.grad_refs, []
-
-    def first_does_not_fit(*args, **kw):
-        calls.append(1)
-        if len(calls) == 1:
-            raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 1024.00 MiB")
-        return real(*args, **kw)
-
-    monkeypatch.setattr(accuracy, "grad_refs", first_does_not_fit)
+    calls = out_of_memory_once(monkeypatch, accuracy, "grad_refs")
     out = tmp_path / "grad.csv"
     assert grad_gate.main([*QUICK, "--dtypes", "float32", "--builds", "fused,torch_eager", "--out", str(out)]) == 0
     rows = pd.read_csv(out)
