@@ -77,9 +77,9 @@ def default_builds(device: torch.device) -> list[str]:
     return names
 
 
-# Processes for the gate on a GPU machine: most of its time is Triton compiling, one CPU core a process (the H200's
-# gate at N = 512: 47 s in four against 135-179 s in one). Its 14 families dealt to 8 parts leave 7 shapes at most in
-# one (on the 16-core H200 machine: 134 s in 8 processes against 233 s in 4).
+# Processes for the gate on a GPU machine: most of its time is Triton compiling, one CPU core a process, so the
+# gate's time falls with processes while cores are free. Its 14 families dealt to 8 parts leave 7 shapes at most in
+# one.
 JOBS_MIN, JOBS_MAX = 4, 8
 
 

@@ -345,7 +345,7 @@ def peak_pass(run, dev: torch.device) -> tuple[float, str, torch.Tensor]:
         return math.nan, "n/a: CPU has no allocator statistics", run()
     # No gc.collect() / empty_cache() here: the earlier calls' tensors are freed by reference counting, and
     # max_memory_allocated counts allocated bytes, not the allocator's reserve. gc.collect() costs ~0.2 s with
-    # torch.compile loaded; at three a case it would be half the H200 sweep's 1.3 s per case.
+    # torch.compile loaded, and three a case would be a large share of a GPU case's time.
     torch.cuda.synchronize(dev)
     torch.cuda.reset_peak_memory_stats(dev)
     before = torch.cuda.memory_allocated(dev)
@@ -564,8 +564,8 @@ class Graphed:
             acc.add_(checksum_of(plan.call()))
 
         # The graph is freed inside _time_call, before any eager call below: while it lives, its pool holds the
-        # call's intermediates (S and P) and the eager calls need their own (sdpa_math at N = 16384 ran out of the
-        # H200's memory that way).
+        # call's intermediates (S and P) and the eager calls need their own (at N = 16384, sdpa_math's do not fit
+        # beside the graph's).
         t0 = time.time()
         times, timer, why = _time_call(step, acc, calls, dev, not_captured=plan.not_captured,
                                        warmup_ms=self.warmup_ms, reps_ms=self.reps_ms, min_reps=self.min_reps)

@@ -132,7 +132,7 @@ def nonzero_sum(l):
 
 # The no_pv ablation consumes P as Σ_n P[i, n] · n/N instead of P V: V is never read and no matmul runs, but every
 # element of P still reaches O. Its accumulator is (rows, BLOCK_N): one FMA per score in the loop, one reduction over
-# columns after it (a reduction per tile cost more than the tensor-core PV it replaced at D = 64 on the H200).
+# columns after it (at D = 64 a reduction per tile costs more than the tensor-core PV it replaces).
 
 @triton.jit
 def pv_accumulator(BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr, NO_PV: tl.constexpr):
