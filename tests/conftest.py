@@ -27,6 +27,13 @@ def rand_qkv(B=1, H=2, Hkv=None, N=64, D=64, dtype=torch.float32, seed=0, device
     return q, k, v
 
 
+def committed(pattern: str) -> list[str]:
+    """The paths git holds that match `pattern` (git's pathspec, relative to this checkout): what a fresh clone has,
+    never a file a local run left beside them."""
+    return subprocess.run(["git", "ls-files", pattern], cwd=ROOT, capture_output=True, text=True,
+                          check=True).stdout.split()
+
+
 def out_of_memory_once(monkeypatch, module, name: str) -> list:
     """module.name raises torch.OutOfMemoryError on its first call (as a CUDA allocation too large for what other
     processes left free) and works after it; the list returned gains an entry a call."""

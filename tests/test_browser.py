@@ -30,6 +30,7 @@ import pytest
 
 from attnlab import explore, lab as walk, cost, render
 from tests import browser as bw
+from tests.conftest import committed
 from tests.test_accessibility import page_outline, skipped
 
 REASON = bw.missing()
@@ -353,14 +354,10 @@ def test_the_walkthroughs_html_report_draws_every_figure_offline(walkthrough, pa
         assert page_outline(html.read_text(encoding="utf-8")) == ([found["title"]], found["levels"])
 
 
-def _committed_html() -> list[str]:
-    import subprocess
-
-    return subprocess.run(["git", "ls-files", "outputs/*/*/*.html"], cwd=bw.ROOT, capture_output=True, text=True,
-                          check=True).stdout.split()
+PAGES_OF_RECORD = "outputs/*/*/*.html"  # every committed HTML page of record
 
 
-@pytest.mark.parametrize("name", _committed_html())
+@pytest.mark.parametrize("name", committed(PAGES_OF_RECORD))
 def test_every_committed_page_of_record_draws_every_figure_offline(page, shots, name):
     """Each HTML page under outputs/ (walkthroughs, model and training pages, reports), as a reader opens it from
     the repository: every request but the file's own blocked, and every plotly figure drawn with its traces."""
@@ -371,4 +368,4 @@ def test_every_committed_page_of_record_draws_every_figure_offline(page, shots, 
 
 
 def test_the_committed_pages_include_the_walkthroughs_of_record():
-    assert str(COMMITTED.relative_to(bw.ROOT)) in _committed_html()
+    assert str(COMMITTED.relative_to(bw.ROOT)) in committed(PAGES_OF_RECORD)

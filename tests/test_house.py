@@ -6,6 +6,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.conftest import committed
+
 ROOT = Path(__file__).resolve().parents[1]
 
 
@@ -54,8 +56,7 @@ def _committed_pages() -> list[str]:
     """The walkthrough pages under outputs/ that git holds (a CPU render `make run` leaves there is not one)."""
     from attnlab import page_check
 
-    return subprocess.run(["git", "ls-files", f"outputs/*/*/{page_check.NOTEBOOK}"], cwd=ROOT, capture_output=True,
-                          text=True, check=True).stdout.split()
+    return committed(f"outputs/*/*/{page_check.NOTEBOOK}")
 
 
 def test_every_committed_walkthrough_page_shows_its_own_rows():
