@@ -125,7 +125,7 @@ def check_case(case, names: list[str], device, seed: int) -> list[dict]:
                 except torch.OutOfMemoryError:  # the build is not to blame: its row says what did not fit
                     refs[oracle] = None
             if refs[oracle] is None:
-                row.update(status="oom: the fp64 reference")
+                row.update(status="oom: the fp64 oracle")
             else:
                 v_ = accuracy.judge(o, q, k, v, causal=case.causal, ablation=oracle, ref=refs[oracle])
                 unwritten = int(torch.isnan(o).sum())

@@ -34,9 +34,9 @@ def test_gate_fails_a_wrong_build(monkeypatch, tmp_path, capsys):
     assert "FAIL torch_eager" in capsys.readouterr().out
 
 
-def test_a_reference_out_of_memory_is_the_references_row_not_the_builds(monkeypatch, tmp_path, capsys):
-    """The fp64 reference of one shape not fitting makes that shape's rows "oom: the fp64 reference", skipped, not
-    the build's "oom"; the shapes after it are judged."""
+def test_an_oracle_out_of_memory_is_the_oracles_row_not_the_builds(monkeypatch, tmp_path, capsys):
+    """The fp64 oracle of one shape not fitting makes that shape's rows "oom: the fp64 oracle", skipped, not the
+    build's "oom" (the gradient gate's words for the same); the shapes after it are judged."""
     from attnlab import reference
 
     out_of_memory_once(monkeypatch, reference, "attend")
@@ -45,7 +45,7 @@ def test_a_reference_out_of_memory_is_the_references_row_not_the_builds(monkeypa
                       str(out)]) == 0
     rows = pd.read_csv(out)
     first = rows[rows["shape"] == rows["shape"].min()]
-    assert list(first.status) == ["oom: the fp64 reference"] * 2 and first.err.isna().all()
+    assert list(first.status) == ["oom: the fp64 oracle"] * 2 and first.err.isna().all()
     assert (rows[rows["shape"] != rows["shape"].min()].status == "ok").all()
     assert "gate: 6 passed, 0 failed, 2 skipped" in capsys.readouterr().out
 
